@@ -1,0 +1,166 @@
+"""The seams every framework implements. This module imports no framework.
+
+A backend package (`backends/<framework>/`) has the same file names in every framework:
+  __init__.py  the Backend class: light, imports its framework only inside methods that the
+               worker calls (import_framework, build, sync, ...);
+  cnn.py       `build_cnn(spec, policy) -> Program` (one module per workload, same builder name).
+
+Only the worker process (runner/worker.py) calls the methods that import a framework; the
+parent process calls `available()`, `modes()` and `distributions()` only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from dlbench.spec import Policy, TrialSpec
+
+
+class Unsupported(Exception):
+    """This framework cannot run this (workload, mode, precision, ...); the message says why.
+    Becomes the trial status `unsupported`, never a failure."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    train: bool = True
+    infer: bool = False
+    grads: bool = True
+
+
+class Program(Protocol):
+    """One framework's implementation of one workload, built for one policy.
+
+    `state` is whatever the framework needs (params + optimizer state); batches are framework
+    tensors on the device. Losses stay on the device until the chunk's sync."""
+
+    def init(self, params: dict[str, np.ndarray]) -> Any:
+        """Canonical NumPy parameters (names and layouts of the workload) -> training state."""
+        ...
+
+    def batches(self, order: np.ndarray) -> Iterator[Any]:
+        """The framework's idiomatic input pipeline over the spec's per-step indices
+        (`order` has shape (steps, batch)); yields one device batch per step."""
+        ...
+
+    def compile(self, state: Any, batch: Any) -> float | None:
+        """Ahead-of-time compile where the framework exposes it: returns the compile seconds.
+        None where compilation happens inside the first step (the worker then reports
+        `compile_estimate_s`). Must not change `state`."""
+        ...
+
+    def train_chunk(self, state: Any, batches: Iterator[Any], n_steps: int) -> tuple[Any, Any]:
+        """Run n_steps training steps -> (new state, per-step losses, still on the device)."""
+        ...
+
+    def predict(self, state: Any, x: np.ndarray) -> np.ndarray:
+        """Logits for canonical NHWC inputs, as NumPy (used for accuracy, outside the window)."""
+        ...
+
+    def loss_and_grads(self, state: Any, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
+        """Loss and gradients on a canonical batch, gradients in canonical names and layouts."""
+        ...
+
+    def params(self, state: Any) -> dict[str, np.ndarray]:
+        """Current parameters back in canonical names and layouts."""
+        ...
+
+    def canonical_batch(self, batch: Any) -> tuple[np.ndarray, np.ndarray]:
+        """A device batch back to canonical NumPy (NHWC images, int labels): proves the data
+        order is identical in every framework."""
+        ...
+
+    def losses_to_numpy(self, losses: Any) -> np.ndarray:
+        """The losses returned by train_chunk as a float64 NumPy vector (forces a sync)."""
+        ...
+
+    def compilations(self) -> int:
+        """How many times the train step has been compiled or traced so far (torch dynamo
+        frames compiled, tf.function traces, JAX compiles). A change inside the timed window
+        flags the trial."""
+        ...
+
+    def numerics(self) -> dict[str, Any]:
+        """Numerics as read back from the framework objects (optimizer hyper-parameters, eps
+        placement, padding, flatten order, dtype), keyed like spec.Numerics."""
+        ...
+
+
+class Backend(Protocol):
+    name: str
+    capabilities: Capabilities
+
+    def available(self) -> tuple[bool, str]:
+        """Installed? Never imports the framework. (ok, reason or version string)."""
+        ...
+
+    def modes(self) -> dict[str, str | None]:
+        """mode -> None when supported, else the reason it is not. Never imports the framework."""
+        ...
+
+    def distributions(self) -> dict[str, str]:
+        """Installed distribution name -> version, from package metadata (no import)."""
+        ...
+
+    def import_framework(self) -> None:
+        """Import the framework (timed by the worker as import_s). Environment variables are
+        already set; thread settings are applied afterwards by configure()."""
+        ...
+
+    def configure(self, policy: Policy) -> dict[str, Any]:
+        """Apply the policy's framework settings (threads, matmul precision, ...) and return
+        them as read back from the framework: recorded as the trial's effective policy."""
+        ...
+
+    def build(self, trial: TrialSpec) -> Program:
+        """Build the workload's Program for this trial; raises Unsupported with a reason."""
+        ...
+
+    def sync(self, *outputs: Any) -> None:
+        """Wait until the given outputs are computed (block_until_ready, cuda.synchronize, a
+        value fetch). A sync that waits on nothing is a bug: JAX dispatches asynchronously."""
+        ...
+
+    def info(self) -> dict[str, Any]:
+        """Framework version, devices and build facts, after import."""
+        ...
+
+    def allocator_stats(self) -> dict[str, float]:
+        """The framework allocator's own counters, named for what they are (allocated vs
+        reserved, peaks); empty where the device has none (CPU)."""
+        ...
+
+
+def module_installed(module: str) -> bool:
+    """True when the top-level module can be found, without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def installed_versions(names: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def build_program(package: str, trial: TrialSpec) -> Program:
+    """Import `<package>.<workload>` (e.g. dlbench.backends.jax.cnn) and call its `build`."""
+    name = f"{package}.{trial.workload.name}"
+    if not module_installed(name):
+        raise Unsupported(f"{package.rsplit('.', 1)[-1]} has no implementation of {trial.workload.name!r}")
+    module = importlib.import_module(name)
+    program: Program = module.build(trial)
+    return program

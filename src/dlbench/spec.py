@@ -1,0 +1,196 @@
+"""Frozen, framework-neutral specifications that cross process boundaries as JSON.
+
+These classes validate and never act: environment variables, affinity and device setup are the
+worker's job (runner/worker.py), done before any framework is imported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+SCHEMA_VERSION = 1
+
+FRAMEWORKS = ("torch", "tensorflow", "jax")
+MODES = ("eager", "graph", "compiled")
+PRECISIONS_SUPPORTED = ("fp32",)
+PRECISIONS_PLANNED = ("fp32", "tf32", "bf16", "fp16")
+SCENARIOS_SUPPORTED = ("train",)
+SCENARIOS_PLANNED = ("train", "infer", "converge")
+COMPILE_CACHES = ("cold", "warm")
+
+Mode = Literal["eager", "graph", "compiled"]
+
+
+class SpecError(ValueError):
+    """Invalid user input; the message is one line naming the bad value and what is allowed."""
+
+
+def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise SpecError(f"{name} {value!r} is not one of: {', '.join(allowed)}")
+
+
+def _check_positive_int(name: str, value: object, minimum: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise SpecError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """Every default that differs between frameworks, pinned. Each backend passes these
+    explicitly and reports them back (Program.numerics) so a test can compare."""
+
+    optimizer: str = "adam"
+    learning_rate: float = 1e-3
+    beta1: float = 0.9
+    beta2: float = 0.999
+    # Adam as in torch/optax: bias-corrected moments, eps added outside the square root.
+    eps: float = 1e-8
+    eps_placement: str = "outside_sqrt"
+    bias_correction: bool = True
+    weight_decay: float = 0.0
+    padding: str = "VALID"
+    flatten_order: str = "HWC"
+    dropout: float = 0.0
+    loss: str = "mean_softmax_cross_entropy"
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """What is trained: model, data and optimizer, independent of any framework."""
+
+    name: str = "cnn"
+    batch_size: int = 128
+    dataset_size: int = 8192
+    eval_size: int = 1024
+    num_classes: int = 10
+    seed: int = 0
+    numerics: Numerics = field(default_factory=Numerics)
+
+    def validate(self) -> None:
+        from dlbench.workloads import WORKLOADS
+
+        _check_choice("workload", self.name, tuple(WORKLOADS))
+        _check_positive_int("batch size", self.batch_size)
+        _check_positive_int("dataset size", self.dataset_size)
+        _check_positive_int("eval size", self.eval_size)
+        _check_positive_int("seed", self.seed, minimum=0)
+        if self.dataset_size < self.batch_size:
+            raise SpecError(
+                f"dataset size {self.dataset_size} is smaller than batch size {self.batch_size}:"
+                " an epoch would have no complete batch (incomplete batches are dropped)"
+            )
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.dataset_size // self.batch_size
+
+    def digest(self) -> str:
+        """Hash of the workload spec: part of the configuration key used by comparisons."""
+        blob = json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Every setting that changes speed or numerics. Recorded with each trial as read back."""
+
+    mode: str = "compiled"
+    threads: int | None = None  # None: every core in the parent's affinity mask
+    compile_cache: str = "cold"
+    loader_workers: int = 0
+    # Matmul precision: fp32 everywhere by default (no TF32, JAX "highest").
+    matmul_precision: str = "highest"
+
+    def validate(self) -> None:
+        _check_choice("mode", self.mode, MODES)
+        _check_choice("compile cache", self.compile_cache, COMPILE_CACHES)
+        if self.threads is not None:
+            _check_positive_int("threads", self.threads)
+        _check_positive_int("loader workers", self.loader_workers, minimum=0)
+        if self.loader_workers != 0:
+            raise SpecError(
+                f"loader workers {self.loader_workers} is not supported yet: allowed is 0"
+                " (the data set is in memory and indexed per batch)"
+            )
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """One trial: one fresh worker process. Full from the start; values that are planned but not
+    supported yet fail validation with a message that says so."""
+
+    workload: WorkloadSpec
+    framework: str
+    policy: Policy = field(default_factory=Policy)
+    scenario: str = "train"
+    precision: str = "fp32"
+    devices: int = 1
+    epochs: int = 3
+    warmup_epochs: int = 1
+    chunk_steps: int = 16
+    repeat: int = 0
+    timeout_s: float = 1800.0
+    interpreter: str | None = None  # None: the parent's sys.executable
+    run_id: int | None = None
+    trial_id: int | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    def validate(self) -> None:
+        self.workload.validate()
+        self.policy.validate()
+        _check_choice("framework", self.framework, FRAMEWORKS)
+        if self.scenario not in SCENARIOS_SUPPORTED:
+            raise SpecError(
+                f"scenario {self.scenario!r} is not supported yet: allowed is "
+                f"{', '.join(SCENARIOS_SUPPORTED)} (planned: {', '.join(SCENARIOS_PLANNED)})"
+            )
+        if self.precision not in PRECISIONS_SUPPORTED:
+            raise SpecError(
+                f"precision {self.precision!r} is not supported yet: allowed is "
+                f"{', '.join(PRECISIONS_SUPPORTED)} (planned: {', '.join(PRECISIONS_PLANNED)})"
+            )
+        if self.devices != 1:
+            raise SpecError(f"devices {self.devices!r} is not supported yet: allowed is 1")
+        _check_positive_int("epochs", self.epochs)
+        _check_positive_int("warm-up epochs", self.warmup_epochs, minimum=0)
+        _check_positive_int("chunk steps", self.chunk_steps)
+        _check_positive_int("repeat", self.repeat, minimum=0)
+        if not self.timeout_s > 0:
+            raise SpecError(f"timeout must be > 0 seconds, got {self.timeout_s!r}")
+
+    def config_key(self) -> str:
+        """The configuration key: this spec without repeat index and ids, plus the workload
+        digest. Trials with equal keys are repetitions of one configuration."""
+        d = to_dict(self)
+        for k in ("repeat", "run_id", "trial_id", "interpreter", "timeout_s"):
+            d.pop(k, None)
+        d["workload_digest"] = self.workload.digest()
+        blob = json.dumps(d, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def label(self) -> str:
+        return f"{self.workload.name}/{self.framework}/{self.policy.mode}#{self.repeat}"
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    return dataclasses.asdict(obj)
+
+
+def trial_from_dict(d: dict[str, Any]) -> TrialSpec:
+    d = dict(d)
+    version = d.get("schema_version", SCHEMA_VERSION)
+    if version > SCHEMA_VERSION:
+        raise SpecError(
+            f"trial spec schema version {version} is newer than this dlbench ({SCHEMA_VERSION})"
+        )
+    w = dict(d.pop("workload"))
+    w["numerics"] = Numerics(**w.get("numerics", {}))
+    d["workload"] = WorkloadSpec(**w)
+    d["policy"] = Policy(**d.get("policy", {}))
+    return TrialSpec(**d)

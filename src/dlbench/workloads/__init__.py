@@ -1,0 +1,18 @@
+"""Workload registry: one module per workload, framework-neutral (NumPy only)."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from dlbench.workloads import cnn
+
+WORKLOADS: dict[str, ModuleType] = {"cnn": cnn}
+
+
+def get(name: str) -> ModuleType:
+    from dlbench.spec import SpecError
+
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise SpecError(f"workload {name!r} is not one of: {', '.join(WORKLOADS)}") from None
