@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from dlbench.spec import Policy, TrialSpec
+from dlbench.workloads.data import Dataset
 
 
 class Unsupported(Exception):
@@ -40,6 +41,11 @@ class Program(Protocol):
 
     `state` is whatever the framework needs (params + optimizer state); batches are framework
     tensors on the device. Losses stay on the device until the chunk's sync."""
+
+    def load(self, dataset: Dataset) -> None:
+        """Take the canonical in-memory dataset (NHWC float32 images, int32 labels) into the
+        framework's tensors on the device (timed with data generation as data_s)."""
+        ...
 
     def init(self, params: dict[str, np.ndarray]) -> Any:
         """Canonical NumPy parameters (names and layouts of the workload) -> training state."""
