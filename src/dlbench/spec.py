@@ -144,7 +144,9 @@ class TrialSpec:
     def validate(self) -> None:
         self.workload.validate()
         self.policy.validate()
-        _check_choice("framework", self.framework, FRAMEWORKS)
+        from dlbench.backends import registered
+
+        _check_choice("framework", self.framework, tuple(registered()))
         if self.scenario not in SCENARIOS_SUPPORTED:
             raise SpecError(
                 f"scenario {self.scenario!r} is not supported yet: allowed is "

@@ -115,6 +115,12 @@ class Backend(Protocol):
         """Installed distribution name -> version, from package metadata (no import)."""
         ...
 
+    def environment(self, policy: Policy, cache_dir: str) -> dict[str, str]:
+        """Environment variables to set before the import: compile cache locations (a fresh
+        per-trial `cache_dir` for the cold cache), log levels, devices hidden from frameworks that
+        are loaded but not under test. Never imports the framework."""
+        ...
+
     def import_framework(self) -> None:
         """Import the framework (timed by the worker as import_s). Environment variables are
         already set; thread settings are applied afterwards by configure()."""

@@ -1,0 +1,40 @@
+"""`dlbench list`: frameworks x workloads x modes: installed? version? supported? why not?"""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from dlbench import workloads
+from dlbench.backends import get_backend, registered
+from dlbench.backends.base import module_installed
+from dlbench.spec import MODES
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    sub.add_parser("list", help="which framework x workload x mode pairs can run here, and why not")
+
+
+def main(args: argparse.Namespace) -> int:
+    table = Table(title="frameworks x workloads x modes")
+    for h in ("framework", "installed", "version", "workload", "mode", "supported"):
+        table.add_column(h)
+    for name in registered():
+        backend = get_backend(name)
+        ok, detail = backend.available()
+        version = ", ".join(f"{k} {v}" for k, v in backend.distributions().items()) or "–"
+        modes = backend.modes()
+        for w in workloads.WORKLOADS:
+            has_impl = module_installed(f"{type(backend).__module__}.{w}")
+            for mode in MODES:
+                reason = modes.get(mode)
+                if not has_impl:
+                    reason = f"{name} has no implementation of {w!r}"
+                elif not ok:
+                    reason = f"not installed: pip install 'dlbench[{name}]'"
+                table.add_row(name, "yes" if ok else f"no ({detail})", version, w, mode,
+                              "yes" if reason is None else f"no: {reason}")
+    Console().print(table)
+    return 0

@@ -1,0 +1,53 @@
+"""`dlbench` entry point: one thin module per command; logic callable from tests via main(argv)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from dlbench import __version__
+from dlbench.cli import env, export, listing, run
+from dlbench.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+from dlbench.results.store import StoreError
+from dlbench.spec import SpecError
+
+COMMANDS = {"run": run, "list": listing, "env": env, "export": export}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse prints usage plus a message; we print one line naming the bad value."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="dlbench", description="Fair side-by-side deep learning framework benchmarks")
+    parser.add_argument("--version", action="version", version=f"dlbench {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, module in COMMANDS.items():
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)
+        if args.command is None:
+            parser.print_help()
+            return EXIT_USAGE
+        code: int = COMMANDS[args.command].main(args)
+        return code
+    except (UsageError, SpecError, StoreError) as e:
+        print(f"dlbench: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("dlbench: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def entry() -> None:
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""A light sampler of host RSS (psutil, over the process tree) and GPU memory (NVML).
+
+Runs as a daemon thread in the worker at a 25 ms period; each sample reads /proc for the
+process and its children, which costs well under a millisecond on two cores.
+"""
+
+from __future__ import annotations
+
+import resource
+import threading
+import time
+from typing import Any
+
+import psutil
+
+from dlbench.monitors.nvml import Nvml
+
+PERIOD_S = 0.025
+
+
+def tree_rss_bytes(proc: psutil.Process) -> int:
+    """RSS of a process and all its descendants (loader workers, ranks, compiler children)."""
+    total = 0
+    try:
+        total += proc.memory_info().rss
+        for child in proc.children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        pass
+    return total
+
+
+def os_peak_rss_bytes() -> int:
+    """The kernel's own high-water mark (ru_maxrss, KiB on Linux) for this process, and for its
+    largest waited-for child: catches peaks that fall between two samples."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    return int(max(own, kids))
+
+
+class MemorySampler:
+    """Samples RSS (and VRAM when NVML sees a GPU) until stopped; tracks an overall and a
+    per-window peak. Raw samples are kept as series: t is seconds since the sampler started."""
+
+    def __init__(self, nvml: Nvml | None = None, period_s: float = PERIOD_S) -> None:
+        self._proc = psutil.Process()
+        self._nvml = nvml
+        self._period_s = period_s
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._t0 = time.monotonic()
+        self.rss: list[tuple[float, float]] = []
+        self.vram: list[tuple[float, float]] = []
+        self.rss_peak = 0
+        self.vram_peak = 0
+        self._window: dict[str, int] | None = None
+        self._thread = threading.Thread(target=self._run, name="dlbench-memory", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def sample(self) -> tuple[int, int | None]:
+        """Take one sample now (also called at phase boundaries for exact 'initial' values)."""
+        rss = tree_rss_bytes(self._proc)
+        vram = self._nvml.used_bytes() if self._nvml is not None else None
+        t = time.monotonic() - self._t0
+        with self._lock:
+            self.rss.append((t, float(rss)))
+            self.rss_peak = max(self.rss_peak, rss)
+            if vram is not None:
+                self.vram.append((t, float(vram)))
+                self.vram_peak = max(self.vram_peak, vram)
+            if self._window is not None:
+                self._window["rss"] = max(self._window["rss"], rss)
+                if vram is not None:
+                    self._window["vram"] = max(self._window["vram"], vram)
+        return rss, vram
+
+    def begin_window(self) -> None:
+        with self._lock:
+            self._window = {"rss": 0, "vram": 0}
+        self.sample()
+
+    def end_window(self) -> dict[str, int]:
+        self.sample()
+        with self._lock:
+            window, self._window = self._window or {"rss": 0, "vram": 0}, None
+        return window
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=1.0)
+        self.sample()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period_s):
+            self.sample()
+
+    def summary(self) -> dict[str, Any]:
+        return {"rss_peak": max(self.rss_peak, os_peak_rss_bytes()), "vram_peak": self.vram_peak}

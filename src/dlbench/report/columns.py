@@ -1,0 +1,63 @@
+"""The column registry: one place that says how each table column is computed and shown.
+
+The headline layout is that of the well-known published framework comparison (training time,
+samples/s, accuracy, initial and max RAM and VRAM), plus mode and time to first step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+GIB = 1024**3
+
+Metrics = dict[str, float | None]
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    header: str
+    metric: str | None  # the metric it shows (None: a spec field)
+    fmt: Callable[[float], str]
+
+    def render(self, value: float | None) -> str:
+        return "–" if value is None else self.fmt(value)
+
+
+def _f(digits: int) -> Callable[[float], str]:
+    return lambda v: f"{v:.{digits}f}"
+
+
+def _gib(v: float) -> str:
+    return f"{v / GIB:.2f}"
+
+
+HEADLINE = [
+    Column("train_s", "training time s", "train_s", _f(2)),
+    Column("samples_per_s", "samples/s", "samples_per_s", _f(1)),
+    Column("accuracy", "accuracy", "accuracy", _f(3)),
+    Column("rss_initial", "initial RAM GiB", "rss_initial_bytes", _gib),
+    Column("rss_peak", "max RAM GiB", "rss_peak_bytes", _gib),
+    Column("vram_initial", "initial VRAM GiB", "vram_initial_bytes", _gib),
+    Column("vram_peak", "max VRAM GiB", "vram_peak_bytes", _gib),
+    Column("ttfs", "time to first step s", "time_to_first_step_s", _f(2)),
+]
+
+# Start-up breakdown, shown under the headline table.
+STARTUP = [
+    Column("import_s", "import s", "import_s", _f(2)),
+    Column("data_s", "data s", "data_s", _f(2)),
+    Column("build_s", "build s", "build_s", _f(2)),
+    Column("compile_s", "compile s", "compile_s", _f(2)),
+    Column("first_step_s", "first step s", "first_step_s", _f(2)),
+    Column("step_ms", "median step ms", "step_s_median", lambda v: f"{v * 1e3:.1f}"),
+    Column("gflops", "achieved GFLOP/s", "achieved_flops_per_s", lambda v: f"{v / 1e9:.1f}"),
+]
+
+
+def compile_value(metrics: Metrics) -> tuple[float | None, bool]:
+    """Measured ahead-of-time compile seconds, else the estimate (first step minus a step)."""
+    if metrics.get("compile_s") is not None:
+        return metrics["compile_s"], False
+    return metrics.get("compile_estimate_s"), True

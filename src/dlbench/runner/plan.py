@@ -1,0 +1,150 @@
+"""From a sweep (comma lists on every axis) to an ordered list of validated trials.
+
+Repeats are interleaved in rounds; the order within a round is shuffled with a recorded seed,
+so slow drift of the machine does not land on one framework.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass, field, replace
+
+from dlbench import workloads
+from dlbench.backends import get_backend
+from dlbench.spec import Numerics, Policy, SpecError, TrialSpec, WorkloadSpec
+
+DEFAULT_FRAMEWORKS = ("torch", "tensorflow", "jax")
+# Rough start-up costs for the first estimate; later runs use the store's own durations.
+STARTUP_GUESS_S = 8.0
+COMPILE_GUESS_S = 15.0
+CPU_FLOPS_GUESS = 20e9
+
+
+@dataclass(frozen=True)
+class Sweep:
+    workloads: tuple[str, ...] = ("cnn",)
+    frameworks: tuple[str, ...] = DEFAULT_FRAMEWORKS
+    frameworks_explicit: bool = False
+    modes: tuple[str, ...] = ("compiled",)
+    batch_sizes: tuple[int, ...] = ()  # empty: the preset's
+    seeds: tuple[int, ...] = (0,)
+    precisions: tuple[str, ...] = ("fp32",)
+    scenarios: tuple[str, ...] = ("train",)
+    devices: tuple[int, ...] = (1,)
+    repeats: int = 1
+    preset: str = "cpu"
+    dataset_size: int | None = None
+    epochs: int | None = None
+    warmup_epochs: int | None = None
+    chunk_steps: int = 16
+    threads: int | None = None
+    compile_cache: str = "cold"
+    timeout_s: float = 1800.0
+    order_seed: int = 0
+
+
+@dataclass
+class PlannedTrial:
+    spec: TrialSpec
+    status: str = "pending"  # or unsupported / skipped, decided without running anything
+    reason: str | None = None
+
+
+@dataclass
+class Plan:
+    trials: list[PlannedTrial] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def pending(self) -> list[PlannedTrial]:
+        return [t for t in self.trials if t.status == "pending"]
+
+
+def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, prec: str,
+           scen: str, dev: int, repeat: int) -> TrialSpec:
+    module = workloads.get(w)
+    if sweep.preset not in module.PRESETS:
+        raise SpecError(f"preset {sweep.preset!r} is not one of: {', '.join(module.PRESETS)}")
+    p = module.PRESETS[sweep.preset]
+    spec = WorkloadSpec(
+        name=w,
+        batch_size=bs if bs is not None else p.batch_size,
+        dataset_size=sweep.dataset_size if sweep.dataset_size is not None else p.dataset_size,
+        eval_size=p.eval_size,
+        seed=seed,
+        numerics=Numerics(),
+    )
+    return TrialSpec(
+        workload=spec,
+        framework=f,
+        policy=Policy(mode=mode, threads=sweep.threads, compile_cache=sweep.compile_cache),
+        scenario=scen,
+        precision=prec,
+        devices=dev,
+        epochs=sweep.epochs if sweep.epochs is not None else p.epochs,
+        warmup_epochs=sweep.warmup_epochs if sweep.warmup_epochs is not None else p.warmup_epochs,
+        chunk_steps=sweep.chunk_steps,
+        repeat=repeat,
+        timeout_s=sweep.timeout_s,
+    )
+
+
+def _framework_status(name: str, explicit: bool, notes: list[str]) -> str | None:
+    """None when usable; 'skipped' for a missing framework in the default suite; raises for a
+    missing framework the user asked for."""
+    ok, reason = get_backend(name).available()
+    if ok:
+        return None
+    hint = f"{reason}; install it with: pip install 'dlbench[{name}]'"
+    if explicit:
+        raise SpecError(f"framework {name!r} is not installed: {hint}")
+    notes.append(f"skipped {name}: {hint}")
+    return "skipped"
+
+
+def make_plan(sweep: Sweep) -> Plan:
+    """Every trial validated before anything runs; a bad value raises SpecError."""
+    plan = Plan()
+    if sweep.repeats < 1:
+        raise SpecError(f"repeats must be an integer >= 1, got {sweep.repeats!r}")
+    missing = {f: _framework_status(f, sweep.frameworks_explicit, plan.notes) for f in sweep.frameworks}
+    batch_sizes: tuple[int | None, ...] = sweep.batch_sizes or (None,)
+    axes = list(itertools.product(sweep.workloads, sweep.frameworks, sweep.modes, batch_sizes,
+                                  sweep.seeds, sweep.precisions, sweep.scenarios, sweep.devices))
+    rng = random.Random(sweep.order_seed)
+    for repeat in range(sweep.repeats):
+        round_ = [_trial(sweep, *a, repeat=repeat) for a in axes]
+        if sweep.repeats > 1:
+            rng.shuffle(round_)
+        for spec in round_:
+            spec.validate()
+            plan.trials.append(_planned(spec, missing[spec.framework]))
+    return plan
+
+
+def _planned(spec: TrialSpec, missing: str | None) -> PlannedTrial:
+    if missing is not None:
+        return PlannedTrial(spec, "skipped", "framework not installed")
+    reason = get_backend(spec.framework).modes().get(spec.policy.mode)
+    if reason is not None:
+        return PlannedTrial(spec, "unsupported", reason)
+    return PlannedTrial(spec)
+
+
+def estimate_s(trial: TrialSpec, history: dict[str, float]) -> tuple[float, bool]:
+    """(seconds, from history?) for one trial: the store's median for this configuration, else a
+    rough guess from FLOPs."""
+    key = trial.config_key()
+    if key in history:
+        return history[key], True
+    spec = trial.workload
+    flops = workloads.get(spec.name).flops_per_sample(spec)
+    steps = (trial.epochs + trial.warmup_epochs) * spec.steps_per_epoch
+    compute = steps * spec.batch_size * flops / CPU_FLOPS_GUESS
+    compile_ = COMPILE_GUESS_S if trial.policy.mode != "eager" else 0.0
+    return STARTUP_GUESS_S + compile_ + compute, False
+
+
+def with_ids(trial: TrialSpec, run_id: int, trial_id: int) -> TrialSpec:
+    return replace(trial, run_id=run_id, trial_id=trial_id)

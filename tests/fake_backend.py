@@ -1,0 +1,168 @@
+"""A fake framework for runner tests: its "device work" runs on a background thread (so a
+missing sync would show), and FAKE_BEHAVIOUR makes it crash, raise, hang, leak or recompile.
+
+Registered for worker processes through DLBENCH_BACKENDS=fake=fake_backend:FakeBackend with this
+directory on PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import threading
+import time
+import typing
+from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from dlbench.backends.base import Capabilities, Unsupported
+from dlbench.spec import Policy, TrialSpec
+from dlbench.workloads.data import Dataset
+
+STEP_S = float(os.environ.get("FAKE_STEP_S", "0.002"))
+
+
+def behaviour() -> str:
+    return os.environ.get("FAKE_BEHAVIOUR", "ok")
+
+
+class _AsyncDevice:
+    """A one-thread 'device' queue: work is dispatched and runs later, like JAX or CUDA."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: Future[None] | None = None
+
+    def dispatch(self, seconds: float) -> Future[None]:
+        fut: Future[None] = Future()
+        prev = self._last
+        self._last = fut
+
+        def work() -> None:
+            if prev is not None:
+                prev.result()
+            time.sleep(seconds)
+            fut.set_result(None)
+
+        threading.Thread(target=work, daemon=True).start()
+        return fut
+
+
+@typing.final
+class FakeProgram:
+    def __init__(self, trial: TrialSpec, device: _AsyncDevice) -> None:
+        self.trial = trial
+        self.device = device
+        self.data: Dataset | None = None
+        self.compiles = 0
+        self.leak: list[bytearray] = []
+
+    def load(self, dataset: Dataset) -> None:
+        self.data = dataset
+
+    def init(self, params: dict[str, np.ndarray]) -> Any:
+        return {"step": 0}
+
+    def batches(self, order: np.ndarray) -> Iterator[Any]:
+        assert self.data is not None
+        for idx in order:
+            yield self.data.x[idx], self.data.y[idx]
+
+    def compile(self, state: Any, batch: Any) -> float | None:
+        return None
+
+    def train_chunk(self, state: Any, batches: Iterator[Any], n_steps: int) -> tuple[Any, Any]:
+        b = behaviour()
+        if self.compiles == 0 or b == "recompile":
+            self.compiles += 1
+        for _ in range(n_steps):
+            next(batches)
+            state = {"step": state["step"] + 1}
+            if b == "crash" and state["step"] == 3:
+                ctypes.string_at(0)  # segfault
+            if b == "abort" and state["step"] == 3:
+                os.kill(os.getpid(), signal.SIGABRT)
+            if b == "raise" and state["step"] == 3:
+                raise RuntimeError("fake failure at step 3")
+            if b == "hang" and state["step"] == 3:
+                time.sleep(3600)
+            if b == "leak":
+                self.leak.append(bytearray(8 * 1024 * 1024))
+        fut = self.device.dispatch(STEP_S * n_steps)
+        return state, (fut, np.full(n_steps, 1.0 / (1 + state["step"])))
+
+    def predict(self, state: Any, x: np.ndarray) -> np.ndarray:
+        return np.tile(np.eye(self.trial.workload.num_classes)[0], (len(x), 1))
+
+    def loss_and_grads(self, state: Any, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
+        return 0.0, {}
+
+    def params(self, state: Any) -> dict[str, np.ndarray]:
+        return {}
+
+    def canonical_batch(self, batch: Any) -> tuple[np.ndarray, np.ndarray]:
+        return batch[0], batch[1]
+
+    def losses_to_numpy(self, losses: Any) -> np.ndarray:
+        fut, values = losses
+        fut.result()
+        return np.asarray(values, dtype=np.float64)
+
+    def compilations(self) -> int:
+        return self.compiles
+
+    def numerics(self) -> dict[str, Any]:
+        import dataclasses
+
+        return dataclasses.asdict(self.trial.workload.numerics)
+
+
+@typing.final
+class FakeBackend:
+    name = "fake"
+    capabilities = Capabilities(train=True, infer=False, grads=False)
+
+    def __init__(self) -> None:
+        self.device = _AsyncDevice()
+
+    def available(self) -> tuple[bool, str]:
+        return True, "fake 0.0"
+
+    def modes(self) -> dict[str, str | None]:
+        return {"eager": None, "graph": "the fake has no graph mode", "compiled": None}
+
+    def distributions(self) -> dict[str, str]:
+        return {"fake": "0.0"}
+
+    def environment(self, policy: Policy, cache_dir: str) -> dict[str, str]:
+        return {"FAKE_CACHE_DIR": cache_dir}
+
+    def import_framework(self) -> None:
+        if behaviour() == "import_error":
+            raise ImportError("fake framework cannot be imported")
+        time.sleep(0.01)
+
+    def configure(self, policy: Policy) -> dict[str, Any]:
+        return {"threads": policy.threads}
+
+    def build(self, trial: TrialSpec) -> FakeProgram:
+        if self.modes().get(trial.policy.mode) is not None:
+            raise Unsupported(str(self.modes()[trial.policy.mode]))
+        return FakeProgram(trial, self.device)
+
+    def sync(self, *outputs: Any) -> None:
+        if behaviour() == "nosync":
+            return
+        for out in outputs:
+            if isinstance(out, tuple) and out and isinstance(out[0], Future):
+                out[0].result()
+
+    def info(self) -> dict[str, Any]:
+        return {"version": "0.0"}
+
+    def allocator_stats(self) -> dict[str, float]:
+        return {}
