@@ -166,3 +166,23 @@ class FakeBackend:
 
     def allocator_stats(self) -> dict[str, float]:
         return {}
+
+
+@typing.final
+class MissingBackend:
+    """A registered framework that is not installed."""
+
+    name = "missing"
+    capabilities = Capabilities()
+
+    def available(self) -> tuple[bool, str]:
+        return False, "no module named 'missing'"
+
+    def modes(self) -> dict[str, str | None]:
+        return {"eager": None, "graph": None, "compiled": None}
+
+    def distributions(self) -> dict[str, str]:
+        return {}
+
+    def environment(self, policy: Policy, cache_dir: str) -> dict[str, str]:
+        return {}

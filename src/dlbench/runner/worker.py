@@ -279,9 +279,11 @@ def _window_metrics(
     spec = trial.workload
     steps = sum(n for n, _, _ in chunks)
     step_s = [s / n for n, s, _ in chunks]
+    samples_per_s = steps * spec.batch_size / train_s
+    median_step_s = statistics.median(step_s)
     m["train_s"] = train_s
-    m["samples_per_s"] = steps * spec.batch_size / train_s
-    m["step_s_median"] = statistics.median(step_s)
+    m["samples_per_s"] = samples_per_s
+    m["step_s_median"] = median_step_s
     m["epoch_s_median"] = statistics.median(epoch_s)
     last_epoch = losses[-spec.steps_per_epoch :]
     m["final_loss"] = float(np.mean(last_epoch))
@@ -290,9 +292,10 @@ def _window_metrics(
     m["vram_window_peak_bytes"] = window["vram"]
     flops = workloads.get(spec.name).flops_per_sample(spec)
     m["flops_per_sample"] = flops
-    m["achieved_flops_per_s"] = flops * m["samples_per_s"]
-    if m.get("compile_s") is None and m.get("first_step_s") is not None:
-        m["compile_estimate_s"] = max(m["first_step_s"] - m["step_s_median"], 0.0)
+    m["achieved_flops_per_s"] = flops * samples_per_s
+    first_step_s = m.get("first_step_s")
+    if m.get("compile_s") is None and first_step_s is not None:
+        m["compile_estimate_s"] = max(first_step_s - median_step_s, 0.0)
     result.series["loss"] = [(float(i), float(v)) for i, v in enumerate(losses)]
     result.series["step_s"] = [(end, s / n) for n, s, end in chunks]
     result.series["epoch_s"] = [(float(i), s) for i, s in enumerate(epoch_s)]

@@ -1,0 +1,125 @@
+"""The CLI in-process (main(argv)) with the fake backend, plus real subprocess error paths."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dlbench.cli.main import main
+from dlbench.runner.plan import Sweep, make_plan
+from dlbench.spec import SpecError
+
+pytestmark = pytest.mark.usefixtures("fake_env")
+
+TINY = ["--preset", "tiny", "--dataset-size", "64", "--batch-size", "16"]
+
+
+def test_run_prints_the_table_and_stores_the_run(tmp_path, capsys):
+    store = str(tmp_path / "r.sqlite")
+    assert main(["run", "-f", "fake", "--mode", "eager,graph", *TINY, "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert "1 trial(s) to run (1 unsupported or skipped)" in out
+    assert "estimated" in out
+    for header in ("framework", "mode", "training time s", "samples/s", "accuracy", "initial RAM",
+                   "max RAM", "initial VRAM", "max VRAM", "time to first step"):
+        assert header in out.replace("\n", " ") or header.split()[0] in out
+    assert "unsupported" in out and "the fake has no graph mode" in out
+    assert "VRAM: no GPU" in out
+    exported = tmp_path / "e.json"
+    assert main(["export", "latest", "--store", store, "-o", str(exported)]) == 0
+    data = json.loads(exported.read_text())
+    [run] = data["runs"]
+    assert run["environment"]["python"]
+    statuses = sorted(t["status"] for t in run["trials"])
+    assert statuses == ["ok", "unsupported"]
+    ok = next(t for t in run["trials"] if t["status"] == "ok")
+    assert ok["metrics"]["samples_per_s"]["unit"] == "1/s"
+    assert len(ok["series"]["loss"]) == 4  # 64/16 steps, 1 timed epoch
+    assert ok["policy"]["env"]["OMP_NUM_THREADS"]
+    assert any(e["event"] == "chunk" for e in ok["events"])
+
+
+def test_csv_export_is_tidy(tmp_path, capsys):
+    store = str(tmp_path / "r.sqlite")
+    assert main(["run", "-f", "fake", "--mode", "eager", *TINY, "--store", store, "--repeats", "2"]) == 0
+    capsys.readouterr()
+    assert main(["export", "all", "--store", store, "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert {r["repeat"] for r in rows} == {"0", "1"}
+    assert {r["metric"] for r in rows} >= {"samples_per_s", "rss_peak_bytes", "train_s"}
+
+
+def test_failed_trial_exits_3_and_keeps_the_others(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "raise")
+    store = str(tmp_path / "r.sqlite")
+    assert main(["run", "-f", "fake", "--mode", "eager,compiled", *TINY, "--store", store]) == 3
+    out = capsys.readouterr().out
+    assert "fake failure at step 3" in out
+    assert "2 failed" not in out  # one row per mode, each failed once
+    assert out.count("failed") >= 2
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["run", "-w", "gan"], "workload 'gan' is not one of: cnn"),
+    (["run", "-f", "mxnet"], "framework 'mxnet' is not one of: torch, tensorflow, jax"),
+    (["run", "-f", "missing"], "framework 'missing' is not installed"),
+    (["run", "-f", "fake", "-b", "0"], "batch size must be an integer >= 1, got 0"),
+    (["run", "-f", "fake", "-b", "x"], "batch size 'x' is not valid"),
+    (["run", "-f", "fake", "--mode", "fast"], "mode 'fast' is not one of"),
+    (["run", "-f", "fake", "--threads", "999"], "threads 999 is not between 1 and"),
+    (["run", "-f", "fake", "--repeats", "0"], "repeats must be an integer >= 1"),
+    (["run", "-f", "fake", "--preset", "huge"], "preset 'huge' is not one of: tiny, cpu, gpu"),
+    (["run", "-f", "fake", "--store", "/nonexistent/dir/x.sqlite"], "directory /nonexistent/dir does not exist"),
+    (["run", "suite.toml"], "suite files are not supported yet"),
+    (["export", "latest", "--format", "xml"], "format 'xml' is not one of: json, csv"),
+    (["export", "latest", "--store", "/nonexistent.sqlite"], "does not exist"),
+    (["bogus"], "invalid choice: 'bogus'"),
+])
+def test_bad_input_is_one_line_exit_2(argv, msg, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert msg in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_export_unknown_run(tmp_path, capsys):
+    store = str(tmp_path / "r.sqlite")
+    assert main(["run", "-f", "fake", "--mode", "eager", *TINY, "--store", store]) == 0
+    assert main(["export", "42", "--store", store]) == 2
+    assert "run 42 is not in the store" in capsys.readouterr().err
+
+
+def test_default_suite_skips_a_missing_framework_with_a_note():
+    plan = make_plan(Sweep(frameworks=("fake", "missing"), modes=("eager",), preset="tiny"))
+    assert [t.status for t in plan.trials] == ["pending", "skipped"]
+    assert any("pip install 'dlbench[missing]'" in n for n in plan.notes)
+    with pytest.raises(SpecError, match="not installed"):
+        make_plan(Sweep(frameworks=("missing",), frameworks_explicit=True))
+
+
+def test_repeats_are_interleaved_in_rounds():
+    plan = make_plan(Sweep(frameworks=("fake",), modes=("eager", "compiled"), preset="tiny", repeats=3))
+    assert [t.spec.repeat for t in plan.trials] == [0, 0, 1, 1, 2, 2]
+
+
+def test_list_and_env_commands(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "torch" in out and "jax" in out and "graph" in out
+    assert main(["env", "--json"]) == 0
+    env = json.loads(capsys.readouterr().out)
+    assert env["cpu_logical"] >= 1 and env["ram_bytes"] > 0
+    assert "reason" in env["gpu"] or env["gpu"]["gpus"]
+
+
+def test_real_process_error_is_one_line(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "dlbench.cli.main", "run", "-b", "0"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.strip() == "dlbench: error: batch size must be an integer >= 1, got 0"

@@ -1,0 +1,26 @@
+"""The core imports no framework: the parent process must stay light and neutral."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+FRAMEWORK_MODULES = ("torch", "tensorflow", "jax", "jaxlib", "keras", "optax", "flax")
+
+
+def test_core_and_cli_import_no_framework():
+    code = (
+        "import sys, json\n"
+        "import dlbench, dlbench.cli.main, dlbench.runner.plan, dlbench.runner.spawn, "
+        "dlbench.runner.executor, dlbench.results.environment, dlbench.report.table\n"
+        "from dlbench.backends import get_backend, REGISTRY\n"
+        "from dlbench.results.environment import capture\n"
+        "for n in REGISTRY: b = get_backend(n); b.available(); b.modes(); b.distributions()\n"
+        "capture()\n"
+        "from dlbench.cli.main import main\n"
+        "main(['list'])\n"
+        f"print(json.dumps([m for m in {FRAMEWORK_MODULES!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

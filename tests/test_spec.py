@@ -1,0 +1,51 @@
+"""Spec validation: every rejection names the bad value and what is allowed."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from dlbench.spec import Policy, SpecError, TrialSpec, WorkloadSpec, to_dict, trial_from_dict
+
+
+def trial(**kw: object) -> TrialSpec:
+    return TrialSpec(workload=WorkloadSpec(), framework="torch", **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("t,msg", [
+    (lambda: trial(precision="fp8"), "precision 'fp8' is not supported yet: allowed is fp32"),
+    (lambda: trial(scenario="infer"), "scenario 'infer' is not supported yet"),
+    (lambda: trial(devices=2), "devices 2"),
+    (lambda: trial(epochs=0), "epochs must be an integer >= 1, got 0"),
+    (lambda: trial(policy=Policy(mode="fast")), "mode 'fast' is not one of: eager, graph, compiled"),
+    (lambda: trial(policy=Policy(compile_cache="hot")), "compile cache 'hot'"),
+    (lambda: TrialSpec(workload=WorkloadSpec(batch_size=0), framework="torch"), "batch size must be an integer >= 1, got 0"),
+    (lambda: TrialSpec(workload=WorkloadSpec(name="gan"), framework="torch"), "workload 'gan' is not one of: cnn"),
+    (lambda: TrialSpec(workload=WorkloadSpec(), framework="mxnet"), "framework 'mxnet' is not one of"),
+    (lambda: TrialSpec(workload=WorkloadSpec(batch_size=512, dataset_size=256), framework="torch"), "smaller than batch size"),
+])
+def test_rejections_name_the_value(t, msg):
+    with pytest.raises(SpecError) as e:
+        t().validate()
+    assert msg in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_json_round_trip():
+    t = trial(repeat=3, policy=Policy(mode="eager", threads=2))
+    assert trial_from_dict(to_dict(t)) == t
+
+
+def test_newer_trial_schema_is_refused():
+    d = to_dict(trial())
+    d["schema_version"] = 99
+    with pytest.raises(SpecError, match="newer"):
+        trial_from_dict(d)
+
+
+def test_numerics_pin_the_adam_formula():
+    n = WorkloadSpec().numerics
+    assert (n.eps, n.eps_placement, n.bias_correction, n.padding, n.flatten_order) == (
+        1e-8, "outside_sqrt", True, "VALID", "HWC")
+    assert dataclasses.is_dataclass(n)
