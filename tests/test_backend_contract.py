@@ -100,7 +100,7 @@ def test_loss_matches_the_float64_reference(name, contract_dir):
 def test_training_steps_are_finite_and_compile_once(name, contract_dir):
     for mode, f in modes_of(name, contract_dir).items():
         assert all(np.isfinite(f["losses"])), mode
-        assert f["losses"][-1] < f["losses"][0], mode
+        assert all(b < a for a, b in zip(f["losses"], f["losses"][1:])), (mode, f["losses"])
         first, later = f["compilations"][0], f["compilations"][-1]
         assert later == first, f"{mode}: recompiled after the first chunk ({first} -> {later})"
         if mode == "eager":

@@ -21,6 +21,8 @@ PRECISIONS_PLANNED = ("fp32", "tf32", "bf16", "fp16")
 SCENARIOS_SUPPORTED = ("train",)
 SCENARIOS_PLANNED = ("train", "infer", "converge")
 COMPILE_CACHES = ("cold", "warm")
+# Reduced-precision matmul policies (tf32, bf16 passes) arrive with --precision.
+MATMUL_PRECISIONS = ("highest",)
 
 Mode = Literal["eager", "graph", "compiled"]
 
@@ -110,6 +112,7 @@ class Policy:
     def validate(self) -> None:
         _check_choice("mode", self.mode, MODES)
         _check_choice("compile cache", self.compile_cache, COMPILE_CACHES)
+        _check_choice("matmul precision", self.matmul_precision, MATMUL_PRECISIONS)
         if self.threads is not None:
             _check_positive_int("threads", self.threads)
         _check_positive_int("loader workers", self.loader_workers, minimum=0)

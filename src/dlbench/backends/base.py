@@ -3,7 +3,7 @@
 A backend package (`backends/<framework>/`) has the same file names in every framework:
   __init__.py  the Backend class: light, imports its framework only inside methods that the
                worker calls (import_framework, build, sync, ...);
-  cnn.py       `build_cnn(spec, policy) -> Program` (one module per workload, same builder name).
+  cnn.py       `build(trial) -> Program` (one module per workload, same builder name).
 
 Only the worker process (runner/worker.py) calls the methods that import a framework; the
 parent process calls `available()`, `modes()` and `distributions()` only.
@@ -44,7 +44,8 @@ class Program(Protocol):
 
     def load(self, dataset: Dataset) -> None:
         """Take the canonical in-memory dataset (NHWC float32 images, int32 labels) into the
-        framework's tensors on the device (timed with data generation as data_s)."""
+        framework's idiomatic form: tensors on the device, or host arrays where the idiomatic
+        pipeline indexes on the host and prefetches (JAX). Timed with data generation as data_s."""
         ...
 
     def init(self, params: dict[str, np.ndarray]) -> Any:
@@ -118,7 +119,9 @@ class Backend(Protocol):
     def environment(self, policy: Policy, cache_dir: str) -> dict[str, str]:
         """Environment variables to set before the import: compile cache locations (a fresh
         per-trial `cache_dir` for the cold cache), log levels, devices hidden from frameworks that
-        are loaded but not under test. Never imports the framework."""
+        are loaded but not under test. The values replace what the environment holds; a backend
+        that must extend a user's variable (TF_XLA_FLAGS) reads os.environ itself. Never imports
+        the framework."""
         ...
 
     def import_framework(self) -> None:

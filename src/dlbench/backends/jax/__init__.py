@@ -1,0 +1,119 @@
+"""JAX backend: plain JAX + Optax, the whole train step under jax.jit.
+
+Importing this module is light: jax is imported only inside the methods the worker calls."""
+
+from __future__ import annotations
+
+import os
+import typing
+from typing import Any
+
+from dlbench.backends import base
+from dlbench.spec import Policy, TrialSpec
+
+_DISTRIBUTIONS = ("jax", "jaxlib", "optax", "jax-cuda12-plugin", "jax-cuda12-pjrt")
+_MODES: dict[str, str | None] = {
+    "compiled": None,
+    "eager": "JAX trains through jax.jit; op-by-op dispatch is not how anyone trains with JAX",
+    "graph": "JAX has no separate graph mode",
+}
+
+
+@typing.final
+class JaxBackend:
+    name = "jax"
+    capabilities = base.Capabilities(train=True, infer=False, grads=True)
+
+    def available(self) -> tuple[bool, str]:
+        missing = [m for m in ("jax", "jaxlib", "optax") if not base.module_installed(m)]
+        if missing:
+            return False, f"not installed: {', '.join(missing)} (pip install 'dlbench[jax]')"
+        versions = base.installed_versions(("jax", "jaxlib", "optax"))
+        return True, ", ".join(f"{k} {v}" for k, v in versions.items())
+
+    def modes(self) -> dict[str, str | None]:
+        return dict(_MODES)
+
+    def distributions(self) -> dict[str, str]:
+        return base.installed_versions(_DISTRIBUTIONS)
+
+    def environment(self, policy: Policy, cache_dir: str) -> dict[str, str]:
+        # The persistent compilation cache is switched on only for the warm policy (configure);
+        # its directory must be known before the first compile.
+        if policy.compile_cache == "warm":
+            return {"JAX_COMPILATION_CACHE_DIR": cache_dir}
+        return {}
+
+    def import_framework(self) -> None:
+        import jax  # noqa: F401
+        import optax  # noqa: F401
+
+    def configure(self, policy: Policy) -> dict[str, Any]:
+        import jax
+
+        # "highest" is full fp32 in every matmul and convolution (no TF32 or bf16 passes on GPU).
+        jax.config.update("jax_default_matmul_precision", policy.matmul_precision)
+        # cold: compile from scratch in every trial; warm: use the persistent cache that the
+        # worker points JAX_COMPILATION_CACHE_DIR at.
+        jax.config.update("jax_enable_compilation_cache", policy.compile_cache == "warm")
+        # XLA:CPU sizes its thread pool from the affinity mask that the worker already set,
+        # so there is no thread setting to apply: record what it sees and the pool it made.
+        return {
+            "matmul_precision": jax.config.values["jax_default_matmul_precision"],
+            "compilation_cache": jax.config.values["jax_enable_compilation_cache"],
+            "compilation_cache_dir": jax.config.values["jax_compilation_cache_dir"],
+            "default_backend": jax.default_backend(),
+            "devices": [str(d) for d in jax.devices()],
+            "local_device_count": jax.local_device_count(),
+            "affinity_cpus": len(os.sched_getaffinity(0)),
+            "xla_cpu_pool_threads": _count_threads("tf_XLAEigen"),
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        }
+
+    def build(self, trial: TrialSpec) -> base.Program:
+        reason = _MODES.get(trial.policy.mode, f"unknown mode {trial.policy.mode!r}")
+        if reason is not None:
+            raise base.Unsupported(reason)
+        return base.build_program("dlbench.backends.jax", trial)
+
+    def sync(self, *outputs: Any) -> None:
+        import jax
+
+        # Dispatch is asynchronous even on CPU: wait on the outputs themselves.
+        jax.block_until_ready(outputs)
+
+    def info(self) -> dict[str, Any]:
+        import jax
+
+        return {
+            "versions": base.installed_versions(_DISTRIBUTIONS),
+            "default_backend": jax.default_backend(),
+            "devices": [{"kind": d.device_kind, "platform": d.platform, "id": d.id} for d in jax.devices()],
+        }
+
+    def allocator_stats(self) -> dict[str, float]:
+        import jax
+
+        # CPU devices return None; GPU's BFC allocator returns a dict of counters.
+        stats = jax.devices()[0].memory_stats()
+        if not isinstance(stats, dict):
+            return {}
+        keys = ("peak_bytes_in_use", "bytes_in_use", "bytes_limit")
+        return {f"jax_{k}": float(stats[k]) for k in keys if k in stats}
+
+
+def _count_threads(name: str) -> int | None:
+    """Threads of this process with the given name (Linux), e.g. XLA:CPU's Eigen pool, which
+    exists once the CPU client is created (jax.devices() does that)."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    count = 0
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                count += f.read().strip() == name
+        except OSError:  # the thread ended while we looked
+            continue
+    return count
