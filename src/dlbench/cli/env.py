@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from rich.console import Console
 from rich.table import Table
 
+from dlbench.report.table import make_console
 from dlbench.results.environment import capture
 
 
@@ -36,5 +36,5 @@ def main(args: argparse.Namespace) -> int:
     for name, fw in env["frameworks"].items():
         dists = ", ".join(f"{k} {v}" for k, v in fw["distributions"].items())
         table.add_row(name, dists if fw["installed"] else f"not installed ({fw['detail']})")
-    Console().print(table)
+    make_console().print(table)
     return 0

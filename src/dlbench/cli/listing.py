@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
 from rich.table import Table
 
 from dlbench import workloads
 from dlbench.backends import get_backend, registered
 from dlbench.backends.base import module_installed
+from dlbench.report.table import make_console
 from dlbench.spec import MODES
 
 
@@ -36,5 +36,5 @@ def main(args: argparse.Namespace) -> int:
                     reason = f"not installed: pip install 'dlbench[{name}]'"
                 table.add_row(name, "yes" if ok else f"no ({detail})", version, w, mode,
                               "yes" if reason is None else f"no: {reason}")
-    Console().print(table)
+    make_console().print(table)
     return 0

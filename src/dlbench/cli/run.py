@@ -20,7 +20,7 @@ from dlbench.cli.common import (
     int_list,
     open_store,
 )
-from dlbench.report.table import print_run_tables
+from dlbench.report.table import make_console, print_run_tables
 from dlbench.results import environment
 from dlbench.results.records import TrialResult
 from dlbench.results.store import machine_lock
@@ -129,7 +129,7 @@ def print_plan(console: Console, plan: Plan, history: dict[str, float]) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    console = Console(highlight=False)
+    console = make_console()
     plan = make_plan(sweep_from_args(args))
     store = open_store(args.store)
     print_plan(console, plan, store.durations_by_config())

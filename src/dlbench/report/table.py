@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections import defaultdict
 from typing import Any
@@ -104,6 +105,15 @@ def _trial_notes(framework: str, mode: str, trials: list[TrialRow]) -> list[str]
 
 def _dedupe(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
+
+
+def make_console() -> Console:
+    """A terminal's own width; logs and pipes (CI) get a wide one, since rich would otherwise
+    squeeze the eleven headline columns into 80."""
+    console = Console(highlight=False)
+    if console.is_terminal or "COLUMNS" in os.environ:
+        return console
+    return Console(highlight=False, width=200)
 
 
 def print_run_tables(console: Console, store: Store, run_ids: list[int]) -> None:

@@ -1,0 +1,91 @@
+"""dlbench's own yardstick: is a dlbench trial as fast as a hand-written training loop?
+
+Runs the minimal reference loops in benchmarks/reference/ interleaved with dlbench trials of the
+same spec (same data, order, epochs, threads), in rounds with a shuffled order, each in a fresh
+process, and prints the throughput ratio dlbench / hand-written per framework and mode.
+
+    python benchmarks/overhead.py --frameworks torch,tensorflow,jax --modes compiled,eager \
+        --repeats 3 --epochs 3 --threads 2 --json docs/overhead.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from dlbench.backends import get_backend
+from dlbench.runner import spawn
+from dlbench.spec import Policy, TrialSpec, WorkloadSpec
+
+HERE = Path(__file__).resolve().parent
+
+
+def reference(framework: str, mode: str, args: argparse.Namespace) -> float:
+    cmd = [sys.executable, str(HERE / "reference" / f"{framework}_cnn.py"), "--mode", mode,
+           "--batch-size", str(args.batch_size), "--dataset-size", str(args.dataset_size),
+           "--epochs", str(args.epochs), "--warmup-epochs", str(args.warmup_epochs),
+           "--threads", str(args.threads), "--seed", "0"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=True)
+    line = [x for x in out.stdout.splitlines() if x.startswith("{")][-1]
+    return float(json.loads(line)["samples_per_s"])
+
+
+def dlbench_trial(framework: str, mode: str, args: argparse.Namespace, workdir: Path) -> float:
+    trial = TrialSpec(
+        workload=WorkloadSpec(batch_size=args.batch_size, dataset_size=args.dataset_size),
+        framework=framework, policy=Policy(mode=mode, threads=args.threads),
+        epochs=args.epochs, warmup_epochs=args.warmup_epochs, trial_id=0)
+    trial.validate()
+    result = spawn.run_trial(trial, workdir)
+    if result.status != "ok":
+        raise RuntimeError(f"{framework}/{mode}: {result.status}: {result.error}")
+    value = result.metrics["samples_per_s"]
+    assert value is not None
+    return value
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--frameworks", default="torch,tensorflow,jax")
+    p.add_argument("--modes", default="compiled,eager")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--dataset-size", type=int, default=8192)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--warmup-epochs", type=int, default=1)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0, help="seed of the interleaving order")
+    p.add_argument("--json", help="also write the raw numbers here")
+    args = p.parse_args()
+    pairs = [(f, m) for f in args.frameworks.split(",") for m in args.modes.split(",")
+             if get_backend(f).modes().get(m) is None]
+    rng = random.Random(args.seed)
+    raw: dict[str, dict[str, list[float]]] = {f"{f}/{m}": {"reference": [], "dlbench": []} for f, m in pairs}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.repeats):
+            jobs = [(f, m, kind) for f, m in pairs for kind in ("reference", "dlbench")]
+            rng.shuffle(jobs)
+            for f, m, kind in jobs:
+                value = reference(f, m, args) if kind == "reference" else dlbench_trial(f, m, args, Path(tmp))
+                raw[f"{f}/{m}"][kind].append(value)
+                print(f"round {r + 1}/{args.repeats} {f}/{m} {kind}: {value:.1f} samples/s", flush=True)
+    summary: dict[str, Any] = {}
+    print(f"\n{'framework/mode':24} {'hand-written':>14} {'dlbench':>10} {'ratio':>7}  (median samples/s)")
+    for key, v in raw.items():
+        ref, dlb = statistics.median(v["reference"]), statistics.median(v["dlbench"])
+        summary[key] = {"reference": v["reference"], "dlbench": v["dlbench"], "ratio": dlb / ref}
+        print(f"{key:24} {ref:14.1f} {dlb:10.1f} {dlb / ref:7.3f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "results": summary}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

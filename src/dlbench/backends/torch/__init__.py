@@ -1,0 +1,164 @@
+"""The PyTorch backend. Importing this module is light: torch loads only in the worker, inside
+the methods that need it (import_framework, configure, build, sync, info, allocator_stats)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import typing
+from typing import Any
+
+from dlbench.backends.base import (
+    Capabilities,
+    Program,
+    Unsupported,
+    build_program,
+    installed_versions,
+    module_installed,
+)
+from dlbench.spec import Policy, TrialSpec
+
+# torch.compile's options in `compiled` mode, passed explicitly and recorded with every trial.
+# Inductor is torch's default backend; "default" is the mode a practitioner starts from (no
+# CUDA graphs, no autotuning), and `dynamic=None` only makes a shape dynamic once a second one is
+# seen, which never happens in training because ragged last batches are dropped.
+COMPILE_OPTIONS: dict[str, Any] = {
+    "backend": "inductor",
+    "mode": "default",
+    "fullgraph": False,
+    "dynamic": None,
+}
+
+_DISTRIBUTIONS = ("torch", "triton", "numpy")
+# Compilers Inductor tries on CPU when CXX is unset (torch._inductor.config.cpp.cxx).
+_CXX_CANDIDATES = ("g++", "c++", "clang++")
+
+
+def cxx_compiler() -> str | None:
+    """The C++ compiler Inductor will use for CPU kernels: $CXX when set, else the first found."""
+    cxx = os.environ.get("CXX", "").strip()
+    if cxx:
+        return shutil.which(shlex.split(cxx)[0])
+    for candidate in _CXX_CANDIDATES:
+        found = shutil.which(candidate)
+        if found:
+            return found
+    return None
+
+
+def device() -> Any:
+    """The device every torch Program runs on: the first GPU when torch sees one, else the CPU."""
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@typing.final
+class TorchBackend:
+    name = "torch"
+    capabilities = Capabilities(train=True, infer=False, grads=True)
+
+    def available(self) -> tuple[bool, str]:
+        if not module_installed("torch"):
+            return False, "torch is not installed (pip install 'dlbench[torch]')"
+        return True, installed_versions(("torch",)).get("torch", "unknown version")
+
+    def modes(self) -> dict[str, str | None]:
+        # Inductor compiles C++ for CPU kernels; on a GPU machine the CPU-side parts of a graph
+        # still become C++ kernels, so compiled mode needs a compiler everywhere.
+        compiled = None if cxx_compiler() else (
+            "needs a C++ compiler for torch.compile's Inductor on CPU"
+        )
+        return {
+            "eager": None,
+            "graph": "torch has no separate graph mode (TorchScript is deprecated); use compiled",
+            "compiled": compiled,
+        }
+
+    def distributions(self) -> dict[str, str]:
+        return installed_versions(_DISTRIBUTIONS)
+
+    def environment(self, policy: Policy, cache_dir: str) -> dict[str, str]:
+        # Inductor's FX-graph and AOTAutograd caches and Triton's kernels all live under these:
+        # a fresh directory per trial is the cold cache, a shared one the warm cache.
+        return {
+            "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_dir, "inductor"),
+            "TRITON_CACHE_DIR": os.path.join(cache_dir, "triton"),
+        }
+
+    def import_framework(self) -> None:
+        import torch  # noqa: F401
+
+    def configure(self, policy: Policy) -> dict[str, Any]:
+        import torch
+
+        if policy.threads is not None:
+            torch.set_num_threads(policy.threads)
+            try:
+                torch.set_num_interop_threads(policy.threads)
+            except RuntimeError:
+                pass  # allowed only once, before any inter-op work; the read-back shows the value
+        # fp32 means IEEE fp32: no TF32 in cuBLAS or cuDNN, "highest" for float32 matmuls.
+        tf32 = policy.matmul_precision != "highest"
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.set_float32_matmul_precision(policy.matmul_precision)
+        applied: dict[str, Any] = {
+            "num_threads": torch.get_num_threads(),
+            "num_interop_threads": torch.get_num_interop_threads(),
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "cuda_matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+            "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+            "cudnn_enabled": torch.backends.cudnn.enabled,
+            "mkldnn_available": torch.backends.mkldnn.is_available(),
+            "mkldnn_enabled": torch.backends.mkldnn.enabled,
+        }
+        if policy.mode == "compiled":
+            applied.update({f"compile_{k}": v for k, v in COMPILE_OPTIONS.items()})
+            applied["compile_cxx"] = cxx_compiler()
+        return applied
+
+    def build(self, trial: TrialSpec) -> Program:
+        reason = self.modes().get(trial.policy.mode, f"unknown mode {trial.policy.mode!r}")
+        if reason is not None:
+            raise Unsupported(reason)
+        return build_program("dlbench.backends.torch", trial)
+
+    def sync(self, *outputs: Any) -> None:
+        import torch
+
+        # CPU kernels run synchronously in the calling thread: once an op has returned, its
+        # output is computed, so there is nothing to wait for. CUDA kernels are queued.
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+    def info(self) -> dict[str, Any]:
+        import torch
+
+        cuda = torch.cuda.is_available()
+        return {
+            "version": torch.__version__,
+            "git_version": torch.version.git_version,
+            "cuda_available": cuda,
+            "cuda_version": torch.version.cuda,
+            "cudnn_version": torch.backends.cudnn.version() if cuda else None,
+            "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+            if cuda
+            else ["cpu"],
+            "mkldnn_available": torch.backends.mkldnn.is_available(),
+            "compile_options": dict(COMPILE_OPTIONS),
+            "cxx": cxx_compiler(),
+        }
+
+    def allocator_stats(self) -> dict[str, float]:
+        import torch
+
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return {}  # the CPU allocator keeps no counters; RSS covers it
+        return {
+            "torch_allocated_peak_bytes": float(torch.cuda.max_memory_allocated()),
+            "torch_reserved_peak_bytes": float(torch.cuda.max_memory_reserved()),
+            "torch_allocated_bytes": float(torch.cuda.memory_allocated()),
+            "torch_reserved_bytes": float(torch.cuda.memory_reserved()),
+        }
