@@ -92,6 +92,15 @@ class FakeProgram:
                 time.sleep(3600)
             if b == "leak":
                 self.leak.append(bytearray(8 * 1024 * 1024))
+            if b == "child" and state["step"] == 1:
+                # a loader-worker-like child holding 300 MiB for a few seconds
+                import subprocess
+                import sys
+
+                code = "import time; x = bytearray(300 * 2**20); x[::4096] = b'1' * len(x[::4096]); time.sleep(4)"
+                self.child = subprocess.Popen([sys.executable, "-c", code])
+            if b == "child" and state["step"] == 2:
+                time.sleep(2.5)  # let the sampler re-list the process tree and see the child
         fut = self.device.dispatch(STEP_S * n_steps)
         return state, (fut, np.full(n_steps, 1.0 / (1 + state["step"])))
 

@@ -106,6 +106,14 @@ def test_memory_growth_shows_in_the_peak(tmp_path, monkeypatch):
     assert leaky.metrics["rss_window_peak_bytes"] > leaky.metrics["rss_initial_bytes"] + 100 * 2**20
 
 
+def test_memory_of_child_processes_counts(tmp_path, monkeypatch):
+    """rss_peak_bytes covers the worker's process tree (loader workers, ranks), not only itself."""
+    base = run(tmp_path, "ok", monkeypatch)
+    with_child = run(tmp_path, "child", monkeypatch)
+    assert with_child.status == "ok", with_child.error
+    assert with_child.metrics["rss_peak_bytes"] - base.metrics["rss_peak_bytes"] > 250 * 2**20
+
+
 def test_recompile_inside_the_window_is_flagged(tmp_path, monkeypatch):
     r = run(tmp_path, "recompile", monkeypatch)
     assert r.status == "ok"

@@ -1,0 +1,68 @@
+"""The worker protocol: versioned JSON schemas, met by dlbench's own worker and by a worker that
+does not import dlbench at all."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from dlbench.results.records import TrialResult, read_events
+from dlbench.runner import spawn
+from dlbench.runner.timing import events_path
+from dlbench.spec import Policy, TrialSpec, WorkloadSpec
+
+HERE = Path(__file__).resolve().parent
+
+
+def schema(name: str) -> dict:
+    return json.loads(resources.files("dlbench.runner").joinpath(f"schemas/{name}.schema.json").read_text())
+
+
+def trial(**kw: object) -> TrialSpec:
+    t = TrialSpec(workload=WorkloadSpec(batch_size=8, dataset_size=64, eval_size=8), framework="fake",
+                  policy=Policy(mode="eager"), epochs=2, warmup_epochs=1, trial_id=7)
+    return replace(t, **kw)  # type: ignore[arg-type]
+
+
+def check_outputs(tmp_path: Path) -> dict:
+    out = tmp_path / "trial-7.result.json"
+    result = json.loads(out.read_text())
+    jsonschema.validate(result, schema("trial_result"))
+    events = read_events(events_path(out))
+    assert events
+    for ev in events:
+        jsonschema.validate(ev, schema("event"))
+    return result
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_dlbench_worker_meets_the_schemas(tmp_path):
+    r = spawn.run_trial(trial(), tmp_path)
+    assert r.status == "ok"
+    check_outputs(tmp_path)
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_a_failed_worker_result_meets_the_schema(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "raise")
+    assert spawn.run_trial(trial(), tmp_path).status == "failed"
+    assert check_outputs(tmp_path)["status"] == "failed"
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_a_worker_that_does_not_import_dlbench(tmp_path):
+    r = spawn.run_trial(trial(interpreter=str(HERE / "foreign_worker.py")), tmp_path)
+    assert r.status == "ok", r.error
+    assert r.metrics["samples_per_s"] > 0
+    assert [e["event"] for e in r.events].count("chunk") == 2
+    check_outputs(tmp_path)
+
+
+def test_result_round_trips_through_json():
+    r = TrialResult(status="ok", metrics={"a_s": 1.0}, series={"loss": [(0.0, 1.0)]})
+    assert TrialResult.from_dict(json.loads(r.to_json())) == r
