@@ -185,7 +185,7 @@ class MissingBackend:
     capabilities = Capabilities()
 
     def available(self) -> tuple[bool, str]:
-        return False, "no module named 'missing'"
+        return False, "missing is not installed (pip install 'dlbench[missing]')"
 
     def modes(self) -> dict[str, str | None]:
         return {"eager": None, "graph": None, "compiled": None}

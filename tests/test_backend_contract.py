@@ -49,7 +49,7 @@ _cache: dict[str, dict[str, Any]] = {}
 def facts(name: str, out_dir: Path) -> dict[str, Any]:
     ok, reason = get_backend(name).available()
     if not ok:
-        pytest.skip(f"{name} is not installed: {reason}")
+        pytest.skip(reason)
     if name not in _cache:
         proc = subprocess.run([sys.executable, str(HERE / "contract_check.py"), name, str(out_dir)],
                               capture_output=True, text=True, timeout=900)

@@ -96,10 +96,10 @@ def _framework_status(name: str, explicit: bool, notes: list[str]) -> str | None
     ok, reason = get_backend(name).available()
     if ok:
         return None
-    hint = f"{reason}; install it with: pip install 'dlbench[{name}]'"
+    # Each backend's reason names what is missing and the extra that installs it.
     if explicit:
-        raise SpecError(f"framework {name!r} is not installed: {hint}")
-    notes.append(f"skipped {name}: {hint}")
+        raise SpecError(f"framework {name!r} cannot run here: {reason}")
+    notes.append(f"skipped {name}: {reason}")
     return "skipped"
 
 
@@ -125,7 +125,7 @@ def make_plan(sweep: Sweep) -> Plan:
 
 def _planned(spec: TrialSpec, missing: str | None) -> PlannedTrial:
     if missing is not None:
-        return PlannedTrial(spec, "skipped", "framework not installed")
+        return PlannedTrial(spec, "skipped", "framework not installed (see the note above)")
     reason = get_backend(spec.framework).modes().get(spec.policy.mode)
     if reason is not None:
         return PlannedTrial(spec, "unsupported", reason)

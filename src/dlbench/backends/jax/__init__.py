@@ -27,7 +27,7 @@ class JaxBackend:
     def available(self) -> tuple[bool, str]:
         missing = [m for m in ("jax", "jaxlib", "optax") if not base.module_installed(m)]
         if missing:
-            return False, f"not installed: {', '.join(missing)} (pip install 'dlbench[jax]')"
+            return False, f"{', '.join(missing)} not installed (pip install 'dlbench[jax]')"
         versions = base.installed_versions(("jax", "jaxlib", "optax"))
         return True, ", ".join(f"{k} {v}" for k, v in versions.items())
 
