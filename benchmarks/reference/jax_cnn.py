@@ -13,22 +13,15 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import time
 from typing import Any
 
+import harness  # beside this script: the CLI and result line overhead.py reads
+
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--dataset-size", type=int, default=8192)
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--warmup-epochs", type=int, default=1)
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--mode", choices=["compiled"], default="compiled")
-    return p.parse_args()
+    return harness.parse_args(__doc__.split("\n\n")[0], ("compiled",))
 
 
 def pin_threads(n: int) -> None:
@@ -103,13 +96,7 @@ def main() -> None:
     jax.block_until_ready((params, loss))
     train_s = time.perf_counter() - start
 
-    print(json.dumps({
-        "framework": "jax",
-        "mode": args.mode,
-        "samples_per_s": args.epochs * steps * bs / train_s,
-        "train_s": train_s,
-        "final_loss": float(loss),
-    }))
+    harness.report("jax", args.mode, args.epochs * steps * bs, train_s, float(loss))
 
 
 if __name__ == "__main__":

@@ -12,22 +12,15 @@ Prints one JSON line: {"framework", "mode", "samples_per_s", "train_s", "final_l
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from typing import Any
 
+import harness  # beside this script: the CLI and result line overhead.py reads
+
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mode", choices=("eager", "graph", "compiled"), default="compiled")
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--dataset-size", type=int, default=8192)
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--warmup-epochs", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=None, help="pin to N cores (default: all)")
-    parser.add_argument("--seed", type=int, default=0)
-    return parser.parse_args()
+    return harness.parse_args(__doc__.splitlines()[0], ("eager", "graph", "compiled"))
 
 
 def pin_threads(threads: int | None) -> None:
@@ -123,13 +116,7 @@ def main() -> None:
     train_s = time.perf_counter() - start
 
     samples = args.epochs * spec.steps_per_epoch * args.batch_size
-    print(json.dumps({
-        "framework": "tensorflow",
-        "mode": args.mode,
-        "samples_per_s": samples / train_s,
-        "train_s": train_s,
-        "final_loss": final_loss,
-    }))
+    harness.report("tensorflow", args.mode, samples, train_s, final_loss)
 
 
 if __name__ == "__main__":

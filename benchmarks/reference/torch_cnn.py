@@ -13,7 +13,6 @@ torch is imported inside the functions because --threads must set the OpenMP var
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from collections.abc import Callable
@@ -25,6 +24,8 @@ from dlbench.spec import WorkloadSpec
 from dlbench.workloads import cnn
 from dlbench.workloads.data import batch_indices, epoch_order
 
+import harness  # beside this script: the CLI and result line overhead.py reads
+
 if TYPE_CHECKING:
     import torch
 
@@ -32,18 +33,7 @@ Step = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mode", choices=("eager", "compiled"), default="compiled")
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--dataset-size", type=int, default=8192)
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--warmup-epochs", type=int, default=1)
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args()
-    if args.epochs < 1 or args.warmup_epochs < 0 or args.dataset_size < args.batch_size:
-        p.error("need --epochs >= 1, --warmup-epochs >= 0 and --dataset-size >= --batch-size")
-    return args
+    return harness.parse_args(__doc__.split("\n\n")[0], ("eager", "compiled"))
 
 
 def pin_threads(n: int) -> None:
@@ -144,13 +134,7 @@ def main() -> None:
     train_s = time.perf_counter() - start
 
     samples = args.epochs * spec.steps_per_epoch * spec.batch_size
-    print(json.dumps({
-        "framework": "torch",
-        "mode": args.mode,
-        "samples_per_s": samples / train_s,
-        "train_s": train_s,
-        "final_loss": float(losses[-1]),
-    }))  # fmt: skip
+    harness.report("torch", args.mode, samples, train_s, float(losses[-1]))
 
 
 if __name__ == "__main__":

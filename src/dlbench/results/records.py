@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 RESULT_SCHEMA_VERSION = 1
 
 STATUSES = ("ok", "failed", "crashed", "timeout", "oom", "interrupted", "unsupported", "skipped")
@@ -84,8 +86,7 @@ class TrialResult:
 
 
 def _json_default(o: Any) -> Any:
-    # NumPy scalars reach here; keep the core free of a NumPy import for this alone.
-    if hasattr(o, "item"):
+    if isinstance(o, np.generic):  # NumPy scalars from metric arithmetic
         return o.item()
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 

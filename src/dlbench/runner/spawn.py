@@ -60,17 +60,42 @@ def run_trial(
     return _collect(proc, timed_out, trial, out_path, log_path)
 
 
+class EventTail:
+    """The events a worker appended since the last poll. The parent polls ten times a second
+    while the worker's timed window runs on the same cores, so it reads only the new bytes."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._offset = 0
+        self._partial = b""
+
+    def new(self) -> list[dict[str, Any]]:
+        try:
+            with open(self._path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        events = []
+        for line in lines:
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue
+        return events
+
+
 def _watch(
     proc: subprocess.Popen[bytes], timeout_s: float, events: Path, on_event: EventCallback | None
 ) -> bool:
     deadline = time.monotonic() + timeout_s
-    seen = 0
+    tail = EventTail(events)
     while True:
         done = proc.poll() is not None
         if on_event is not None:
-            new = read_events(events)[seen:]
-            seen += len(new)
-            for ev in new:
+            for ev in tail.new():
                 on_event(ev)
         if done:
             return False

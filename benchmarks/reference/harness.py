@@ -1,0 +1,33 @@
+"""The command line and result line every reference loop shares: the contract that
+benchmarks/overhead.py drives. The training loops themselves stay in each framework's script."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def parse_args(description: str, modes: tuple[str, ...]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--mode", choices=modes, default="compiled")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--dataset-size", type=int, default=8192)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--warmup-epochs", type=int, default=1)
+    p.add_argument("--threads", type=int, default=None, help="pin to N cores (default: all)")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    if args.epochs < 1 or args.warmup_epochs < 0 or args.dataset_size < args.batch_size:
+        p.error("need --epochs >= 1, --warmup-epochs >= 0 and --dataset-size >= --batch-size")
+    return args
+
+
+def report(framework: str, mode: str, samples: int, train_s: float, final_loss: float) -> None:
+    """One JSON line on stdout, the only line overhead.py reads."""
+    print(json.dumps({
+        "framework": framework,
+        "mode": mode,
+        "samples_per_s": samples / train_s,
+        "train_s": train_s,
+        "final_loss": final_loss,
+    }))  # fmt: skip
