@@ -21,6 +21,8 @@ PRECISIONS_PLANNED = ("fp32", "tf32", "bf16", "fp16")
 SCENARIOS_SUPPORTED = ("train",)
 SCENARIOS_PLANNED = ("train", "infer", "converge")
 COMPILE_CACHES = ("cold", "warm")
+LABELS = ("learnable", "random")
+DTYPES = ("float32", "float64")
 # Reduced-precision matmul policies (tf32, bf16 passes) arrive with --precision.
 MATMUL_PRECISIONS = ("highest",)
 
@@ -55,11 +57,33 @@ class Numerics:
     eps_placement: str = "outside_sqrt"
     bias_correction: bool = True
     weight_decay: float = 0.0
+    # "VALID" (cnn) or "SYMMETRIC": k//2 zeros on every side, written out as explicit pads
+    # (TF's "SAME" pads stride-2 convolutions asymmetrically, torch's padding=1 symmetrically).
     padding: str = "VALID"
     flatten_order: str = "HWC"
     dropout: float = 0.0
     loss: str = "mean_softmax_cross_entropy"
+    # float32 for every benchmark; float64 only for the parity reference (runner/reference.py).
     dtype: str = "float32"
+    # Initialisation is not a numeric the frameworks compute: canonical parameters come from
+    # the workload module (NumPy) and every backend copies them in.
+    # BatchNorm (resnet): momentum is the weight of the NEW batch statistic (torch's reading;
+    # Keras/TF's momentum=0.9 is the weight of the old value), eps inside the square root, the
+    # batch is normalised with its biased variance and the running variance is updated with the
+    # unbiased one (torch's convention), training mode inside the train step.
+    bn_momentum: float = 0.1
+    bn_eps: float = 1e-5
+    bn_running_var: str = "unbiased"
+    # LayerNorm (transformer): biased variance, eps inside the square root (Keras defaults to
+    # 1e-3, torch and flax to 1e-5/1e-6: pinned here).
+    ln_eps: float = 1e-5
+    # GELU: "erf" is the exact form (torch's default); jax.nn.gelu defaults to the tanh form.
+    gelu: str = "erf"
+    # Attention logits scaled by 1/sqrt(head dim), softmax over keys, no mask, no dropout.
+    attention_scale: str = "rsqrt_head_dim"
+    # Neural ODE: fixed-step classic Runge-Kutta 4, gradients by backpropagating through the
+    # solver's operations (discretise-then-optimise, no adjoint).
+    ode_solver: str = "rk4"
 
 
 @dataclass(frozen=True)
@@ -67,6 +91,12 @@ class WorkloadSpec:
     """What is trained: model, data and optimizer, independent of any framework."""
 
     name: str = "cnn"
+    # A named model size of the workload (workloads.<name>.MODEL_SIZES): layer widths, depth,
+    # sequence length... live in the workload module under this name.
+    model_size: str = "default"
+    # "learnable": labels from a fixed random teacher with a margin, so accuracy means
+    # something; "random": uniform random labels (throughput only).
+    labels: str = "learnable"
     batch_size: int = 128
     dataset_size: int = 8192
     eval_size: int = 1024
@@ -78,6 +108,9 @@ class WorkloadSpec:
         from dlbench.workloads import WORKLOADS
 
         _check_choice("workload", self.name, tuple(WORKLOADS))
+        _check_choice(f"{self.name} model size", self.model_size, tuple(WORKLOADS[self.name].MODEL_SIZES))
+        _check_choice("labels", self.labels, LABELS)
+        _check_choice("dtype", self.numerics.dtype, DTYPES)
         _check_positive_int("batch size", self.batch_size)
         _check_positive_int("dataset size", self.dataset_size)
         _check_positive_int("eval size", self.eval_size)

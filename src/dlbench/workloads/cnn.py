@@ -37,6 +37,8 @@ class Preset:
     eval_size: int
 
 
+MODEL_SIZES = {"default": None}
+
 # Presets per device class: `cpu` ends in about a minute per trial on two cores.
 PRESETS = {
     "tiny": Preset(dataset_size=256, batch_size=32, epochs=1, warmup_epochs=1, eval_size=64),

@@ -1,0 +1,87 @@
+"""What every workload module provides (NumPy only, no framework).
+
+A workload is a module under workloads/ registered in workloads/__init__.py. The module-level
+names below are its whole interface; backends/<framework>/<workload>.py implement the model, and
+the parity reference is the float64 run of one of those implementations (runner/reference.py),
+cross-checked in the tests against the module's own NumPy `reference_loss`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from dlbench.spec import Numerics, WorkloadSpec
+from dlbench.workloads.data import Dataset
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Sizes per device class (`tiny` for tests, `cpu`, `gpu`): `-w all` on a CPU ends in
+    minutes."""
+
+    model_size: str
+    dataset_size: int
+    batch_size: int
+    epochs: int
+    warmup_epochs: int
+    eval_size: int
+
+
+class Workload(Protocol):
+    """The module interface, written as a Protocol for the type checker and the reader."""
+
+    NAME: str
+    # model size name -> the workload's own frozen dataclass of dimensions
+    MODEL_SIZES: dict[str, Any]
+    PRESETS: dict[str, Preset]
+    # This workload's numerics block (e.g. padding SYMMETRIC for resnet) ...
+    NUMERICS: Numerics
+    # ... and the fields of it that the model actually uses: each backend's Program.numerics()
+    # reads these back from the framework objects and a test compares them with the spec.
+    NUMERICS_FIELDS: tuple[str, ...]
+
+    def input_spec(self, spec: WorkloadSpec) -> tuple[tuple[int, ...], str]:
+        """(shape of one sample, NumPy dtype name): e.g. ((32, 32, 3), "float32") for NHWC
+        images, ((64,), "int32") for token ids."""
+        ...
+
+    def param_shapes(self, spec: WorkloadSpec) -> dict[str, tuple[int, ...]]:
+        """Canonical parameter names -> shapes (conv kernels HWIO, dense kernels (in, out))."""
+        ...
+
+    def buffer_shapes(self, spec: WorkloadSpec) -> dict[str, tuple[int, ...]]:
+        """Non-trained state (BatchNorm running statistics): names -> shapes; empty for most."""
+        ...
+
+    def init_params(self, spec: WorkloadSpec) -> dict[str, np.ndarray]:
+        """Canonical float32 parameters drawn from the spec's seed."""
+        ...
+
+    def make_dataset(self, spec: WorkloadSpec) -> Dataset:
+        """The training split (`spec.dataset_size` samples, labels per `spec.labels`)."""
+        ...
+
+    def make_eval_dataset(self, spec: WorkloadSpec) -> Dataset:
+        """The held-out split (`spec.eval_size` samples), same distribution and labelling."""
+        ...
+
+    def fixed_batch(self, spec: WorkloadSpec, size: int = 8) -> Dataset:
+        """The canonical fixed batch of the parity check."""
+        ...
+
+    def flops_per_sample(self, spec: WorkloadSpec, train: bool = True) -> int:
+        """Analytic FLOPs (DESIGN §4): matmuls and convolutions, 2 per multiply-add; training
+        adds weight gradients always and input gradients where the input needs one."""
+        ...
+
+    def reference_loss(self, spec: WorkloadSpec, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> float:
+        """The training-mode loss in float64 NumPy, straight from the definition."""
+        ...
+
+
+def numerics_readback(numerics: Numerics, fields: tuple[str, ...]) -> dict[str, Any]:
+    """The spec's values of `fields`: what a backend's Program.numerics() must read back."""
+    return {f: getattr(numerics, f) for f in fields}
