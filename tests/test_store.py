@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from dlbench.results.records import TrialResult
 from dlbench.results.store import STORE_SCHEMA_VERSION, Store, StoreError, machine_lock
-from dlbench.spec import TrialSpec, WorkloadSpec
+from dlbench.spec import TrialSpec, WorkloadSpec, trial_from_dict
+
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def _trial(repeat: int = 0) -> TrialSpec:
@@ -99,3 +103,23 @@ def test_second_run_waits_for_the_lock(tmp_path):
     with machine_lock(True):
         pass
     assert time.monotonic() - t0 < 0.5
+
+
+def test_store_of_the_first_release_is_migrated(tmp_path: Path) -> None:
+    """A frozen store written by schema version 1 opens, keeps its data and gains the parity
+    column; the file is upgraded in place."""
+    path = tmp_path / "old.sqlite"
+    shutil.copy(FIXTURES / "store-v1.sqlite", path)
+    store = Store(path)
+    (run_id,) = store.resolve_runs("latest")
+    (row,) = store.trials(run_id)
+    assert row.status == "ok"
+    assert row.metrics["samples_per_s"] == 1234.5
+    assert row.data["parity"] is None
+    assert store.series(row.id)["loss"] == [(0.0, 2.3), (1.0, 2.2)]
+    trial = trial_from_dict(row.spec)  # an old spec without the newer fields still loads
+    assert trial.workload.model_size == "default"
+    store.close()
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(STORE_SCHEMA_VERSION)
+    db.close()

@@ -65,6 +65,8 @@ class TrialResult:
     framework_info: dict[str, Any] = field(default_factory=dict)
     numerics: dict[str, Any] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
+    # The parity verdict against the float64 reference, filled by the parent (analysis/parity)
+    parity: dict[str, Any] = field(default_factory=dict)
     pid: int | None = None
     schema_version: int = RESULT_SCHEMA_VERSION
 

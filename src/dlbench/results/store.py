@@ -21,7 +21,14 @@ from typing import Any
 from dlbench.results.records import UNITS, TrialResult
 from dlbench.spec import TrialSpec, to_dict
 
-STORE_SCHEMA_VERSION = 1
+STORE_SCHEMA_VERSION = 2
+
+# Migrations from version N to N+1, applied in one transaction when an older store is opened.
+# The first release wrote version 1; tests/fixtures/store-v1.sqlite is a frozen store of it.
+MIGRATIONS: dict[int, str] = {
+    # 2: each trial's parity verdict against the float64 reference (DESIGN §2.10).
+    1: "ALTER TABLE trials ADD COLUMN parity TEXT;",
+}
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -53,6 +60,7 @@ CREATE TABLE IF NOT EXISTS trials (
     notes TEXT,
     warnings TEXT,
     events TEXT,
+    parity TEXT,
     pid INTEGER,
     started_at REAL,
     finished_at REAL
@@ -87,7 +95,7 @@ class TrialRow:
     status: str
     error: str | None
     metrics: dict[str, float | None]
-    data: dict[str, Any]  # policy, framework_info, numerics, notes, warnings
+    data: dict[str, Any]  # policy, framework_info, numerics, notes, warnings, parity
 
 
 class Store:
@@ -131,11 +139,12 @@ class Store:
         with self._db:
             self._db.execute(
                 "UPDATE trials SET status=?, error=?, policy=?, framework_info=?, numerics=?,"
-                " notes=?, warnings=?, events=?, pid=?, finished_at=? WHERE id=?",
+                " notes=?, warnings=?, events=?, parity=?, pid=?, finished_at=? WHERE id=?",
                 (result.status, result.error, json.dumps(result.policy_effective),
                  json.dumps(result.framework_info), json.dumps(result.numerics),
                  json.dumps(result.notes), json.dumps(result.warnings),
-                 json.dumps(result.events), result.pid, time.time(), trial_id),
+                 json.dumps(result.events), json.dumps(result.parity) if result.parity else None,
+                 result.pid, time.time(), trial_id),
             )
             self._db.executemany(
                 "INSERT OR REPLACE INTO metrics (trial_id, name, value, unit) VALUES (?, ?, ?, ?)",
@@ -181,11 +190,11 @@ class Store:
 
     def trials(self, run_id: int) -> list[TrialRow]:
         rows = self._db.execute(
-            "SELECT id, spec, status, error, policy, framework_info, numerics, notes, warnings"
-            " FROM trials WHERE run_id=? ORDER BY seq", (run_id,)).fetchall()
+            "SELECT id, spec, status, error, policy, framework_info, numerics, notes, warnings,"
+            " parity FROM trials WHERE run_id=? ORDER BY seq", (run_id,)).fetchall()
         out = []
         for tid, spec, status, error, *blobs in rows:
-            names = ("policy", "framework_info", "numerics", "notes", "warnings")
+            names = ("policy", "framework_info", "numerics", "notes", "warnings", "parity")
             data = {k: json.loads(b) if b else None for k, b in zip(names, blobs, strict=True)}
             out.append(TrialRow(tid, run_id, json.loads(spec), status, error,
                                 self.metrics(tid), data))
@@ -252,6 +261,8 @@ def _open(path: Path) -> sqlite3.Connection:
             raise StoreError(
                 f"{path} was written by a newer dlbench (store schema {version}, this one reads"
                 f" up to {STORE_SCHEMA_VERSION}); upgrade dlbench")
+        if version is not None and version < STORE_SCHEMA_VERSION:
+            _migrate(db, version)
         with db:
             db.executescript(SCHEMA)
             db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
@@ -259,6 +270,24 @@ def _open(path: Path) -> sqlite3.Connection:
         return db
     except sqlite3.DatabaseError as e:
         raise StoreError(f"{path} cannot be used as a store: {e}") from None
+
+
+def _migrate(db: sqlite3.Connection, version: int) -> None:
+    """Bring an older store up to STORE_SCHEMA_VERSION, all steps in one transaction: a failure
+    leaves the store as it was."""
+    db.isolation_level = None  # explicit BEGIN: executescript would otherwise commit early
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        for v in range(version, STORE_SCHEMA_VERSION):
+            for statement in filter(str.strip, MIGRATIONS[v].split(";")):
+                db.execute(statement)
+        db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(STORE_SCHEMA_VERSION),))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    finally:
+        db.isolation_level = ""
 
 
 def _schema_version(db: sqlite3.Connection) -> int | None:
