@@ -123,3 +123,51 @@ def test_real_process_error_is_one_line(tmp_path):
                          capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 2
     assert out.stderr.strip() == "dlbench: error: batch size must be an integer >= 1, got 0"
+
+
+def test_every_trial_gets_a_parity_verdict(tmp_path, capsys):
+    store = str(tmp_path / "r.sqlite")
+    assert main(["run", "-f", "fake", "--mode", "eager", *TINY, "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert "parity" in out and "pass" in out
+    exported = tmp_path / "e.json"
+    assert main(["export", "latest", "--store", store, "-o", str(exported)]) == 0
+    [trial] = json.loads(exported.read_text())["runs"][0]["trials"]
+    assert trial["parity"]["verdict"] == "pass"
+    assert trial["parity"]["reference"] == "fake float64"
+    assert trial["parity"]["worst_rel_err"] < 1e-5
+    assert trial["metrics"]["parity_min_cosine"]["value"] > 0.99999
+
+
+def test_a_wrong_framework_is_flagged_not_ranked(tmp_path, capsys, monkeypatch):
+    store = str(tmp_path / "r.sqlite")
+    main(["run", "-f", "fake", "--mode", "eager", *TINY, "--store", store])  # reference first
+    capsys.readouterr()
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "wrong")
+    assert main(["run", "-f", "fake", "--mode", "eager", *TINY, "--store", store]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL 1e-02" in out
+    assert "parity against the float64 reference FAILED" in out
+    assert "parity FAILED: over tolerance" in out
+
+
+def test_check_prints_the_matrix_and_passes(tmp_path, capsys):
+    out_json = tmp_path / "check.json"
+    assert main(["check", "-w", "cnn", "-f", "fake", "--mode", "eager", "-k", "3", "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert "parity against the float64 reference" in out
+    assert "pass grad" in out
+    [cell] = json.loads(out_json.read_text())["cells"]
+    assert cell["passed"] and len(cell["losses"]) == 3
+
+
+def test_check_exits_1_on_a_wrong_framework(tmp_path, capsys, monkeypatch):
+    assert main(["check", "-w", "cnn", "-f", "fake", "--mode", "eager", "-k", "2"]) == 0  # reference cached
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "wrong")
+    assert main(["check", "-w", "cnn", "-f", "fake", "--mode", "eager", "-k", "2"]) == 1
+    assert "FAIL grad 1e-02" in capsys.readouterr().out
+
+
+def test_check_rejects_an_unknown_workload(capsys):
+    assert main(["check", "-w", "gan"]) == 2
+    assert "workload 'gan' is not one of: all," in capsys.readouterr().err

@@ -10,9 +10,12 @@ from typing import Any
 
 from rich.console import Console
 
+from dlbench import workloads
+from dlbench.backends import registered
 from dlbench.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_PARITY_FAILED,
     EXIT_TRIALS_FAILED,
     UsageError,
     add_store_argument,
@@ -31,9 +34,11 @@ from dlbench.runner.plan import Plan, PlannedTrial, Sweep, estimate_s, make_plan
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("run", help="run a sweep (default: cnn x torch,tensorflow,jax, compiled)")
     p.add_argument("suite", nargs="?", help="a suite file (not supported yet)")
-    p.add_argument("-w", "--workload", type=comma_list("workload"), default=("cnn",))
+    p.add_argument("-w", "--workload", type=comma_list("workload"), default=("cnn",),
+                   help="workloads, or all (default: cnn)")
     p.add_argument("-f", "--framework", type=comma_list("framework"), default=None,
-                   help="default: torch,tensorflow,jax (missing ones are skipped with a note)")
+                   help="frameworks, or all (default: torch,tensorflow,jax; missing ones are skipped"
+                        " with a note)")
     p.add_argument("-b", "--batch-size", type=int_list("batch size"), default=())
     p.add_argument("--mode", type=comma_list("mode"), default=("compiled",),
                    help="eager, graph, compiled (default: compiled)")
@@ -61,10 +66,12 @@ def sweep_from_args(args: argparse.Namespace) -> Sweep:
     cores = len(os.sched_getaffinity(0))
     if args.threads is not None and not 1 <= args.threads <= cores:
         raise UsageError(f"threads {args.threads} is not between 1 and the {cores} cores available")
+    every_framework = args.framework == ("all",)
     return Sweep(
-        workloads=args.workload,
-        frameworks=args.framework or Sweep.frameworks,
-        frameworks_explicit=args.framework is not None,
+        workloads=tuple(workloads.WORKLOADS) if args.workload == ("all",) else args.workload,
+        frameworks=tuple(registered()) if every_framework else args.framework or Sweep.frameworks,
+        # `-f all`: every registered framework, the ones not installed skipped with a note
+        frameworks_explicit=args.framework is not None and not every_framework,
         modes=args.mode, batch_sizes=args.batch_size, seeds=args.seed,
         precisions=args.precision, scenarios=args.scenario, devices=args.devices,
         repeats=args.repeats, preset=args.preset, dataset_size=args.dataset_size,
@@ -147,4 +154,6 @@ def main(args: argparse.Namespace) -> int:
     console.print(f"stored as run {run_id} in {args.store}", highlight=False)
     if outcome.interrupted:
         return EXIT_INTERRUPTED
-    return EXIT_TRIALS_FAILED if outcome.failed else EXIT_OK
+    if outcome.failed:
+        return EXIT_TRIALS_FAILED
+    return EXIT_PARITY_FAILED if outcome.parity_failures else EXIT_OK

@@ -46,6 +46,22 @@ def _cells(columns: list[Column], trials: list[TrialRow]) -> list[str]:
     return cells
 
 
+def parity_cell(trials: list[TrialRow]) -> tuple[str, bool]:
+    """(text, failed?): the worst verdict over the repeats, with the worst normwise relative
+    error against the float64 reference."""
+    verdicts = [t.data.get("parity") or {} for t in trials if t.status == "ok"]
+    if not verdicts:
+        return "–", False
+    errors = [float(v["worst_rel_err"]) for v in verdicts if v.get("worst_rel_err") is not None]
+    worst = max(errors, default=None)
+    err = f" {worst:.0e}" if worst is not None else ""
+    if any(v.get("verdict") == "fail" for v in verdicts):
+        return "FAIL" + err, True
+    if all(v.get("verdict") == "pass" for v in verdicts):
+        return "pass" + err, False
+    return "n/a", False
+
+
 def headline_table(store: Store, run_ids: list[int]) -> tuple[Table, list[str]]:
     """The headline table (medians over repeats) and its footnotes."""
     table = Table(title="dlbench results" + (f" (run {run_ids[0]})" if len(run_ids) == 1 else ""))
@@ -62,15 +78,37 @@ def headline_table(store: Store, run_ids: list[int]) -> tuple[Table, list[str]]:
         table.add_column(h)
     for col in HEADLINE:
         table.add_column(col.header, justify="right")
+    table.add_column("parity")
     table.add_column("status")
     notes: list[str] = []
     for key, trials in groups.items():
         rid, w, f, mode, bs = key[0], key[1], key[2], key[3], key[4]
         row = ([str(rid)] if multi_run else []) + ([w] if len(workloads) > 1 else [])
         row += [f, mode] + ([str(bs)] if len(batches) > 1 else [])
-        table.add_row(*row, *_cells(HEADLINE, trials), _status(trials))
+        cells = _cells(HEADLINE, trials)
+        parity, failed = parity_cell(trials)
+        if failed:  # flagged, not ranked: a wrong result's speed is not comparable
+            cells = [f"({c})" if c != "–" else c for c in cells]
+            notes.append("(parenthesised): parity against the float64 reference FAILED; these numbers"
+                         " are not comparable (dlbench check shows the details)")
+        table.add_row(*row, *cells, parity, _status(trials))
         notes.extend(_trial_notes(f, mode, trials))
+        notes.extend(_parity_notes(f, mode, trials))
     return table, _dedupe(notes)
+
+
+def _parity_notes(framework: str, mode: str, trials: list[TrialRow]) -> list[str]:
+    out = []
+    for t in trials:
+        p = t.data.get("parity") or {}
+        if p.get("verdict") == "n/a" and p.get("reason"):
+            out.append(f"parity n/a: {p['reason']}")
+        elif p.get("verdict") == "pass" and p.get("tolerance"):
+            tol = p["tolerance"]
+            out.append(f"parity: fixed-batch loss and gradients against the {p.get('reference')} reference;"
+                       f" pass = every tensor's normwise relative error <= {tol['rel_err']:g}"
+                       f" and cosine >= {tol['cosine']}")
+    return out
 
 
 def startup_table(store: Store, run_ids: list[int]) -> Table:

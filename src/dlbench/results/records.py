@@ -46,6 +46,9 @@ UNITS = {
     "vram_initial_bytes": "B",
     "vram_peak_bytes": "B",
     "vram_window_peak_bytes": "B",
+    "parity_s": "s",
+    "parity_rel_err": "1",
+    "parity_min_cosine": "1",
     "flops_per_sample": "FLOP",
     "achieved_flops_per_s": "FLOP/s",
 }

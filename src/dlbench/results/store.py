@@ -275,6 +275,7 @@ def _open(path: Path) -> sqlite3.Connection:
 def _migrate(db: sqlite3.Connection, version: int) -> None:
     """Bring an older store up to STORE_SCHEMA_VERSION, all steps in one transaction: a failure
     leaves the store as it was."""
+    previous = db.isolation_level
     db.isolation_level = None  # explicit BEGIN: executescript would otherwise commit early
     try:
         db.execute("BEGIN IMMEDIATE")
@@ -287,7 +288,7 @@ def _migrate(db: sqlite3.Connection, version: int) -> None:
         db.execute("ROLLBACK")
         raise
     finally:
-        db.isolation_level = ""
+        db.isolation_level = previous
 
 
 def _schema_version(db: sqlite3.Connection) -> int | None:

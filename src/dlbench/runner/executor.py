@@ -16,9 +16,12 @@ from typing import Any
 from dlbench.backends import get_backend
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
 from dlbench.results.store import Store
-from dlbench.runner import spawn
+from dlbench.analysis import parity
+from dlbench.runner import reference, spawn
 from dlbench.runner.plan import Plan, PlannedTrial, with_ids
-from dlbench.spec import Policy
+from dlbench.runner.probe import load_grads
+from dlbench.runner.timing import parity_path
+from dlbench.spec import Policy, TrialSpec
 
 WARM_IMPORT_TIMEOUT_S = 600
 
@@ -36,6 +39,7 @@ class Progress:
 class Outcome:
     statuses: dict[str, int] = field(default_factory=dict)
     interrupted: bool = False
+    parity_failures: int = 0
 
     @property
     def failed(self) -> int:
@@ -76,6 +80,7 @@ def execute(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]],
     for planned in (p for _, p in trials if p.status != "pending"):
         outcome.statuses[planned.status] = outcome.statuses.get(planned.status, 0) + 1
     pending = [(tid, p) for tid, p in trials if p.status == "pending"]
+    refs = reference.ensure([p.spec.workload for _, p in pending], 0, progress.message) if pending else {}
     tmp = workdir or Path(tempfile.mkdtemp(prefix="dlbench-run-"))
     try:
         for i, (tid, planned) in enumerate(pending):
@@ -89,6 +94,10 @@ def execute(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]],
                 outcome.statuses["interrupted"] = outcome.statuses.get("interrupted", 0) + 1
                 outcome.interrupted = True
                 return outcome
+            if result.status == "ok":
+                judge_parity(spec, result, parity_path(spawn.out_path_for(spec, tmp)), refs)
+                if result.parity.get("verdict") == "fail":
+                    outcome.parity_failures += 1
             store.finish_trial(tid, result)
             outcome.statuses[result.status] = outcome.statuses.get(result.status, 0) + 1
             progress.trial_finished(i, len(pending), planned, result)
@@ -96,3 +105,22 @@ def execute(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]],
         if workdir is None:
             shutil.rmtree(tmp, ignore_errors=True)
     return outcome
+
+
+def judge_parity(trial: TrialSpec, result: TrialResult, path: Path, refs: dict[str, reference.Reference | str]) -> None:
+    """The trial's fixed-batch loss and gradients against the float64 reference: the verdict
+    goes into result.parity, the worst numbers into its metrics."""
+    ref = refs.get(reference.key(trial.workload, 0), "no reference was computed for this workload")
+    if isinstance(ref, str):
+        verdict = parity.not_available(ref)
+    elif not path.exists():
+        verdict = parity.not_available("the worker wrote no fixed-batch gradients")
+    else:
+        loss, grads, _ = load_grads(path)
+        verdict = parity.compare_grads(loss, grads, ref.loss, ref.grads, trial.workload.numerics.dtype,
+                                       reference=ref.label)
+    result.parity = verdict.to_dict()
+    result.metrics["parity_rel_err"] = verdict.worst_rel_err
+    result.metrics["parity_min_cosine"] = verdict.min_cosine
+    if verdict.verdict == "fail":
+        result.warnings.append(f"parity FAILED: {verdict.reason}")
