@@ -16,7 +16,7 @@ from dlbench.spec import SpecError
 
 pytestmark = pytest.mark.usefixtures("fake_env")
 
-TINY = ["--preset", "tiny", "--dataset-size", "64", "--batch-size", "16"]
+TINY = ["--preset", "tiny", "--dataset-size", "64", "--batch-size", "16", "--repeats", "1"]
 
 
 def test_run_prints_the_table_and_stores_the_run(tmp_path, capsys):
@@ -171,3 +171,33 @@ def test_check_exits_1_on_a_wrong_framework(tmp_path, capsys, monkeypatch):
 def test_check_rejects_an_unknown_workload(capsys):
     assert main(["check", "-w", "gan"]) == 2
     assert "workload 'gan' is not one of: all," in capsys.readouterr().err
+
+
+def test_compare_runs_from_the_store_and_files(tmp_path, capsys):
+    store = str(tmp_path / "r.sqlite")
+    args = ["run", "-f", "fake", "--mode", "eager", *TINY, "--store", store, "--repeats", "4"]
+    assert main(args) == 0
+    assert main(args) == 0
+    assert main([*args, "--threads", "1"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "1", "2", "--store", store, "--fail", "median:50%"]) == 0
+    out = capsys.readouterr().out
+    assert "ratio NEW/BASE" in out and "samples_per_s" in out
+    # threads are policy: refused unless forced, naming the difference
+    assert main(["compare", "1", "3", "--store", store]) == 2
+    assert "policy differs" in capsys.readouterr().err
+    exported = tmp_path / "base.json"
+    assert main(["export", "1", "--store", store, "-o", str(exported)]) == 0
+    assert main(["compare", str(exported), "3", "--store", store, "--force", "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("| configuration |") and "forced: cnn/fake/eager b16 s0: policy threads" in out
+
+
+def test_compare_bad_input_is_one_line(tmp_path, capsys):
+    store = str(tmp_path / "r.sqlite")
+    assert main(["run", "-f", "fake", "--mode", "eager", *TINY, "--store", store]) == 0
+    capsys.readouterr()
+    assert main(["compare", "1", "1", "--store", store, "--fail", "median:five"]) == 2
+    assert "is not METRIC:PERCENT%" in capsys.readouterr().err
+    assert main(["compare", "1", "missing.json", "--store", store]) == 2
+    assert "missing.json: no such file" in capsys.readouterr().err

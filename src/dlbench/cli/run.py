@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shlex
 import time
 from typing import Any
@@ -46,7 +47,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--scenario", type=comma_list("scenario"), default=("train",))
     p.add_argument("--devices", type=int_list("devices"), default=(1,))
     p.add_argument("--seed", type=int_list("seed"), default=(0,))
-    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=3,
+                   help="fresh processes per configuration, interleaved in rounds (default 3)")
+    p.add_argument("--order-seed", type=int, default=None,
+                   help="seed of the shuffle within each round (default: drawn and recorded with the run)")
     p.add_argument("--preset", default="cpu", help="workload size preset: tiny, cpu, gpu")
     p.add_argument("--epochs", type=int, default=None, help="timed epochs (default: preset's)")
     p.add_argument("--warmup-epochs", type=int, default=None, help="untimed epochs (default: preset's)")
@@ -77,6 +81,7 @@ def sweep_from_args(args: argparse.Namespace) -> Sweep:
         repeats=args.repeats, preset=args.preset, dataset_size=args.dataset_size,
         epochs=args.epochs, warmup_epochs=args.warmup_epochs, chunk_steps=args.chunk_steps,
         threads=args.threads, compile_cache=args.compile_cache, timeout_s=args.timeout,
+        order_seed=args.order_seed if args.order_seed is not None else random.randrange(2**31),
     )
 
 
@@ -146,7 +151,8 @@ def main(args: argparse.Namespace) -> int:
         if plan.pending:
             warm_imports(plan, progress)
         command = "dlbench " + shlex.join(args.argv)
-        run_id = store.create_run(command, environment.capture(), args.allow_concurrent)
+        run_id = store.create_run(command, environment.capture(), args.allow_concurrent,
+                                  order_seed=plan.order_seed)
         outcome = execute(store, run_id, register(store, run_id, plan), progress)
         status = "interrupted" if outcome.interrupted else ("failed" if outcome.failed else "ok")
         store.finish_run(run_id, status)

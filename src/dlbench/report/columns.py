@@ -44,6 +44,9 @@ HEADLINE = [
     Column("ttfs", "time to first step s", "time_to_first_step_s", _f(2)),
 ]
 
+# Columns shown as `median [CI, level]` when a configuration has several repeats.
+CI_COLUMNS = ("train_s", "samples_per_s")
+
 # Start-up breakdown, shown under the headline table.
 STARTUP = [
     Column("import_s", "import s", "import_s", _f(2)),

@@ -10,7 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from dlbench.report.columns import HEADLINE, STARTUP, Column, compile_value
+from dlbench.analysis import stats
+from dlbench.report.columns import CI_COLUMNS, HEADLINE, STARTUP, Column, compile_value
 from dlbench.results.store import Store, TrialRow
 
 
@@ -32,10 +33,22 @@ def _status(trials: list[TrialRow]) -> str:
     return ", ".join(s if n == 1 and len(trials) == 1 else f"{n} {s}" for s, n in counts.items())
 
 
+def _with_ci(col: Column, values: list[float]) -> str:
+    """`median [low, high] level` over repeats (processes), `~` marking an unstable result."""
+    s = stats.summarize(values)
+    text = f"{col.render(s.median)} [{col.render(s.ci_low)}, {col.render(s.ci_high)}] {s.ci_level:.0%}"
+    return ("~" if s.unstable else "") + text
+
+
 def _cells(columns: list[Column], trials: list[TrialRow]) -> list[str]:
     ok = [t for t in trials if t.status == "ok"]
     cells = []
     for col in columns:
+        if col.key in CI_COLUMNS:
+            values = [v for t in ok if (v := t.metrics.get(col.metric or "")) is not None]
+            if len(values) > 1:
+                cells.append(_with_ci(col, values))
+                continue
         if col.key == "compile_s":
             vals = [compile_value(t.metrics) for t in ok]
             v = _median([x for x, _ in vals])
@@ -94,7 +107,22 @@ def headline_table(store: Store, run_ids: list[int]) -> tuple[Table, list[str]]:
         table.add_row(*row, *cells, parity, _status(trials))
         notes.extend(_trial_notes(f, mode, trials))
         notes.extend(_parity_notes(f, mode, trials))
+        notes.extend(_stat_notes(f, mode, trials))
     return table, _dedupe(notes)
+
+
+def _stat_notes(framework: str, mode: str, trials: list[TrialRow]) -> list[str]:
+    values = [v for t in trials if t.status == "ok" and (v := t.metrics.get("samples_per_s")) is not None]
+    if len(values) < 2:
+        return []
+    s = stats.summarize(values)
+    out = [f"[low, high] level: order-statistic confidence interval of the median over {s.n} processes,"
+           " at its actual level (with 3 repeats that is [min, max] at 75 %)"]
+    if s.unstable:
+        out.append(f"~ {framework}/{mode}: unstable (CI half-width {s.rel_half_width:.1%} of the median >"
+                   f" {stats.UNSTABLE_REL_HALF_WIDTH:.0%}; CV {s.cv:.1%}: about {s.required_repeats} repeats"
+                   f" detect a {stats.DETECTABLE_CHANGE:.0%} change)")
+    return out
 
 
 def _parity_notes(framework: str, mode: str, trials: list[TrialRow]) -> list[str]:

@@ -33,7 +33,7 @@ class Sweep:
     precisions: tuple[str, ...] = ("fp32",)
     scenarios: tuple[str, ...] = ("train",)
     devices: tuple[int, ...] = (1,)
-    repeats: int = 1
+    repeats: int = 3
     preset: str = "cpu"
     dataset_size: int | None = None
     epochs: int | None = None
@@ -56,6 +56,7 @@ class PlannedTrial:
 class Plan:
     trials: list[PlannedTrial] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    order_seed: int | None = None  # the shuffle within rounds, recorded with the run
 
     @property
     def pending(self) -> list[PlannedTrial]:
@@ -119,7 +120,7 @@ def _framework_status(name: str, explicit: bool, notes: list[str]) -> str | None
 
 def make_plan(sweep: Sweep) -> Plan:
     """Every trial validated before anything runs; a bad value raises SpecError."""
-    plan = Plan()
+    plan = Plan(order_seed=sweep.order_seed)
     if sweep.repeats < 1:
         raise SpecError(f"repeats must be an integer >= 1, got {sweep.repeats!r}")
     missing = {f: _framework_status(f, sweep.frameworks_explicit, plan.notes) for f in sweep.frameworks}
