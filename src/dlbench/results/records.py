@@ -51,6 +51,9 @@ UNITS = {
     "parity_min_cosine": "1",
     "flops_per_sample": "FLOP",
     "achieved_flops_per_s": "FLOP/s",
+    "mfu": "1",
+    "matmul_ceiling_share": "1",
+    "matmul_ceiling_flops_per_s": "FLOP/s",
 }
 
 
