@@ -21,7 +21,7 @@ def trial(**kw: object) -> TrialSpec:
     (lambda: trial(policy=Policy(mode="fast")), "mode 'fast' is not one of: eager, graph, compiled"),
     (lambda: trial(policy=Policy(compile_cache="hot")), "compile cache 'hot'"),
     (lambda: TrialSpec(workload=WorkloadSpec(batch_size=0), framework="torch"), "batch size must be an integer >= 1, got 0"),
-    (lambda: TrialSpec(workload=WorkloadSpec(name="gan"), framework="torch"), "workload 'gan' is not one of: cnn"),
+    (lambda: TrialSpec(workload=WorkloadSpec(name="gan"), framework="torch"), "workload 'gan' is not one of: mlp, cnn, resnet"),
     (lambda: TrialSpec(workload=WorkloadSpec(), framework="mxnet"), "framework 'mxnet' is not one of"),
     (lambda: TrialSpec(workload=WorkloadSpec(batch_size=512, dataset_size=256), framework="torch"), "smaller than batch size"),
 ])

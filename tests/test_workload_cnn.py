@@ -35,9 +35,18 @@ def test_data_and_order_are_seeded():
     assert not np.array_equal(ev.x[:4], d1.x[:4])
 
 
+def test_images_carry_the_teachers_block_pattern():
+    """Every pixel is its 8x8 block's pattern value plus N(0, 1) noise, and the labels are the
+    teacher's on the block averages."""
+    x = cnn.make_dataset(SPEC).x.astype(np.float64)
+    means = cnn.teacher_features(SPEC, x).reshape(len(x), 4, 4, 3)
+    noise = x - means.repeat(8, axis=1).repeat(8, axis=2)
+    assert abs(noise.std() - 1.0) < 0.02 and abs(means.std() - 1.0) < 0.1
+
+
 def test_reference_loss_starts_near_chance():
     b = cnn.fixed_batch(SPEC)
-    loss = cnn.reference_loss(cnn.init_params(SPEC), b.x, b.y)
+    loss = cnn.reference_loss(SPEC, cnn.init_params(SPEC), b.x, b.y)
     assert abs(loss - np.log(10)) < 0.5
 
 

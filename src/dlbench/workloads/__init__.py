@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from dlbench.workloads import cnn
+from dlbench.workloads import cnn, mlp, node, resnet, transformer
 
-WORKLOADS: dict[str, ModuleType] = {"cnn": cnn}
+# Order: as listed by `dlbench list` and run by `-w all`.
+WORKLOADS: dict[str, ModuleType] = {
+    "mlp": mlp, "cnn": cnn, "resnet": resnet, "transformer": transformer, "node": node,
+}
 
 
 def get(name: str) -> ModuleType:

@@ -17,6 +17,12 @@ from dlbench.spec import Numerics, WorkloadSpec
 from dlbench.workloads.data import Dataset
 
 
+# The numerics every workload uses (optimizer, loss, dtype, no dropout): the start of each
+# module's NUMERICS_FIELDS.
+COMMON_NUMERICS_FIELDS = ("optimizer", "learning_rate", "beta1", "beta2", "eps", "eps_placement",
+                          "bias_correction", "weight_decay", "dropout", "loss", "dtype")
+
+
 @dataclass(frozen=True)
 class Preset:
     """Sizes per device class (`tiny` for tests, `cpu`, `gpu`): `-w all` on a CPU ends in

@@ -11,7 +11,7 @@ import numpy as np
 
 from dlbench.spec import Numerics, WorkloadSpec
 from dlbench.workloads import reference_ops as ops
-from dlbench.workloads.base import Preset
+from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, Preset
 from dlbench.workloads.data import (
     STREAM_DATA,
     STREAM_EVAL,
@@ -52,11 +52,9 @@ PRESETS = {
 }
 
 NUMERICS = Numerics(padding="VALID", flatten_order="HWC")
-NUMERICS_FIELDS = ("optimizer", "learning_rate", "beta1", "beta2", "eps", "eps_placement",
-                   "bias_correction", "weight_decay", "dropout", "loss", "dtype", "padding",
-                   "flatten_order")
+NUMERICS_FIELDS = (*COMMON_NUMERICS_FIELDS, "padding", "flatten_order")
 
-# Teacher features: the image average-pooled over 8x8 blocks (48 values, see image_features).
+# Teacher features: the image average-pooled over 8x8 blocks (48 values, see teacher_features).
 TEACHER_POOL = 8
 MARGIN = 0.4
 
@@ -95,19 +93,40 @@ def init_params(spec: WorkloadSpec) -> dict[str, np.ndarray]:
     return draw_params(spec.seed, param_shapes(spec), inits)
 
 
-def draw_images(rng: np.random.Generator, n: int) -> np.ndarray:
-    """N(0, 1) NHWC images (also resnet's)."""
-    return rng.standard_normal((n, *INPUT_SHAPE), dtype=np.float32)
+def draw_block_means(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Latents of n images: their 8x8 block means, (n, 4, 4, 3), each N(0, 1 + 1/64): a random
+    pattern N(0, 1) plus the block mean of N(0, 1) pixel noise."""
+    blocks = INPUT_SHAPE[0] // TEACHER_POOL, INPUT_SHAPE[1] // TEACHER_POOL, INPUT_SHAPE[2]
+    return rng.standard_normal((n, *blocks)) * np.sqrt(1.0 + 1.0 / TEACHER_POOL**2)
 
 
-def image_features(x: np.ndarray) -> np.ndarray:
-    """The teacher's view of an image: 8x8 block averages, scaled back to unit variance."""
-    pooled = ops.avg_pool(x.astype(np.float64), TEACHER_POOL)
-    return pooled.reshape(len(x), -1) * TEACHER_POOL
+def render_images(rng: np.random.Generator, block_means: np.ndarray) -> np.ndarray:
+    """NHWC float32 images with the given 8x8 block means: every pixel is its block's pattern
+    value plus N(0, 1) noise. The noise is drawn as iid N(0, 1) minus its own block mean (for a
+    Gaussian the deviations from the mean are independent of the mean), so rejected candidates
+    never cost 3072 draws. Why blocks: on white-noise images alone the teacher's block averages
+    are a faint signal (std 1/8 against 1 per pixel) and the cnn reached only 67 % held-out
+    accuracy in 400 Adam steps; with the pattern, 93 % in 200 (torch eager, margin 0.4)."""
+    n, (bh, bw, c), k = len(block_means), block_means.shape[1:], TEACHER_POOL
+    # Pixels as (image, block row, row in block, block column, column in block, channel).
+    e = rng.standard_normal((n, bh, k, bw, k, c), dtype=np.float32)
+    e -= e.mean(axis=(2, 4), keepdims=True)
+    e += block_means.astype(np.float32)[:, :, None, :, None, :]
+    return e.reshape(n, *INPUT_SHAPE)
+
+
+def teacher_features(spec: WorkloadSpec, x: np.ndarray) -> np.ndarray:
+    """What the teacher sees of an image: its 8x8 block averages (48 values, variance ~1)."""
+    return ops.avg_pool(np.asarray(x, dtype=np.float64), TEACHER_POOL).reshape(len(x), -1)
+
+
+def latent_features(block_means: np.ndarray) -> np.ndarray:
+    return block_means.reshape(len(block_means), -1)
 
 
 def _samples(spec: WorkloadSpec, n: int, stream: int) -> Dataset:
-    return labelled_samples(spec, n, stream, draw_images, image_features, MARGIN)
+    return labelled_samples(spec, n, stream, draw_block_means, latent_features, render_images,
+                            MARGIN)
 
 
 def make_dataset(spec: WorkloadSpec) -> Dataset:

@@ -1,0 +1,202 @@
+"""transformer: a BERT-style pre-LN encoder classifying token sequences (learned positions,
+mean over the sequence, linear head). Definition: docs/workloads.md#transformer."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import final
+
+import numpy as np
+
+from dlbench.spec import Numerics, WorkloadSpec
+from dlbench.workloads import reference_ops as ops
+from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, Preset
+from dlbench.workloads.data import (
+    STREAM_DATA,
+    STREAM_EVAL,
+    STREAM_FIXED_BATCH,
+    STREAM_TEACHER,
+    Dataset,
+    identity_render,
+    labelled_samples,
+)
+from dlbench.workloads.params import EMBEDDING, ONES, ZEROS, Init, dense_inits, draw_params
+
+NAME = "transformer"
+
+
+@final
+@dataclass(frozen=True)
+class Size:
+    vocab: int  # V
+    seq_len: int  # L
+    dim: int  # D
+    heads: int
+    depth: int
+    mlp_dim: int  # F
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.heads
+
+
+MODEL_SIZES = {
+    "tiny": Size(vocab=64, seq_len=16, dim=32, heads=2, depth=2, mlp_dim=128),
+    "small": Size(vocab=1024, seq_len=64, dim=128, heads=4, depth=2, mlp_dim=512),
+    "large": Size(vocab=8192, seq_len=128, dim=512, heads=8, depth=6, mlp_dim=2048),
+}
+
+PRESETS = {
+    "tiny": Preset(model_size="tiny", dataset_size=128, batch_size=16, epochs=1, warmup_epochs=1,
+                   eval_size=32),
+    # small: ~10 GFLOP per step of 64 sequences, ~0.15 s per torch eager step on two cores.
+    "cpu": Preset(model_size="small", dataset_size=4096, batch_size=64, epochs=1,
+                  warmup_epochs=1, eval_size=1024),
+    "gpu": Preset(model_size="large", dataset_size=65536, batch_size=128, epochs=3,
+                  warmup_epochs=1, eval_size=8192),
+}
+
+NUMERICS = Numerics()
+NUMERICS_FIELDS = (*COMMON_NUMERICS_FIELDS, "ln_eps", "gelu", "attention_scale")
+
+# The teacher sees the mean over positions of a fixed random TEACHER_EMBED-wide embedding of
+# the ids (scaled to unit variance); a bag of tokens, which attention can average.
+TEACHER_EMBED = 32
+MARGIN = 0.4
+
+_PROJECTIONS = ("query", "key", "value", "out")
+
+
+def _size(spec: WorkloadSpec) -> Size:
+    size: Size = MODEL_SIZES[spec.model_size]
+    return size
+
+
+def input_spec(spec: WorkloadSpec) -> tuple[tuple[int, ...], str]:
+    return (_size(spec).seq_len,), "int32"
+
+
+def _block_shapes(i: int, s: Size) -> dict[str, tuple[int, ...]]:
+    b = f"block{i}"
+    shapes: dict[str, tuple[int, ...]] = {f"{b}.ln1.scale": (s.dim,), f"{b}.ln1.bias": (s.dim,)}
+    for proj in _PROJECTIONS:
+        shapes[f"{b}.attn.{proj}.kernel"] = (s.dim, s.dim)
+        shapes[f"{b}.attn.{proj}.bias"] = (s.dim,)
+    shapes.update({
+        f"{b}.ln2.scale": (s.dim,), f"{b}.ln2.bias": (s.dim,),
+        f"{b}.mlp.fc1.kernel": (s.dim, s.mlp_dim), f"{b}.mlp.fc1.bias": (s.mlp_dim,),
+        f"{b}.mlp.fc2.kernel": (s.mlp_dim, s.dim), f"{b}.mlp.fc2.bias": (s.dim,),
+    })
+    return shapes
+
+
+def param_shapes(spec: WorkloadSpec) -> dict[str, tuple[int, ...]]:
+    s = _size(spec)
+    shapes: dict[str, tuple[int, ...]] = {"embed.tokens": (s.vocab, s.dim),
+                                          "embed.positions": (s.seq_len, s.dim)}
+    for i in range(s.depth):
+        shapes.update(_block_shapes(i, s))
+    shapes.update({"final_ln.scale": (s.dim,), "final_ln.bias": (s.dim,),
+                   "head.kernel": (s.dim, spec.num_classes), "head.bias": (spec.num_classes,)})
+    return shapes
+
+
+def buffer_shapes(spec: WorkloadSpec) -> dict[str, tuple[int, ...]]:
+    return {}
+
+
+def init_params(spec: WorkloadSpec) -> dict[str, np.ndarray]:
+    s = _size(spec)
+    inits: dict[str, Init] = {"embed.tokens": EMBEDDING, "embed.positions": EMBEDDING}
+    for i in range(s.depth):
+        b = f"block{i}"
+        for ln in ("ln1", "ln2"):
+            inits.update({f"{b}.{ln}.scale": ONES, f"{b}.{ln}.bias": ZEROS})
+        for proj in _PROJECTIONS:
+            inits.update(dense_inits(f"{b}.attn.{proj}", s.dim))
+        inits.update(dense_inits(f"{b}.mlp.fc1", s.dim))
+        inits.update(dense_inits(f"{b}.mlp.fc2", s.mlp_dim))
+    inits.update({"final_ln.scale": ONES, "final_ln.bias": ZEROS, **dense_inits("head", s.dim)})
+    return draw_params(spec.seed, param_shapes(spec), inits)
+
+
+def _teacher_embedding(spec: WorkloadSpec) -> np.ndarray:
+    """N(0, 1) rows, then centred and scaled to unit variance over the vocabulary: with V=64 the
+    rows' own mean (std 1/8 per column, times sqrt(L) in the features) acted like a teacher bias
+    and one class got 30 % of the labels, another 0.3 %."""
+    rng = np.random.default_rng((spec.seed, STREAM_TEACHER, 1))
+    e = rng.standard_normal((_size(spec).vocab, TEACHER_EMBED))
+    return (e - e.mean(axis=0)) / e.std(axis=0)
+
+
+def teacher_features(spec: WorkloadSpec, ids: np.ndarray) -> np.ndarray:
+    """Mean over positions of the teacher's fixed embedding of the ids, times sqrt(L) (unit
+    variance)."""
+    e, total = _teacher_embedding(spec), np.zeros((len(ids), TEACHER_EMBED))
+    for position in range(ids.shape[1]):  # not e[ids]: that holds L x as much memory at once
+        total += e[ids[:, position]]
+    return total / math.sqrt(ids.shape[1])
+
+
+def _samples(spec: WorkloadSpec, n: int, stream: int) -> Dataset:
+    s = _size(spec)
+
+    def draw(rng: np.random.Generator, m: int) -> np.ndarray:
+        return rng.integers(0, s.vocab, size=(m, s.seq_len), dtype=np.int32)
+
+    def features(ids: np.ndarray) -> np.ndarray:
+        return teacher_features(spec, ids)
+
+    return labelled_samples(spec, n, stream, draw, features, identity_render, MARGIN)
+
+
+def make_dataset(spec: WorkloadSpec) -> Dataset:
+    return _samples(spec, spec.dataset_size, STREAM_DATA)
+
+
+def make_eval_dataset(spec: WorkloadSpec) -> Dataset:
+    return _samples(spec, spec.eval_size, STREAM_EVAL)
+
+
+def fixed_batch(spec: WorkloadSpec, size: int = 8) -> Dataset:
+    return _samples(spec, size, STREAM_FIXED_BATCH)
+
+
+def flops_per_sample(spec: WorkloadSpec, train: bool = True) -> int:
+    """Per sequence, 2 per multiply-add: per block the four D x D projections (8 L D²), the
+    attention matmuls q k^T and softmax·v (2 L² D each) and the MLP (4 L D F); then the head
+    (2 D C). The embedding lookup, softmax, norms and GELU count 0. Every matmul's inputs need
+    gradients in training (the first one is fed by the embedding, a parameter), so training is
+    3x the forward."""
+    s = _size(spec)
+    block = 8 * s.seq_len * s.dim**2 + 4 * s.seq_len**2 * s.dim + 4 * s.seq_len * s.dim * s.mlp_dim
+    fwd = s.depth * block + 2 * s.dim * spec.num_classes
+    return 3 * fwd if train else fwd
+
+
+def _attention(p: dict[str, np.ndarray], b: str, h: np.ndarray, s: Size) -> np.ndarray:
+    n, length, _ = h.shape
+
+    def heads(name: str) -> np.ndarray:  # (n, L, D) -> (n, heads, L, dh), head j: columns j*dh:
+        z = h @ p[f"{b}.attn.{name}.kernel"] + p[f"{b}.attn.{name}.bias"]
+        return z.reshape(n, length, s.heads, s.head_dim).transpose(0, 2, 1, 3)
+
+    q, k, v = heads("query"), heads("key"), heads("value")
+    weights = ops.softmax(q @ k.transpose(0, 1, 3, 2) / math.sqrt(s.head_dim), axis=-1)
+    z = (weights @ v).transpose(0, 2, 1, 3).reshape(n, length, s.dim)
+    return z @ p[f"{b}.attn.out.kernel"] + p[f"{b}.attn.out.bias"]
+
+
+def reference_loss(spec: WorkloadSpec, params: dict[str, np.ndarray], x: np.ndarray,
+                   y: np.ndarray) -> float:
+    s, p, eps = _size(spec), ops.as_float64(params), spec.numerics.ln_eps
+    h = p["embed.tokens"][x] + p["embed.positions"]
+    for i in range(s.depth):
+        b = f"block{i}"
+        h = h + _attention(p, b, ops.layer_norm(h, p[f"{b}.ln1.scale"], p[f"{b}.ln1.bias"], eps), s)
+        z = ops.layer_norm(h, p[f"{b}.ln2.scale"], p[f"{b}.ln2.bias"], eps)
+        z = ops.gelu_erf(z @ p[f"{b}.mlp.fc1.kernel"] + p[f"{b}.mlp.fc1.bias"])
+        h = h + z @ p[f"{b}.mlp.fc2.kernel"] + p[f"{b}.mlp.fc2.bias"]
+    h = ops.layer_norm(h, p["final_ln.scale"], p["final_ln.bias"], eps).mean(axis=1)
+    return ops.cross_entropy(h @ p["head.kernel"] + p["head.bias"], y)
