@@ -65,7 +65,7 @@ def test_failed_trial_exits_3_and_keeps_the_others(tmp_path, capsys, monkeypatch
 
 
 @pytest.mark.parametrize("argv,msg", [
-    (["run", "-w", "gan"], "workload 'gan' is not one of: cnn"),
+    (["run", "-w", "gan"], "workload 'gan' is not one of: mlp, cnn, resnet"),
     (["run", "-f", "mxnet"], "framework 'mxnet' is not one of: torch, tensorflow, jax"),
     (["run", "-f", "missing"], "framework 'missing' cannot run here: missing is not installed (pip install 'dlbench[missing]')"),
     (["run", "-f", "fake", "-b", "0"], "batch size must be an integer >= 1, got 0"),
@@ -96,7 +96,7 @@ def test_export_unknown_run(tmp_path, capsys):
 
 
 def test_default_suite_skips_a_missing_framework_with_a_note():
-    plan = make_plan(Sweep(frameworks=("fake", "missing"), modes=("eager",), preset="tiny"))
+    plan = make_plan(Sweep(frameworks=("fake", "missing"), modes=("eager",), preset="tiny", repeats=1))
     assert [t.status for t in plan.trials] == ["pending", "skipped"]
     assert any("pip install 'dlbench[missing]'" in n for n in plan.notes)
     with pytest.raises(SpecError, match="cannot run here"):
