@@ -31,7 +31,7 @@ def _isolated_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _cache_dir: 
 
 
 @pytest.fixture
-def fake_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def fake_env(monkeypatch: pytest.MonkeyPatch, _cache_dir: Path) -> Iterator[None]:
     """Register the fake backend for this process and every worker it starts."""
     monkeypatch.setenv("DLBENCH_BACKENDS", "fake=fake_backend:FakeBackend,missing=fake_backend:MissingBackend")
     path = os.environ.get("PYTHONPATH", "")
@@ -39,5 +39,8 @@ def fake_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.syspath_prepend(str(TESTS_DIR))
     monkeypatch.setenv("FAKE_BEHAVIOUR", "ok")
     # The fake computes its own float64 reference: runner tests never start a real framework.
+    # Its references live apart: reference keys name no framework, so a fake "cnn" reference
+    # would otherwise be what a real framework's cnn is judged against later in the session.
     monkeypatch.setenv("DLBENCH_REFERENCE_FRAMEWORK", "fake")
+    monkeypatch.setenv("DLBENCH_CACHE_DIR", str(_cache_dir / "fake"))
     yield

@@ -68,7 +68,7 @@ def check_mode(backend: Backend, mode: str, out_dir: Path, name: str) -> dict[st
         "numerics": program.numerics(),
         "first_batch_digest": batch_digest(fx, fy),
         "loss": float(loss),
-        "reference_loss": wl.reference_loss(params, fixed.x, fixed.y),
+        "reference_loss": wl.reference_loss(SPEC, params, fixed.x, fixed.y),
         "grad_shapes": {k: list(v.shape) for k, v in grads.items()},
         "compile_s": compile_s,
         "losses": losses,

@@ -21,9 +21,15 @@ import numpy as np
 
 from dlbench.backends.base import Capabilities, Unsupported
 from dlbench.spec import Policy, TrialSpec
-from dlbench.workloads.data import Dataset
+from dlbench.workloads.data import Augment, Dataset, crop_flip
 
 STEP_S = float(os.environ.get("FAKE_STEP_S", "0.002"))
+# Seconds of "device work" per inference call (any batch size).
+INFER_S = float(os.environ.get("FAKE_INFER_S", "0.0001"))
+# Behaviour `learn` (converge scenario): held-out accuracy min(1, steps / LEARN_STEPS); each
+# predict() call takes PREDICT_S seconds.
+LEARN_STEPS = int(os.environ.get("FAKE_LEARN_STEPS", "100"))
+PREDICT_S = float(os.environ.get("FAKE_PREDICT_S", "0"))
 
 
 def behaviour() -> str:
@@ -53,6 +59,19 @@ class _AsyncDevice:
 
 
 @typing.final
+class Pending:
+    """An inference output still being computed on the fake device: sync() waits for it and
+    np.asarray() waits too (as a host fetch of a real framework's output does)."""
+
+    def __init__(self, fut: Future[None], logits: np.ndarray) -> None:
+        self.fut, self.logits = fut, logits
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        self.fut.result()
+        return self.logits if dtype is None else self.logits.astype(dtype)
+
+
+@typing.final
 class FakeProgram:
     def __init__(self, trial: TrialSpec, device: _AsyncDevice) -> None:
         self.trial = trial
@@ -67,10 +86,13 @@ class FakeProgram:
     def init(self, params: dict[str, np.ndarray]) -> Any:
         return {"step": 0, "params": params}
 
-    def batches(self, order: np.ndarray) -> Iterator[Any]:
+    def batches(self, order: np.ndarray, augment: Augment | None = None) -> Iterator[Any]:
         assert self.data is not None
-        for idx in order:
-            yield self.data.x[idx], self.data.y[idx]
+        for i, idx in enumerate(order):
+            x = self.data.x[idx]
+            if augment is not None:
+                x = crop_flip(x, augment.offsets[i], augment.flips[i], augment.pad)
+            yield x, self.data.y[idx]
 
     def compile(self, state: Any, batch: Any) -> float | None:
         return None
@@ -105,7 +127,39 @@ class FakeProgram:
         return state, (fut, np.full(n_steps, 1.0 / (1 + state["step"])))
 
     def predict(self, state: Any, x: np.ndarray) -> np.ndarray:
-        return np.tile(np.eye(self.trial.workload.num_classes)[0], (len(x), 1))
+        if behaviour() == "learn":
+            return self._learned_logits(state["step"], x)
+        # The same logits as infer_fn, in the spec's dtype: the float64 run is the reference's.
+        return fake_logits(x, self.trial.workload.num_classes, np.dtype(self.trial.workload.numerics.dtype))
+
+    def _learned_logits(self, step: int, x: np.ndarray) -> np.ndarray:
+        """Right for the first min(1, step / LEARN_STEPS) of the held-out split, class 0
+        otherwise (held-out samples found by their bytes)."""
+        from dlbench import workloads
+
+        time.sleep(PREDICT_S)
+        spec = self.trial.workload
+        held_out = workloads.get(spec.name).make_eval_dataset(spec)
+        where = {row.tobytes(): (i, int(label)) for i, (row, label) in enumerate(zip(held_out.x, held_out.y))}
+        known = min(1.0, step / LEARN_STEPS) * len(held_out)
+        labels = [label if i < known else 0 for i, label in (where[row.tobytes()] for row in x)]
+        return np.eye(spec.num_classes)[labels]
+
+    def infer_fn(self, state: Any) -> Any:
+        """Logits = a fixed linear map of the inputs' row means, in the spec's dtype, so that
+        the fake is its own float64 reference; behaviour `wrong` is off by 1 %, `recompile`
+        compiles on every call."""
+        dtype = np.dtype(self.trial.workload.numerics.dtype)
+
+        def forward(x: np.ndarray) -> Pending:
+            if behaviour() == "recompile" or self.compiles == 0:
+                self.compiles += 1
+            return Pending(self.device.dispatch(INFER_S), fake_logits(x, self.trial.workload.num_classes, dtype))
+
+        return forward
+
+    def infer_input(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(x, np.dtype(self.trial.workload.numerics.dtype))
 
     def loss_and_grads(self, state: Any, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
         """A deterministic stand-in in the spec's dtype, so that the fake is its own float64
@@ -137,10 +191,16 @@ class FakeProgram:
         return dataclasses.asdict(self.trial.workload.numerics)
 
 
+def fake_logits(x: np.ndarray, num_classes: int, dtype: np.dtype[Any]) -> np.ndarray:
+    means = np.asarray(x, dtype).reshape(len(x), -1).mean(axis=1, keepdims=True)
+    logits = means * np.arange(1, num_classes + 1, dtype=dtype) + dtype.type(1)
+    return logits * dtype.type(1.01) if behaviour() == "wrong" else logits
+
+
 @typing.final
 class FakeBackend:
     name = "fake"
-    capabilities = Capabilities(train=True, infer=False, grads=False)
+    capabilities = Capabilities(train=True, infer=True, grads=True)
 
     def __init__(self) -> None:
         self.device = _AsyncDevice()
@@ -179,6 +239,8 @@ class FakeBackend:
         for out in outputs:
             if isinstance(out, tuple) and out and isinstance(out[0], Future):
                 out[0].result()
+            elif isinstance(out, Pending):
+                out.fut.result()
 
     def info(self) -> dict[str, Any]:
         return {"version": "0.0"}

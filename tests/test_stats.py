@@ -99,3 +99,15 @@ def test_policy_difference_is_named_and_bad_rules_rejected():
     with pytest.raises(cmp.CompareError, match="is not METRIC:PERCENT%"):
         cmp.parse_fail("median:5")
     assert cmp.parse_fail("rss_peak_bytes:10%") == cmp.FailRule("rss_peak_bytes", 0.1)
+
+
+def test_parity_judges_a_gradient_that_is_zero_by_construction_against_the_whole():
+    from dlbench.analysis import parity
+
+    rng = np.random.default_rng(0)
+    ref = {"w": rng.standard_normal(100), "key.bias": np.full(4, 1e-19)}
+    ok = {"w": ref["w"] * (1 + 1e-6), "key.bias": np.full(4, 3e-9)}  # float32 rounding
+    v = parity.compare_grads(1.0, ok, 1.0, ref, "float32")
+    assert v.verdict == "pass", v.reason
+    wrong = {"w": ref["w"], "key.bias": np.full(4, 0.1)}  # a real, non-zero gradient
+    assert parity.compare_grads(1.0, wrong, 1.0, ref, "float32").verdict == "fail"

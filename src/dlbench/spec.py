@@ -14,17 +14,29 @@ from typing import Any, Literal
 
 SCHEMA_VERSION = 1
 
-FRAMEWORKS = ("torch", "tensorflow", "jax")
+FRAMEWORKS = ("torch", "tensorflow", "jax", "keras-jax", "keras-torch", "keras-tensorflow", "onnxruntime")
 MODES = ("eager", "graph", "compiled")
 PRECISIONS_SUPPORTED = ("fp32",)
 PRECISIONS_PLANNED = ("fp32", "tf32", "bf16", "fp16")
-SCENARIOS_SUPPORTED = ("train",)
+SCENARIOS_SUPPORTED = ("train", "infer", "converge")
 SCENARIOS_PLANNED = ("train", "infer", "converge")
 COMPILE_CACHES = ("cold", "warm")
 LABELS = ("learnable", "random")
+# Where the training data lives: "pipeline", the framework's idiomatic loader (DataLoader,
+# tf.data, NumPy batching with device prefetch); "device", the whole dataset on the device once,
+# batches gathered there by index (docs/methodology.md, input pipeline).
+DATA_PLACEMENTS = ("pipeline", "device")
+# Augmentations (image workloads): crop_flip = pad-4 random crop + horizontal flip, parameters
+# drawn by the spec (workloads/data.py: epoch_augment, crop_flip).
+AUGMENTATIONS = ("none", "crop_flip")
 DTYPES = ("float32", "float64")
 # Reduced-precision matmul policies (tf32, bf16 passes) arrive with --precision.
 MATMUL_PRECISIONS = ("highest",)
+# ONNX Runtime's graph optimisation levels (onnxruntime.GraphOptimizationLevel ORT_DISABLE_ALL,
+# ORT_ENABLE_BASIC, ORT_ENABLE_EXTENDED, ORT_ENABLE_ALL), by their short names.
+ORT_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
+# Inference (scenario "infer"): a p99 needs at least 100 requests to be more than the maximum.
+MIN_INFER_REQUESTS = 100
 
 Mode = Literal["eager", "graph", "compiled"]
 
@@ -97,6 +109,9 @@ class WorkloadSpec:
     # "learnable": labels from a fixed random teacher with a margin, so accuracy means
     # something; "random": uniform random labels (throughput only).
     labels: str = "learnable"
+    # "none" or "crop_flip" (images only): applied by every framework's pipeline from the
+    # spec's per-sample parameters.
+    augment: str = "none"
     batch_size: int = 128
     dataset_size: int = 8192
     eval_size: int = 1024
@@ -110,6 +125,14 @@ class WorkloadSpec:
         _check_choice("workload", self.name, tuple(WORKLOADS))
         _check_choice(f"{self.name} model size", self.model_size, tuple(WORKLOADS[self.name].MODEL_SIZES))
         _check_choice("labels", self.labels, LABELS)
+        _check_choice("augment", self.augment, AUGMENTATIONS)
+        if self.augment != "none":
+            shape, dtype = WORKLOADS[self.name].input_spec(self)
+            if len(shape) != 3 or dtype != "float32":
+                raise SpecError(
+                    f"augment {self.augment!r} needs NHWC images; {self.name} takes {shape} {dtype}:"
+                    " allowed is none"
+                )
         _check_choice("dtype", self.numerics.dtype, DTYPES)
         _check_positive_int("batch size", self.batch_size)
         _check_positive_int("dataset size", self.dataset_size)
@@ -138,22 +161,25 @@ class Policy:
     mode: str = "compiled"
     threads: int | None = None  # None: every core in the parent's affinity mask
     compile_cache: str = "cold"
+    # Parallel workers of the input pipeline: torch DataLoader num_workers, tf.data
+    # num_parallel_calls, a thread pool for the JAX/NumPy pipeline; 0: the training thread.
     loader_workers: int = 0
+    # "pipeline" or "device" (DATA_PLACEMENTS).
+    data: str = "pipeline"
     # Matmul precision: fp32 everywhere by default (no TF32, JAX "highest").
     matmul_precision: str = "highest"
+    # ONNX Runtime's graph optimisation level (its default, and what a deployment uses: "all").
+    ort_optimization: str = "all"
 
     def validate(self) -> None:
         _check_choice("mode", self.mode, MODES)
+        _check_choice("onnxruntime optimization", self.ort_optimization, ORT_OPTIMIZATIONS)
         _check_choice("compile cache", self.compile_cache, COMPILE_CACHES)
         _check_choice("matmul precision", self.matmul_precision, MATMUL_PRECISIONS)
         if self.threads is not None:
             _check_positive_int("threads", self.threads)
         _check_positive_int("loader workers", self.loader_workers, minimum=0)
-        if self.loader_workers != 0:
-            raise SpecError(
-                f"loader workers {self.loader_workers} is not supported yet: allowed is 0"
-                " (the data set is in memory and indexed per batch)"
-            )
+        _check_choice("data", self.data, DATA_PLACEMENTS)
 
 
 @dataclass(frozen=True)
@@ -172,6 +198,18 @@ class TrialSpec:
     chunk_steps: int = 16
     repeat: int = 0
     timeout_s: float = 1800.0
+    # Inference (scenario "infer", runner/inference.py): batch-1 requests until `infer_requests`
+    # are timed or `infer_budget_s` is spent, whichever comes first; then the spec's batch size
+    # back to back under the same rule (INFER_BATCHES batches or the budget).
+    infer_requests: int = 1000
+    infer_budget_s: float = 20.0
+    # Time to accuracy (scenario "converge", runner/converge.py): train from the canonical
+    # weights, evaluating on the held-out split every `eval_every` steps with the clock stopped,
+    # until `target_accuracy` or a budget (`max_steps`, `max_time_s` of training time).
+    target_accuracy: float | None = None
+    eval_every: int = 32
+    max_steps: int = 2000
+    max_time_s: float = 600.0
     interpreter: str | None = None  # None: the parent's sys.executable
     run_id: int | None = None
     trial_id: int | None = None
@@ -201,6 +239,25 @@ class TrialSpec:
         _check_positive_int("repeat", self.repeat, minimum=0)
         if not self.timeout_s > 0:
             raise SpecError(f"timeout must be > 0 seconds, got {self.timeout_s!r}")
+        _check_positive_int("infer requests", self.infer_requests, minimum=MIN_INFER_REQUESTS)
+        if not self.infer_budget_s > 0:
+            raise SpecError(f"infer budget must be > 0 seconds, got {self.infer_budget_s!r}")
+        self._validate_converge()
+
+    def _validate_converge(self) -> None:
+        _check_positive_int("eval every", self.eval_every)
+        _check_positive_int("max steps", self.max_steps)
+        if not self.max_time_s > 0:
+            raise SpecError(f"max time must be > 0 seconds, got {self.max_time_s!r}")
+        target = self.target_accuracy
+        if self.scenario != "converge":
+            if target is not None:
+                raise SpecError(f"target accuracy {target!r} applies to the converge scenario only,"
+                                f" not {self.scenario!r}")
+            return
+        if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1:
+            raise SpecError(f"target accuracy must be a number in (0, 1] for the converge scenario,"
+                            f" got {target!r}")
 
     def config_key(self) -> str:
         """The configuration key: this spec without repeat index and ids, plus the workload
@@ -213,7 +270,10 @@ class TrialSpec:
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def label(self) -> str:
-        return f"{self.workload.name}/{self.framework}/{self.policy.mode}#{self.repeat}"
+        # Scenario, data placement and seed only where they differ from the defaults.
+        extra = [v for v, default in ((self.scenario, "train"), (self.policy.data, "pipeline")) if v != default]
+        extra += [f"seed{self.workload.seed}"] if self.workload.seed else []
+        return "/".join([self.workload.name, self.framework, self.policy.mode, *extra]) + f"#{self.repeat}"
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from dlbench.analysis import stats
 # "median" in a --fail rule means the headline metric.
 HEADLINE_METRIC = "samples_per_s"
 HIGHER_IS_BETTER = ("samples_per_s", "accuracy", "achieved_flops_per_s", "mfu", "matmul_ceiling_share",
-                    "scaling_efficiency", "samples_per_s_per_w")
+                    "scaling_efficiency", "samples_per_s_per_w", "infer_samples_per_s")
 # Environment keys whose difference means other hardware (needs --force).
 HARDWARE_KEYS = ("cpu_model", "cpu_logical", "cpu_affinity", "ram_bytes", "gpu")
 _FAIL_RE = re.compile(r"^(?P<metric>[a-z0-9_]+):(?P<pct>[0-9]+(\.[0-9]+)?)%$")

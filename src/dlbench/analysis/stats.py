@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 from scipy import stats as sps
 
 CONFIDENCE = 0.95
@@ -45,6 +46,52 @@ def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[
             break
     level = 1 - 2 * float(sps.binom.cdf(best_j - 1, n, 0.5))
     return x[best_j - 1], x[n - best_j], level
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile as an order statistic: x_(k) with k = ceil(q n) (the inverse of the
+    empirical CDF, "nearest rank"), so that it is always one of the measured values and lies
+    inside quantile_ci's interval."""
+    x = sorted(values)
+    if not x:
+        raise ValueError("quantile needs at least one value")
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"quantile q must be in (0, 1), got {q!r}")
+    # The 1e-9 keeps 0.99 * 1000 (989.9999999999999 or 990.0000000000001) at rank 990.
+    k = min(len(x), max(1, math.ceil(q * len(x) - 1e-9)))
+    return x[k - 1]
+
+
+def quantile_ci(values: Sequence[float], q: float, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """Distribution-free confidence interval of the q-quantile from order statistics, the
+    median_ci method generalised: with B ~ Binomial(n, q) the number of values below the true
+    quantile, [x_(l), x_(u)] covers it with probability P(l <= B <= u-1) = F(u-1) - F(l-1).
+    Takes the narrowest (fewest ranks) interval whose coverage reaches `confidence` (ties: the
+    higher coverage); when even [min, max] does not (a p99 from fewer than ~300 values), returns
+    [min, max] with its true, lower level 1 - q^n - (1-q)^n. For q = 1/2 it is median_ci's
+    interval. Returns (low, high, actual level)."""
+    x = sorted(values)
+    n = len(x)
+    if n == 0:
+        raise ValueError("quantile_ci needs at least one value")
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"quantile q must be in (0, 1), got {q!r}")
+    if n == 1:
+        return x[0], x[0], 0.0
+    cdf = sps.binom.cdf(np.arange(n + 1), n, q)  # cdf[k] = F(k) = P(B <= k)
+    lows = np.arange(1, n)  # rank l; F(l - 1) = cdf[l - 1]
+    # The smallest u with F(u-1) >= confidence + F(l-1), i.e. u - 1 = the first k reaching it.
+    ks = np.searchsorted(cdf, confidence + cdf[lows - 1] - 1e-12, side="left")
+    highs = ks + 1
+    ok = highs <= n
+    if not np.any(ok):
+        return x[0], x[-1], float(cdf[n - 1] - cdf[0])
+    lows, highs = lows[ok], highs[ok]
+    levels = cdf[highs - 1] - cdf[lows - 1]
+    widths = highs - lows
+    best = np.flatnonzero(widths == widths.min())
+    i = int(best[np.argmax(levels[best])])
+    return x[int(lows[i]) - 1], x[int(highs[i]) - 1], float(levels[i])
 
 
 def required_repeats(cv: float, change: float = DETECTABLE_CHANGE, alpha: float = ALPHA, power: float = POWER) -> int:

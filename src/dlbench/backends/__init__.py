@@ -17,6 +17,10 @@ REGISTRY: dict[str, str] = {
     "torch": "dlbench.backends.torch:TorchBackend",
     "tensorflow": "dlbench.backends.tensorflow:TensorFlowBackend",
     "jax": "dlbench.backends.jax:JaxBackend",
+    "keras-jax": "dlbench.backends.keras:KerasJax",
+    "keras-torch": "dlbench.backends.keras:KerasTorch",
+    "keras-tensorflow": "dlbench.backends.keras:KerasTensorFlow",
+    "onnxruntime": "dlbench.backends.onnxruntime:OnnxRuntimeBackend",
 }
 assert tuple(REGISTRY) == FRAMEWORKS
 

@@ -14,14 +14,16 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
-from collections.abc import Iterator
+import time
+import typing
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from dlbench.spec import Policy, TrialSpec
-from dlbench.workloads.data import Dataset
+from dlbench.workloads.data import Augment, Dataset
 
 
 class Unsupported(Exception):
@@ -31,9 +33,26 @@ class Unsupported(Exception):
 
 @dataclass(frozen=True)
 class Capabilities:
+    """What a backend can run, as data: `train` (scenarios that train), `infer` (the inference
+    scenario: Program.infer_fn/infer_input), `grads` (Program.loss_and_grads, the training-mode
+    parity probe). Planning turns a missing capability into an `unsupported` trial."""
+
     train: bool = True
     infer: bool = False
     grads: bool = True
+
+    def names(self) -> list[str]:
+        return [name for name, has in (("train", self.train), ("infer", self.infer), ("grads", self.grads)) if has]
+
+
+def scenario_unsupported(framework: str, capabilities: Capabilities, scenario: str) -> str | None:
+    """None when the capabilities cover the scenario, else the reason (one line). Every
+    scenario but `infer` trains."""
+    needed, has_it = ("infer", capabilities.infer) if scenario == "infer" else ("train", capabilities.train)
+    if has_it:
+        return None
+    has = ", ".join(capabilities.names()) or "none"
+    return f"{framework} cannot run the {scenario} scenario: it lacks the {needed} capability (has: {has})"
 
 
 class Program(Protocol):
@@ -44,17 +63,22 @@ class Program(Protocol):
 
     def load(self, dataset: Dataset) -> None:
         """Take the canonical in-memory dataset (NHWC float32 images, int32 labels) into the
-        framework's idiomatic form: tensors on the device, or host arrays where the idiomatic
-        pipeline indexes on the host and prefetches (JAX). Timed with data generation as data_s."""
+        framework, as the policy's `data` placement asks: "pipeline", where the idiomatic loader
+        reads it (host memory for DataLoader, tf.data and NumPy batching); "device", the whole
+        dataset moved to the device once. Timed with data generation as data_s."""
         ...
 
     def init(self, params: dict[str, np.ndarray]) -> Any:
         """Canonical NumPy parameters (names and layouts of the workload) -> training state."""
         ...
 
-    def batches(self, order: np.ndarray) -> Iterator[Any]:
-        """The framework's idiomatic input pipeline over the spec's per-step indices
-        (`order` has shape (steps, batch)); yields one device batch per step."""
+    def batches(self, order: np.ndarray, augment: Augment | None = None) -> Iterator[Any]:
+        """One device batch per step over the spec's per-step indices (`order` has shape
+        (steps, batch)), each augmented with its step's parameters where `augment` is given
+        (workloads.data.crop_flip defines the result). With data "pipeline": the framework's
+        idiomatic loader (DataLoader, tf.data, NumPy batching with device prefetch), with
+        `policy.loader_workers` parallel workers; with "device": gathered by index on the device
+        from the dataset load() put there, just before each step."""
         ...
 
     def compile(self, state: Any, batch: Any) -> float | None:
@@ -69,6 +93,22 @@ class Program(Protocol):
 
     def predict(self, state: Any, x: np.ndarray) -> np.ndarray:
         """Logits for canonical NHWC inputs, as NumPy (used for accuracy, outside the window)."""
+        ...
+
+    def infer_fn(self, state: Any) -> Callable[[Any], Any]:
+        """The forward pass in inference mode (BatchNorm on running statistics, no autograd) as
+        the trial's mode runs it, for the inference scenario: device input (from infer_input) ->
+        the logits fetched to the host (NumPy, or anything np.asarray turns into it and
+        Backend.sync waits on). The fetch ends a request: a server returns its result, ONNX
+        Runtime always does, and it is the sync every framework has. Compiled the way the
+        framework compiles inference (torch.compile of the eval model under
+        torch.inference_mode, a jitted apply, tf.function(jit_compile=...), ...); never a
+        predict() loop. Each batch size compiles on its first call, made before timing."""
+        ...
+
+    def infer_input(self, x: np.ndarray) -> Any:
+        """Canonical NumPy inputs (NHWC images, vectors, token ids) -> the device input that
+        infer_fn takes, in the layout the framework's model wants (done outside the timing)."""
         ...
 
     def loss_and_grads(self, state: Any, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
@@ -89,9 +129,9 @@ class Program(Protocol):
         ...
 
     def compilations(self) -> int:
-        """How many times the train step has been compiled or traced so far (torch dynamo
-        frames compiled, tf.function traces, JAX compiles). A change inside the timed window
-        flags the trial."""
+        """How many times the train step (and the inference function) has been compiled or
+        traced so far (torch dynamo frames compiled, tf.function traces, JAX compiles). A change
+        inside the timed window flags the trial."""
         ...
 
     def numerics(self) -> dict[str, Any]:
@@ -124,6 +164,12 @@ class Backend(Protocol):
         the framework."""
         ...
 
+    def reference_environment(self) -> dict[str, str]:
+        """Environment for the float64 parity reference process: variables set before the
+        import, on top of environment(), where float64 needs a switch (JAX_ENABLE_X64); empty
+        where it does not. Never imports the framework."""
+        ...
+
     def import_framework(self) -> None:
         """Import the framework (timed by the worker as import_s). Environment variables are
         already set; thread settings are applied afterwards by configure()."""
@@ -151,6 +197,25 @@ class Backend(Protocol):
         """The framework allocator's own counters, named for what they are (allocated vs
         reserved, peaks); empty where the device has none (CPU)."""
         ...
+
+
+@typing.final
+class TimedBatches(Iterator[Any]):
+    """A Program's batches with the seconds the training loop waits in next(): the input
+    stall where the loop pulls batches itself. A framework that pulls them inside its own loop
+    (Keras's fit) reads `inner` and leaves `pulls` at 0: not measurable there."""
+
+    def __init__(self, inner: Iterator[Any]) -> None:
+        self.inner = inner
+        self.wait_s = 0.0
+        self.pulls = 0
+
+    def __next__(self) -> Any:
+        t0 = time.perf_counter()
+        batch = next(self.inner)
+        self.wait_s += time.perf_counter() - t0
+        self.pulls += 1
+        return batch
 
 
 def module_installed(module: str) -> bool:

@@ -8,9 +8,9 @@ from rich.table import Table
 
 from dlbench import workloads
 from dlbench.backends import get_backend, registered
-from dlbench.backends.base import module_installed
+from dlbench.backends.base import Capabilities, module_installed, scenario_unsupported
 from dlbench.report.table import make_console
-from dlbench.spec import MODES
+from dlbench.spec import MODES, SCENARIOS_SUPPORTED
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -19,13 +19,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def main(args: argparse.Namespace) -> int:
     table = Table(title="frameworks x workloads x modes")
-    for h in ("framework", "installed", "version", "workload", "mode", "supported"):
+    for h in ("framework", "installed", "version", "scenarios", "workload", "mode", "supported"):
         table.add_column(h)
     for name in registered():
         backend = get_backend(name)
         ok, detail = backend.available()
         version = ", ".join(f"{k} {v}" for k, v in backend.distributions().items()) or "–"
         modes = backend.modes()
+        scenarios = _scenarios(name, backend.capabilities)
         for w in workloads.WORKLOADS:
             has_impl = module_installed(f"{type(backend).__module__}.{w}")
             for mode in MODES:
@@ -34,7 +35,17 @@ def main(args: argparse.Namespace) -> int:
                     reason = f"{name} has no implementation of {w!r}"
                 elif not ok:
                     reason = f"not installed: pip install 'dlbench[{name}]'"
-                table.add_row(name, "yes" if ok else f"no ({detail})", version, w, mode,
+                table.add_row(name, "yes" if ok else f"no ({detail})", version, scenarios, w, mode,
                               "yes" if reason is None else f"no: {reason}")
     make_console().print(table)
     return 0
+
+
+def _scenarios(name: str, capabilities: Capabilities) -> str:
+    """The scenarios the backend's capabilities allow, and why not the others."""
+    reasons = {s: scenario_unsupported(name, capabilities, s) for s in SCENARIOS_SUPPORTED}
+    runs = [s for s, r in reasons.items() if r is None]
+    text = ", ".join(runs) or "none"
+    if len(runs) < len(reasons):
+        text += f" (not {', '.join(s for s in reasons if s not in runs)}: capabilities {', '.join(capabilities.names())})"
+    return text

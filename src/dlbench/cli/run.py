@@ -44,7 +44,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--mode", type=comma_list("mode"), default=("compiled",),
                    help="eager, graph, compiled (default: compiled)")
     p.add_argument("--precision", type=comma_list("precision"), default=("fp32",))
-    p.add_argument("--scenario", type=comma_list("scenario"), default=("train",))
+    p.add_argument("--scenario", type=comma_list("scenario"), default=("train",),
+                   help="train, infer, converge (default: train)")
     p.add_argument("--devices", type=int_list("devices"), default=(1,))
     p.add_argument("--seed", type=int_list("seed"), default=(0,))
     p.add_argument("--repeats", type=int, default=3,
@@ -59,6 +60,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--threads", type=int, default=None, help="pin each trial to N cores")
     p.add_argument("--compile-cache", default="cold", help="cold (fresh per trial) or warm")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per trial")
+    p.add_argument("--infer-requests", type=int, default=1000,
+                   help="infer: batch-1 requests timed, unless the budget runs out first (default 1000)")
+    p.add_argument("--infer-budget-s", type=float, default=20.0,
+                   help="infer: seconds each timed loop (latency, throughput) may take (default 20)")
+    p.add_argument("--ort-optimization", default="all",
+                   help="ONNX Runtime graph optimisation: disable, basic, extended, all (default: all)")
+    p.add_argument("--target-accuracy", type=float, default=None,
+                   help="converge: held-out accuracy to reach (required by --scenario converge)")
+    p.add_argument("--eval-every", type=int, default=32,
+                   help="converge: steps between evaluations, K (default 32)")
+    p.add_argument("--max-steps", type=int, default=2000, help="converge: step budget (default 2000)")
+    p.add_argument("--max-time-s", type=float, default=600.0,
+                   help="converge: training-time budget in seconds, evaluation excluded (default 600)")
+    p.add_argument("--data", type=comma_list("data placement"), default=("pipeline",),
+                   help="pipeline (the framework's loader), device (whole dataset on the device), or both")
+    p.add_argument("--loader-workers", type=int, default=0,
+                   help="input pipeline workers: DataLoader num_workers, tf.data parallel calls,"
+                        " a thread pool for JAX (default 0: the training thread)")
+    p.add_argument("--augment", default="none",
+                   help="none or crop_flip (pad-4 random crop + flip; image workloads)")
     p.add_argument("--allow-concurrent", action="store_true",
                    help="do not wait for another dlbench run on this machine (recorded)")
     add_store_argument(p)
@@ -81,6 +102,11 @@ def sweep_from_args(args: argparse.Namespace) -> Sweep:
         repeats=args.repeats, preset=args.preset, dataset_size=args.dataset_size,
         epochs=args.epochs, warmup_epochs=args.warmup_epochs, chunk_steps=args.chunk_steps,
         threads=args.threads, compile_cache=args.compile_cache, timeout_s=args.timeout,
+        infer_requests=args.infer_requests, infer_budget_s=args.infer_budget_s,
+        ort_optimization=args.ort_optimization,
+        data=args.data, loader_workers=args.loader_workers, augment=args.augment,
+        target_accuracy=args.target_accuracy, eval_every=args.eval_every, max_steps=args.max_steps,
+        max_time_s=args.max_time_s,
         order_seed=args.order_seed if args.order_seed is not None else random.randrange(2**31),
     )
 
@@ -116,7 +142,15 @@ class ConsoleProgress(Progress):
 
     def trial_finished(self, index: int, total: int, planned: PlannedTrial, result: TrialResult) -> None:
         m = result.metrics
-        if result.status == "ok":
+        if result.status == "ok" and planned.spec.scenario == "infer":
+            p50_ms, p99_ms = (1e3 * (m[k] or 0.0) for k in ("latency_p50_s", "latency_p99_s"))
+            text = (f"ok: p50 {p50_ms:.3f} ms, p99 {p99_ms:.3f} ms at batch 1,"
+                    f" {m['infer_samples_per_s']:.1f} samples/s at batch {m['infer_batch_size']:g}")
+        elif result.status == "ok" and planned.spec.scenario == "converge":
+            text = (f"ok: {m['accuracy']:.3f} after {m['steps']:.0f} steps, "
+                    + (f"target in {m['time_to_target_s']:.1f} s" if m.get("reached_target") else "target not reached")
+                    + f" (evaluation {m['eval_s']:.1f} s, not counted)")
+        elif result.status == "ok":
             text = (f"ok: {m['samples_per_s']:.1f} samples/s, time to first step "
                     f"{m['time_to_first_step_s']:.1f} s")
         else:

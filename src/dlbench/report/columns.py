@@ -61,6 +61,24 @@ STARTUP = [
 ]
 
 
+def _ms(v: float) -> str:
+    return f"{v * 1e3:.3f}"
+
+
+# The inference table (report/inference.py): batch-1 latency quantiles (the p99 cell adds its
+# confidence interval), requests timed, and throughput at the spec's batch size.
+INFER = [
+    Column("latency_p50", "p50 ms", "latency_p50_s", _ms),
+    Column("latency_p90", "p90 ms", "latency_p90_s", _ms),
+    Column("latency_p99", "p99 ms [CI] level", "latency_p99_s", _ms),
+    Column("infer_requests", "requests", "infer_requests", _f(0)),
+    Column("infer_batch_size", "batch", "infer_batch_size", _f(0)),
+    Column("infer_samples_per_s", "samples/s", "infer_samples_per_s", _f(1)),
+    Column("first_request_s", "first request s", "first_request_s", _f(2)),
+    Column("infer_ttfr", "time to first request s", "time_to_first_request_s", _f(2)),
+]
+
+
 def compile_value(metrics: Metrics) -> tuple[float | None, bool]:
     """Measured ahead-of-time compile seconds, else the estimate (first step minus a step)."""
     if metrics.get("compile_s") is not None:

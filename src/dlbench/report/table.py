@@ -12,13 +12,19 @@ from rich.table import Table
 
 from dlbench.analysis import stats
 from dlbench.report.columns import CI_COLUMNS, HEADLINE, STARTUP, Column, compile_value
+from dlbench.report.converge import converge_table, stall_table
 from dlbench.results.store import Store, TrialRow
+
+
+# Scenarios with a table of their own (report/converge.py, report/inference.py), left out of the
+# headline and start-up tables.
+OWN_TABLES = ("converge", "infer")
 
 
 def _group_key(t: TrialRow) -> tuple[Any, ...]:
     s = t.spec
     return (s["workload"]["name"], s["framework"], s["policy"]["mode"], s["workload"]["batch_size"],
-            s["workload"]["seed"], s["precision"])
+            s["workload"]["seed"], s["precision"], s["policy"].get("data", "pipeline"))
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -59,6 +65,20 @@ def _cells(columns: list[Column], trials: list[TrialRow]) -> list[str]:
     return cells
 
 
+def median_cell(col: Column, trials: list[TrialRow]) -> str:
+    """The column's metric: its median over the trials that finished ok."""
+    assert col.metric is not None
+    return col.render(_median([t.metrics.get(col.metric) for t in trials if t.status == "ok"]))
+
+
+def status_text(trials: list[TrialRow]) -> str:
+    return _status(trials)
+
+
+def trial_notes(framework: str, mode: str, trials: list[TrialRow]) -> list[str]:
+    return _trial_notes(framework, mode, trials)
+
+
 def parity_cell(trials: list[TrialRow]) -> tuple[str, bool]:
     """(text, failed?): the worst verdict over the repeats, with the worst normwise relative
     error against the float64 reference."""
@@ -82,11 +102,14 @@ def headline_table(store: Store, run_ids: list[int]) -> tuple[Table, list[str]]:
     multi_run = len(run_ids) > 1
     for rid in run_ids:
         for t in store.trials(rid):
-            groups[(rid if multi_run else 0, *_group_key(t))].append(t)
+            if t.spec.get("scenario") not in OWN_TABLES:
+                groups[(rid if multi_run else 0, *_group_key(t))].append(t)
     workloads = {k[1] for k in groups}
     batches = {k[4] for k in groups}
+    placements = {k[7] for k in groups}
     lead = (["run"] if multi_run else []) + (["workload"] if len(workloads) > 1 else [])
     lead += ["framework", "mode"] + (["batch"] if len(batches) > 1 else [])
+    lead += ["data"] if len(placements) > 1 else []
     for h in lead:
         table.add_column(h)
     for col in HEADLINE:
@@ -98,6 +121,7 @@ def headline_table(store: Store, run_ids: list[int]) -> tuple[Table, list[str]]:
         rid, w, f, mode, bs = key[0], key[1], key[2], key[3], key[4]
         row = ([str(rid)] if multi_run else []) + ([w] if len(workloads) > 1 else [])
         row += [f, mode] + ([str(bs)] if len(batches) > 1 else [])
+        row += [key[7]] if len(placements) > 1 else []
         cells = _cells(HEADLINE, trials)
         parity, failed = parity_cell(trials)
         if failed:  # flagged, not ranked: a wrong result's speed is not comparable
@@ -148,7 +172,8 @@ def startup_table(store: Store, run_ids: list[int]) -> Table:
     groups: dict[tuple[Any, ...], list[TrialRow]] = defaultdict(list)
     for rid in run_ids:
         for t in store.trials(rid):
-            groups[_group_key(t)].append(t)
+            if t.spec.get("scenario") not in OWN_TABLES:
+                groups[_group_key(t)].append(t)
     for key, trials in groups.items():
         if any(t.status == "ok" for t in trials):
             table.add_row(key[1], key[2], *_cells(STARTUP, trials))
@@ -184,7 +209,17 @@ def make_console() -> Console:
 
 def print_run_tables(console: Console, store: Store, run_ids: list[int]) -> None:
     table, notes = headline_table(store, run_ids)
-    console.print(table)
-    for n in notes:
-        console.print(f"  {n}", highlight=False, soft_wrap=True)
-    console.print(startup_table(store, run_ids))
+    if table.row_count:  # a converge- or infer-only run has only its own table
+        console.print(table)
+        for n in notes:
+            console.print(f"  {n}", highlight=False, soft_wrap=True)
+        console.print(startup_table(store, run_ids))
+    # Imported here: report/inference.py builds its cells with this module's helpers.
+    from dlbench.report.inference import infer_table
+
+    for extra, extra_notes in (converge_table(store, run_ids), stall_table(store, run_ids),
+                               infer_table(store, run_ids)):
+        if extra is not None:
+            console.print(extra)
+            for n in extra_notes:
+                console.print(f"  {n}", highlight=False, soft_wrap=True)

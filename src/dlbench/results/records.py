@@ -54,6 +54,12 @@ UNITS = {
     "mfu": "1",
     "matmul_ceiling_share": "1",
     "matmul_ceiling_flops_per_s": "FLOP/s",
+    # inference (runner/inference.py); the latency_*_s and first_*_s ones are seconds by name
+    "infer_samples_per_s": "1/s",
+    "infer_requests": "1",
+    "infer_batches": "1",
+    "infer_batch_size": "1",
+    "latency_p99_ci_level": "1",
 }
 
 

@@ -17,7 +17,7 @@ from dlbench.analysis import efficiency, parity
 from dlbench.backends import get_backend
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
 from dlbench.results.store import Store
-from dlbench.runner import ceiling, reference, spawn
+from dlbench.runner import ceiling, inference, reference, spawn
 from dlbench.runner.plan import Plan, PlannedTrial, with_ids
 from dlbench.runner.probe import load_grads
 from dlbench.runner.timing import parity_path
@@ -110,13 +110,15 @@ def execute(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]],
 
 
 def judge_parity(trial: TrialSpec, result: TrialResult, path: Path, refs: dict[str, reference.Reference | str]) -> None:
-    """The trial's fixed-batch loss and gradients against the float64 reference: the verdict
-    goes into result.parity, the worst numbers into its metrics."""
+    """The trial's fixed-batch loss and gradients (an inference trial's logits) against the
+    float64 reference: the verdict goes into result.parity, the worst numbers into its metrics."""
     ref = refs.get(reference.key(trial.workload, 0), "no reference was computed for this workload")
     if isinstance(ref, str):
         verdict = parity.not_available(ref)
     elif not path.exists():
         verdict = parity.not_available("the worker wrote no fixed-batch gradients")
+    elif trial.scenario == "infer":  # eval-mode logits through the timed paths
+        verdict = inference.verdict(path, ref.init_logits, trial.workload.numerics.dtype, ref.label)
     else:
         loss, grads, _ = load_grads(path)
         verdict = parity.compare_grads(loss, grads, ref.loss, ref.grads, trial.workload.numerics.dtype,

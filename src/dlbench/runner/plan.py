@@ -9,9 +9,12 @@ from __future__ import annotations
 import itertools
 import random
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from dlbench import workloads
 from dlbench.backends import get_backend
+from dlbench.backends.base import scenario_unsupported
+from dlbench.runner.inference import INFER_BATCHES
 from dlbench.spec import Policy, SpecError, TrialSpec, WorkloadSpec
 from dlbench.workloads.base import Preset
 
@@ -43,6 +46,18 @@ class Sweep:
     compile_cache: str = "cold"
     timeout_s: float = 1800.0
     order_seed: int = 0
+    infer_requests: int = 1000
+    infer_budget_s: float = 20.0
+    ort_optimization: str = "all"
+    # Input pipeline: data placements (an axis), loader workers and augmentation (policy).
+    data: tuple[str, ...] = ("pipeline",)
+    loader_workers: int = 0
+    augment: str = "none"
+    # converge: target, evaluation interval K and budgets (only converge trials carry them).
+    target_accuracy: float | None = None
+    eval_every: int = 32
+    max_steps: int = 2000
+    max_time_s: float = 600.0
 
 
 @dataclass
@@ -86,14 +101,33 @@ def workload_spec(w: str, preset_name: str, seed: int = 0, batch_size: int | Non
     )
 
 
+def _infer_fields(sweep: Sweep, scenario: str) -> dict[str, Any]:
+    """The request count and budget for infer trials only: they never change another
+    scenario's configuration key."""
+    if scenario != "infer":
+        return {}
+    return {"infer_requests": sweep.infer_requests, "infer_budget_s": sweep.infer_budget_s}
+
+
+def _converge_fields(sweep: Sweep, scenario: str) -> dict[str, Any]:
+    """The converge settings for converge trials; other scenarios keep the defaults, so a
+    converge flag never changes their configuration key."""
+    if scenario != "converge":
+        return {}
+    return {"target_accuracy": sweep.target_accuracy, "eval_every": sweep.eval_every,
+            "max_steps": sweep.max_steps, "max_time_s": sweep.max_time_s}
+
+
 def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, prec: str,
-           scen: str, dev: int, repeat: int) -> TrialSpec:
+           scen: str, dev: int, data: str, repeat: int) -> TrialSpec:
     p = preset(w, sweep.preset)
-    spec = workload_spec(w, sweep.preset, seed, bs, sweep.dataset_size)
+    spec = replace(workload_spec(w, sweep.preset, seed, bs, sweep.dataset_size), augment=sweep.augment)
     return TrialSpec(
         workload=spec,
         framework=f,
-        policy=Policy(mode=mode, threads=sweep.threads, compile_cache=sweep.compile_cache),
+        policy=Policy(mode=mode, threads=sweep.threads, compile_cache=sweep.compile_cache,
+                      ort_optimization=sweep.ort_optimization, loader_workers=sweep.loader_workers,
+                      data=data),
         scenario=scen,
         precision=prec,
         devices=dev,
@@ -102,6 +136,8 @@ def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, p
         chunk_steps=sweep.chunk_steps,
         repeat=repeat,
         timeout_s=sweep.timeout_s,
+        **_infer_fields(sweep, scen),
+        **_converge_fields(sweep, scen),
     )
 
 
@@ -126,7 +162,8 @@ def make_plan(sweep: Sweep) -> Plan:
     missing = {f: _framework_status(f, sweep.frameworks_explicit, plan.notes) for f in sweep.frameworks}
     batch_sizes: tuple[int | None, ...] = sweep.batch_sizes or (None,)
     axes = list(itertools.product(sweep.workloads, sweep.frameworks, sweep.modes, batch_sizes,
-                                  sweep.seeds, sweep.precisions, sweep.scenarios, sweep.devices))
+                                  sweep.seeds, sweep.precisions, sweep.scenarios, sweep.devices,
+                                  sweep.data))
     rng = random.Random(sweep.order_seed)
     for repeat in range(sweep.repeats):
         round_ = [_trial(sweep, *a, repeat=repeat) for a in axes]
@@ -141,7 +178,11 @@ def make_plan(sweep: Sweep) -> Plan:
 def _planned(spec: TrialSpec, missing: str | None) -> PlannedTrial:
     if missing is not None:
         return PlannedTrial(spec, "skipped", "framework not installed (see the note above)")
-    reason = get_backend(spec.framework).modes().get(spec.policy.mode)
+    backend = get_backend(spec.framework)
+    reason = scenario_unsupported(spec.framework, backend.capabilities, spec.scenario)
+    if reason is not None:
+        return PlannedTrial(spec, "unsupported", reason)
+    reason = backend.modes().get(spec.policy.mode)
     if reason is not None:
         return PlannedTrial(spec, "unsupported", reason)
     return PlannedTrial(spec)
@@ -154,10 +195,19 @@ def estimate_s(trial: TrialSpec, history: dict[str, float]) -> tuple[float, bool
     if key in history:
         return history[key], True
     spec = trial.workload
+    compile_ = COMPILE_GUESS_S if trial.policy.mode != "eager" else 0.0
+    if trial.scenario == "infer":  # two timed loops, each capped by the budget
+        flops = workloads.get(spec.name).flops_per_sample(spec, train=False)
+        samples = trial.infer_requests + INFER_BATCHES * spec.batch_size
+        compute = min(samples * flops / CPU_FLOPS_GUESS, 2 * trial.infer_budget_s)
+        return STARTUP_GUESS_S + 2 * compile_ + compute, False
     flops = workloads.get(spec.name).flops_per_sample(spec)
     steps = (trial.epochs + trial.warmup_epochs) * spec.steps_per_epoch
+    if trial.scenario == "converge":  # the presets reach 0.9 in a few hundred steps
+        steps = min(trial.max_steps, 8 * trial.eval_every)
     compute = steps * spec.batch_size * flops / CPU_FLOPS_GUESS
-    compile_ = COMPILE_GUESS_S if trial.policy.mode != "eager" else 0.0
+    if trial.scenario == "converge":
+        compute = min(compute, trial.max_time_s)
     return STARTUP_GUESS_S + compile_ + compute, False
 
 

@@ -6,9 +6,10 @@ Used three ways, always in a fresh process per framework (the parent never impor
 - the worker's per-trial parity phase calls `fixed_batch_grads` and `save_grads` directly.
 
 REQUEST is JSON {"trials": [TrialSpec dicts, one framework], "k_steps": K}. For trial i the probe
-writes OUT/i.npz (the fixed batch's loss and gradients in canonical names; with K > 0 also the
-K-step loss trajectory from the canonical parameters and the eval-mode logits on the fixed batch
-after those steps) and OUT/i.json ({"status", "error", "numerics"}). A failure of one workload
+writes OUT/i.npz (the fixed batch's loss and gradients in canonical names, and the eval-mode
+logits on the fixed batch from the canonical parameters (`init_logits`, what inference trials are
+judged against); with K > 0 also the K-step loss trajectory from the canonical parameters and the
+eval-mode logits on the fixed batch after those steps) and OUT/i.json ({"status", "error", "numerics"}). A failure of one workload
 is recorded and the probe goes on with the next.
 """
 
@@ -41,6 +42,13 @@ def fixed_batch_grads(program: Program, spec: WorkloadSpec) -> tuple[float, dict
     state = program.init(wl.init_params(spec))
     batch = wl.fixed_batch(spec, FIXED_BATCH_SIZE)
     return program.loss_and_grads(state, batch.x, batch.y)
+
+
+def fixed_batch_logits(program: Program, spec: WorkloadSpec) -> np.ndarray:
+    """Eval-mode logits on the canonical fixed batch from the canonical initial parameters."""
+    wl = workloads.get(spec.name)
+    state = program.init(wl.init_params(spec))
+    return np.asarray(program.predict(state, wl.fixed_batch(spec, FIXED_BATCH_SIZE).x), np.float64)
 
 
 def save_grads(path: Path, loss: float, grads: dict[str, np.ndarray], **extra: np.ndarray) -> None:
@@ -86,9 +94,12 @@ def trajectory(backend: Backend, program: Program, spec: WorkloadSpec, k_steps: 
 
 
 def probe_one(backend: Backend, trial: TrialSpec, k_steps: int, out: Path) -> dict[str, Any]:
+    if not backend.capabilities.grads:
+        raise Unsupported(f"{trial.framework} computes no gradients (capabilities: "
+                          f"{', '.join(backend.capabilities.names())})")
     program = backend.build(trial)
     loss, grads = fixed_batch_grads(program, trial.workload)
-    extra: dict[str, np.ndarray] = {}
+    extra: dict[str, np.ndarray] = {"init_logits": fixed_batch_logits(program, trial.workload)}
     if k_steps > 0:
         extra["losses"], extra["logits"] = trajectory(backend, program, trial.workload, k_steps)
     save_grads(out, loss, grads, **extra)

@@ -28,7 +28,7 @@ from dlbench.spec import Policy, TrialSpec, WorkloadSpec, to_dict
 # the canonical layouts natively (nothing permuted), torch's need conversions.
 REFERENCE_FRAMEWORKS = ("jax", "torch")
 # Bump when what a reference file contains changes.
-REFERENCE_FORMAT = 1
+REFERENCE_FORMAT = 2  # 2: adds the eval-mode logits from the canonical parameters
 PROBE_TIMEOUT_S = 1800.0
 
 
@@ -39,16 +39,22 @@ class Reference:
     losses: np.ndarray | None  # K-step trajectory, when asked for
     logits: np.ndarray | None
     framework: str
+    # Eval-mode logits on the fixed batch from the canonical parameters (inference parity).
+    init_logits: np.ndarray | None = None
 
     @property
     def label(self) -> str:
         return f"{self.framework} float64"
 
 
-def cache_root() -> Path:
+def cache_base() -> Path:
+    """dlbench's cache directory: DLBENCH_CACHE_DIR, else ~/.cache/dlbench."""
     base = os.environ.get("DLBENCH_CACHE_DIR")
-    root = Path(base) if base else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dlbench"
-    return root / "reference"
+    return Path(base) if base else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dlbench"
+
+
+def cache_root() -> Path:
+    return cache_base() / "reference"
 
 
 def float64(spec: WorkloadSpec) -> WorkloadSpec:
@@ -93,7 +99,8 @@ def load(spec: WorkloadSpec, k_steps: int) -> Reference | None:
         return None
     loss, grads, extra = load_grads(path)
     meta = json.loads(meta_path.read_text())
-    return Reference(loss, grads, extra.get("losses"), extra.get("logits"), meta["framework"])
+    return Reference(loss, grads, extra.get("losses"), extra.get("logits"), meta["framework"],
+                     extra.get("init_logits"))
 
 
 def ensure(specs: list[WorkloadSpec], k_steps: int, on_message: object = None) -> dict[str, Reference | str]:

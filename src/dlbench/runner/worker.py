@@ -23,10 +23,11 @@ import numpy as np
 
 from dlbench import workloads
 from dlbench.backends import get_backend
-from dlbench.backends.base import Backend, Program, Unsupported
+from dlbench.backends.base import Backend, Program, TimedBatches, Unsupported, scenario_unsupported
 from dlbench.monitors.memory import MemorySampler
 from dlbench.monitors.nvml import Nvml
 from dlbench.results.records import TrialResult
+from dlbench.runner import converge, inference
 from dlbench.runner.probe import fixed_batch_grads, save_grads
 from dlbench.runner.timing import (
     EventLog,
@@ -37,7 +38,7 @@ from dlbench.runner.timing import (
     split_steps,
 )
 from dlbench.spec import TrialSpec, trial_from_dict
-from dlbench.workloads.data import batch_indices, epoch_order
+from dlbench.workloads.data import batch_indices, epoch_augment, epoch_order, epoch_steps
 
 THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -140,6 +141,9 @@ def run_trial(
 ) -> None:
     """Fills `result` as it goes, so that a failure keeps every metric measured before it."""
     m = result.metrics
+    reason = scenario_unsupported(trial.framework, backend.capabilities, trial.scenario)
+    if reason is not None:
+        raise Unsupported(reason)
     nvml, nvml_reason = Nvml.open()
     sampler = MemorySampler(nvml)
     sampler.start()
@@ -152,8 +156,14 @@ def run_trial(
         m["rss_after_import_bytes"] = sampler.sample()[0]
         result.policy_effective["framework"] = backend.configure(trial.policy)
         result.framework_info = backend.info()
+        if trial.scenario == "infer":
+            inference.run(trial, backend, phases, sampler, created, result, parity_file)
+            return
         program, state = _build_and_load(trial, backend, phases, m)
         result.numerics = program.numerics()
+        if trial.scenario == "converge":
+            converge.run(trial, backend, program, state, phases, log, sampler, created, result, parity_file)
+            return
         state = _warmup(trial, backend, program, state, phases, sampler, created, m)
         _parity(trial, program, phases, m, parity_file)
         state = _timed_window(trial, backend, program, state, log, sampler, result)
@@ -183,6 +193,14 @@ def _epoch_rows(trial: TrialSpec, epoch: int) -> np.ndarray:
     return batch_indices(epoch_order(spec.seed, epoch, spec.dataset_size), spec.batch_size)
 
 
+def _epoch_batches(trial: TrialSpec, program: Program, epoch: int, rows: np.ndarray, steps: int | None = None) -> Any:
+    """The pipeline over the epoch's first `steps` rows (all by default), with the epoch's
+    augmentation parameters where the spec augments."""
+    n = len(rows) if steps is None else steps
+    augment = epoch_augment(trial.workload, epoch)
+    return program.batches(rows[:n], None if augment is None else augment.steps(0, n))
+
+
 def _warmup(
     trial: TrialSpec,
     backend: Backend,
@@ -197,13 +215,13 @@ def _warmup(
     epochs: all outside the timed window, each reported on its own."""
     rows = _epoch_rows(trial, 0)
     t = phases.start("compile")
-    compile_s = program.compile(state, next(iter(program.batches(rows[:1]))))
+    compile_s = program.compile(state, next(iter(_epoch_batches(trial, program, 0, rows, 1))))
     phases.end("compile", t)
     if compile_s is not None:
         m["compile_s"] = compile_s
     m["rss_initial_bytes"], vram = sampler.sample()
     m["vram_initial_bytes"] = vram
-    batches = program.batches(rows)
+    batches = _epoch_batches(trial, program, 0, rows)
     t = phases.start("first_step")
     state, losses = program.train_chunk(state, batches, 1)
     backend.sync(state, losses)
@@ -214,7 +232,7 @@ def _warmup(
         state = _run_steps(trial, backend, program, state, batches, len(rows) - 1)
         for epoch in range(1, trial.warmup_epochs):
             rows = _epoch_rows(trial, epoch)
-            state = _run_steps(trial, backend, program, state, program.batches(rows), len(rows))
+            state = _run_steps(trial, backend, program, state, _epoch_batches(trial, program, epoch, rows), len(rows))
     m["warmup_s"] = phases.end("warmup", t)
     return state
 
@@ -253,17 +271,19 @@ def _timed_window(
     """The timed epochs, split into chunks synced at their ends. Epoch orders are drawn before
     the window; each epoch's pipeline is created inside it, as in any training loop."""
     first = max(trial.warmup_epochs, 0)
-    epochs = [_epoch_rows(trial, e) for e in range(first, first + trial.epochs)]
+    epochs = [epoch_steps(trial.workload, e) for e in range(first, first + trial.epochs)]
     chunks: list[tuple[int, float, float]] = []  # (steps, seconds, end time in window)
     epoch_s: list[float] = []
     device_losses = []
+    pipelines: list[TimedBatches] = []
     compiles_before = program.compilations()
     log.emit("phase", name="timed", state="start")
     sampler.begin_window()
     t_window = time.perf_counter()
-    for e, rows in enumerate(epochs, start=first):
+    for e, (rows, augment) in enumerate(epochs, start=first):
         t_epoch = time.perf_counter()
-        batches = program.batches(rows)
+        batches = TimedBatches(program.batches(rows, augment))
+        pipelines.append(batches)
         for n in split_steps(len(rows), trial.chunk_steps):
             t0 = time.perf_counter()
             state, losses = program.train_chunk(state, batches, n)
@@ -279,7 +299,23 @@ def _timed_window(
     recompiles = program.compilations() - compiles_before
     losses = _step_losses([n for n, _, _ in chunks], [program.losses_to_numpy(x) for x in device_losses])
     _window_metrics(trial, result, chunks, epoch_s, train_s, losses, recompiles, window)
+    _input_wait_metrics(result, pipelines, train_s)
     return state
+
+
+def _input_wait_metrics(result: TrialResult, pipelines: list[TimedBatches], train_s: float) -> None:
+    """Seconds per step the training loop waited for its next batch (and their share of the
+    window), where the loop pulls batches itself; on an asynchronous device (JAX) part of that
+    wait overlaps the device's work, so it bounds the stall from above."""
+    pulls = sum(p.pulls for p in pipelines)
+    if pulls == 0:
+        result.metrics["input_wait_per_step_s"] = result.metrics["input_wait_share"] = None
+        result.notes["input_wait_per_step_s"] = ("not measurable: the framework pulls batches inside"
+                                                 " its own training loop (fit)")
+        return
+    wait_s = sum(p.wait_s for p in pipelines)
+    result.metrics["input_wait_per_step_s"] = wait_s / pulls
+    result.metrics["input_wait_share"] = wait_s / train_s
 
 
 def _step_losses(steps: list[int], per_chunk: list[np.ndarray]) -> np.ndarray:

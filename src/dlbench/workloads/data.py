@@ -17,6 +17,11 @@ STREAM_FIXED_BATCH = 4
 # The teacher's weights: one stream shared by the train, eval and fixed-batch splits, so the
 # three are labelled by the same function.
 STREAM_TEACHER = 5
+# Augmentation parameters of one epoch: `default_rng((seed, epoch, STREAM_AUGMENT))`.
+STREAM_AUGMENT = 6
+# crop_flip: zero-pad every side by this many pixels, crop back to the input size at a random
+# offset, mirror left-right with probability 1/2 (the CIFAR recipe).
+CROP_PAD = 4
 # Hidden width of the random teacher MLP.
 TEACHER_HIDDEN = 32
 # Most candidates drawn at once by labelled_samples.
@@ -45,6 +50,60 @@ def batch_indices(order: np.ndarray, batch_size: int) -> np.ndarray:
     ragged batch would recompile inside the timed window."""
     steps = len(order) // batch_size
     return order[: steps * batch_size].reshape(steps, batch_size)
+
+
+@dataclass(frozen=True)
+class Augment:
+    """Per-sample crop_flip parameters for the steps of one epoch, drawn by the spec; every
+    pipeline applies exactly these (pad `pad` zeros on each side, crop at `offsets`, mirror where
+    `flips`), so an augmented batch is bit-identical in every framework: only copies, no
+    arithmetic on the values."""
+
+    offsets: np.ndarray  # (steps, batch, 2) int32: the crop's top-left (row, column) in the
+    #                      padded image, each in [0, 2 * pad]
+    flips: np.ndarray  # (steps, batch) bool: mirror the crop left-right
+    pad: int = CROP_PAD
+
+    def __len__(self) -> int:
+        return int(self.flips.shape[0])
+
+    def steps(self, start: int, stop: int) -> Augment:
+        """The parameters of steps [start, stop)."""
+        return Augment(self.offsets[start:stop], self.flips[start:stop], self.pad)
+
+
+def epoch_augment(spec: WorkloadSpec, epoch: int) -> Augment | None:
+    """The augmentation parameters of one epoch's steps, or None for `augment = "none"`. One
+    draw per position in the epoch's order (`dataset_size` of them, the dropped tail included),
+    from `default_rng((seed, epoch, STREAM_AUGMENT))`: offsets first, then flips."""
+    if spec.augment == "none":
+        return None
+    rng = np.random.default_rng((spec.seed, epoch, STREAM_AUGMENT))
+    n = spec.dataset_size
+    offsets = rng.integers(0, 2 * CROP_PAD + 1, size=(n, 2), dtype=np.int32)
+    flips = rng.random(n) < 0.5
+    steps, b = spec.steps_per_epoch, spec.batch_size
+    return Augment(offsets[: steps * b].reshape(steps, b, 2), flips[: steps * b].reshape(steps, b))
+
+
+def epoch_steps(spec: WorkloadSpec, epoch: int) -> tuple[np.ndarray, Augment | None]:
+    """One epoch's per-step index rows (steps, batch) and its augmentation parameters (None
+    without augmentation): what every Program.batches consumes."""
+    rows = batch_indices(epoch_order(spec.seed, epoch, spec.dataset_size), spec.batch_size)
+    return rows, epoch_augment(spec, epoch)
+
+
+def crop_flip(x: np.ndarray, offsets: np.ndarray, flips: np.ndarray, pad: int = CROP_PAD) -> np.ndarray:
+    """The definition of crop_flip on an NHWC batch, in NumPy: `x` zero-padded by `pad` on every
+    side of H and W, then out[b, i, j] = padded[b, oy + i, ox + j'] with j' = W-1-j where
+    flips[b] (the crop mirrored), else j. Used by the NumPy pipelines (JAX, Keras) and as the
+    reference the tests compare every framework's own implementation with."""
+    n, h, w = x.shape[:3]
+    padded = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    rows = offsets[:, 0, None] + np.arange(h)
+    cols = offsets[:, 1, None] + np.where(flips[:, None], np.arange(w)[::-1], np.arange(w))
+    out: np.ndarray = padded[np.arange(n)[:, None, None], rows[:, :, None], cols[:, None, :]]
+    return out
 
 
 def teacher_labels(

@@ -22,7 +22,7 @@ _MODES: dict[str, str | None] = {
 @typing.final
 class JaxBackend:
     name = "jax"
-    capabilities = base.Capabilities(train=True, infer=False, grads=True)
+    capabilities = base.Capabilities(train=True, infer=True, grads=True)
 
     def available(self) -> tuple[bool, str]:
         missing = [m for m in ("jax", "jaxlib", "optax") if not base.module_installed(m)]
@@ -43,6 +43,11 @@ class JaxBackend:
         if policy.compile_cache == "warm":
             return {"JAX_COMPILATION_CACHE_DIR": cache_dir}
         return {}
+
+    def reference_environment(self) -> dict[str, str]:
+        # float64 arrays exist only with x64 enabled before any array is created; without it
+        # JAX silently makes float32 ones (build refuses a float64 spec then).
+        return {"JAX_ENABLE_X64": "1"}
 
     def import_framework(self) -> None:
         import jax  # noqa: F401

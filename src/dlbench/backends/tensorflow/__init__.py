@@ -28,7 +28,7 @@ DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos
 @typing.final
 class TensorFlowBackend:
     name = "tensorflow"
-    capabilities = Capabilities(train=True, infer=False, grads=True)
+    capabilities = Capabilities(train=True, infer=True, grads=True)
 
     def __init__(self) -> None:
         self._first_elements: Any = None  # sync's traced fetch, made once TF is imported
@@ -60,6 +60,9 @@ class TensorFlowBackend:
             flags = os.environ.get("TF_XLA_FLAGS", "")
             env["TF_XLA_FLAGS"] = f"{flags} --tf_xla_persistent_cache_directory={cache_dir}".strip()
         return env
+
+    def reference_environment(self) -> dict[str, str]:
+        return {}  # float64 needs no switch
 
     def import_framework(self) -> None:
         importlib.import_module("tensorflow")

@@ -30,6 +30,11 @@ COMPILE_OPTIONS: dict[str, Any] = {
     "dynamic": None,
 }
 
+# Inference (Program.infer_fn) compiles one static graph per batch size: the worker warms up
+# batch 1 and the large batch, and automatic dynamic shapes would turn the second into a
+# dynamic-shape graph, which is not what a server compiled for a fixed batch runs.
+INFER_COMPILE_OPTIONS: dict[str, Any] = {**COMPILE_OPTIONS, "dynamic": False}
+
 _DISTRIBUTIONS = ("torch", "triton", "numpy")
 # Compilers Inductor tries on CPU when CXX is unset (torch._inductor.config.cpp.cxx).
 _CXX_CANDIDATES = ("g++", "c++", "clang++")
@@ -57,7 +62,7 @@ def device() -> Any:
 @typing.final
 class TorchBackend:
     name = "torch"
-    capabilities = Capabilities(train=True, infer=False, grads=True)
+    capabilities = Capabilities(train=True, infer=True, grads=True)
 
     def available(self) -> tuple[bool, str]:
         if not module_installed("torch"):
@@ -86,6 +91,9 @@ class TorchBackend:
             "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache_dir, "inductor"),
             "TRITON_CACHE_DIR": os.path.join(cache_dir, "triton"),
         }
+
+    def reference_environment(self) -> dict[str, str]:
+        return {}  # float64 needs no switch
 
     def import_framework(self) -> None:
         import torch  # noqa: F401
@@ -116,6 +124,7 @@ class TorchBackend:
         }
         if policy.mode == "compiled":
             applied.update({f"compile_{k}": v for k, v in COMPILE_OPTIONS.items()})
+            applied.update({f"compile_infer_{k}": v for k, v in INFER_COMPILE_OPTIONS.items()})
             applied["compile_cxx"] = cxx_compiler()
         return applied
 

@@ -1,0 +1,316 @@
+"""The training machinery every JAX workload shares: plain JAX + Optax, params (and BatchNorm
+buffers) as dicts in the canonical names and layouts, which are JAX's own (NHWC activations,
+HWIO and (in, out) kernels), so nothing is permuted in or out; the whole train step (loss,
+gradients, Adam update, buffer update) is one jax.jit with the state donated.
+
+A workload module (mlp.py, cnn.py, ...) supplies a small `Model`: its forward pass, its initial
+buffers and its own numerics read back; `JaxProgram` does the rest.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import itertools
+import math
+import time
+import typing
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from dlbench import workloads
+from dlbench.backends.base import Unsupported
+from dlbench.spec import Numerics, TrialSpec
+from dlbench.workloads.base import numerics_readback
+from dlbench.backends.jax import pipeline
+from dlbench.workloads.data import Augment, Dataset
+
+Params = dict[str, jax.Array]
+Batch = tuple[jax.Array, jax.Array]
+
+LOSS = "mean_softmax_cross_entropy"
+
+
+class TrainState(NamedTuple):
+    params: Params
+    # Non-trained state (BatchNorm running statistics); an empty dict for most workloads.
+    buffers: Params
+    opt_state: optax.OptState
+
+
+class Model(Protocol):
+    """What differs per workload. Parameters and buffers arrive in the canonical names and
+    layouts, already in the program's dtype; constants inside `apply` must be Python floats
+    (weakly typed) so that float32 stays float32 and the float64 reference stays float64."""
+
+    def initial_buffers(self) -> dict[str, np.ndarray]:
+        """Canonical initial buffers (BatchNorm running mean zeros, variance ones); {} if none."""
+        ...
+
+    def apply(self, params: Params, buffers: Params, x: jax.Array, train: bool) -> tuple[jax.Array, Params]:
+        """(logits, buffers after this batch). `train` is static: training-mode BatchNorm
+        normalises with the batch statistics and updates the buffers; otherwise the running
+        statistics are used and the buffers come back unchanged."""
+        ...
+
+    def numerics(self) -> dict[str, Any]:
+        """The model's own numerics (padding, BatchNorm, LayerNorm, GELU, attention scale, ODE
+        solver), read back from the values it passes to JAX, keyed like spec.Numerics."""
+        ...
+
+
+def make_optimizer(numerics: Numerics) -> optax.GradientTransformation:
+    """Adam with every value passed explicitly. optax.adam is the torch formula (bias-corrected
+    moments, eps outside the square root: eps_root=0); inject_hyperparams keeps the values in
+    the optimizer state so numerics() reads them back from what actually runs."""
+    return optax.inject_hyperparams(optax.adam, static_args="nesterov")(
+        learning_rate=numerics.learning_rate,
+        b1=numerics.beta1,
+        b2=numerics.beta2,
+        eps=numerics.eps,
+        eps_root=0.0,
+        nesterov=False,
+    )
+
+
+def mean_cross_entropy(logits: jax.Array, y: jax.Array) -> jax.Array:
+    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+
+# --- compile counting --------------------------------------------------------------------------
+
+# XLA compiles per function name, counted by one process-wide listener; each program gives its
+# step a unique name so that two programs in one process never count each other's compiles.
+_COMPILES: collections.Counter[str] = collections.Counter()
+_STEP_IDS = itertools.count()
+_listening = False
+
+
+def _on_event_duration(event: str, duration_secs: float, **kwargs: str | int) -> None:
+    if event == "/jax/core/compile/backend_compile_duration":
+        _COMPILES[str(kwargs.get("fun_name", ""))] += 1
+
+
+def _listen_for_compiles() -> None:
+    global _listening
+    if not _listening:
+        jax.monitoring.register_event_duration_secs_listener(_on_event_duration)
+        _listening = True
+
+
+# --- building ----------------------------------------------------------------------------------
+
+
+def build(trial: TrialSpec, model: Model) -> JaxProgram:
+    """The program for `model`; Unsupported where the spec asks for numerics it does not run."""
+    dtype = trial.workload.numerics.dtype
+    if dtype == "float64" and not jax.config.values["jax_enable_x64"]:
+        # Without x64, JAX silently makes float32 arrays of float64 requests.
+        raise RuntimeError(
+            "dtype 'float64' needs jax_enable_x64, which is off: set JAX_ENABLE_X64=1 before jax"
+            " is imported (JaxBackend.reference_environment)"
+        )
+    _listen_for_compiles()
+    program = JaxProgram(trial, model)
+    _check_numerics(trial, program.numerics())
+    return program
+
+
+def refuse(workload: str, field: str, wanted: object, implemented: Iterable[object]) -> Unsupported:
+    """The one-line reason a numerics value is not run: the value asked for and those that are."""
+    allowed = " or ".join(repr(v) for v in implemented)
+    return Unsupported(f"the JAX {workload} implements {field} {allowed}, not {wanted!r}")
+
+
+def _check_numerics(trial: TrialSpec, got: dict[str, Any]) -> None:
+    """Every field the workload uses must read back as the spec asks: refused, never ignored."""
+    spec = trial.workload
+    for name, wanted in numerics_readback(spec.numerics, workloads.get(spec.name).NUMERICS_FIELDS).items():
+        value = got[name]
+        same = math.isclose(value, wanted, rel_tol=1e-6) if isinstance(wanted, float) else value == wanted
+        if not same:
+            raise refuse(spec.name, name, wanted, [value])
+
+
+# --- program -----------------------------------------------------------------------------------
+
+
+@typing.final
+class JaxProgram:
+    def __init__(self, trial: TrialSpec, model: Model) -> None:
+        spec = trial.workload
+        self._spec = spec
+        self._workload = workloads.get(spec.name)
+        self._model = model
+        self._dtype = np.dtype(spec.numerics.dtype)
+        shape, x_dtype = self._workload.input_spec(spec)
+        # Float inputs follow the program's dtype (float64 for the reference); token ids do not.
+        self._x_dtype = self._dtype if np.issubdtype(x_dtype, np.floating) else np.dtype(x_dtype)
+        self._tx = make_optimizer(spec.numerics)
+        tx = self._tx
+        loss_fn = functools.partial(_loss, model)
+
+        def train_step(state: TrainState, x: jax.Array, y: jax.Array) -> tuple[TrainState, jax.Array]:
+            (loss, buffers), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, state.buffers, x, y)
+            updates, opt_state = tx.update(grads, state.opt_state, state.params)
+            return TrainState(optax.apply_updates(state.params, updates), buffers, opt_state), loss
+
+        train_step.__name__ = f"{spec.name}_train_step_{next(_STEP_IDS)}"
+        self._step_name = f"jit({train_step.__name__})"
+        # Donating the state lets XLA update params, buffers and moments in place.
+        self._jitted = jax.jit(train_step, donate_argnums=0)
+        # Until compile() runs, the jitted function compiles in its first call.
+        self._step: Any = self._jitted
+        self._compiled: jax.stages.Compiled | None = None
+        self._value_and_grad = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
+        self._init = jax.jit(functools.partial(_init_state, tx, self._dtype))
+        self._predict = jax.jit(functools.partial(_logits, model))
+
+        def infer(params: Params, buffers: Params, x: jax.Array) -> jax.Array:
+            return _logits(model, params, buffers, x)
+
+        # The inference function of the infer scenario: its own name, so its compiles are
+        # counted (one per batch size, made by the worker's warm-up).
+        infer.__name__ = f"{spec.name}_infer_{next(_STEP_IDS)}"
+        self._infer_name = f"jit({infer.__name__})"
+        self._infer = jax.jit(infer)
+        self._policy = trial.policy
+        # The dataset as load() placed it: host NumPy (pipeline) or device arrays (device).
+        self._x: np.ndarray | jax.Array = np.empty((0, *shape), self._x_dtype)
+        self._y: np.ndarray | jax.Array = np.empty((0,), np.int32)
+
+    def load(self, dataset: Dataset) -> None:
+        # Host NumPy, indexed per batch and put on the device by batches(): what JAX
+        # practitioners do for an in-memory data set; or the whole of it on the device once.
+        self._x = np.ascontiguousarray(dataset.x, dtype=self._x_dtype)
+        self._y = np.ascontiguousarray(dataset.y, dtype=np.int32)
+        if self._policy.data == "device":
+            self._x, self._y = jax.block_until_ready(jax.device_put((self._x, self._y)))
+
+    def init(self, params: dict[str, np.ndarray]) -> TrainState:
+        # One jitted function: a jit's outputs are fresh device buffers (the state is donated, so
+        # it must not alias the caller's arrays), and it compiles once where creating the Adam
+        # moments array by array compiled one zeros() per shape (resnet: ~40 compiles).
+        return self._init(params, self._model.initial_buffers())  # type: ignore[no-any-return]
+
+    def batches(self, order: np.ndarray, augment: Augment | None = None) -> Iterator[Batch]:
+        x, y = self._x, self._y
+        if isinstance(x, jax.Array) and isinstance(y, jax.Array):
+            return pipeline.device_batches(x, y, order, augment)
+        if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
+            return pipeline.host_batches(x, y, order, augment, self._policy.loader_workers)
+        raise RuntimeError("load(dataset) must come before batches(order)")
+
+    def compile(self, state: TrainState, batch: Batch) -> float:
+        # Lowering only traces abstract values: nothing runs, so nothing is donated.
+        start = time.perf_counter()
+        self._compiled = self._jitted.lower(state, *batch).compile()
+        self._step = self._compiled
+        return time.perf_counter() - start
+
+    def train_chunk(self, state: TrainState, batches: Iterator[Batch], n_steps: int) -> tuple[TrainState, jax.Array]:
+        # Dispatch is asynchronous: the loop runs ahead of the device and never blocks.
+        losses = []
+        for _ in range(n_steps):
+            x, y = next(batches)
+            state, loss = self._step(state, x, y)
+            losses.append(loss)
+        return state, jnp.stack(losses)
+
+    def predict(self, state: TrainState, x: np.ndarray) -> np.ndarray:
+        return np.asarray(self._predict(state.params, state.buffers, np.asarray(x, self._x_dtype)))
+
+    def infer_fn(self, state: TrainState) -> Callable[[jax.Array], np.ndarray]:
+        """The jitted eval-mode apply; parameters and buffers are arguments (not constants
+        folded into the executable), as a served model's are. np.asarray waits for the result
+        (dispatch is asynchronous) and brings it to the host: the request's end."""
+        params, buffers, infer = state.params, state.buffers, self._infer
+        return lambda x: np.asarray(infer(params, buffers, x))
+
+    def infer_input(self, x: np.ndarray) -> jax.Array:
+        return jax.device_put(np.asarray(x, self._x_dtype))
+
+    def loss_and_grads(self, state: TrainState, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
+        # Training mode (batch statistics in BatchNorm); the buffers it would update are dropped.
+        (loss, _), grads = self._value_and_grad(
+            state.params, state.buffers, np.asarray(x, self._x_dtype), np.asarray(y, np.int32)
+        )
+        return float(loss), {k: np.array(g) for k, g in grads.items()}
+
+    def params(self, state: TrainState) -> dict[str, np.ndarray]:
+        # np.array copies: a view of a buffer that a later step donates would change under us.
+        return {k: np.array(v) for k, v in state.params.items()}
+
+    def buffers(self, state: TrainState) -> dict[str, np.ndarray]:
+        """The non-trained state (BatchNorm running statistics) in canonical names."""
+        return {k: np.array(v) for k, v in state.buffers.items()}
+
+    def canonical_batch(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        x, y = batch
+        return np.array(x), np.array(y)
+
+    def losses_to_numpy(self, losses: jax.Array) -> np.ndarray:
+        return np.asarray(losses, dtype=np.float64)
+
+    def compilations(self) -> int:
+        return _COMPILES[self._step_name] + _COMPILES[self._infer_name]
+
+    def compiled_flops(self) -> float | None:
+        """XLA's own FLOP count of one compiled train step (elementwise ops included), once
+        compile() has run; None before."""
+        analysis = None if self._compiled is None else self._compiled.cost_analysis()
+        return None if analysis is None else float(analysis["flops"])
+
+    def numerics(self) -> dict[str, Any]:
+        """The workload's NUMERICS_FIELDS read back: the optimizer's own hyper-parameters and
+        inner state (from an optimizer state for a one-element probe of the program's dtype, which
+        holds the same values as the real one at a fraction of the cost), the parameters' dtype,
+        and the model's own numerics."""
+        probe = {"probe": jnp.zeros((1,), self._dtype)}
+        opt_state = self._tx.init(probe)
+        hyper = {k: _shortest_float(v) for k, v in opt_state.hyperparams.items()}
+        adam_state = opt_state.inner_state[0]
+        is_adam = isinstance(adam_state, optax.ScaleByAdamState)
+        found = {
+            "optimizer": "adam" if is_adam else type(adam_state).__name__,
+            "learning_rate": hyper["learning_rate"],
+            "beta1": hyper["b1"],
+            "beta2": hyper["b2"],
+            "eps": hyper["eps"],
+            "eps_placement": "outside_sqrt" if hyper["eps_root"] == 0.0 else "inside_sqrt",
+            # optax.scale_by_adam always divides by 1 - beta**t; it has no switch to turn it off.
+            "bias_correction": is_adam,
+            "weight_decay": hyper.get("weight_decay", 0.0),
+            "dropout": 0.0,  # no JAX model here has a dropout layer
+            "loss": LOSS,
+            "dtype": str(probe["probe"].dtype),
+            **self._model.numerics(),
+        }
+        return {name: found[name] for name in self._workload.NUMERICS_FIELDS}
+
+
+def _init_state(tx: optax.GradientTransformation, dtype: np.dtype[Any], params: Params, buffers: Params) -> TrainState:
+    params = {k: v.astype(dtype) for k, v in params.items()}
+    buffers = {k: v.astype(dtype) for k, v in buffers.items()}
+    return TrainState(params, buffers, tx.init(params))
+
+
+def _loss(model: Model, params: Params, buffers: Params, x: jax.Array, y: jax.Array) -> tuple[jax.Array, Params]:
+    logits, new_buffers = model.apply(params, buffers, x, True)
+    return mean_cross_entropy(logits, y), new_buffers
+
+
+def _logits(model: Model, params: Params, buffers: Params, x: jax.Array) -> jax.Array:
+    return model.apply(params, buffers, x, False)[0]
+
+
+def _shortest_float(value: jax.Array) -> float:
+    """The shortest decimal that is this value exactly in its own dtype (1e-3, not
+    0.0010000000475 for a float32): compares equal to the spec's value."""
+    array = np.asarray(value)
+    return float(np.format_float_positional(array.dtype.type(array), unique=True, trim="-"))

@@ -1,0 +1,251 @@
+"""The ONNX Runtime Program every workload shares: the torch implementation of the workload,
+loaded with the canonical parameters, exported once with torch.onnx.export (the dynamo exporter,
+onnxscript) with a dynamic batch axis, cached, and run by an InferenceSession.
+
+The export cache lives under DLBENCH_CACHE_DIR (default ~/.cache/dlbench)/onnx, one directory
+per key: the workload spec without its sizes (the batch axis is dynamic, so batch, dataset and
+eval sizes do not change the graph), a hash of the canonical parameters, the opset, the torch
+version and this file's format. A directory holds model.onnx, torch_logits.npy (the torch eval
+model's logits on the canonical fixed batch, computed with the export) and meta.json (the torch
+program's numerics read back, export seconds). Every init() checks the session's logits on the
+fixed batch against those torch logits and refuses a session that differs.
+
+ONNX Runtime cannot train: the training methods raise Unsupported (planning never gets there,
+the backend's capabilities say so first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import shutil
+import tempfile
+import time
+import typing
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from dlbench import workloads
+from dlbench.analysis import parity
+from dlbench.backends.base import Unsupported, build_program
+from dlbench.backends.onnxruntime import providers, session_options
+from dlbench.runner.probe import FIXED_BATCH_SIZE
+from dlbench.runner.reference import cache_base
+from dlbench.spec import TrialSpec, WorkloadSpec, to_dict
+from dlbench.workloads.base import numerics_readback
+from dlbench.workloads.data import Augment, Dataset
+
+# The dynamo exporter's own opset (torch.onnx's TORCHLIB_OPSET in torch 2.13): exported as is,
+# no version conversion pass.
+OPSET = 18
+# Bump when what an export directory holds changes.
+EXPORT_FORMAT = 1
+# Sizes that do not change the exported graph (dynamic batch axis).
+_SIZE_FIELDS = ("batch_size", "dataset_size", "eval_size", "labels")
+PREDICT_CHUNK = 1024
+# What each init() in this process did (cache key, hit or miss, seconds, the torch check):
+# reported by OnnxRuntimeBackend.info().
+EXPORTS: list[dict[str, Any]] = []
+NOT_TRAINABLE = "onnxruntime does not train: it runs exported models (capabilities: infer only)"
+
+
+def build(trial: TrialSpec) -> OrtProgram:
+    return OrtProgram(trial)
+
+
+def params_digest(params: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(params):
+        a = np.ascontiguousarray(params[name])
+        h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()[:20]
+
+
+def cache_key(spec: WorkloadSpec, params: dict[str, np.ndarray]) -> str:
+    d = to_dict(spec)
+    for name in _SIZE_FIELDS:
+        d.pop(name)
+    blob = {"spec": d, "params": params_digest(params), "opset": OPSET,
+            "torch": importlib.metadata.version("torch"), "format": EXPORT_FORMAT}
+    return f"{spec.name}-{hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:20]}"
+
+
+def cache_root() -> Path:
+    return cache_base() / "onnx"
+
+
+@dataclass(frozen=True)
+class Export:
+    directory: Path
+    meta: dict[str, Any]
+    hit: bool
+
+    @property
+    def model(self) -> Path:
+        return self.directory / "model.onnx"
+
+    def torch_logits(self) -> np.ndarray:
+        return np.load(self.directory / "torch_logits.npy")
+
+
+def ensure_export(trial: TrialSpec, params: dict[str, np.ndarray]) -> Export:
+    """The cached export for these parameters, made now on a miss (in a temporary directory
+    renamed into place, so a crash or a concurrent export never leaves half a directory)."""
+    root = cache_root()
+    directory = root / cache_key(trial.workload, params)
+    if (directory / "meta.json").exists():
+        return Export(directory, json.loads((directory / "meta.json").read_text()), hit=True)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=root))
+    try:
+        meta = export_torch(trial, params, tmp)
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        try:
+            tmp.rename(directory)
+        except OSError:  # another process exported the same key first: use theirs
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return Export(directory, json.loads((directory / "meta.json").read_text()), hit=False)
+
+
+def export_torch(trial: TrialSpec, params: dict[str, np.ndarray], out: Path) -> dict[str, Any]:
+    """Export the torch implementation (eager, eval mode, canonical parameters) to
+    out/model.onnx with a dynamic batch axis; save its logits on the fixed batch beside it."""
+    import torch
+
+    start = time.perf_counter()
+    torch_trial = replace(trial, framework="torch", policy=replace(trial.policy, mode="eager"))
+    program = build_program("dlbench.backends.torch", torch_trial)
+    state = program.init(params)
+    fixed = workloads.get(trial.workload.name).fixed_batch(trial.workload, FIXED_BATCH_SIZE)
+    example = program.infer_input(fixed.x)
+    forward = program.infer_fn(state)  # puts the module in eval mode
+    exported = torch.onnx.export(
+        state.model, (example,), dynamo=True, opset_version=OPSET, optimize=True, verbose=False,
+        dynamic_shapes=({0: torch.export.Dim("batch")},),
+    )
+    if exported is None:  # only the TorchScript exporter (dynamo=False) returns None
+        raise RuntimeError("torch.onnx.export returned no program")
+    exported.save(str(out / "model.onnx"), external_data=False)
+    np.save(out / "torch_logits.npy", np.asarray(forward(example)))
+    return {
+        "workload": trial.workload.name,
+        "numerics": program.numerics(),
+        "opset": OPSET,
+        "torch": torch.__version__,
+        "onnx": importlib.metadata.version("onnx"),
+        "onnxscript": importlib.metadata.version("onnxscript"),
+        "export_s": time.perf_counter() - start,
+    }
+
+
+@typing.final
+@dataclass(frozen=True)
+class State:
+    session: Any  # ort.InferenceSession
+    input_name: str
+    output_name: str
+
+
+@typing.final
+class OrtProgram:
+    def __init__(self, trial: TrialSpec) -> None:
+        spec = trial.workload
+        self._trial = trial
+        self._workload = workloads.get(spec.name)
+        shape, x_dtype = self._workload.input_spec(spec)
+        # As the torch model takes them: NCHW float32 images, float32 vectors, int64 token ids.
+        self._images = len(shape) == 3
+        self._x_dtype = np.dtype(np.float32) if np.issubdtype(np.dtype(x_dtype), np.floating) else np.dtype(np.int64)
+        self._numerics: dict[str, Any] | None = None
+        self._params: dict[str, np.ndarray] = {}
+
+    def init(self, params: dict[str, np.ndarray]) -> State:
+        """Export (or find the cached export), open a session under the policy, check its logits
+        on the fixed batch against torch's."""
+        spec = self._trial.workload
+        start = time.perf_counter()
+        export = ensure_export(self._trial, params)
+        self._check_numerics(export.meta["numerics"])
+        session = ort.InferenceSession(str(export.model), sess_options=session_options(self._trial.policy),
+                                       providers=providers())
+        state = State(session, session.get_inputs()[0].name, session.get_outputs()[0].name)
+        fixed = self._workload.fixed_batch(spec, FIXED_BATCH_SIZE)
+        err = parity.rel_err(self.infer_fn(state)(self.infer_input(fixed.x)), export.torch_logits())
+        tol = parity.tolerance(spec.numerics.dtype).infer_logits_rel_err
+        EXPORTS.append({"key": export.directory.name, "cache": "hit" if export.hit else "miss",
+                        "opset": export.meta["opset"], "export_s": export.meta["export_s"],
+                        "init_s": time.perf_counter() - start, "torch_logits_rel_err": err,
+                        "providers": session.get_providers()})
+        if not err <= tol:
+            raise RuntimeError(f"onnxruntime's logits on the fixed batch differ from torch's by {err:.2e}"
+                               f" (normwise; tolerance {tol:g}): export {export.directory}")
+        self._params = {k: np.array(v) for k, v in params.items()}
+        return state
+
+    def _check_numerics(self, found: dict[str, Any]) -> None:
+        spec = self._trial.workload
+        wanted = numerics_readback(spec.numerics, self._workload.NUMERICS_FIELDS)
+        differ = [f"{k} {found.get(k)!r} (spec: {v!r})" for k, v in wanted.items() if found.get(k) != v]
+        if differ:
+            raise Unsupported(f"the exported torch {spec.name} computes {', '.join(differ)}")
+        self._numerics = {k: found[k] for k in self._workload.NUMERICS_FIELDS}
+
+    def infer_fn(self, state: State) -> Callable[[np.ndarray], np.ndarray]:
+        """InferenceSession.run: host NumPy in, host NumPy logits out."""
+        run, feed, outputs = state.session.run, state.input_name, [state.output_name]
+        return lambda x: run(outputs, {feed: x})[0]  # type: ignore[no-any-return]
+
+    def infer_input(self, x: np.ndarray) -> np.ndarray:
+        a = np.asarray(x, self._x_dtype)
+        return np.ascontiguousarray(a.transpose(0, 3, 1, 2) if self._images else a)
+
+    def predict(self, state: State, x: np.ndarray) -> np.ndarray:
+        forward = self.infer_fn(state)
+        return np.concatenate([forward(self.infer_input(x[i : i + PREDICT_CHUNK]))
+                               for i in range(0, len(x), PREDICT_CHUNK)])
+
+    def params(self, state: State) -> dict[str, np.ndarray]:
+        """The canonical parameters the session's model was exported with."""
+        return {k: np.array(v) for k, v in self._params.items()}
+
+    def numerics(self) -> dict[str, Any]:
+        """The torch program's numerics, read back when the model was exported (init)."""
+        if self._numerics is None:
+            raise RuntimeError("onnxruntime numerics are known once init() has found the export")
+        return dict(self._numerics)
+
+    def compilations(self) -> int:
+        return 0  # the session optimises its graph once, in init(); run() never compiles
+
+    # -- training: not an inference runtime's job ---------------------------------------------
+
+    def load(self, dataset: Dataset) -> None:
+        return None  # inference inputs come through infer_input
+
+    def batches(self, order: np.ndarray, augment: Augment | None = None) -> Iterator[Any]:
+        raise Unsupported(NOT_TRAINABLE)
+
+    def compile(self, state: State, batch: Any) -> float | None:
+        raise Unsupported(NOT_TRAINABLE)
+
+    def train_chunk(self, state: State, batches: Iterator[Any], n_steps: int) -> tuple[State, Any]:
+        raise Unsupported(NOT_TRAINABLE)
+
+    def loss_and_grads(self, state: State, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
+        raise Unsupported(NOT_TRAINABLE)
+
+    def canonical_batch(self, batch: Any) -> tuple[np.ndarray, np.ndarray]:
+        raise Unsupported(NOT_TRAINABLE)
+
+    def losses_to_numpy(self, losses: Any) -> np.ndarray:
+        raise Unsupported(NOT_TRAINABLE)

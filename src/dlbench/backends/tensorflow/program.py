@@ -1,0 +1,349 @@
+"""The training machinery of every TensorFlow workload, written once: tf.Variable parameters
+and buffers, the torch-formula Adam, the train step under each mode, the tf.data pipeline over
+the spec's index rows and the Program methods. A workload module (mlp.py, cnn.py, ...) supplies
+only a small Model: its forward pass, its canonical<->TF parameter conversion and the read-back
+of the numerics it uses.
+
+Modes: eager runs the Python step as is, graph wraps it in tf.function, compiled in
+tf.function(jit_compile=True) (XLA).
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from types import ModuleType
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+import tensorflow as tf
+
+from dlbench.backends.base import Program, Unsupported
+from dlbench.spec import Numerics, TrialSpec
+from dlbench.workloads.base import numerics_readback
+from dlbench.backends.tensorflow import pipeline
+from dlbench.workloads.data import Augment, Dataset
+
+DTYPES = {"float32": tf.float32, "float64": tf.float64}
+LOSS = "mean_softmax_cross_entropy"  # reduce_mean of sparse_softmax_cross_entropy_with_logits
+DROPOUT = 0.0  # no model has a dropout layer
+
+Batch = tuple[tf.Tensor, tf.Tensor]
+Tensors = Mapping[str, tf.Tensor]
+
+
+class Layout(Protocol):
+    """Canonical parameters (workload names and layouts) <-> the TF variables a model holds."""
+
+    def shapes(self, canonical: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+        """TF variable names -> shapes, from the canonical names -> shapes."""
+        ...
+
+    def to_framework(self, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Canonical arrays -> values of the TF variables."""
+        ...
+
+    def to_canonical(self, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Values (or gradients) of the TF variables -> canonical arrays."""
+        ...
+
+
+class Model(Protocol):
+    """One workload's model in TF: what a workload module hands to TensorFlowProgram."""
+
+    @property
+    def layout(self) -> Layout:
+        """How canonical parameters become this model's variables and back."""
+        ...
+
+    def forward(
+        self, params: Tensors, buffers: Tensors, x: tf.Tensor, training: bool
+    ) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        """Logits and the new values of the buffers the pass updates (BatchNorm running
+        statistics in training mode; empty otherwise)."""
+        ...
+
+    def numerics(self) -> dict[str, Any]:
+        """The workload-specific numerics (padding, norm eps, ...) as the model passes them to
+        TF, keyed like spec.Numerics."""
+        ...
+
+
+@typing.final
+class SameLayout:
+    """TF's native layouts are the canonical ones (NHWC images, HWIO conv kernels, (in, out)
+    dense kernels, an NHWC reshape flattens in HWC order): nothing is renamed or permuted."""
+
+    def shapes(self, canonical: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+        return dict(canonical)
+
+    def to_framework(self, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return dict(params)
+
+    def to_canonical(self, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return dict(values)
+
+
+class State(NamedTuple):
+    """Views of the program's variables: TF updates variables in place, so the state passed
+    around is always the same object; a NamedTuple lets tf.nest (and so sync) see every one."""
+
+    params: dict[str, tf.Variable]
+    buffers: dict[str, tf.Variable]
+    m: dict[str, tf.Variable]
+    v: dict[str, tf.Variable]
+    step: tf.Variable
+
+
+@typing.final
+class Adam:
+    """Adam as torch.optim.Adam and optax.adam compute it: bias-corrected moments, eps added
+    outside the square root. Not tf.keras.optimizers.Adam: Keras adds eps to sqrt(v) before the
+    bias correction (the paper's eps-hat) and defaults it to 1e-7, a different update. Written
+    out it is a handful of element-wise ops per variable, which XLA fuses in compiled mode."""
+
+    name = "adam"
+    eps_placement = "outside_sqrt"
+
+    def __init__(self, params: dict[str, tf.Variable], numerics: Numerics, dtype: tf.DType) -> None:
+        self.learning_rate = numerics.learning_rate
+        self.beta1 = numerics.beta1
+        self.beta2 = numerics.beta2
+        self.eps = numerics.eps
+        self.bias_correction = numerics.bias_correction
+        self.weight_decay = numerics.weight_decay
+        self.dtype = dtype
+        self.m = {k: _zeros_like(p, f"m/{k}") for k, p in params.items()}
+        self.v = {k: _zeros_like(p, f"v/{k}") for k, p in params.items()}
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+
+    def reset(self) -> None:
+        for slot in (*self.m.values(), *self.v.values()):
+            slot.assign(tf.zeros_like(slot))
+        self.step.assign(0)
+
+    def apply(self, params: dict[str, tf.Variable], grads: Tensors) -> None:
+        # Bias corrections in float64, as torch computes them (Python floats): in float32,
+        # 1 - 0.999^t carries a 1e-5 relative error from rounding 0.999 alone.
+        t = tf.cast(self.step.assign_add(1), tf.float64)
+        step_size = tf.constant(self.learning_rate, tf.float64)
+        v_scale = tf.constant(1.0, tf.float64)
+        if self.bias_correction:
+            # torch's arrangement: lr / (1 - b1^t) scales m, sqrt(1 - b2^t) divides sqrt(v).
+            step_size = step_size / (1.0 - tf.constant(self.beta1, tf.float64) ** t)
+            v_scale = tf.sqrt(1.0 - tf.constant(self.beta2, tf.float64) ** t)
+        step_size, v_scale = tf.cast(step_size, self.dtype), tf.cast(v_scale, self.dtype)
+        for name, p in params.items():
+            g = grads[name]
+            if self.weight_decay:
+                g = g + self.weight_decay * p  # torch's (L2, not decoupled) weight decay
+            m = self.m[name].assign(self.beta1 * self.m[name] + (1.0 - self.beta1) * g)
+            v = self.v[name].assign(self.beta2 * self.v[name] + (1.0 - self.beta2) * tf.square(g))
+            p.assign_sub(step_size * m / (tf.sqrt(v) / v_scale + self.eps))
+
+
+def _zeros_like(p: tf.Variable, name: str) -> tf.Variable:
+    return tf.Variable(tf.zeros_like(p), trainable=False, name=name)
+
+
+def _in_mode(
+    fn: Callable[..., Any], mode: str, input_signature: list[tf.TensorSpec] | None = None
+) -> Any:
+    """The function as the mode runs it. jit_compile=False in graph mode so that no
+    auto-clustering flag can turn it into XLA behind our back."""
+    if mode == "eager":
+        return fn
+    return tf.function(fn, input_signature=input_signature, jit_compile=mode == "compiled")
+
+
+def dense(h: tf.Tensor, params: Tensors, name: str) -> tf.Tensor:
+    """`h @ <name>.kernel + <name>.bias` for a (rows, in) input: the models' shared layer."""
+    return tf.nn.bias_add(tf.matmul(h, params[f"{name}.kernel"]), params[f"{name}.bias"])
+
+
+def initial_buffer(name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """BatchNorm running statistics start as torch's do: `<bn>.mean` zeros, `<bn>.var` ones."""
+    fill = {"mean": 0.0, "var": 1.0}[name.rsplit(".", 1)[-1]]
+    return np.full(shape, fill)
+
+
+@typing.final
+class TensorFlowProgram:
+    """One workload's Program: the Model's forward pass inside the shared training machinery."""
+
+    def __init__(self, trial: TrialSpec, workload: ModuleType, model: Model) -> None:
+        spec = trial.workload
+        self._model = model
+        self._fields: tuple[str, ...] = workload.NUMERICS_FIELDS
+        self._dtype = DTYPES[spec.numerics.dtype]
+        shapes = model.layout.shapes(workload.param_shapes(spec))
+        self._vars = {n: tf.Variable(tf.zeros(s, self._dtype), name=n) for n, s in shapes.items()}
+        self._initial_buffers = {
+            n: initial_buffer(n, s) for n, s in workload.buffer_shapes(spec).items()
+        }
+        self._buffers = {
+            n: tf.Variable(v, dtype=self._dtype, trainable=False, name=n)
+            for n, v in self._initial_buffers.items()
+        }
+        self._adam = Adam(self._vars, spec.numerics, self._dtype)
+        sample_shape, sample_dtype = workload.input_spec(spec)
+        # Images and vectors follow the program's dtype (float64 for the parity reference);
+        # token ids stay integers.
+        is_float = np.dtype(sample_dtype).kind == "f"
+        self._x_dtype = self._dtype if is_float else tf.as_dtype(sample_dtype)
+        # Fixed shapes: the step traces (and compiles) exactly once.
+        signature = [
+            tf.TensorSpec((spec.batch_size, *sample_shape), self._x_dtype),
+            tf.TensorSpec((spec.batch_size,), tf.int32),
+        ]
+        mode = trial.policy.mode
+        self._step = _in_mode(self._train_step, mode, signature)
+        self._tracing_count: Callable[[], int] = (
+            (lambda: 0) if mode == "eager" else self._step.experimental_get_tracing_count
+        )
+        # Checks and evaluation run under the trial's mode too (their own traces, not counted).
+        self._grads = _in_mode(self._loss_grads_updates, mode)
+        # Evaluation and inference (infer_fn): one trace per input shape (batch size), counted.
+        self._logits = _in_mode(self._predict, mode)
+        self._logits_traces: Callable[[], int] = (
+            (lambda: 0) if mode == "eager" else self._logits.experimental_get_tracing_count
+        )
+        self._x: tf.Variable | None = None
+        self._y: tf.Variable | None = None
+        self._policy = trial.policy
+        self._device_gather: pipeline.DeviceGather | None = None
+
+    # -- steps --------------------------------------------------------------------------------
+    def _loss_grads_updates(
+        self, x: tf.Tensor, y: tf.Tensor
+    ) -> tuple[tf.Tensor, dict[str, tf.Tensor], dict[str, tf.Tensor]]:
+        """Training-mode loss, gradients and buffer updates; nothing is assigned."""
+        with tf.GradientTape() as tape:
+            logits, updates = self._model.forward(self._vars, self._buffers, x, True)
+            losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+            loss = tf.reduce_mean(losses)
+        grads = tape.gradient(loss, self._vars)
+        # An embedding lookup's gradient is IndexedSlices: dense, as torch and JAX update it.
+        return loss, {k: tf.convert_to_tensor(g) for k, g in grads.items()}, updates
+
+    def _train_step(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        loss, grads, updates = self._loss_grads_updates(x, y)
+        self._adam.apply(self._vars, grads)
+        for name, value in updates.items():
+            self._buffers[name].assign(value)
+        return loss
+
+    def _predict(self, x: tf.Tensor) -> tf.Tensor:
+        return self._model.forward(self._vars, self._buffers, x, False)[0]
+
+    def _state(self) -> State:
+        adam = self._adam
+        return State(self._vars, self._buffers, adam.m, adam.v, adam.step)
+
+    # -- Program ------------------------------------------------------------------------------
+    def load(self, dataset: Dataset) -> None:
+        # Variables (pipeline.py says why). "pipeline": on the host, because tf.data runs
+        # there and each batch goes to the device with the step's inputs; "device": on the
+        # default device (the GPU where there is one), gathered there.
+        on = None if self._policy.data == "device" else "/CPU:0"
+        with tf.device(on):
+            self._x = tf.Variable(dataset.x, trainable=False, dtype=self._x_dtype, name="inputs")
+            self._y = tf.Variable(dataset.y, trainable=False, dtype=tf.int32, name="labels")
+        self._device_gather = pipeline.DeviceGather(self._x, self._y)
+
+    def init(self, params: dict[str, np.ndarray]) -> State:
+        values = self._model.layout.to_framework(params)
+        if set(values) != set(self._vars):
+            raise ValueError(f"parameter names {sorted(params)} do not match the workload's")
+        for name, var in self._vars.items():
+            var.assign(tf.cast(values[name], self._dtype))
+        for name, buf in self._buffers.items():
+            buf.assign(tf.cast(self._initial_buffers[name], self._dtype))
+        self._adam.reset()
+        return self._state()
+
+    def batches(self, order: np.ndarray, augment: Augment | None = None) -> Iterator[Batch]:
+        if self._x is None or self._y is None or self._device_gather is None:
+            raise RuntimeError("load(dataset) must come before batches(order)")
+        if self._policy.data == "device":
+            return self._device_gather.batches(order, augment)
+        return pipeline.loader_batches(self._x, self._y, order, augment, self._policy.loader_workers)
+
+    def compile(self, state: State, batch: Batch) -> float | None:
+        # TF has no public ahead-of-time compile for a tf.function: get_concrete_function only
+        # traces, and XLA (jit_compile) and graph optimisation (Grappler) run inside the first
+        # call. The worker reports compile_estimate_s instead.
+        return None
+
+    def train_chunk(
+        self, state: State, batches: Iterator[Batch], n_steps: int
+    ) -> tuple[State, tf.Tensor]:
+        losses = [self._step(*next(batches)) for _ in range(n_steps)]
+        return state, tf.stack(losses)  # stays a tensor: no host fetch per step
+
+    def predict(self, state: State, x: np.ndarray) -> np.ndarray:
+        return np.asarray(self._logits(tf.constant(x, dtype=self._x_dtype)).numpy())
+
+    def infer_fn(self, state: State) -> Callable[[tf.Tensor], np.ndarray]:
+        """The eval-mode forward as the mode runs it (eager ops, tf.function, or
+        tf.function(jit_compile=True)); .numpy() fetches the logits to the host, which is TF's
+        sync and the request's end."""
+        logits = self._logits
+        return lambda x: logits(x).numpy()
+
+    def infer_input(self, x: np.ndarray) -> tf.Tensor:
+        # tf.constant lives in host memory; the identity puts it on the default device.
+        return tf.identity(tf.constant(x, dtype=self._x_dtype))
+
+    def loss_and_grads(
+        self, state: State, x: np.ndarray, y: np.ndarray
+    ) -> tuple[float, dict[str, np.ndarray]]:
+        x_t, y_t = tf.constant(x, dtype=self._x_dtype), tf.constant(y, dtype=tf.int32)
+        loss, grads, _ = self._grads(x_t, y_t)
+        canonical = self._model.layout.to_canonical({k: g.numpy() for k, g in grads.items()})
+        return float(loss.numpy()), canonical
+
+    def params(self, state: State) -> dict[str, np.ndarray]:
+        values = {name: var.numpy() for name, var in state.params.items()}
+        return self._model.layout.to_canonical(values)
+
+    def canonical_batch(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        x, y = batch
+        return x.numpy(), y.numpy()
+
+    def losses_to_numpy(self, losses: tf.Tensor) -> np.ndarray:
+        return np.asarray(losses.numpy(), dtype=np.float64)
+
+    def compilations(self) -> int:
+        return int(self._tracing_count()) + int(self._logits_traces())
+
+    def numerics(self) -> dict[str, Any]:
+        adam = self._adam
+        dtypes = sorted({var.dtype.name for var in (*self._vars.values(), *self._buffers.values())})
+        found = {
+            "optimizer": adam.name,
+            "learning_rate": adam.learning_rate,
+            "beta1": adam.beta1,
+            "beta2": adam.beta2,
+            "eps": adam.eps,
+            "eps_placement": adam.eps_placement,
+            "bias_correction": adam.bias_correction,
+            "weight_decay": adam.weight_decay,
+            "dropout": DROPOUT,
+            "loss": LOSS,
+            "dtype": ",".join(dtypes),
+            **self._model.numerics(),
+        }
+        return {k: found[k] for k in self._fields}
+
+
+def build(trial: TrialSpec, workload: ModuleType, model: Model) -> Program:
+    """The Program, if it computes what the spec asks: every numerics field the workload uses
+    is read back and compared; what this implementation does not parametrise must match."""
+    program = TensorFlowProgram(trial, workload, model)
+    wanted = numerics_readback(trial.workload.numerics, workload.NUMERICS_FIELDS)
+    got = program.numerics()
+    differ = [f"{k}={got[k]!r} (spec: {v!r})" for k, v in wanted.items() if got[k] != v]
+    if differ:
+        raise Unsupported(f"tensorflow {workload.NAME} computes {', '.join(differ)}")
+    return program

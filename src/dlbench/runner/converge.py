@@ -1,0 +1,228 @@
+"""Time to accuracy (`--scenario converge`), run by the worker process (runner/worker.py).
+
+From the canonical weights, after the usual untimed import, build and data phases, the trial
+trains on the spec's data and order in chunks of `eval_every` (K) steps and evaluates on the
+held-out split after each chunk with the clock stopped, until the accuracy reaches
+`target_accuracy` or a budget runs out (`max_steps`, or `max_time_s` of training time, checked
+at each evaluation). There are no warm-up epochs: the first step's compile is part of the time to
+target, as a user waits for it. Evaluation time is reported on its own (`eval_s`).
+
+Reported: `reached_target` (1/0), `steps_to_target` and `time_to_target_s` (null with the reason
+when not reached), `eval_s`, `train_s` (all training time), the accuracy after each chunk by step
+(`accuracy`) and by training seconds (`accuracy_by_time`), and the loss per step. The status
+stays `ok` when a budget runs out: not reaching the target is a result. Nothing here imports a
+framework.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dlbench import workloads
+from dlbench.backends.base import Backend, Program
+from dlbench.monitors.memory import MemorySampler
+from dlbench.results.records import TrialResult
+from dlbench.runner.probe import fixed_batch_grads, save_grads
+from dlbench.runner.timing import EventLog, Phases, split_steps
+from dlbench.spec import TrialSpec
+from dlbench.workloads.data import Dataset, epoch_steps
+
+
+@typing.final
+@dataclass
+class Curve:
+    """What one converge run measured, filled as it trains."""
+
+    steps: int = 0
+    train_s: float = 0.0  # training time so far: the clock runs only while training
+    eval_s: float = 0.0
+    first_step_s: float = 0.0
+    compile_s: float | None = None
+    # (steps, seconds) per synced chunk after the first step
+    chunks: list[tuple[int, float]] = field(default_factory=list)
+    losses: list[np.ndarray] = field(default_factory=list)
+    # (step, training seconds, held-out accuracy) after each chunk of K steps
+    points: list[tuple[int, float, float]] = field(default_factory=list)
+    reached: bool = False
+    stop_reason: str = ""
+    # Compiles (traces) during training chunks after the first step; evaluation's own compiles
+    # (a predict function) are not counted.
+    recompiles: int = 0
+
+
+@typing.final
+class Feed:
+    """The spec's batches across epochs: a new epoch's pipeline when the last one runs out."""
+
+    def __init__(self, trial: TrialSpec, program: Program) -> None:
+        self._trial, self._program = trial, program
+        self.epoch = -1
+        self.left = 0
+        self.batches: Iterator[Any] = iter(())
+        self.next_epoch()
+
+    def next_epoch(self) -> None:
+        self.epoch += 1
+        rows, augment = epoch_steps(self._trial.workload, self.epoch)
+        self.batches, self.left = self._program.batches(rows, augment), len(rows)
+
+    def first_batch(self) -> Any:
+        """A batch for an ahead-of-time compile: epoch 0's first, from a pipeline of its own."""
+        rows, augment = epoch_steps(self._trial.workload, 0)
+        return next(iter(self._program.batches(rows[:1], None if augment is None else augment.steps(0, 1))))
+
+
+def run(
+    trial: TrialSpec, backend: Backend, program: Program, state: Any, phases: Phases, log: EventLog,
+    sampler: MemorySampler, created: float, result: TrialResult, parity_file: Path,
+) -> None:
+    """Every phase of a converge trial after build and data; fills `result` as it goes."""
+    m = result.metrics
+    spec = trial.workload
+    eval_data = workloads.get(spec.name).make_eval_dataset(spec)  # untimed, before the clock
+    m["rss_initial_bytes"], m["vram_initial_bytes"] = sampler.sample()
+    sampler.begin_window()
+    log.emit("phase", name="converge", state="start")
+    curve = train_to_target(trial, backend, program, state, log, eval_data, created, m)
+    log.emit("phase", name="converge", state="end", seconds=curve.train_s + curve.eval_s)
+    window = sampler.end_window()
+    m["rss_window_peak_bytes"], m["vram_window_peak_bytes"] = window["rss"], window["vram"]
+    m["recompiles_in_window"] = curve.recompiles
+    converge_metrics(trial, curve, result)
+    t = phases.start("parity")  # after training: its own compile must not shorten the first step's
+    loss, grads = fixed_batch_grads(program, spec)
+    save_grads(parity_file, loss, grads)
+    m["parity_s"] = phases.end("parity", t)
+    m.update(backend.allocator_stats())
+
+
+def train_to_target(
+    trial: TrialSpec, backend: Backend, program: Program, state: Any, log: EventLog, eval_data: Dataset,
+    created: float, m: dict[str, float | None],
+) -> Curve:
+    curve = Curve()
+    start = time.perf_counter()
+    feed = Feed(trial, program)
+    curve.compile_s = program.compile(state, feed.first_batch())
+    state = _chunk(backend, program, state, feed, 1, curve)
+    curve.first_step_s = time.perf_counter() - start
+    curve.train_s = curve.first_step_s
+    curve.chunks.clear()  # the first step is reported on its own, not as a chunk
+    curve.recompiles = 0  # the first step compiles; later compiles are flagged
+    m["time_to_first_step_s"] = time.monotonic() - created
+    while True:
+        t0 = time.perf_counter()
+        until_eval = trial.eval_every - curve.steps % trial.eval_every
+        for n in split_steps(min(until_eval, trial.max_steps - curve.steps), trial.chunk_steps):
+            state = _chunk(backend, program, state, feed, n, curve)
+            log.emit("chunk", epoch=feed.epoch, steps=n, seconds=curve.chunks[-1][1])
+        curve.train_s += time.perf_counter() - t0
+        accuracy = _accuracy(program, state, eval_data, trial.workload.batch_size, curve)
+        curve.points.append((curve.steps, curve.train_s, accuracy))
+        log.emit("eval", step=curve.steps, accuracy=accuracy, train_s=curve.train_s)
+        if _stop(trial, curve, accuracy):
+            return curve
+
+
+def _chunk(backend: Backend, program: Program, state: Any, feed: Feed, n: int, curve: Curve) -> Any:
+    """n steps (within one epoch: the next epoch's pipeline starts between chunks), synced."""
+    if feed.left == 0:
+        feed.next_epoch()
+    done = 0
+    while done < n:
+        k = min(n - done, feed.left)
+        compiles = program.compilations()
+        t0 = time.perf_counter()
+        state, losses = program.train_chunk(state, feed.batches, k)
+        backend.sync(state, losses)
+        curve.chunks.append((k, time.perf_counter() - t0))
+        curve.recompiles += program.compilations() - compiles
+        curve.losses.append(_per_step(program.losses_to_numpy(losses), k))
+        curve.steps += k
+        feed.left -= k
+        done += k
+        if feed.left == 0 and done < n:
+            feed.next_epoch()
+    return state
+
+
+def _per_step(values: np.ndarray, n: int) -> np.ndarray:
+    """A chunk's losses per step; a Program reporting the chunk's mean (Keras's fit) gives each
+    step that mean, as the train scenario does."""
+    if len(values) == n:
+        return values
+    if len(values) == 1:
+        return np.full(n, values[0])
+    raise RuntimeError(f"train_chunk returned {len(values)} losses for {n} steps")
+
+
+def _accuracy(program: Program, state: Any, data: Dataset, batch_size: int, curve: Curve) -> float:
+    """Held-out accuracy with the clock stopped (its seconds go to curve.eval_s), in slices of
+    the training batch size so every call has the shape of the first one."""
+    t0 = time.perf_counter()
+    correct = 0
+    for i in range(0, len(data), batch_size):
+        logits = program.predict(state, data.x[i : i + batch_size])
+        correct += int(np.sum(np.argmax(logits, axis=1) == data.y[i : i + batch_size]))
+    curve.eval_s += time.perf_counter() - t0
+    return correct / len(data)
+
+
+def _stop(trial: TrialSpec, curve: Curve, accuracy: float) -> bool:
+    target = trial.target_accuracy
+    if target is None:
+        raise ValueError("the converge scenario needs a target accuracy")
+    if accuracy >= target:
+        curve.reached = True
+    elif curve.steps >= trial.max_steps:
+        curve.stop_reason = f"not reached within max steps {trial.max_steps} (last accuracy {accuracy:.3f})"
+    elif curve.train_s >= trial.max_time_s:
+        curve.stop_reason = (f"not reached within max time {trial.max_time_s:g} s of training"
+                             f" ({curve.steps} steps, last accuracy {accuracy:.3f})")
+    return curve.reached or bool(curve.stop_reason)
+
+
+def converge_metrics(trial: TrialSpec, curve: Curve, result: TrialResult) -> None:
+    m = result.metrics
+    spec = trial.workload
+    step, time_s, accuracy = curve.points[-1]
+    m["reached_target"] = 1.0 if curve.reached else 0.0
+    m["steps_to_target"] = float(step) if curve.reached else None
+    m["time_to_target_s"] = time_s if curve.reached else None
+    if not curve.reached:
+        result.notes["steps_to_target"] = result.notes["time_to_target_s"] = curve.stop_reason
+    m["accuracy"] = accuracy
+    m["eval_s"] = curve.eval_s
+    m["evaluations"] = float(len(curve.points))
+    m["train_s"] = curve.train_s
+    m["steps"] = float(curve.steps)
+    m["samples_per_s"] = curve.steps * spec.batch_size / curve.train_s
+    m["first_step_s"] = curve.first_step_s
+    losses = np.concatenate(curve.losses)
+    m["final_loss"] = float(np.mean(losses[-trial.eval_every :]))
+    if curve.chunks:
+        median_step_s = statistics.median(s / n for n, s in curve.chunks)
+        m["step_s_median"] = median_step_s
+        if curve.compile_s is None:
+            m["compile_estimate_s"] = max(curve.first_step_s - median_step_s, 0.0)
+    if curve.compile_s is not None:
+        m["compile_s"] = curve.compile_s
+    flops = workloads.get(spec.name).flops_per_sample(spec)
+    m["flops_per_sample"] = flops
+    m["achieved_flops_per_s"] = flops * m["samples_per_s"]
+    result.series["accuracy"] = [(float(s), a) for s, _, a in curve.points]
+    result.series["accuracy_by_time"] = [(t, a) for _, t, a in curve.points]
+    result.series["loss"] = [(float(i), float(v)) for i, v in enumerate(losses)]
+    if not np.all(np.isfinite(losses)):
+        result.warnings.append("non-finite training loss")
+    if curve.recompiles:
+        result.warnings.append(f"recompiled {curve.recompiles} time(s) after the first step:"
+                               " the time to target includes those compiles")

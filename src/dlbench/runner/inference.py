@@ -1,0 +1,219 @@
+"""The inference scenario (`--scenario infer`), run by the worker process (runner/worker.py).
+
+The trial's own forward in inference mode (Program.infer_fn: torch.compile of the eval model
+under torch.inference_mode, a jitted apply, tf.function, ONNX Runtime's session; never a
+predict() loop) on the canonical parameters, timed two ways:
+
+- latency: one batch-1 request at a time, until `TrialSpec.infer_requests` (default 1000) are
+  timed or `TrialSpec.infer_budget_s` (default 20 s) is spent, whichever comes first; p50, p90
+  and p99 as order statistics, and the p99's distribution-free confidence interval
+  (analysis.stats.quantile_ci) at its actual level;
+- throughput: the workload spec's batch size back to back, each call synced, until
+  INFER_BATCHES batches are timed or the same budget is spent, whichever comes first.
+
+A request: a device input already in place (Program.infer_input, outside the timing) ->
+infer_fn -> the logits on the host, then Backend.sync on them. Fetching the logits is part of a
+request (a server returns them, and ONNX Runtime always does), and it is each framework's sync.
+
+Before timing, every timed batch size is warmed up (its first call compiles, reported as
+first_request_s and first_batch_s), then the parity phase runs the canonical fixed batch through
+both timed paths; the parent compares those logits with the float64 reference's eval logits
+(analysis.parity.compare_infer_logits). Nothing here imports a framework.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dlbench import workloads
+from dlbench.analysis import parity, stats
+from dlbench.backends.base import Backend, Program
+from dlbench.monitors.memory import MemorySampler
+from dlbench.results.records import TrialResult
+from dlbench.runner.probe import FIXED_BATCH_SIZE
+from dlbench.runner.timing import Phases
+from dlbench.spec import TrialSpec
+
+# Large-batch calls timed for throughput (fewer when the budget runs out first).
+INFER_BATCHES = 100
+# Warm-up calls per batch size after its first (compiling) call: batch 1, then the large batch.
+WARMUP_REQUESTS = 10
+WARMUP_BATCHES = 3
+# Distinct inputs the timed loops cycle through: held-out samples, converted before timing.
+REQUEST_POOL = 64
+BATCH_POOL = 4
+QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+LOGITS_PREFIX = "logits/"
+
+Metrics = dict[str, float | None]
+
+
+def run(
+    trial: TrialSpec, backend: Backend, phases: Phases, sampler: MemorySampler, created: float,
+    result: TrialResult, parity_file: Path,
+) -> None:
+    """Every phase of an inference trial after the framework import; fills `result` as it goes,
+    so that a failure keeps every metric measured before it."""
+    m = result.metrics
+    program, forward = _build(trial, backend, phases, m)
+    result.numerics = program.numerics()
+    # After build, a backend can report what building did (ONNX Runtime: the export cache).
+    result.framework_info = backend.info()
+    requests, batches = _inputs(trial, program, phases, m)
+    _warmup(backend, forward, requests, batches, phases, sampler, created, m)
+    _parity(trial, program, forward, phases, m, parity_file)
+    compiles = program.compilations()
+    sampler.begin_window()
+    t = phases.start("latency")
+    latency_s = timed_calls(backend.sync, forward, requests, trial.infer_requests, trial.infer_budget_s)
+    m["infer_latency_window_s"] = phases.end("latency", t)
+    t = phases.start("throughput")
+    batch_s = timed_calls(backend.sync, forward, batches, INFER_BATCHES, trial.infer_budget_s)
+    m["infer_throughput_window_s"] = phases.end("throughput", t)
+    window = sampler.end_window()
+    m["recompiles_in_window"] = program.compilations() - compiles
+    m["rss_window_peak_bytes"], m["vram_window_peak_bytes"] = window["rss"], window["vram"]
+    infer_metrics(trial, result, latency_s, batch_s)
+    m.update(backend.allocator_stats())
+
+
+def _build(trial: TrialSpec, backend: Backend, phases: Phases, m: Metrics) -> tuple[Program, Callable[[Any], Any]]:
+    """The Program, its state from the canonical parameters and its inference function (an
+    ONNX export or a cached one is loaded here): build_s."""
+    t = phases.start("build")
+    program = backend.build(trial)
+    state = program.init(workloads.get(trial.workload.name).init_params(trial.workload))
+    forward = program.infer_fn(state)
+    m["build_s"] = phases.end("build", t)
+    return program, forward
+
+
+def _inputs(trial: TrialSpec, program: Program, phases: Phases, m: Metrics) -> tuple[list[Any], list[Any]]:
+    """Device inputs from the held-out split: REQUEST_POOL single samples and BATCH_POOL
+    batches of the spec's batch size (rows cycle where the split is smaller): data_s."""
+    spec = trial.workload
+    t = phases.start("data")
+    data = workloads.get(spec.name).make_eval_dataset(spec)
+    requests = [program.infer_input(data.x[i : i + 1]) for i in range(min(REQUEST_POOL, len(data)))]
+    rows = np.arange(BATCH_POOL * spec.batch_size).reshape(BATCH_POOL, spec.batch_size) % len(data)
+    batches = [program.infer_input(data.x[r]) for r in rows]
+    m["data_s"] = phases.end("data", t)
+    return requests, batches
+
+
+def _warmup(
+    backend: Backend, forward: Callable[[Any], Any], requests: list[Any], batches: list[Any],
+    phases: Phases, sampler: MemorySampler, created: float, m: Metrics,
+) -> None:
+    """The first request (its compile included), the first large batch (its own compile), and
+    warm-up calls of both sizes: nothing timed afterwards compiles."""
+    m["rss_initial_bytes"], m["vram_initial_bytes"] = sampler.sample()
+    t = phases.start("first_request")
+    backend.sync(forward(requests[0]))
+    m["first_request_s"] = phases.end("first_request", t)
+    m["time_to_first_request_s"] = time.monotonic() - created
+    t = phases.start("first_batch")
+    backend.sync(forward(batches[0]))
+    m["first_batch_s"] = phases.end("first_batch", t)
+    t = phases.start("warmup")
+    for i in range(WARMUP_REQUESTS):
+        backend.sync(forward(requests[i % len(requests)]))
+    for i in range(WARMUP_BATCHES):
+        backend.sync(forward(batches[i % len(batches)]))
+    m["warmup_s"] = phases.end("warmup", t)
+
+
+def _parity(
+    trial: TrialSpec, program: Program, forward: Callable[[Any], Any], phases: Phases, m: Metrics,
+    path: Path,
+) -> None:
+    """The canonical fixed batch through both timed paths, after the warm-up (no new shape,
+    nothing compiles): one request per sample, and the fixed batch cycled to the large batch
+    size. The parent judges the logits against the float64 reference."""
+    spec = trial.workload
+    t = phases.start("parity")
+    x = workloads.get(spec.name).fixed_batch(spec, FIXED_BATCH_SIZE).x
+    single = np.concatenate([np.asarray(forward(program.infer_input(x[i : i + 1]))) for i in range(len(x))])
+    rows = np.arange(spec.batch_size) % len(x)
+    large = np.asarray(forward(program.infer_input(x[rows])))
+    save_logits(path, {"batch 1": single, f"batch {spec.batch_size}": large})
+    m["parity_s"] = phases.end("parity", t)
+
+
+def timed_calls(
+    sync: Callable[..., None], forward: Callable[[Any], Any], inputs: list[Any], count: int, budget_s: float
+) -> list[float]:
+    """Seconds of each call, one at a time, each synced: `count` calls, or fewer when
+    `budget_s` is spent first (checked after each call, so at least one). Inputs cycle."""
+    out: list[float] = []
+    deadline = time.perf_counter() + budget_s
+    for i in range(count):
+        x = inputs[i % len(inputs)]
+        t0 = time.perf_counter()
+        sync(forward(x))
+        t1 = time.perf_counter()
+        out.append(t1 - t0)
+        if t1 >= deadline:
+            break
+    return out
+
+
+def infer_metrics(trial: TrialSpec, result: TrialResult, latency_s: list[float], batch_s: list[float]) -> None:
+    """Latency quantiles with the p99's CI, throughput, FLOPs, raw series and warnings."""
+    m = result.metrics
+    spec = trial.workload
+    for name, q in QUANTILES.items():
+        m[f"latency_{name}_s"] = stats.quantile(latency_s, q)
+    lo, hi, level = stats.quantile_ci(latency_s, QUANTILES["p99"])
+    m["latency_p99_ci_low_s"], m["latency_p99_ci_high_s"], m["latency_p99_ci_level"] = lo, hi, level
+    m["latency_mean_s"] = statistics.fmean(latency_s)
+    m["infer_requests"] = len(latency_s)
+    m["infer_batches"] = len(batch_s)
+    m["infer_batch_size"] = spec.batch_size
+    m["infer_batch_median_s"] = statistics.median(batch_s)
+    m["infer_samples_per_s"] = spec.batch_size * len(batch_s) / sum(batch_s)
+    flops = workloads.get(spec.name).flops_per_sample(spec, train=False)
+    m["flops_per_sample"] = flops
+    m["achieved_flops_per_s"] = flops * m["infer_samples_per_s"]
+    first = m.get("first_request_s")
+    if first is not None:
+        m["compile_estimate_s"] = max(first - stats.quantile(latency_s, QUANTILES["p50"]), 0.0)
+    result.series["latency_s"] = [(float(i), s) for i, s in enumerate(latency_s)]
+    result.series["infer_batch_s"] = [(float(i), s) for i, s in enumerate(batch_s)]
+    if len(latency_s) < trial.infer_requests:
+        result.warnings.append(
+            f"latency: the {trial.infer_budget_s:g} s budget ran out after {len(latency_s)} of"
+            f" {trial.infer_requests} requests (p99 CI level {level:.0%})")
+    if len(batch_s) < INFER_BATCHES:
+        result.warnings.append(
+            f"throughput: the {trial.infer_budget_s:g} s budget ran out after {len(batch_s)} of"
+            f" {INFER_BATCHES} batches")
+    recompiles = m.get("recompiles_in_window")
+    if recompiles:
+        result.warnings.append(
+            f"recompiled {recompiles:g} time(s) inside the timed loops: latencies include compiles")
+
+
+def save_logits(path: Path, outputs: Mapping[str, np.ndarray]) -> None:
+    arrays: dict[str, Any] = {LOGITS_PREFIX + k: np.asarray(v) for k, v in outputs.items()}
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **arrays)
+    tmp.replace(path)
+
+
+def load_logits(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path) as f:
+        return {k.removeprefix(LOGITS_PREFIX): f[k] for k in f.files if k.startswith(LOGITS_PREFIX)}
+
+
+def verdict(path: Path, ref_logits: np.ndarray | None, dtype: str, reference: str) -> parity.Verdict:
+    """The parent's judgement of an inference trial's fixed-batch logits."""
+    if ref_logits is None:
+        return parity.not_available("the float64 reference has no eval-mode logits")
+    return parity.compare_infer_logits(load_logits(path), ref_logits, dtype, reference=reference)

@@ -1,0 +1,71 @@
+"""Run in a fresh process per framework (like a worker): the inference scenario of each tiny
+workload through the worker's own code (runner/inference.py), in one process.
+
+    python infer_check.py FRAMEWORK OUT_DIR WORKLOAD=MODE[,WORKLOAD=MODE...]
+writes OUT_DIR/FRAMEWORK-WORKLOAD.json (the TrialResult) and FRAMEWORK-WORKLOAD.parity.npz (the
+fixed-batch logits the parent judges); for onnxruntime also OUT_DIR/onnxruntime-exports.json,
+what a second build of each workload found in the export cache.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from dlbench import workloads
+from dlbench.backends import get_backend
+from dlbench.monitors.memory import MemorySampler
+from dlbench.results.records import TrialResult
+from dlbench.runner import inference
+from dlbench.runner.plan import workload_spec
+from dlbench.runner.timing import EventLog, Phases
+from dlbench.runner.worker import setup_environment
+from dlbench.spec import Policy, TrialSpec
+
+# Kept short for CI: the budget rule itself is tested with the fake backend.
+REQUESTS = 200
+BUDGET_S = 0.5
+
+
+def trial_for(framework: str, mode: str, workload: str) -> TrialSpec:
+    return TrialSpec(workload=workload_spec(workload, "tiny"), framework=framework, policy=Policy(mode=mode),
+                     scenario="infer", infer_requests=REQUESTS, infer_budget_s=BUDGET_S)
+
+
+def main() -> int:
+    name, out_dir = sys.argv[1], Path(sys.argv[2])
+    plan = dict(item.split("=") for item in sys.argv[3].split(","))
+    backend = get_backend(name)
+    first = next(iter(plan.items()))
+    _, fresh_cache = setup_environment(trial_for(name, first[1], first[0]), backend)
+    backend.import_framework()
+    backend.configure(Policy(mode=first[1]))
+    for w, mode in plan.items():
+        trial = trial_for(name, mode, w)
+        result = TrialResult(status="failed")
+        log = EventLog(out_dir / f"{name}-{w}.events")
+        sampler = MemorySampler(None)
+        sampler.start()
+        try:
+            inference.run(trial, backend, Phases(log), sampler, time.monotonic(), result,
+                          out_dir / f"{name}-{w}.parity.npz")
+            result.status = "ok"
+        finally:
+            sampler.stop()
+            log.close()
+        result.write(out_dir / f"{name}-{w}.json")
+    if name == "onnxruntime":  # a second build of each: the export must come from the cache
+        for w, mode in plan.items():
+            trial = trial_for(name, mode, w)
+            backend.build(trial).init(workloads.get(w).init_params(trial.workload))
+        (out_dir / "onnxruntime-exports.json").write_text(json.dumps(backend.info()["onnx_exports"]))
+    if fresh_cache is not None:
+        shutil.rmtree(fresh_cache, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
