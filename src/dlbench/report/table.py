@@ -3,108 +3,97 @@
 from __future__ import annotations
 
 import os
-import statistics
-from collections import defaultdict
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from dlbench.report.columns import HEADLINE, STARTUP, Column, compile_value
-from dlbench.results.store import Store, TrialRow
+from dlbench.analysis.summary import UNSTABLE_REL_HALF_WIDTH, Summary
+from dlbench.report import model
+from dlbench.report.columns import HEADLINE, STARTUP, Column
+from dlbench.report.model import Config, Report
+from dlbench.results.store import Store
 
-
-def _group_key(t: TrialRow) -> tuple[Any, ...]:
-    s = t.spec
-    return (s["workload"]["name"], s["framework"], s["policy"]["mode"], s["workload"]["batch_size"],
-            s["workload"]["seed"], s["precision"])
-
-
-def _median(values: list[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return statistics.median(vals) if vals else None
+UNSTABLE_MARK = "!"
+UNSTABLE_NOTE = (f"{UNSTABLE_MARK} unstable: the median's confidence interval is wider than"
+                 f" ±{UNSTABLE_REL_HALF_WIDTH:.0%} of it; run more repeats")
 
 
-def _status(trials: list[TrialRow]) -> str:
-    counts: dict[str, int] = defaultdict(int)
-    for t in trials:
-        counts[t.status] += 1
-    return ", ".join(s if n == 1 and len(trials) == 1 else f"{n} {s}" for s, n in counts.items())
+def cell_summary(col: Column, config: Config) -> tuple[Summary, bool]:
+    """The column's summary over the configuration's repeats, and whether it is estimated."""
+    if col.key == "compile_s":
+        return config.compile_summary()
+    assert col.metric is not None
+    return config.summary(col.metric), False
 
 
-def _cells(columns: list[Column], trials: list[TrialRow]) -> list[str]:
-    ok = [t for t in trials if t.status == "ok"]
-    cells = []
-    for col in columns:
-        if col.key == "compile_s":
-            vals = [compile_value(t.metrics) for t in ok]
-            v = _median([x for x, _ in vals])
-            cells.append(col.render(v) + ("*" if vals and any(e for _, e in vals) and v is not None else ""))
-            continue
-        assert col.metric is not None
-        cells.append(col.render(_median([t.metrics.get(col.metric) for t in ok])))
-    return cells
+def _cell(col: Column, config: Config, with_ci: bool = True) -> Text:
+    s, estimated = cell_summary(col, config)
+    text = Text(col.render(s.median) + ("*" if estimated and s.median is not None else ""))
+    if not with_ci:
+        return text
+    if s.unstable:
+        text.append(f" {UNSTABLE_MARK}", style="bold yellow")
+    ci = relative_ci(s)
+    if ci is not None:
+        text.append(f"\n{ci}", style="dim")
+    return text
 
 
-def headline_table(store: Store, run_ids: list[int]) -> tuple[Table, list[str]]:
-    """The headline table (medians over repeats) and its footnotes."""
-    table = Table(title="dlbench results" + (f" (run {run_ids[0]})" if len(run_ids) == 1 else ""))
-    groups: dict[tuple[Any, ...], list[TrialRow]] = defaultdict(list)
-    multi_run = len(run_ids) > 1
-    for rid in run_ids:
-        for t in store.trials(rid):
-            groups[(rid if multi_run else 0, *_group_key(t))].append(t)
-    workloads = {k[1] for k in groups}
-    batches = {k[4] for k in groups}
-    lead = (["run"] if multi_run else []) + (["workload"] if len(workloads) > 1 else [])
-    lead += ["framework", "mode"] + (["batch"] if len(batches) > 1 else [])
-    for h in lead:
+def _percent(x: float) -> str:
+    x = abs(x)
+    return f"{x:.0%}" if x >= 0.095 else f"{x:.1%}"
+
+
+def relative_ci(s: Summary) -> str | None:
+    """`-3.1%/+2.0% 75%` (or `±2.0% 50%`): the interval relative to the median, narrow enough for
+    a terminal column, and its level. The HTML report shows it in the column's own units."""
+    if s.low is None or s.high is None or s.level is None or not s.median:
+        return None
+    down, up = _percent((s.median - s.low) / s.median), _percent((s.high - s.median) / s.median)
+    return f"{'±' + up if up == down else f'-{down}/+{up}'} {s.level:.0%}"
+
+
+def _lead_headers(report: Report) -> list[str]:
+    return (["run"] if report.multi_run else []) + list(report.label_axes)
+
+
+def _lead_cells(report: Report, config: Config) -> list[str]:
+    run = [str(config.run_id)] if report.multi_run else []
+    return run + [str(config.axes[a]) for a in report.label_axes]
+
+
+def headline_table(report: Report) -> tuple[Table, list[str]]:
+    """The headline table (medians over repeats, their intervals, parity, statuses) and its
+    footnotes."""
+    ids = [r.id for r in report.runs]
+    table = Table(title="dlbench results" + (f" (run {ids[0]})" if len(ids) == 1 else ""))
+    for h in _lead_headers(report):
         table.add_column(h)
     for col in HEADLINE:
         table.add_column(col.header, justify="right")
+    table.add_column("parity")
     table.add_column("status")
-    notes: list[str] = []
-    for key, trials in groups.items():
-        rid, w, f, mode, bs = key[0], key[1], key[2], key[3], key[4]
-        row = ([str(rid)] if multi_run else []) + ([w] if len(workloads) > 1 else [])
-        row += [f, mode] + ([str(bs)] if len(batches) > 1 else [])
-        table.add_row(*row, *_cells(HEADLINE, trials), _status(trials))
-        notes.extend(_trial_notes(f, mode, trials))
-    return table, _dedupe(notes)
+    unstable = False
+    for config in report.configs:
+        cells = [_cell(col, config) for col in HEADLINE]
+        unstable = unstable or any(UNSTABLE_MARK in c.plain for c in cells)
+        table.add_row(*_lead_cells(report, config), *cells, model.parity(config.trials).text(),
+                      model.status_text(config.trials))
+    notes = model.notes(report)
+    return table, ([UNSTABLE_NOTE] if unstable else []) + notes
 
 
-def startup_table(store: Store, run_ids: list[int]) -> Table:
+def startup_table(report: Report) -> Table:
     table = Table(title="start-up and efficiency (medians; * compile estimated as first step minus a step)")
-    table.add_column("framework")
-    table.add_column("mode")
+    for h in _lead_headers(report):
+        table.add_column(h)
     for col in STARTUP:
         table.add_column(col.header, justify="right")
-    groups: dict[tuple[Any, ...], list[TrialRow]] = defaultdict(list)
-    for rid in run_ids:
-        for t in store.trials(rid):
-            groups[_group_key(t)].append(t)
-    for key, trials in groups.items():
-        if any(t.status == "ok" for t in trials):
-            table.add_row(key[1], key[2], *_cells(STARTUP, trials))
+    for config in report.configs:
+        if config.ok:
+            table.add_row(*_lead_cells(report, config), *(_cell(col, config, with_ci=False) for col in STARTUP))
     return table
-
-
-def _trial_notes(framework: str, mode: str, trials: list[TrialRow]) -> list[str]:
-    out = []
-    for t in trials:
-        label = f"{framework}/{mode}"
-        if t.status not in ("ok",) and t.error:
-            out.append(f"{label}: {t.status}: {t.error}")
-        for w in (t.data.get("warnings") or []):
-            out.append(f"{label}: warning: {w}")
-        notes = t.data.get("notes") or {}
-        if "vram_peak_bytes" in notes:
-            out.append(f"VRAM: {notes['vram_peak_bytes']}")
-    return out
-
-
-def _dedupe(items: list[str]) -> list[str]:
-    return list(dict.fromkeys(items))
 
 
 def make_console() -> Console:
@@ -116,9 +105,14 @@ def make_console() -> Console:
     return Console(highlight=False, width=200)
 
 
-def print_run_tables(console: Console, store: Store, run_ids: list[int]) -> None:
-    table, notes = headline_table(store, run_ids)
+def print_report_tables(console: Console, report: Report) -> None:
+    table, notes = headline_table(report)
     console.print(table)
     for n in notes:
-        console.print(f"  {n}", highlight=False, soft_wrap=True)
-    console.print(startup_table(store, run_ids))
+        console.print(Text(f"  {n}"), soft_wrap=True)
+    if any(c.ok for c in report.configs):
+        console.print(startup_table(report))
+
+
+def print_run_tables(console: Console, store: Store, run_ids: list[int]) -> None:
+    print_report_tables(console, model.load(store, run_ids))
