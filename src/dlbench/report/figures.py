@@ -45,13 +45,10 @@ def _t(text: object) -> str:
     return html.escape(str(text))
 
 
-def _color(framework: object, known: list[str]) -> str:
+def _color(framework: object) -> str:
+    """The framework's color, the same in every chart and report (a fixed pick for others)."""
     name = str(framework)
-    if name in FRAMEWORK_COLORS:
-        return FRAMEWORK_COLORS[name]
-    if name not in known:
-        known.append(name)
-    return PALETTE[known.index(name) % len(PALETTE)]
+    return FRAMEWORK_COLORS.get(name) or PALETTE[sum(map(ord, name)) % len(PALETTE)]
 
 
 def _layout(fig: go.Figure, height: int = 420, **kwargs: Any) -> go.Figure:
@@ -60,7 +57,7 @@ def _layout(fig: go.Figure, height: int = 420, **kwargs: Any) -> go.Figure:
     return fig
 
 
-def _panels(report: Report, configs: list[Config]) -> list[tuple[str, list[Config]]]:
+def _panels(configs: list[Config]) -> list[tuple[str, list[Config]]]:
     """Configurations split by workload: one panel each (throughputs of different workloads
     do not share a scale)."""
     by: dict[str, list[Config]] = {}
@@ -116,8 +113,7 @@ def _by_run_or_framework(report: Report, configs: list[Config], metric: str) -> 
     groups: dict[str, list[Config]] = {}
     for c in configs:
         groups.setdefault(f"run {c.run_id}" if report.multi_run else str(c.axes["framework"]), []).append(c)
-    known: list[str] = []
-    return [_Bars(name, PALETTE[i % len(PALETTE)] if report.multi_run else _color(name, known), cs,
+    return [_Bars(name, PALETTE[i % len(PALETTE)] if report.multi_run else _color(name), cs,
                   _summary_of(metric), False) for i, (name, cs) in enumerate(groups.items())]
 
 
@@ -125,7 +121,7 @@ def _bar_figure(report: Report, traces: Callable[[list[Config]], list[_Bars]], s
                 unit: str, configs: list[Config]) -> go.Figure:
     """Bars with the median's interval as whiskers, one panel per workload. Traces that share
     an x position (runs side by side, percentiles) are grouped, others centred."""
-    panels = _panels(report, configs)
+    panels = _panels(configs)
     titles = [_t(w) for w, _ in panels] if len(panels) > 1 else None
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=titles)
     shown: set[str] = set()
@@ -216,15 +212,14 @@ def step_times(report: Report) -> Chart | None:
     fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.08,
                         subplot_titles=["within each process (one value per chunk)",
                                         "across processes (one median per process)"])
-    known: list[str] = []
     for c, t in pairs:
         fig.add_trace(go.Box(y=[v * 1e3 for _, v in t.series["step_s"]], name=_t(report.trial_label(c, t)),
-                             marker_color=_color(c.axes["framework"], known), boxpoints="outliers",
+                             marker_color=_color(c.axes["framework"]), boxpoints="outliers",
                              showlegend=False), row=1, col=1)
     for c in {id(c): c for c, _ in pairs}.values():
         values = [t.metrics.get("step_s_median") for t in c.ok]
         fig.add_trace(go.Box(y=[v * 1e3 for v in values if v is not None], name=_t(report.label(c)),
-                             marker_color=_color(c.axes["framework"], known), boxpoints="all",
+                             marker_color=_color(c.axes["framework"]), boxpoints="all",
                              jitter=0.3, pointpos=0, showlegend=False), row=1, col=2)
     fig.update_yaxes(title_text="ms per step", row=1, col=1)
     return Chart("step-times", "Step-time distributions", _layout(fig, height=460),
@@ -280,9 +275,8 @@ def loss(report: Report) -> Chart | None:
         return None
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.05,
                         subplot_titles=["by step", "by wall-clock time"])
-    known: list[str] = []
     for c, t in pairs:
-        name, color = _t(report.trial_label(c, t)), _color(c.axes["framework"], known)
+        name, color = _t(report.trial_label(c, t)), _color(c.axes["framework"])
         steps = t.series["loss"]
         fig.add_trace(go.Scatter(x=[p[0] for p in steps], y=[p[1] for p in steps], mode="lines",
                                  name=name, legendgroup=name, line={"color": color, "width": 1.5}),
@@ -348,10 +342,9 @@ def scaling(report: Report) -> Chart | None:
         return None
     fig = make_subplots(rows=1, cols=len({axis for axis, *_ in curves}))
     cols = {axis: i for i, axis in enumerate(dict.fromkeys(axis for axis, *_ in curves), start=1)}
-    known: list[str] = []
     for axis, metric, name, framework, xs, summaries in curves:
         fig.add_trace(go.Scatter(x=xs, y=[s.median for s in summaries], mode="lines+markers",
-                                 name=_t(name), line={"color": _color(framework, known)},
+                                 name=_t(name), line={"color": _color(framework)},
                                  error_y=_error_bars(summaries, 1.0),
                                  hovertext=[_hover(s, 1.0, metric) for s in summaries]),
                       row=1, col=cols[axis])
