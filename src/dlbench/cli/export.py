@@ -69,7 +69,7 @@ def _parquet(store: Store, run_ids: list[int], output: str | None) -> None:
     try:
         from dlbench.results.parquet import write_parquet
     except ImportError as e:
-        raise UsageError(f"parquet needs pyarrow ({e.name} is missing): pip install 'dlbench[parquet]'") from None
+        raise UsageError(f"parquet needs pyarrow ({(e.name or '?').split('.')[0]} is missing): pip install 'dlbench[parquet]'") from None
     paths = write_parquet(store, run_ids, Path(output))
     print(f"wrote {', '.join(str(p) for p in paths)}")
 
@@ -91,7 +91,7 @@ def _mlflow(store: Store, run_ids: list[int], target: str) -> None:
     try:
         from dlbench.results.mlflow_export import export_runs
     except ImportError as e:
-        raise UsageError(f"--mlflow needs MLflow ({e.name} is missing): pip install 'dlbench[mlflow]'") from None
+        raise UsageError(f"--mlflow needs MLflow ({(e.name or '?').split('.')[0]} is missing): pip install 'dlbench[mlflow]'") from None
     with tempfile.TemporaryDirectory(prefix="dlbench-mlflow-") as tmp:
         done = export_runs(store, run_ids, target, _report_artifact(store, run_ids, Path(tmp)))
     for rid, mlflow_id, new in done:

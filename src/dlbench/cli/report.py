@@ -25,7 +25,7 @@ def _figures() -> ModuleType:
     try:
         from dlbench.report import figures
     except ImportError as e:
-        raise UsageError(f"charts need plotly ({e.name} is missing): pip install 'dlbench[report]'") from None
+        raise UsageError(f"charts need plotly ({(e.name or '?').split('.')[0]} is missing): pip install 'dlbench[report]'") from None
     return figures
 
 

@@ -52,8 +52,11 @@ def _color(framework: object) -> str:
 
 
 def _layout(fig: go.Figure, height: int = 420, **kwargs: Any) -> go.Figure:
-    fig.update_layout(template="plotly_white", height=height, margin={"l": 60, "r": 20, "t": 50, "b": 60},
-                      legend={"orientation": "h", "y": -0.18}, **kwargs)
+    """White template; the legend in a row above the plot, a fixed 36 px over the subplot
+    titles whatever the figure's height (legend positions are fractions of the plot height)."""
+    fig.update_layout(template="plotly_white", height=height, margin={"l": 60, "r": 20, "t": 90, "b": 50},
+                      legend={"orientation": "h", "x": 0, "xanchor": "left", "yanchor": "bottom",
+                              "y": 1 + 36 / max(height - 140, 1)}, **kwargs)
     return fig
 
 

@@ -58,9 +58,10 @@ def _lead_headers(report: Report) -> list[str]:
     return (["run"] if report.multi_run else []) + list(report.label_axes)
 
 
-def _lead_cells(report: Report, config: Config) -> list[str]:
+def _lead_cells(report: Report, config: Config) -> list[Text]:
+    """Stored strings as Text: rich would read `[...]` in a plain str as markup."""
     run = [str(config.run_id)] if report.multi_run else []
-    return run + [str(config.axes[a]) for a in report.label_axes]
+    return [Text(v) for v in run + [str(config.axes[a]) for a in report.label_axes]]
 
 
 def headline_table(report: Report) -> tuple[Table, list[str]]:
@@ -78,8 +79,8 @@ def headline_table(report: Report) -> tuple[Table, list[str]]:
     for config in report.configs:
         cells = [_cell(col, config) for col in HEADLINE]
         unstable = unstable or any(UNSTABLE_MARK in c.plain for c in cells)
-        table.add_row(*_lead_cells(report, config), *cells, model.parity(config.trials).text(),
-                      model.status_text(config.trials))
+        table.add_row(*_lead_cells(report, config), *cells, Text(model.parity(config.trials).text()),
+                      Text(model.status_text(config.trials)))
     notes = model.notes(report)
     return table, ([UNSTABLE_NOTE] if unstable else []) + notes
 
