@@ -75,7 +75,7 @@ def test_failed_trial_exits_3_and_keeps_the_others(tmp_path, capsys, monkeypatch
     (["run", "-f", "fake", "--repeats", "0"], "repeats must be an integer >= 1"),
     (["run", "-f", "fake", "--preset", "huge"], "preset 'huge' is not one of: tiny, cpu, gpu"),
     (["run", "-f", "fake", "--store", "/nonexistent/dir/x.sqlite"], "directory /nonexistent/dir does not exist"),
-    (["run", "suite.toml"], "suite files are not supported yet"),
+    (["run", "suite.toml"], "suite file suite.toml does not exist"),
     (["export", "latest", "--format", "xml"], "format 'xml' is not one of: json, csv"),
     (["export", "latest", "--store", "/nonexistent.sqlite"], "does not exist"),
     (["bogus"], "invalid choice: 'bogus'"),

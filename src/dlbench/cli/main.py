@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 from typing import NoReturn
 
@@ -20,6 +21,13 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}")
+
+
+def one_line(text: str) -> str:
+    """An error message stays one line whatever the bad value holds (newlines, control
+    characters, surrogates from undecodable arguments): those are shown escaped."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode()
+                   for c in text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,7 +50,11 @@ def main(argv: list[str] | None = None) -> int:
         code: int = COMMANDS[args.command].main(args)
         return code
     except (UsageError, SpecError, StoreError) as e:
-        print(f"dlbench: error: {e}", file=sys.stderr)
+        print(f"dlbench: error: {one_line(str(e))}", file=sys.stderr)
+        return EXIT_USAGE
+    except sqlite3.DatabaseError as e:  # damage found past the checks at open: never a traceback
+        print(f"dlbench: error: the store cannot be read (damaged?): {one_line(str(e))}; it was"
+              " left as it is", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("dlbench: interrupted", file=sys.stderr)
