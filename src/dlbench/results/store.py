@@ -385,7 +385,7 @@ def _open(path: Path) -> sqlite3.Connection:
 def _prepare(db: sqlite3.Connection, path: Path) -> None:
     """Check the file by reading only, then switch to WAL, migrate and create the tables. The
     schema is created in one transaction, so a process opening the store at the same moment sees
-    either no tables (a new store) or all of them."""
+    either no tables (a new store) or all of them, and a store at this version is complete."""
     version = _schema_version(db)
     if version is None and db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
         raise StoreError(f"{path} is an SQLite file but not a dlbench store; refusing to touch it")
@@ -394,7 +394,9 @@ def _prepare(db: sqlite3.Connection, path: Path) -> None:
             f"{path} was written by a newer dlbench (store schema {version}, this one reads"
             f" up to {STORE_SCHEMA_VERSION}); upgrade dlbench")
     db.execute("PRAGMA journal_mode=WAL")
-    if version is not None and version < STORE_SCHEMA_VERSION:
+    if version == STORE_SCHEMA_VERSION:
+        return  # complete: opening it takes no write lock, so readers never wait for a writer
+    if version is not None:
         _migrate(db)
     with _immediate(db):
         for statement in filter(str.strip, SCHEMA.split(";")):
