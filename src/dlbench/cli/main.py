@@ -45,8 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)
         if args.command is None:
-            parser.print_help()
-            return EXIT_USAGE
+            raise UsageError(f"no command given; one of: {', '.join(COMMANDS)} (dlbench --help)")
         code: int = COMMANDS[args.command].main(args)
         return code
     except (UsageError, SpecError, StoreError) as e:

@@ -80,7 +80,8 @@ def load(path: str) -> dict[str, Any]:
     table = _read(path)
     for key in table:
         if key not in KEYS:
-            raise UsageError(f"{path}: key {_show(key)} is not one of: {', '.join(KEYS)}")
+            hint = f" (did you mean {key.replace('_', '-')!r}?)" if key.replace("_", "-") in KEYS else ""
+            raise UsageError(f"{path}: key {_show(key)} is not one of: {', '.join(KEYS)}{hint}")
     out = {}
     for key, value in table.items():
         try:
