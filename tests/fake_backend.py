@@ -61,12 +61,11 @@ def _grow(sink: list[bytearray]) -> None:
     time.sleep(3600)
 
 
-def _orphan() -> None:
-    """Start a child in the worker's process group that outlives the worker, then hang: what a
-    loader worker does when its parent is killed."""
+def _stray_child() -> None:
+    """Start a child in the worker's process group that would outlive the worker: what a loader
+    worker or a compiler daemon does when nobody stops it."""
     code = "import time; time.sleep(600)"
     subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL)
-    time.sleep(3600)
 
 
 class _AsyncDevice:
@@ -131,8 +130,10 @@ class FakeProgram:
                 time.sleep(3600)
             if b == "grow" and state["step"] == 3:
                 _grow(self.leak)
+            if b in ("orphan", "stray") and state["step"] == 3:
+                _stray_child()  # `stray` goes on and ends normally
             if b == "orphan" and state["step"] == 3:
-                _orphan()
+                time.sleep(3600)
             if b == "leak":
                 self.leak.append(bytearray(8 * 1024 * 1024))
             if b == "child" and state["step"] == 1:
