@@ -120,6 +120,31 @@ def test_one_sweep_meets_every_fault_and_goes_on(tmp_path, monkeypatch, capsys):
     assert run_status(store, 1) == "failed"
 
 
+def test_a_worker_killed_from_outside_is_crashed_with_a_hint(tmp_path, monkeypatch):
+    """SIGKILL that dlbench did not send (the kernel's out-of-memory killer without
+    --memory-limit, an operator): `crashed`, naming the likely cause and the RSS seen."""
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "hang")
+    trial = TrialSpec(workload=WorkloadSpec(batch_size=8, dataset_size=128, eval_size=16),
+                      framework="fake", policy=Policy(mode="eager"), epochs=1, warmup_epochs=1,
+                      chunk_steps=4, timeout_s=60.0, trial_id=1)
+
+    def kill_after_the_first_step(pid: int, created: float) -> None:
+        events = tmp_path / "trial-1.result.json.events"
+        killer = f"""
+import os, time
+while '"first_step"' not in (open({str(events)!r}).read() if os.path.exists({str(events)!r}) else ''):
+    time.sleep(0.05)
+os.kill({pid}, 9)
+"""
+        subprocess.Popen([sys.executable, "-c", killer])
+
+    r = spawn.run_trial(trial, tmp_path, on_start=kill_after_the_first_step)
+    assert r.status == "crashed"
+    assert "killed by signal SIGKILL" in (r.error or "") and "out-of-memory killer" in (r.error or "")
+    assert any(e.get("name") == "first_step" for e in r.events)
+    assert r.metrics["rss_peak_bytes"]
+
+
 @pytest.mark.parametrize("behaviour", ["grow", "leak"])
 def test_memory_over_the_limit_is_oom_with_the_peak(tmp_path, monkeypatch, behaviour):
     """`grow` is caught by the parent's watchdog and killed; `leak` grows ~400 MB in a fraction
@@ -171,10 +196,12 @@ def test_parent_killed_mid_sweep_then_resume_runs_each_trial_once(tmp_path, monk
     assert len(rows(store)) == 3
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP, signal.SIGTERM],
+                         ids=lambda s: signal.Signals(s).name)
 def test_interrupt_marks_the_trial_and_run_and_says_how_to_resume(tmp_path, monkeypatch, sig):
-    """Ctrl-C (or a closed terminal: SIGHUP) while a trial runs: its process group is killed,
-    it is stored `interrupted` with its events, the run too; exit 130; resume finishes."""
+    """Ctrl-C, a closed terminal (SIGHUP) or a plain `kill` (SIGTERM) while a trial runs: its
+    process group is killed, it is stored `interrupted` with its events, the run too; exit
+    130; resume finishes."""
     monkeypatch.setenv("FAKE_BEHAVIOUR", "hang,ok")
     store = tmp_path / "s.sqlite"
     parent = start_parent(store, *TINY, "--repeats", "2")

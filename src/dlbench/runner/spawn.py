@@ -224,8 +224,8 @@ def _crash_reason(rc: int, watched: Watched) -> str:
     why = f"killed by signal {signal.Signals(-rc).name}" if rc < 0 else f"exited with code {rc}"
     hint = ""
     if rc == -signal.SIGKILL:  # not ours: the kernel's out-of-memory killer sends SIGKILL
-        hint = (f" (SIGKILL: the kernel's out-of-memory killer, for one; RSS seen"
-                f" {_gib(watched.rss_peak_bytes)}; --memory-limit stops a trial before that)")
+        hint = (f"; not sent by dlbench: the kernel's out-of-memory killer sends SIGKILL (RSS"
+                f" seen {_gib(watched.rss_peak_bytes)}; --memory-limit stops a trial before that)")
     return f"worker {why} without a result{hint}"
 
 
