@@ -310,3 +310,15 @@ def test_no_process_of_a_worker_outlives_its_trial(tmp_path, monkeypatch, behavi
     # SIGKILL is delivered at once, the exit takes the kernel a moment
     wait_for("the worker's process group to be gone", lambda: not group_members(r.pid), timeout_s=5)
     assert r.metrics["rss_peak_bytes"]  # after a timeout, the watchdog's peak
+
+
+def test_every_test_the_fault_matrix_names_exists():
+    """docs/faults.md names, in each row, the tests that cover it: they must exist."""
+    import re
+
+    root = Path(__file__).resolve().parent
+    text = (root.parent / "docs" / "faults.md").read_text()
+    named = re.findall(r"`(test_\w+\.py)::(test_\w+)", text)
+    assert len(named) > 20
+    for file, test in named:
+        assert f"def {test}(" in (root / file).read_text(), f"{file}::{test}"
