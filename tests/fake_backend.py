@@ -125,7 +125,7 @@ class FakeProgram:
             if b == "abort" and state["step"] == 3:
                 os.kill(os.getpid(), signal.SIGABRT)
             if b == "raise" and state["step"] == 3:
-                raise RuntimeError("fake failure at step 3")
+                raise RuntimeError(os.environ.get("FAKE_ERROR", "fake failure at step 3"))
             if b == "hang" and state["step"] == 3:
                 time.sleep(3600)
             if b == "grow" and state["step"] == 3:

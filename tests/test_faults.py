@@ -224,6 +224,15 @@ def test_interrupt_marks_the_trial_and_run_and_says_how_to_resume(tmp_path, monk
         assert [r["status"] for r in rows(store)] == ["ok", "ok"]
 
 
+def test_an_error_that_looks_like_markup_is_printed_as_it_is(tmp_path, monkeypatch, capsys):
+    """A worker's error is text, never terminal markup: "[/usr/lib/x.so]" once raised
+    MarkupError in the parent and stopped the sweep."""
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "raise")
+    monkeypatch.setenv("FAKE_ERROR", "cannot open [/usr/lib/x.so] [bold]")
+    assert main(["run", *TINY, "--store", str(tmp_path / "s.sqlite")]) == 3
+    assert "cannot open [/usr/lib/x.so] [bold]" in capsys.readouterr().out
+
+
 def test_retry_failed_reruns_failures_and_keeps_the_failed_attempt(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_BEHAVIOUR", "raise")
     store = tmp_path / "s.sqlite"

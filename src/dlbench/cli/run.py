@@ -90,8 +90,7 @@ def sweep_options(args: argparse.Namespace) -> dict[str, Any]:
     return {**SWEEP_DEFAULTS, **from_file, **given}
 
 
-def sweep_from_args(args: argparse.Namespace) -> Sweep:
-    o = sweep_options(args)
+def sweep_from_options(o: dict[str, Any]) -> Sweep:
     cores = len(os.sched_getaffinity(0))
     if o["threads"] is not None and not 1 <= o["threads"] <= cores:
         raise UsageError(f"threads {o['threads']} is not between 1 and the {cores} cores available")
@@ -108,16 +107,20 @@ def sweep_from_args(args: argparse.Namespace) -> Sweep:
     )
 
 
-def plan_from_args(args: argparse.Namespace) -> Plan:
+def plan_from_options(options: dict[str, Any], suite_path: str | None) -> Plan:
     """The validated plan; an error the suite file's own checks cannot see (a batch larger than
     the data set, a framework not installed) names the file too."""
-    sweep = sweep_from_args(args)
+    sweep = sweep_from_options(options)
     try:
         return make_plan(sweep)
     except SpecError as e:
-        if args.suite is None:
+        if suite_path is None:
             raise
-        raise SpecError(f"{args.suite}: {e}") from None
+        raise SpecError(f"{suite_path}: {e}") from None
+
+
+def plan_from_args(args: argparse.Namespace) -> Plan:
+    return plan_from_options(sweep_options(args), args.suite)
 
 
 class ConsoleProgress(Progress):
@@ -132,7 +135,7 @@ class ConsoleProgress(Progress):
         self._steps = 0
 
     def message(self, text: str) -> None:
-        self.console.print(f"[dim]{text}[/dim]")
+        self.console.print(text, style="dim")
 
     def trial_started(self, index: int, total: int, planned: PlannedTrial) -> None:
         self._label = f"[{index + 1}/{total}] {planned.spec.label()}"
@@ -180,8 +183,9 @@ def main(args: argparse.Namespace) -> int:
         return resume_main(args)
     if args.retry_failed:
         raise UsageError("--retry-failed goes with --resume [RUN]: it re-runs a stored run's failed trials")
-    plan = plan_from_args(args)
-    allow_concurrent = bool(sweep_options(args)["allow_concurrent"])
+    options = sweep_options(args)
+    plan = plan_from_options(options, args.suite)
+    allow_concurrent = bool(options["allow_concurrent"])
     console = make_console()
     store = open_store(args.store)
     print_plan(console, plan, store.durations_by_config())

@@ -109,11 +109,12 @@ def _dedupe(items: list[str]) -> list[str]:
 
 def make_console() -> Console:
     """A terminal's own width; logs and pipes (CI) get a wide one, since rich would otherwise
-    squeeze the eleven headline columns into 80."""
-    console = Console(highlight=False)
+    squeeze the eleven headline columns into 80. No markup: errors from workers are printed as
+    they are ("cannot open [/usr/lib/x.so]" is a rich closing tag that raised mid-sweep)."""
+    console = Console(highlight=False, markup=False)
     if console.is_terminal or "COLUMNS" in os.environ:
         return console
-    return Console(highlight=False, width=200)
+    return Console(highlight=False, markup=False, width=200)
 
 
 def print_run_tables(console: Console, store: Store, run_ids: list[int]) -> None:
