@@ -51,9 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, SpecError, StoreError) as e:
         print(f"dlbench: error: {one_line(str(e))}", file=sys.stderr)
         return EXIT_USAGE
-    except sqlite3.DatabaseError as e:  # damage found past the checks at open: never a traceback
-        print(f"dlbench: error: the store cannot be read (damaged?): {one_line(str(e))}; it was"
-              " left as it is", file=sys.stderr)
+    except sqlite3.DatabaseError as e:  # damage past the checks at open, a full disk: no traceback
+        print(f"dlbench: error: the store failed: {one_line(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("dlbench: interrupted", file=sys.stderr)

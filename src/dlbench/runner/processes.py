@@ -76,7 +76,7 @@ def kill_survivors(pid: int, created: float | None) -> list[int]:
         return []
     try:
         os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):  # gone meanwhile, or not ours after all
         return []
     psutil.wait_procs(members, timeout=KILL_WAIT_S)
     return [p.pid for p in members]
