@@ -44,7 +44,9 @@ def is_alive(pid: int, created: float | None) -> bool:
 
 def die_with_parent() -> Callable[[], None] | None:
     """A preexec_fn that makes the child receive SIGKILL when this (parent) process dies, so a
-    killed `dlbench run` leaves no worker timing itself against the next run. None off Linux."""
+    killed `dlbench run` leaves no worker timing itself against the next run. None off Linux.
+    The kernel fires it when the *thread* that started the child exits: start workers from a
+    thread that outlives them (the local executor uses the main thread)."""
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: no dlopen after fork
     except (AttributeError, OSError):
