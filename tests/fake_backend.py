@@ -103,7 +103,7 @@ class FakeProgram:
         self.data = dataset
 
     def init(self, params: dict[str, np.ndarray]) -> Any:
-        return {"step": 0}
+        return {"step": 0, "params": params}
 
     def batches(self, order: np.ndarray) -> Iterator[Any]:
         assert self.data is not None
@@ -149,7 +149,14 @@ class FakeProgram:
         return np.tile(np.eye(self.trial.workload.num_classes)[0], (len(x), 1))
 
     def loss_and_grads(self, state: Any, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
-        return 0.0, {}
+        """A deterministic stand-in in the spec's dtype, so that the fake is its own float64
+        parity reference (DLBENCH_REFERENCE_FRAMEWORK=fake); behaviour `wrong` is off by 1 %."""
+        dtype = np.dtype(self.trial.workload.numerics.dtype)
+        scale = dtype.type(np.mean(np.asarray(x, dtype)))
+        grads = {k: np.sin(np.asarray(v, dtype)) * scale for k, v in state["params"].items()}
+        if behaviour() == "wrong":
+            grads = {k: v * dtype.type(1.01) for k, v in grads.items()}
+        return float(scale), grads
 
     def params(self, state: Any) -> dict[str, np.ndarray]:
         return {}
@@ -190,6 +197,9 @@ class FakeBackend:
 
     def environment(self, policy: Policy, cache_dir: str) -> dict[str, str]:
         return {"FAKE_CACHE_DIR": cache_dir}
+
+    def reference_environment(self) -> dict[str, str]:
+        return {}
 
     def import_framework(self) -> None:
         if behaviour() == "import_error":

@@ -15,6 +15,7 @@ DEFAULT_STORE = "dlbench.sqlite"
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
+EXIT_PARITY_FAILED = 1  # DESIGN §4: 1 is "regression or parity failure"
 EXIT_USAGE = 2
 EXIT_TRIALS_FAILED = 3
 EXIT_INTERRUPTED = 130

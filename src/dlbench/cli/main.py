@@ -8,12 +8,12 @@ import sys
 from typing import NoReturn
 
 from dlbench import __version__
-from dlbench.cli import env, export, listing, run
+from dlbench.cli import check, compare, env, export, listing, run
 from dlbench.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from dlbench.results.store import StoreError
 from dlbench.spec import SpecError
 
-COMMANDS = {"run": run, "list": listing, "env": env, "export": export}
+COMMANDS = {"run": run, "check": check, "compare": compare, "list": listing, "env": env, "export": export}
 
 
 class _Parser(argparse.ArgumentParser):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import random
 import shlex
 import signal
 import threading
@@ -15,10 +16,13 @@ from typing import Any
 
 from rich.console import Console
 
+from dlbench import workloads
+from dlbench.backends import registered
 from dlbench.cli import suite
 from dlbench.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_PARITY_FAILED,
     EXIT_TRIALS_FAILED,
     UsageError,
     add_store_argument,
@@ -40,10 +44,10 @@ from dlbench.spec import SpecError
 # command line can be told from one left out: command line > suite file > these.
 SWEEP_DEFAULTS: dict[str, Any] = {
     "workload": ("cnn",), "framework": None, "batch_size": (), "mode": ("compiled",),
-    "precision": ("fp32",), "scenario": ("train",), "devices": (1,), "seed": (0,), "repeats": 1,
+    "precision": ("fp32",), "scenario": ("train",), "devices": (1,), "seed": (0,), "repeats": 3,
     "preset": "cpu", "epochs": None, "warmup_epochs": None, "dataset_size": None,
     "chunk_steps": 16, "threads": None, "compile_cache": "cold", "timeout": 1800.0,
-    "memory_limit": None, "allow_concurrent": False,
+    "memory_limit": None, "allow_concurrent": False, "order_seed": None,
 }
 # A terminal closed (SIGHUP) or a polite kill (SIGTERM) stops a sweep like Ctrl-C does.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -53,16 +57,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser("run", help="run a sweep (default: cnn x torch,tensorflow,jax, compiled)")
     p.add_argument("suite", nargs="?", metavar="SUITE",
                    help="a suite file (TOML, keys as these options; given options override it)")
-    p.add_argument("-w", "--workload", type=comma_list("workload"), help="default: cnn")
+    p.add_argument("-w", "--workload", type=comma_list("workload"), help="workloads, or all (default: cnn)")
     p.add_argument("-f", "--framework", type=comma_list("framework"),
-                   help="default: torch,tensorflow,jax (missing ones are skipped with a note)")
+                   help="frameworks, or all (default: torch,tensorflow,jax; missing ones are skipped"
+                        " with a note)")
     p.add_argument("-b", "--batch-size", type=int_list("batch size"), help="default: the preset's")
     p.add_argument("--mode", type=comma_list("mode"), help="eager, graph, compiled (default: compiled)")
     p.add_argument("--precision", type=comma_list("precision"), help="default: fp32")
     p.add_argument("--scenario", type=comma_list("scenario"), help="default: train")
     p.add_argument("--devices", type=int_list("devices"), help="default: 1")
     p.add_argument("--seed", type=int_list("seed"), help="default: 0")
-    p.add_argument("--repeats", type=int, help="fresh processes per configuration (default: 1)")
+    p.add_argument("--repeats", type=int,
+                   help="fresh processes per configuration, interleaved in rounds (default: 3)")
+    p.add_argument("--order-seed", type=int,
+                   help="seed of the shuffle within each round (default: drawn and recorded with the run)")
     p.add_argument("--preset", help="workload size preset: tiny, cpu, gpu (default: cpu)")
     p.add_argument("--epochs", type=int, help="timed epochs (default: preset's)")
     p.add_argument("--warmup-epochs", type=int, help="untimed epochs (default: preset's)")
@@ -94,16 +102,19 @@ def sweep_from_options(o: dict[str, Any]) -> Sweep:
     cores = len(os.sched_getaffinity(0))
     if o["threads"] is not None and not 1 <= o["threads"] <= cores:
         raise UsageError(f"threads {o['threads']} is not between 1 and the {cores} cores available")
+    every_framework = o["framework"] == ("all",)
     return Sweep(
-        workloads=o["workload"],
-        frameworks=o["framework"] or Sweep.frameworks,
-        frameworks_explicit=o["framework"] is not None,
+        workloads=tuple(workloads.WORKLOADS) if o["workload"] == ("all",) else o["workload"],
+        frameworks=tuple(registered()) if every_framework else o["framework"] or Sweep.frameworks,
+        # `-f all`: every registered framework, the ones not installed skipped with a note
+        frameworks_explicit=o["framework"] is not None and not every_framework,
         modes=o["mode"], batch_sizes=o["batch_size"], seeds=o["seed"],
         precisions=o["precision"], scenarios=o["scenario"], devices=o["devices"],
         repeats=o["repeats"], preset=o["preset"], dataset_size=o["dataset_size"],
         epochs=o["epochs"], warmup_epochs=o["warmup_epochs"], chunk_steps=o["chunk_steps"],
         threads=o["threads"], compile_cache=o["compile_cache"], timeout_s=o["timeout"],
         memory_limit_bytes=o["memory_limit"],
+        order_seed=o["order_seed"] if o["order_seed"] is not None else random.randrange(2**31),
     )
 
 
@@ -194,7 +205,8 @@ def main(args: argparse.Namespace) -> int:
         if plan.pending:
             warm_imports(plan, progress)
         command = "dlbench " + shlex.join(args.argv)
-        run_id = store.create_run(command, environment.capture(), allow_concurrent)
+        run_id = store.create_run(command, environment.capture(), allow_concurrent,
+                                  order_seed=plan.order_seed)
         outcome = execute(store, run_id, register(store, run_id, plan), progress)
         _finish_run(store, run_id, outcome)
     return _report(console, store, run_id, args.store, outcome)
@@ -261,8 +273,10 @@ def _report(console: Console, store: Store, run_id: int, store_path: str, outcom
                       f" with: dlbench run --resume {run_id} --store {shlex.quote(store_path)}",
                       highlight=False, soft_wrap=True)
         return EXIT_INTERRUPTED
-    failed = any(s in FAILURE_STATUSES for s in store.statuses(run_id))
-    return EXIT_TRIALS_FAILED if failed else EXIT_OK
+    if any(s in FAILURE_STATUSES for s in store.statuses(run_id)):
+        return EXIT_TRIALS_FAILED
+    parity_failed = any((t.data.get("parity") or {}).get("verdict") == "fail" for t in store.trials(run_id))
+    return EXIT_PARITY_FAILED if parity_failed else EXIT_OK
 
 
 @contextlib.contextmanager

@@ -55,6 +55,7 @@ KEYS: dict[str, Key] = {
     "scenario": Key("names", lambda: SCENARIOS_SUPPORTED),
     "devices": Key("ints", lambda: (1,), minimum=1),
     "repeats": Key("int", minimum=1, maximum=lambda: MAX_REPEATS),
+    "order-seed": Key("int", minimum=0),
     "preset": Key("name", _presets),
     "epochs": Key("int", minimum=1),
     "warmup-epochs": Key("int", minimum=0),

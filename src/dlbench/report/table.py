@@ -10,7 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from dlbench.report.columns import HEADLINE, STARTUP, Column, compile_value
+from dlbench.analysis import stats
+from dlbench.report.columns import CI_COLUMNS, HEADLINE, STARTUP, Column, compile_value
 from dlbench.results.store import Store, TrialRow
 
 
@@ -32,10 +33,22 @@ def _status(trials: list[TrialRow]) -> str:
     return ", ".join(s if n == 1 and len(trials) == 1 else f"{n} {s}" for s, n in counts.items())
 
 
+def _with_ci(col: Column, values: list[float]) -> str:
+    """`median [low, high] level` over repeats (processes), `~` marking an unstable result."""
+    s = stats.summarize(values)
+    text = f"{col.render(s.median)} [{col.render(s.ci_low)}, {col.render(s.ci_high)}] {s.ci_level:.0%}"
+    return ("~" if s.unstable else "") + text
+
+
 def _cells(columns: list[Column], trials: list[TrialRow]) -> list[str]:
     ok = [t for t in trials if t.status == "ok"]
     cells = []
     for col in columns:
+        if col.key in CI_COLUMNS:
+            values = [v for t in ok if (v := t.metrics.get(col.metric or "")) is not None]
+            if len(values) > 1:
+                cells.append(_with_ci(col, values))
+                continue
         if col.key == "compile_s":
             vals = [compile_value(t.metrics) for t in ok]
             v = _median([x for x, _ in vals])
@@ -44,6 +57,22 @@ def _cells(columns: list[Column], trials: list[TrialRow]) -> list[str]:
         assert col.metric is not None
         cells.append(col.render(_median([t.metrics.get(col.metric) for t in ok])))
     return cells
+
+
+def parity_cell(trials: list[TrialRow]) -> tuple[str, bool]:
+    """(text, failed?): the worst verdict over the repeats, with the worst normwise relative
+    error against the float64 reference."""
+    verdicts = [t.data.get("parity") or {} for t in trials if t.status == "ok"]
+    if not verdicts:
+        return "–", False
+    errors = [float(v["worst_rel_err"]) for v in verdicts if v.get("worst_rel_err") is not None]
+    worst = max(errors, default=None)
+    err = f" {worst:.0e}" if worst is not None else ""
+    if any(v.get("verdict") == "fail" for v in verdicts):
+        return "FAIL" + err, True
+    if all(v.get("verdict") == "pass" for v in verdicts):
+        return "pass" + err, False
+    return "n/a", False
 
 
 def headline_table(store: Store, run_ids: list[int]) -> tuple[Table, list[str]]:
@@ -62,15 +91,52 @@ def headline_table(store: Store, run_ids: list[int]) -> tuple[Table, list[str]]:
         table.add_column(h)
     for col in HEADLINE:
         table.add_column(col.header, justify="right")
+    table.add_column("parity")
     table.add_column("status")
     notes: list[str] = []
     for key, trials in groups.items():
         rid, w, f, mode, bs = key[0], key[1], key[2], key[3], key[4]
         row = ([str(rid)] if multi_run else []) + ([w] if len(workloads) > 1 else [])
         row += [f, mode] + ([str(bs)] if len(batches) > 1 else [])
-        table.add_row(*row, *_cells(HEADLINE, trials), _status(trials))
+        cells = _cells(HEADLINE, trials)
+        parity, failed = parity_cell(trials)
+        if failed:  # flagged, not ranked: a wrong result's speed is not comparable
+            cells = [f"({c})" if c != "–" else c for c in cells]
+            notes.append("(parenthesised): parity against the float64 reference FAILED; these numbers"
+                         " are not comparable (dlbench check shows the details)")
+        table.add_row(*row, *cells, parity, _status(trials))
         notes.extend(_trial_notes(f, mode, trials))
+        notes.extend(_parity_notes(f, mode, trials))
+        notes.extend(_stat_notes(f, mode, trials))
     return table, _dedupe(notes)
+
+
+def _stat_notes(framework: str, mode: str, trials: list[TrialRow]) -> list[str]:
+    values = [v for t in trials if t.status == "ok" and (v := t.metrics.get("samples_per_s")) is not None]
+    if len(values) < 2:
+        return []
+    s = stats.summarize(values)
+    out = [f"[low, high] level: order-statistic confidence interval of the median over {s.n} processes,"
+           " at its actual level (with 3 repeats that is [min, max] at 75 %)"]
+    if s.unstable:
+        out.append(f"~ {framework}/{mode}: unstable (CI half-width {s.rel_half_width:.1%} of the median >"
+                   f" {stats.UNSTABLE_REL_HALF_WIDTH:.0%}; CV {s.cv:.1%}: about {s.required_repeats} repeats"
+                   f" detect a {stats.DETECTABLE_CHANGE:.0%} change)")
+    return out
+
+
+def _parity_notes(framework: str, mode: str, trials: list[TrialRow]) -> list[str]:
+    out = []
+    for t in trials:
+        p = t.data.get("parity") or {}
+        if p.get("verdict") == "n/a" and p.get("reason"):
+            out.append(f"parity n/a: {p['reason']}")
+        elif p.get("verdict") == "pass" and p.get("tolerance"):
+            tol = p["tolerance"]
+            out.append(f"parity: fixed-batch loss and gradients against the {p.get('reference')} reference;"
+                       f" pass = every tensor's normwise relative error <= {tol['rel_err']:g}"
+                       f" and cosine >= {tol['cosine']}")
+    return out
 
 
 def startup_table(store: Store, run_ids: list[int]) -> Table:

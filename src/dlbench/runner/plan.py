@@ -12,7 +12,8 @@ from dataclasses import dataclass, field, replace
 
 from dlbench import workloads
 from dlbench.backends import get_backend
-from dlbench.spec import Numerics, Policy, SpecError, TrialSpec, WorkloadSpec
+from dlbench.spec import Policy, SpecError, TrialSpec, WorkloadSpec
+from dlbench.workloads.base import Preset
 
 DEFAULT_FRAMEWORKS = ("torch", "tensorflow", "jax")
 # Rough start-up costs for the first estimate; later runs use the store's own durations.
@@ -35,7 +36,7 @@ class Sweep:
     precisions: tuple[str, ...] = ("fp32",)
     scenarios: tuple[str, ...] = ("train",)
     devices: tuple[int, ...] = (1,)
-    repeats: int = 1
+    repeats: int = 3
     preset: str = "cpu"
     dataset_size: int | None = None
     epochs: int | None = None
@@ -59,26 +60,40 @@ class PlannedTrial:
 class Plan:
     trials: list[PlannedTrial] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    order_seed: int | None = None  # the shuffle within rounds, recorded with the run
 
     @property
     def pending(self) -> list[PlannedTrial]:
         return [t for t in self.trials if t.status == "pending"]
 
 
-def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, prec: str,
-           scen: str, dev: int, repeat: int) -> TrialSpec:
+def preset(w: str, name: str) -> Preset:
     module = workloads.get(w)
-    if sweep.preset not in module.PRESETS:
-        raise SpecError(f"preset {sweep.preset!r} is not one of: {', '.join(module.PRESETS)}")
-    p = module.PRESETS[sweep.preset]
-    spec = WorkloadSpec(
+    if name not in module.PRESETS:
+        raise SpecError(f"preset {name!r} is not one of: {', '.join(module.PRESETS)}")
+    p: Preset = module.PRESETS[name]
+    return p
+
+
+def workload_spec(w: str, preset_name: str, seed: int = 0, batch_size: int | None = None,
+                  dataset_size: int | None = None) -> WorkloadSpec:
+    """The workload spec of a preset: its model size, sizes and the workload's numerics block."""
+    p = preset(w, preset_name)
+    return WorkloadSpec(
         name=w,
-        batch_size=bs if bs is not None else p.batch_size,
-        dataset_size=sweep.dataset_size if sweep.dataset_size is not None else p.dataset_size,
+        model_size=p.model_size,
+        batch_size=batch_size if batch_size is not None else p.batch_size,
+        dataset_size=dataset_size if dataset_size is not None else p.dataset_size,
         eval_size=p.eval_size,
         seed=seed,
-        numerics=Numerics(),
+        numerics=workloads.get(w).NUMERICS,
     )
+
+
+def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, prec: str,
+           scen: str, dev: int, repeat: int) -> TrialSpec:
+    p = preset(w, sweep.preset)
+    spec = workload_spec(w, sweep.preset, seed, bs, sweep.dataset_size)
     return TrialSpec(
         workload=spec,
         framework=f,
@@ -110,7 +125,7 @@ def _framework_status(name: str, explicit: bool, notes: list[str]) -> str | None
 
 def make_plan(sweep: Sweep) -> Plan:
     """Every trial validated before anything runs; a bad value raises SpecError."""
-    plan = Plan()
+    plan = Plan(order_seed=sweep.order_seed)
     if sweep.repeats < 1:
         raise SpecError(f"repeats must be an integer >= 1, got {sweep.repeats!r}")
     if sweep.repeats > MAX_REPEATS:

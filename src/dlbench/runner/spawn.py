@@ -24,7 +24,7 @@ import psutil
 from dlbench.monitors.memory import ProcessTree
 from dlbench.results.records import TrialResult, read_events
 from dlbench.runner import processes
-from dlbench.runner.timing import events_path
+from dlbench.runner.timing import events_path, parity_path
 from dlbench.spec import TrialSpec, to_dict
 
 POLL_S = 0.1
@@ -62,6 +62,12 @@ def worker_command(trial: TrialSpec, spec_path: Path, out_path: Path) -> list[st
     return [interpreter, "-m", "dlbench.runner.worker", str(spec_path), str(out_path)]
 
 
+def out_path_for(trial: TrialSpec, workdir: Path) -> Path:
+    """Where the worker of this trial writes its result (events and parity files beside it)."""
+    stem = f"trial-{trial.trial_id if trial.trial_id is not None else os.getpid()}"
+    return workdir / f"{stem}.result.json"
+
+
 def run_trial(
     trial: TrialSpec,
     workdir: Path,
@@ -70,11 +76,10 @@ def run_trial(
 ) -> TrialResult:
     """Run one trial in a fresh process and return its result, whatever happened."""
     workdir.mkdir(parents=True, exist_ok=True)
-    stem = f"trial-{trial.trial_id if trial.trial_id is not None else os.getpid()}"
-    spec_path = workdir / f"{stem}.spec.json"
-    out_path = workdir / f"{stem}.result.json"
-    log_path = workdir / f"{stem}.log"
-    for p in (out_path, events_path(out_path)):
+    out_path = out_path_for(trial, workdir)
+    spec_path = out_path.with_name(out_path.name.replace(".result.json", ".spec.json"))
+    log_path = out_path.with_name(out_path.name.replace(".result.json", ".log"))
+    for p in (out_path, events_path(out_path), parity_path(out_path)):
         p.unlink(missing_ok=True)
     spec_path.write_text(json.dumps(to_dict(trial)))
     with open(log_path, "wb") as log:
