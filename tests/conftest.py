@@ -18,9 +18,16 @@ settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
+@pytest.fixture(scope="session")
+def _cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("dlbench-cache")
+
+
 @pytest.fixture(autouse=True)
-def _isolated_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _cache_dir: Path) -> None:
     monkeypatch.setenv("DLBENCH_LOCK", str(tmp_path / "run.lock"))
+    # Parity references are computed once per test session, never read from the user's cache.
+    monkeypatch.setenv("DLBENCH_CACHE_DIR", str(_cache_dir))
 
 
 @pytest.fixture
@@ -31,4 +38,6 @@ def fake_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("PYTHONPATH", f"{TESTS_DIR}{os.pathsep}{path}" if path else str(TESTS_DIR))
     monkeypatch.syspath_prepend(str(TESTS_DIR))
     monkeypatch.setenv("FAKE_BEHAVIOUR", "ok")
+    # The fake computes its own float64 reference: runner tests never start a real framework.
+    monkeypatch.setenv("DLBENCH_REFERENCE_FRAMEWORK", "fake")
     yield

@@ -16,7 +16,7 @@ from dlbench.spec import SpecError
 
 pytestmark = pytest.mark.usefixtures("fake_env")
 
-TINY = ["--preset", "tiny", "--dataset-size", "64", "--batch-size", "16"]
+TINY = ["--preset", "tiny", "--dataset-size", "64", "--batch-size", "16", "--repeats", "1"]
 
 
 def test_run_prints_the_table_and_stores_the_run(tmp_path, capsys):
@@ -75,7 +75,7 @@ def test_failed_trial_exits_3_and_keeps_the_others(tmp_path, capsys, monkeypatch
     (["run", "-f", "fake", "--repeats", "0"], "repeats must be an integer >= 1"),
     (["run", "-f", "fake", "--preset", "huge"], "preset 'huge' is not one of: tiny, cpu, gpu"),
     (["run", "-f", "fake", "--store", "/nonexistent/dir/x.sqlite"], "directory /nonexistent/dir does not exist"),
-    (["run", "suite.toml"], "suite files are not supported yet"),
+    (["run", "suite.toml"], "suite file suite.toml does not exist"),
     (["export", "latest", "--format", "xml"], "format 'xml' is not one of: json, csv"),
     (["export", "latest", "--store", "/nonexistent.sqlite"], "does not exist"),
     (["bogus"], "invalid choice: 'bogus'"),
@@ -123,3 +123,81 @@ def test_real_process_error_is_one_line(tmp_path):
                          capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 2
     assert out.stderr.strip() == "dlbench: error: batch size must be an integer >= 1, got 0"
+
+
+def test_every_trial_gets_a_parity_verdict(tmp_path, capsys):
+    store = str(tmp_path / "r.sqlite")
+    assert main(["run", "-f", "fake", "--mode", "eager", *TINY, "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert "parity" in out and "pass" in out
+    exported = tmp_path / "e.json"
+    assert main(["export", "latest", "--store", store, "-o", str(exported)]) == 0
+    [trial] = json.loads(exported.read_text())["runs"][0]["trials"]
+    assert trial["parity"]["verdict"] == "pass"
+    assert trial["parity"]["reference"] == "fake float64"
+    assert trial["parity"]["worst_rel_err"] < 1e-5
+    assert trial["metrics"]["parity_min_cosine"]["value"] > 0.99999
+
+
+def test_a_wrong_framework_is_flagged_not_ranked(tmp_path, capsys, monkeypatch):
+    store = str(tmp_path / "r.sqlite")
+    main(["run", "-f", "fake", "--mode", "eager", *TINY, "--store", store])  # reference first
+    capsys.readouterr()
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "wrong")
+    assert main(["run", "-f", "fake", "--mode", "eager", *TINY, "--store", store]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL 1.0e-02" in out
+    assert "parity against the float64 reference FAILED" in out
+    assert "parity FAILED: over tolerance" in out
+
+
+def test_check_prints_the_matrix_and_passes(tmp_path, capsys):
+    out_json = tmp_path / "check.json"
+    assert main(["check", "-w", "cnn", "-f", "fake", "--mode", "eager", "-k", "3", "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert "parity against the float64 reference" in out
+    assert "pass grad" in out
+    [cell] = json.loads(out_json.read_text())["cells"]
+    assert cell["passed"] and len(cell["losses"]) == 3
+
+
+def test_check_exits_1_on_a_wrong_framework(tmp_path, capsys, monkeypatch):
+    assert main(["check", "-w", "cnn", "-f", "fake", "--mode", "eager", "-k", "2"]) == 0  # reference cached
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "wrong")
+    assert main(["check", "-w", "cnn", "-f", "fake", "--mode", "eager", "-k", "2"]) == 1
+    assert "FAIL grad 1e-02" in capsys.readouterr().out
+
+
+def test_check_rejects_an_unknown_workload(capsys):
+    assert main(["check", "-w", "gan"]) == 2
+    assert "workload 'gan' is not one of: all," in capsys.readouterr().err
+
+
+def test_compare_runs_from_the_store_and_files(tmp_path, capsys):
+    store = str(tmp_path / "r.sqlite")
+    args = ["run", "-f", "fake", "--mode", "eager", *TINY, "--store", store, "--repeats", "4"]
+    assert main(args) == 0
+    assert main(args) == 0
+    assert main([*args, "--threads", "1"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "1", "2", "--store", store, "--fail", "median:50%"]) == 0
+    out = capsys.readouterr().out
+    assert "ratio NEW/BASE" in out and "samples_per_s" in out
+    # threads are policy: refused unless forced, naming the difference
+    assert main(["compare", "1", "3", "--store", store]) == 2
+    assert "policy differs" in capsys.readouterr().err
+    exported = tmp_path / "base.json"
+    assert main(["export", "1", "--store", store, "-o", str(exported)]) == 0
+    assert main(["compare", str(exported), "3", "--store", store, "--force", "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("| configuration |") and "forced: cnn/fake/eager b16 s0: policy threads" in out
+
+
+def test_compare_bad_input_is_one_line(tmp_path, capsys):
+    store = str(tmp_path / "r.sqlite")
+    assert main(["run", "-f", "fake", "--mode", "eager", *TINY, "--store", store]) == 0
+    capsys.readouterr()
+    assert main(["compare", "1", "1", "--store", store, "--fail", "median:five"]) == 2
+    assert "is not METRIC:PERCENT%" in capsys.readouterr().err
+    assert main(["compare", "1", "missing.json", "--store", store]) == 2
+    assert "missing.json: no such file" in capsys.readouterr().err

@@ -14,7 +14,7 @@ import pytest
 from dlbench.backends import REGISTRY, get_backend
 
 INSTALLED = [n for n in REGISTRY if get_backend(n).available()[0]]
-TINY = ["--preset", "tiny", "--dataset-size", "64", "--batch-size", "16", "--epochs", "2"]
+TINY = ["--preset", "tiny", "--dataset-size", "64", "--batch-size", "16", "--epochs", "2", "--repeats", "1"]
 
 
 def dlbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -48,6 +48,8 @@ def test_tiny_run_of_every_framework(tmp_path):
         assert t["policy"]["cores"] and len(t["policy"]["cores"]) == 1
         assert t["policy"]["env"]["OMP_NUM_THREADS"] == "1"
         assert t["policy"]["framework"], name  # settings read back from the framework
+        # parity on every trial, against the float64 reference
+        assert t["parity"]["verdict"] == "pass", (name, t["parity"])
     # identical weights and data order: the first timed loss is the same in every framework
     first = [t["series"]["loss"][0][1] for t in trials.values()]
     assert max(first) - min(first) < 1e-3 * max(abs(x) for x in first)

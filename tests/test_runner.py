@@ -54,7 +54,7 @@ def test_success_reports_every_phase_and_memory_field(tmp_path, monkeypatch):
     assert m["rss_peak_bytes"] >= m["rss_initial_bytes"] > 0
     assert m["vram_peak_bytes"] is None and "no GPU" in r.notes["vram_peak_bytes"]
     phases = [e["name"] for e in r.events if e["event"] == "phase" and e["state"] == "end"]
-    assert phases == ["import", "build", "data", "compile", "first_step", "warmup", "timed", "evaluate"]
+    assert phases == ["import", "build", "data", "compile", "first_step", "warmup", "parity", "timed", "evaluate"]
     assert r.policy_effective["env"]["OMP_NUM_THREADS"] == str(len(os.sched_getaffinity(0)))
 
 

@@ -172,6 +172,8 @@ class TrialSpec:
     chunk_steps: int = 16
     repeat: int = 0
     timeout_s: float = 1800.0
+    # The parent's watchdog kills the worker's process tree above this RSS (status `oom`).
+    memory_limit_bytes: int | None = None
     interpreter: str | None = None  # None: the parent's sys.executable
     run_id: int | None = None
     trial_id: int | None = None
@@ -201,12 +203,14 @@ class TrialSpec:
         _check_positive_int("repeat", self.repeat, minimum=0)
         if not self.timeout_s > 0:
             raise SpecError(f"timeout must be > 0 seconds, got {self.timeout_s!r}")
+        if self.memory_limit_bytes is not None:
+            _check_positive_int("memory limit", self.memory_limit_bytes)
 
     def config_key(self) -> str:
         """The configuration key: this spec without repeat index and ids, plus the workload
         digest. Trials with equal keys are repetitions of one configuration."""
         d = to_dict(self)
-        for k in ("repeat", "run_id", "trial_id", "interpreter", "timeout_s"):
+        for k in ("repeat", "run_id", "trial_id", "interpreter", "timeout_s", "memory_limit_bytes"):
             d.pop(k, None)
         d["workload_digest"] = self.workload.digest()
         blob = json.dumps(d, sort_keys=True).encode()

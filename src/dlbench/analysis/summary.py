@@ -11,14 +11,11 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-# The confidence level asked for; with few repeats the widest interval, [min, max], falls short
-# of it and its true level is reported instead (3 repeats: 75 %).
-TARGET_CONFIDENCE = 0.95
-# A summary is `unstable` when its interval's half-width exceeds this share of the median
-# (DESIGN §2.9: "a stated threshold"): a median known only to +-5 % cannot rank two frameworks
-# closer than that. Fresh processes on the shared 2-core machine spread by 4-14 %
-# (docs/benchmarks.md), so few repeats there are expected to be marked.
-UNSTABLE_REL_HALF_WIDTH = 0.05
+from dlbench.analysis import stats
+
+# The method and its threshold live in analysis/stats.py (one definition for tables, reports,
+# exports and compare); this module adapts it to the views (None for what cannot be computed).
+UNSTABLE_REL_HALF_WIDTH = stats.UNSTABLE_REL_HALF_WIDTH
 
 
 @dataclass(frozen=True)
@@ -43,24 +40,6 @@ class Summary:
         return rel is not None and rel > UNSTABLE_REL_HALF_WIDTH
 
 
-def _binom_cdf_half(k: int, n: int) -> float:
-    """P(B <= k) for B ~ Binomial(n, 1/2)."""
-    return sum(math.comb(n, i) for i in range(k + 1)) / 2**n
-
-
-def median_ci_ranks(n: int, confidence: float = TARGET_CONFIDENCE) -> tuple[int, float]:
-    """(j, level): the interval [x_(j), x_(n+1-j)] of the sorted sample (1-based ranks) covers the
-    population median with probability `level` = 1 - 2 P(B <= j-1), B ~ Binomial(n, 1/2).
-    j is the largest rank whose level still reaches `confidence`, else 1 (then [min, max] and
-    its true, lower level). Needs n >= 2."""
-    if n < 2:
-        raise ValueError(f"a confidence interval needs at least 2 values, got {n}")
-    j = 1
-    while j + 1 <= n // 2 and 1 - 2 * _binom_cdf_half(j, n) >= confidence:
-        j += 1
-    return j, 1 - 2 * _binom_cdf_half(j - 1, n)
-
-
 def summarize(values: Iterable[float | None]) -> Summary:
     """Median of one value per process (None values are left out) and, when there are at least
     two, the distribution-free confidence interval of the median from order statistics
@@ -72,5 +51,5 @@ def summarize(values: Iterable[float | None]) -> Summary:
     median = statistics.median(xs)
     if len(xs) < 2:
         return Summary(n=1, median=median)
-    j, level = median_ci_ranks(len(xs))
-    return Summary(n=len(xs), median=median, low=xs[j - 1], high=xs[-j], level=level)
+    low, high, level = stats.median_ci(xs, stats.CONFIDENCE)
+    return Summary(n=len(xs), median=median, low=low, high=high, level=level)

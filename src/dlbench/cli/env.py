@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from rich.table import Table
 
 from dlbench.report.table import make_console
 from dlbench.results.environment import capture
+from dlbench.runner.ceiling import ceiling
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -18,6 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def main(args: argparse.Namespace) -> int:
     env = capture()
+    env["matmul_ceiling"] = ceiling(len(os.sched_getaffinity(0)))[0]
     if args.json:
         print(json.dumps(env, indent=2))
         return 0
@@ -36,5 +39,8 @@ def main(args: argparse.Namespace) -> int:
     for name, fw in env["frameworks"].items():
         dists = ", ".join(f"{k} {v}" for k, v in fw["distributions"].items())
         table.add_row(name, dists if fw["installed"] else f"not installed ({fw['detail']})")
+    data, why = ceiling(len(os.sched_getaffinity(0)))
+    table.add_row("matmul ceiling", f"{data['flops_per_s'] / 1e9:.1f} GFLOP/s float32 ({data['library']},"
+                  f" {data['threads']} threads, {data['size']}^2 GEMM, cached)" if data else why)
     make_console().print(table)
     return 0

@@ -115,7 +115,10 @@ def main(args: argparse.Namespace) -> int:
     else:
         text = export_csv(store, run_ids)
     if args.output:
-        Path(args.output).write_text(text)
+        try:
+            Path(args.output).write_text(text)
+        except OSError as e:
+            raise UsageError(f"cannot write {args.output}: {e.strerror}") from None
     else:
         sys.stdout.write(text)
     return 0

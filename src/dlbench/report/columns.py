@@ -52,6 +52,9 @@ HEADLINE = [
     Column("ttfs", "time to first step s", "time_to_first_step_s", _f(2)),
 ]
 
+# Columns shown as `median [CI, level]` when a configuration has several repeats.
+CI_COLUMNS = ("train_s", "samples_per_s")
+
 # Start-up breakdown, shown under the headline table.
 STARTUP = [
     Column("import_s", "import s", "import_s", _f(2)),
@@ -61,6 +64,8 @@ STARTUP = [
     Column("first_step_s", "first step s", "first_step_s", _f(2)),
     Column("step_ms", "median step ms", "step_s_median", lambda v: f"{v * 1e3:.1f}"),
     Column("gflops", "achieved GFLOP/s", "achieved_flops_per_s", lambda v: f"{v / 1e9:.1f}"),
+    Column("mfu", "MFU", "mfu", lambda v: f"{v:.1%}"),
+    Column("ceiling", "of matmul ceiling", "matmul_ceiling_share", lambda v: f"{v:.1%}"),
 ]
 
 

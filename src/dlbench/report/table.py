@@ -76,13 +76,39 @@ def headline_table(report: Report) -> tuple[Table, list[str]]:
     table.add_column("parity")
     table.add_column("status")
     unstable = False
+    flagged = False
     for config in report.configs:
         cells = [_cell(col, config) for col in HEADLINE]
         unstable = unstable or any(UNSTABLE_MARK in c.plain for c in cells)
-        table.add_row(*_lead_cells(report, config), *cells, Text(model.parity(config.trials).text()),
-                      Text(model.status_text(config.trials)))
-    notes = model.notes(report)
+        parity = model.parity(config.trials)
+        if parity.verdict == "fail":  # flagged, not ranked: a wrong result's speed is not comparable
+            cells = [Text(f"({c.plain})") if c.plain != "–" else c for c in cells]
+            flagged = True
+        parity_text = parity.text().replace("fail", "FAIL", 1)  # a failure must stand out
+        table.add_row(*_lead_cells(report, config), *cells, Text(parity_text), Text(model.status_text(config.trials)))
+    notes = model.notes(report) + _parity_notes(report)
+    if flagged:
+        notes.insert(0, PARITY_FAIL_NOTE)
     return table, ([UNSTABLE_NOTE] if unstable else []) + notes
+
+
+PARITY_FAIL_NOTE = ("(parenthesised): parity against the float64 reference FAILED; these numbers are not"
+                    " comparable (dlbench check shows the details)")
+
+
+def _parity_notes(report: Report) -> list[str]:
+    """What a parity verdict means (tolerance, reference), and why one is n/a, once each."""
+    out = []
+    for _, t in report.trials():
+        p = t.data.get("parity") or {}
+        if p.get("verdict") == "n/a" and p.get("reason"):
+            out.append(f"parity n/a: {p['reason']}")
+        elif p.get("verdict") in ("pass", "fail") and p.get("tolerance"):
+            tol = p["tolerance"]
+            out.append(f"parity: fixed-batch loss and gradients against the {p.get('reference')} reference;"
+                       f" pass = every tensor's normwise relative error <= {tol['rel_err']:g}"
+                       f" and cosine >= {tol['cosine']}")
+    return list(dict.fromkeys(out))
 
 
 def startup_table(report: Report) -> Table:

@@ -46,8 +46,14 @@ UNITS = {
     "vram_initial_bytes": "B",
     "vram_peak_bytes": "B",
     "vram_window_peak_bytes": "B",
+    "parity_s": "s",
+    "parity_rel_err": "1",
+    "parity_min_cosine": "1",
     "flops_per_sample": "FLOP",
     "achieved_flops_per_s": "FLOP/s",
+    "mfu": "1",
+    "matmul_ceiling_share": "1",
+    "matmul_ceiling_flops_per_s": "FLOP/s",
 }
 
 

@@ -3,6 +3,7 @@ by this (parent) process only, one transaction per finished trial."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -13,12 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlbench.analysis import efficiency, parity
 from dlbench.backends import get_backend
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
 from dlbench.results.store import Store
-from dlbench.runner import spawn
+from dlbench.runner import ceiling, reference, spawn
 from dlbench.runner.plan import Plan, PlannedTrial, with_ids
-from dlbench.spec import Policy
+from dlbench.runner.probe import load_grads
+from dlbench.runner.timing import parity_path
+from dlbench.spec import Policy, TrialSpec
 
 WARM_IMPORT_TIMEOUT_S = 600
 
@@ -36,6 +40,7 @@ class Progress:
 class Outcome:
     statuses: dict[str, int] = field(default_factory=dict)
     interrupted: bool = False
+    parity_failures: int = 0
 
     @property
     def failed(self) -> int:
@@ -76,6 +81,8 @@ def execute(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]],
     for planned in (p for _, p in trials if p.status != "pending"):
         outcome.statuses[planned.status] = outcome.statuses.get(planned.status, 0) + 1
     pending = [(tid, p) for tid, p in trials if p.status == "pending"]
+    refs = reference.ensure([p.spec.workload for _, p in pending], 0, progress.message) if pending else {}
+    ceilings = _ceilings(pending, progress)
     tmp = workdir or Path(tempfile.mkdtemp(prefix="dlbench-run-"))
     try:
         for i, (tid, planned) in enumerate(pending):
@@ -83,12 +90,19 @@ def execute(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]],
             progress.trial_started(i, len(pending), planned)
             store.mark_running(tid)
             try:
-                result = spawn.run_trial(spec, tmp, on_event=progress.event)
-            except KeyboardInterrupt:
-                store.finish_trial(tid, TrialResult(status="interrupted", error="interrupted by the user (SIGINT)"))
+                result = spawn.run_trial(spec, tmp, on_event=progress.event,
+                                         on_start=functools.partial(store.set_trial_process, tid))
+            except KeyboardInterrupt as e:
+                store.finish_trial(tid, e.result if isinstance(e, spawn.Interrupted) else
+                                   TrialResult(status="interrupted", error="interrupted by the user (SIGINT)"))
                 outcome.statuses["interrupted"] = outcome.statuses.get("interrupted", 0) + 1
                 outcome.interrupted = True
                 return outcome
+            if result.status == "ok":
+                judge_parity(spec, result, parity_path(spawn.out_path_for(spec, tmp)), refs)
+                judge_efficiency(spec, result, ceilings)
+                if result.parity.get("verdict") == "fail":
+                    outcome.parity_failures += 1
             store.finish_trial(tid, result)
             outcome.statuses[result.status] = outcome.statuses.get(result.status, 0) + 1
             progress.trial_finished(i, len(pending), planned, result)
@@ -96,3 +110,55 @@ def execute(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]],
         if workdir is None:
             shutil.rmtree(tmp, ignore_errors=True)
     return outcome
+
+
+def judge_parity(trial: TrialSpec, result: TrialResult, path: Path, refs: dict[str, reference.Reference | str]) -> None:
+    """The trial's fixed-batch loss and gradients against the float64 reference: the verdict
+    goes into result.parity, the worst numbers into its metrics."""
+    ref = refs.get(reference.key(trial.workload, 0), "no reference was computed for this workload")
+    if isinstance(ref, str):
+        verdict = parity.not_available(ref)
+    elif not path.exists():
+        verdict = parity.not_available("the worker wrote no fixed-batch gradients")
+    else:
+        loss, grads, _ = load_grads(path)
+        verdict = parity.compare_grads(loss, grads, ref.loss, ref.grads, trial.workload.numerics.dtype,
+                                       reference=ref.label)
+    result.parity = verdict.to_dict()
+    result.metrics["parity_rel_err"] = verdict.worst_rel_err
+    result.metrics["parity_min_cosine"] = verdict.min_cosine
+    if verdict.verdict == "fail":
+        result.warnings.append(f"parity FAILED: {verdict.reason}")
+
+
+def _ceilings(pending: list[tuple[int, PlannedTrial]], progress: Progress) -> dict[int, tuple[dict[str, Any] | None, str]]:
+    """The CPU matmul ceiling for every thread count in the sweep (cached per machine)."""
+    out = {}
+    for threads in sorted({p.spec.policy.threads or len(os.sched_getaffinity(0)) for _, p in pending}):
+        cached, _ = ceiling.ceiling(threads, measure_if_missing=False)
+        if cached is None:
+            progress.message(f"measuring this machine's float32 matmul ceiling with {threads} thread(s), once")
+        out[threads] = (cached, "") if cached is not None else ceiling.ceiling(threads)
+    return out
+
+
+def judge_efficiency(trial: TrialSpec, result: TrialResult, ceilings: dict[int, tuple[dict[str, Any] | None, str]]) -> None:
+    """mfu on accelerators in the peak table; matmul_ceiling_share against the measured CPU
+    ceiling for the trial's thread count; each null with its reason otherwise."""
+    achieved = result.metrics.get("achieved_flops_per_s")
+    if achieved is None:
+        return
+    gpus = [g["name"] for g in result.framework_info.get("gpus", [])]
+    value, why = efficiency.mfu(achieved, gpus, trial.precision)
+    result.metrics["mfu"] = value
+    if value is None:
+        result.notes["mfu"] = why
+    threads = len(result.policy_effective.get("cores") or []) or trial.policy.threads or len(os.sched_getaffinity(0))
+    data, why = ceilings.get(threads) or ceiling.ceiling(threads)
+    if data is None or gpus:
+        result.metrics["matmul_ceiling_share"] = None
+        result.notes["matmul_ceiling_share"] = why or "on an accelerator: see mfu"
+        return
+    result.metrics["matmul_ceiling_share"] = achieved / data["flops_per_s"]
+    result.metrics["matmul_ceiling_flops_per_s"] = data["flops_per_s"]
+    result.notes["matmul_ceiling"] = f"{data['library']}, {data['threads']} thread(s), {data['size']}^2 float32 GEMM"

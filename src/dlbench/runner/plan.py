@@ -12,13 +12,17 @@ from dataclasses import dataclass, field, replace
 
 from dlbench import workloads
 from dlbench.backends import get_backend
-from dlbench.spec import Numerics, Policy, SpecError, TrialSpec, WorkloadSpec
+from dlbench.spec import Policy, SpecError, TrialSpec, WorkloadSpec
+from dlbench.workloads.base import Preset
 
 DEFAULT_FRAMEWORKS = ("torch", "tensorflow", "jax")
 # Rough start-up costs for the first estimate; later runs use the store's own durations.
 STARTUP_GUESS_S = 8.0
 COMPILE_GUESS_S = 15.0
 CPU_FLOPS_GUESS = 20e9
+# More fresh processes per configuration than any CI spread needs; a typo such as 1000000 would
+# otherwise plan a million trials before anything says no.
+MAX_REPEATS = 1000
 
 
 @dataclass(frozen=True)
@@ -32,7 +36,7 @@ class Sweep:
     precisions: tuple[str, ...] = ("fp32",)
     scenarios: tuple[str, ...] = ("train",)
     devices: tuple[int, ...] = (1,)
-    repeats: int = 1
+    repeats: int = 3
     preset: str = "cpu"
     dataset_size: int | None = None
     epochs: int | None = None
@@ -41,6 +45,7 @@ class Sweep:
     threads: int | None = None
     compile_cache: str = "cold"
     timeout_s: float = 1800.0
+    memory_limit_bytes: int | None = None
     order_seed: int = 0
 
 
@@ -55,26 +60,40 @@ class PlannedTrial:
 class Plan:
     trials: list[PlannedTrial] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    order_seed: int | None = None  # the shuffle within rounds, recorded with the run
 
     @property
     def pending(self) -> list[PlannedTrial]:
         return [t for t in self.trials if t.status == "pending"]
 
 
-def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, prec: str,
-           scen: str, dev: int, repeat: int) -> TrialSpec:
+def preset(w: str, name: str) -> Preset:
     module = workloads.get(w)
-    if sweep.preset not in module.PRESETS:
-        raise SpecError(f"preset {sweep.preset!r} is not one of: {', '.join(module.PRESETS)}")
-    p = module.PRESETS[sweep.preset]
-    spec = WorkloadSpec(
+    if name not in module.PRESETS:
+        raise SpecError(f"preset {name!r} is not one of: {', '.join(module.PRESETS)}")
+    p: Preset = module.PRESETS[name]
+    return p
+
+
+def workload_spec(w: str, preset_name: str, seed: int = 0, batch_size: int | None = None,
+                  dataset_size: int | None = None) -> WorkloadSpec:
+    """The workload spec of a preset: its model size, sizes and the workload's numerics block."""
+    p = preset(w, preset_name)
+    return WorkloadSpec(
         name=w,
-        batch_size=bs if bs is not None else p.batch_size,
-        dataset_size=sweep.dataset_size if sweep.dataset_size is not None else p.dataset_size,
+        model_size=p.model_size,
+        batch_size=batch_size if batch_size is not None else p.batch_size,
+        dataset_size=dataset_size if dataset_size is not None else p.dataset_size,
         eval_size=p.eval_size,
         seed=seed,
-        numerics=Numerics(),
+        numerics=workloads.get(w).NUMERICS,
     )
+
+
+def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, prec: str,
+           scen: str, dev: int, repeat: int) -> TrialSpec:
+    p = preset(w, sweep.preset)
+    spec = workload_spec(w, sweep.preset, seed, bs, sweep.dataset_size)
     return TrialSpec(
         workload=spec,
         framework=f,
@@ -87,6 +106,7 @@ def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, p
         chunk_steps=sweep.chunk_steps,
         repeat=repeat,
         timeout_s=sweep.timeout_s,
+        memory_limit_bytes=sweep.memory_limit_bytes,
     )
 
 
@@ -105,9 +125,11 @@ def _framework_status(name: str, explicit: bool, notes: list[str]) -> str | None
 
 def make_plan(sweep: Sweep) -> Plan:
     """Every trial validated before anything runs; a bad value raises SpecError."""
-    plan = Plan()
+    plan = Plan(order_seed=sweep.order_seed)
     if sweep.repeats < 1:
         raise SpecError(f"repeats must be an integer >= 1, got {sweep.repeats!r}")
+    if sweep.repeats > MAX_REPEATS:
+        raise SpecError(f"repeats {sweep.repeats!r} is over the maximum of {MAX_REPEATS}")
     missing = {f: _framework_status(f, sweep.frameworks_explicit, plan.notes) for f in sweep.frameworks}
     batch_sizes: tuple[int | None, ...] = sweep.batch_sizes or (None,)
     axes = list(itertools.product(sweep.workloads, sweep.frameworks, sweep.modes, batch_sizes,

@@ -27,10 +27,12 @@ from dlbench.backends.base import Backend, Program, Unsupported
 from dlbench.monitors.memory import MemorySampler
 from dlbench.monitors.nvml import Nvml
 from dlbench.results.records import TrialResult
+from dlbench.runner.probe import fixed_batch_grads, save_grads
 from dlbench.runner.timing import (
     EventLog,
     Phases,
     events_path,
+    parity_path,
     process_start_monotonic,
     split_steps,
 )
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         backend = get_backend(trial.framework)
         recorded, fresh_cache = setup_environment(trial, backend)
         result.policy_effective.update(recorded)
-        run_trial(trial, backend, log, created, result)
+        run_trial(trial, backend, log, created, result, parity_path(out_path))
         result.status = "ok"
     except Unsupported as e:
         result.status, result.error = "unsupported", str(e)
@@ -133,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_trial(
-    trial: TrialSpec, backend: Backend, log: EventLog, created: float, result: TrialResult
+    trial: TrialSpec, backend: Backend, log: EventLog, created: float, result: TrialResult,
+    parity_file: Path,
 ) -> None:
     """Fills `result` as it goes, so that a failure keeps every metric measured before it."""
     m = result.metrics
@@ -152,6 +155,7 @@ def run_trial(
         program, state = _build_and_load(trial, backend, phases, m)
         result.numerics = program.numerics()
         state = _warmup(trial, backend, program, state, phases, sampler, created, m)
+        _parity(trial, program, phases, m, parity_file)
         state = _timed_window(trial, backend, program, state, log, sampler, result)
         _evaluate(trial, program, state, phases, m)
         m.update(backend.allocator_stats())
@@ -215,6 +219,19 @@ def _warmup(
     return state
 
 
+def _parity(
+    trial: TrialSpec, program: Program, phases: Phases, m: dict[str, float | None], path: Path
+) -> None:
+    """Loss and gradients on the canonical fixed batch from the canonical parameters, under this
+    trial's own policy (its mode, its compiled code path), before the timed window; the parent
+    compares them with the float64 reference. After the warm-up, so that the extra compile
+    cannot warm anything the start-up metrics measure."""
+    t = phases.start("parity")
+    loss, grads = fixed_batch_grads(program, trial.workload)
+    save_grads(path, loss, grads)
+    m["parity_s"] = phases.end("parity", t)
+
+
 def _run_steps(
     trial: TrialSpec, backend: Backend, program: Program, state: Any, batches: Any, steps: int
 ) -> Any:
@@ -260,9 +277,24 @@ def _timed_window(
     window = sampler.end_window()
     log.emit("phase", name="timed", state="end", seconds=train_s)
     recompiles = program.compilations() - compiles_before
-    losses = np.concatenate([program.losses_to_numpy(x) for x in device_losses])
+    losses = _step_losses([n for n, _, _ in chunks], [program.losses_to_numpy(x) for x in device_losses])
     _window_metrics(trial, result, chunks, epoch_s, train_s, losses, recompiles, window)
     return state
+
+
+def _step_losses(steps: list[int], per_chunk: list[np.ndarray]) -> np.ndarray:
+    """Per-step losses. A Program may return one value per chunk instead (Keras's fit reports
+    the chunk's mean): each step of such a chunk then carries the chunk mean, which keeps
+    means over steps exact and marks the series as chunk means (NaN-free, flat per chunk)."""
+    out = []
+    for n, values in zip(steps, per_chunk, strict=True):
+        if len(values) == n:
+            out.append(values)
+        elif len(values) == 1:
+            out.append(np.full(n, values[0]))
+        else:
+            raise RuntimeError(f"train_chunk returned {len(values)} losses for {n} steps")
+    return np.concatenate(out)
 
 
 def _window_metrics(

@@ -1,21 +1,25 @@
 """The seed CNN: conv3x3(32)-relu-pool2, conv3x3(64)-relu-pool2, flatten(HWC), dense128-relu,
-dense10; mean softmax cross-entropy; Adam. Canonical layouts: conv kernels HWIO, dense kernels
-(in, out); the first dense kernel's rows are in HWC flatten order."""
+dense(C); VALID padding. Canonical layouts: conv kernels HWIO, dense kernels (in, out); the
+first dense kernel's rows are in HWC flatten order. Definition: docs/workloads.md#cnn."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import final
 
 import numpy as np
 
-from dlbench.spec import WorkloadSpec
+from dlbench.spec import Numerics, WorkloadSpec
+from dlbench.workloads import reference_ops as ops
+from dlbench.workloads.base import Preset
 from dlbench.workloads.data import (
     STREAM_DATA,
     STREAM_EVAL,
     STREAM_FIXED_BATCH,
-    STREAM_PARAMS,
     Dataset,
+    labelled_samples,
 )
+from dlbench.workloads.params import dense_inits, draw_params, fan_in_uniform
 
 NAME = "cnn"
 INPUT_SHAPE = (32, 32, 3)  # HWC
@@ -24,27 +28,41 @@ CONV2_CH = 64
 HIDDEN = 128
 # Spatial sizes with VALID padding: 32 -conv-> 30 -pool-> 15 -conv-> 13 -pool-> 6.
 FLAT = 6 * 6 * CONV2_CH
-# How far class prototypes stand out of the noise: learnable, not trivial.
-SIGNAL = 0.1
 
 
+@final
 @dataclass(frozen=True)
-class Preset:
-    dataset_size: int
-    batch_size: int
-    epochs: int
-    warmup_epochs: int
-    eval_size: int
+class Size:
+    conv1_ch: int
+    conv2_ch: int
+    hidden: int
 
 
-MODEL_SIZES = {"default": None}
+# One size: the backends build it from the constants above.
+MODEL_SIZES = {"default": Size(conv1_ch=CONV1_CH, conv2_ch=CONV2_CH, hidden=HIDDEN)}
 
 # Presets per device class: `cpu` ends in about a minute per trial on two cores.
 PRESETS = {
-    "tiny": Preset(dataset_size=256, batch_size=32, epochs=1, warmup_epochs=1, eval_size=64),
-    "cpu": Preset(dataset_size=8192, batch_size=128, epochs=3, warmup_epochs=1, eval_size=1024),
-    "gpu": Preset(dataset_size=50000, batch_size=128, epochs=5, warmup_epochs=1, eval_size=10000),
+    "tiny": Preset(model_size="default", dataset_size=256, batch_size=32, epochs=1,
+                   warmup_epochs=1, eval_size=64),
+    "cpu": Preset(model_size="default", dataset_size=8192, batch_size=128, epochs=3,
+                  warmup_epochs=1, eval_size=1024),
+    "gpu": Preset(model_size="default", dataset_size=50000, batch_size=128, epochs=5,
+                  warmup_epochs=1, eval_size=10000),
 }
+
+NUMERICS = Numerics(padding="VALID", flatten_order="HWC")
+NUMERICS_FIELDS = ("optimizer", "learning_rate", "beta1", "beta2", "eps", "eps_placement",
+                   "bias_correction", "weight_decay", "dropout", "loss", "dtype", "padding",
+                   "flatten_order")
+
+# Teacher features: the image average-pooled over 8x8 blocks (48 values, see image_features).
+TEACHER_POOL = 8
+MARGIN = 0.4
+
+
+def input_spec(spec: WorkloadSpec) -> tuple[tuple[int, ...], str]:
+    return INPUT_SHAPE, "float32"
 
 
 def param_shapes(spec: WorkloadSpec) -> dict[str, tuple[int, ...]]:
@@ -61,55 +79,51 @@ def param_shapes(spec: WorkloadSpec) -> dict[str, tuple[int, ...]]:
     }
 
 
+def buffer_shapes(spec: WorkloadSpec) -> dict[str, tuple[int, ...]]:
+    return {}
+
+
 def init_params(spec: WorkloadSpec) -> dict[str, np.ndarray]:
-    """Canonical float32 parameters: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for kernels and biases
-    (torch's default bound), drawn in a fixed name order from the spec's seed."""
-    rng = np.random.default_rng((spec.seed, STREAM_PARAMS))
-    shapes = param_shapes(spec)
-    fan_in = {
-        "conv1": 3 * 3 * INPUT_SHAPE[2],
-        "conv2": 3 * 3 * CONV1_CH,
-        "dense1": FLAT,
-        "dense2": HIDDEN,
+    inits = {
+        "conv1.kernel": fan_in_uniform(3 * 3 * INPUT_SHAPE[2]),
+        "conv1.bias": fan_in_uniform(3 * 3 * INPUT_SHAPE[2]),
+        "conv2.kernel": fan_in_uniform(3 * 3 * CONV1_CH),
+        "conv2.bias": fan_in_uniform(3 * 3 * CONV1_CH),
+        **dense_inits("dense1", FLAT),
+        **dense_inits("dense2", HIDDEN),
     }
-    params = {}
-    for name, shape in shapes.items():
-        bound = 1.0 / np.sqrt(fan_in[name.split(".")[0]])
-        params[name] = rng.uniform(-bound, bound, size=shape).astype(np.float32)
-    return params
+    return draw_params(spec.seed, param_shapes(spec), inits)
+
+
+def draw_images(rng: np.random.Generator, n: int) -> np.ndarray:
+    """N(0, 1) NHWC images (also resnet's)."""
+    return rng.standard_normal((n, *INPUT_SHAPE), dtype=np.float32)
+
+
+def image_features(x: np.ndarray) -> np.ndarray:
+    """The teacher's view of an image: 8x8 block averages, scaled back to unit variance."""
+    pooled = ops.avg_pool(x.astype(np.float64), TEACHER_POOL)
+    return pooled.reshape(len(x), -1) * TEACHER_POOL
 
 
 def _samples(spec: WorkloadSpec, n: int, stream: int) -> Dataset:
-    # Class prototypes are shared by the training and evaluation splits; the noise is not.
-    protos = np.random.default_rng((spec.seed, STREAM_DATA, 0)).standard_normal(
-        (spec.num_classes, *INPUT_SHAPE), dtype=np.float32
-    )
-    rng = np.random.default_rng((spec.seed, stream, 1))
-    y = rng.integers(0, spec.num_classes, size=n, dtype=np.int32)
-    x = rng.standard_normal((n, *INPUT_SHAPE), dtype=np.float32)
-    x += SIGNAL * protos[y]
-    return Dataset(x=x, y=y)
+    return labelled_samples(spec, n, stream, draw_images, image_features, MARGIN)
 
 
 def make_dataset(spec: WorkloadSpec) -> Dataset:
-    """Training split: `dataset_size` samples of 10 classes, each a fixed random prototype
-    under unit Gaussian noise."""
     return _samples(spec, spec.dataset_size, STREAM_DATA)
 
 
 def make_eval_dataset(spec: WorkloadSpec) -> Dataset:
-    """Held-out split from the same distribution, for accuracy (evaluated outside the window)."""
     return _samples(spec, spec.eval_size, STREAM_EVAL)
 
 
 def fixed_batch(spec: WorkloadSpec, size: int = 8) -> Dataset:
-    """The canonical fixed batch used to compare loss and gradients across frameworks."""
     return _samples(spec, size, STREAM_FIXED_BATCH)
 
 
 def _layers(spec: WorkloadSpec) -> list[tuple[str, int, bool]]:
-    """(layer, forward FLOPs per sample, needs an input gradient). A multiply-add is 2 FLOPs;
-    only convolutions and matmuls count (as torch.utils.flop_counter does)."""
+    """(layer, forward FLOPs per sample, needs an input gradient)."""
     c = INPUT_SHAPE[2]
     return [
         ("conv1", 2 * 30 * 30 * CONV1_CH * 3 * 3 * c, False),  # the input needs no gradient
@@ -130,30 +144,12 @@ def flops_per_sample(spec: WorkloadSpec, train: bool = True) -> int:
     return total
 
 
-def reference_loss(params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> float:
-    """The loss in float64 NumPy, straight from the definition: a reference for parity."""
-    p = {k: v.astype(np.float64) for k, v in params.items()}
-    h = _pool2(np.maximum(_conv_valid(x.astype(np.float64), p["conv1.kernel"]) + p["conv1.bias"], 0))
-    h = _pool2(np.maximum(_conv_valid(h, p["conv2.kernel"]) + p["conv2.bias"], 0))
+def reference_loss(spec: WorkloadSpec, params: dict[str, np.ndarray], x: np.ndarray,
+                   y: np.ndarray) -> float:
+    p = ops.as_float64(params)
+    h = ops.conv2d(x.astype(np.float64), p["conv1.kernel"]) + p["conv1.bias"]
+    h = ops.max_pool2(ops.relu(h))
+    h = ops.max_pool2(ops.relu(ops.conv2d(h, p["conv2.kernel"]) + p["conv2.bias"]))
     h = h.reshape(h.shape[0], -1)  # NHWC -> HWC flatten
-    h = np.maximum(h @ p["dense1.kernel"] + p["dense1.bias"], 0)
-    logits = h @ p["dense2.kernel"] + p["dense2.bias"]
-    logits = logits - logits.max(axis=1, keepdims=True)
-    logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
-    return float(-logp[np.arange(len(y)), y].mean())
-
-
-def _conv_valid(x: np.ndarray, k: np.ndarray) -> np.ndarray:
-    kh, kw = k.shape[:2]
-    n, h, w, _ = x.shape
-    out = np.zeros((n, h - kh + 1, w - kw + 1, k.shape[3]))
-    for i in range(kh):
-        for j in range(kw):
-            out += np.einsum("nhwc,co->nhwo", x[:, i : i + h - kh + 1, j : j + w - kw + 1], k[i, j])
-    return out
-
-
-def _pool2(x: np.ndarray) -> np.ndarray:
-    n, h, w, c = x.shape
-    h2, w2 = h // 2, w // 2
-    return x[:, : h2 * 2, : w2 * 2].reshape(n, h2, 2, w2, 2, c).max(axis=(2, 4))
+    h = ops.relu(h @ p["dense1.kernel"] + p["dense1.bias"])
+    return ops.cross_entropy(h @ p["dense2.kernel"] + p["dense2.bias"], y)

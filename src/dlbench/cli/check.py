@@ -1,0 +1,233 @@
+"""`dlbench check`: do all frameworks compute the same thing? (DESIGN §2.10)
+
+For every workload x framework: loss and gradients on the canonical fixed batch against the
+float64 reference, a K-step loss trajectory from the same start (losses, not parameters: Adam
+turns rounding noise on tiny gradients into parameter differences of order lr), eval-mode logits
+after those steps (BatchNorm running statistics), and every pair of frameworks against each
+other. One probe process per framework checks all its workloads. Exit 1 on any failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.table import Table
+
+from dlbench import workloads
+from dlbench.analysis import parity
+from dlbench.backends import get_backend, registered
+from dlbench.cli.common import EXIT_OK, EXIT_PARITY_FAILED, UsageError, comma_list
+from dlbench.report.table import make_console
+from dlbench.runner import reference
+from dlbench.runner.plan import workload_spec
+from dlbench.runner.probe import load_grads
+from dlbench.spec import Policy, TrialSpec, to_dict
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("check", help="parity: same weights and batch -> same loss and gradients?")
+    p.add_argument("-w", "--workload", type=comma_list("workload"), default=("all",),
+                   help="workloads (default: all)")
+    p.add_argument("-f", "--framework", type=comma_list("framework"), default=("all",),
+                   help="frameworks (default: all installed)")
+    p.add_argument("--mode", default="compiled", help="eager, graph or compiled (default: compiled)")
+    p.add_argument("-k", "--steps", type=int, default=10, help="steps of the loss trajectory (default 10)")
+    p.add_argument("--preset", default="tiny", help="workload size preset (default: tiny)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", metavar="FILE", help="also write every number to this JSON file")
+
+
+@dataclass
+class Cell:
+    """One workload x framework result."""
+
+    status: str  # ok | unsupported | failed | skipped
+    error: str | None = None
+    grads: parity.Verdict | None = None
+    trajectory: tuple[bool, float] | None = None
+    logits: tuple[bool, float] | None = None
+    arrays: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return (self.status == "ok" and self.grads is not None and self.grads.verdict == "pass"
+                and (self.trajectory is None or self.trajectory[0])
+                and (self.logits is None or self.logits[0]))
+
+
+def _names(requested: tuple[str, ...], known: list[str], kind: str) -> list[str]:
+    if requested == ("all",):
+        return known
+    for name in requested:
+        if name not in known:
+            raise UsageError(f"{kind} {name!r} is not one of: all, {', '.join(known)}")
+    return list(requested)
+
+
+def _trial(w: str, f: str, args: argparse.Namespace) -> TrialSpec:
+    return TrialSpec(workload=workload_spec(w, args.preset, seed=args.seed), framework=f,
+                     policy=Policy(mode=args.mode))
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.steps < 0:
+        raise UsageError(f"steps {args.steps} must be >= 0")
+    wls = _names(args.workload, list(workloads.WORKLOADS), "workload")
+    fws = _names(args.framework, list(registered()), "framework")
+    console = make_console()
+    trials = {(w, f): _trial(w, f, args) for w in wls for f in fws}
+    for t in trials.values():
+        t.validate()
+    cells: dict[tuple[str, str], Cell] = {}
+    refs = reference.ensure([trials[(w, fws[0])].workload for w in wls], args.steps,
+                            lambda m: console.print(f"[dim]{m}[/dim]"))
+    for f in fws:
+        cells.update(_probe_framework(f, [(w, trials[(w, f)]) for w in wls], args, console))
+    for (w, f), cell in cells.items():
+        ref = refs.get(reference.key(trials[(w, f)].workload, args.steps))
+        _judge(cell, ref)
+    pairs = _pairwise(cells, wls, fws)
+    _print(console, cells, wls, fws, refs, trials, args, pairs)
+    if args.json:
+        Path(args.json).write_text(json.dumps(_to_json(cells, pairs, args), indent=1))
+    failed = [k for k, c in cells.items() if c.status not in ("unsupported", "skipped") and not c.passed]
+    failed_pairs = [p for p, (ok, _) in pairs.items() if not ok]
+    return EXIT_PARITY_FAILED if failed or failed_pairs else EXIT_OK
+
+
+def _probe_framework(f: str, items: list[tuple[str, TrialSpec]], args: argparse.Namespace,
+                     console: Any) -> dict[tuple[str, str], Cell]:
+    backend = get_backend(f)
+    ok, why = backend.available()
+    if not ok:
+        return {(w, f): Cell("skipped", why) for w, _ in items}
+    reason = backend.modes().get(args.mode)
+    if reason is not None:
+        return {(w, f): Cell("unsupported", reason) for w, _ in items}
+    console.print(f"[dim]probing {f} ({args.mode}): {', '.join(w for w, _ in items)}[/dim]")
+    out: dict[tuple[str, str], Cell] = {}
+    with tempfile.TemporaryDirectory(prefix=f"dlbench-check-{f}-") as tmp:
+        req = Path(tmp) / "request.json"
+        req.write_text(json.dumps({"trials": [to_dict(t) for _, t in items], "k_steps": args.steps}))
+        error = reference.run_probe(req, Path(tmp))
+        for i, (w, _) in enumerate(items):
+            out[(w, f)] = _read_cell(Path(tmp), i, error)
+    return out
+
+
+def _read_cell(tmp: Path, i: int, error: str | None) -> Cell:
+    try:
+        status = json.loads((tmp / f"{i}.json").read_text())
+    except (OSError, ValueError):
+        return Cell("failed", error or "the probe wrote no result")
+    if status["status"] != "ok":
+        return Cell(status["status"], status.get("error"))
+    loss, grads, extra = load_grads(tmp / f"{i}.npz")
+    return Cell("ok", arrays={"loss": loss, "grads": grads, **extra})
+
+
+def _judge(cell: Cell, ref: reference.Reference | str | None) -> None:
+    if cell.status != "ok":
+        return
+    if not isinstance(ref, reference.Reference):
+        cell.grads = parity.not_available(ref or "no reference")
+        return
+    a = cell.arrays
+    cell.grads = parity.compare_grads(a["loss"], a["grads"], ref.loss, ref.grads, "float32", reference=ref.label)
+    if "losses" in a and ref.losses is not None and ref.logits is not None:
+        cell.trajectory = parity.compare_losses(a["losses"], ref.losses, "float32")
+        cell.logits = parity.compare_logits(a["logits"], ref.logits, "float32")
+
+
+def _pairwise(cells: dict[tuple[str, str], Cell], wls: list[str], fws: list[str]) -> dict[tuple[str, str, str], tuple[bool, float]]:
+    """Worst normwise gradient difference between two frameworks, relative to the second; the
+    bound is twice each one's own tolerance against the reference."""
+    tol = 2 * parity.tolerance("float32").rel_err
+    out = {}
+    for w in wls:
+        for f1, f2 in itertools.combinations(fws, 2):
+            c1, c2 = cells[(w, f1)], cells[(w, f2)]
+            if c1.status != "ok" or c2.status != "ok":
+                continue
+            g1, g2 = c1.arrays["grads"], c2.arrays["grads"]
+            if set(g1) != set(g2):
+                out[(w, f1, f2)] = (False, float("inf"))
+                continue
+            worst = max(parity.rel_err(g1[k], g2[k]) for k in g1)
+            out[(w, f1, f2)] = (worst <= tol, worst)
+    return out
+
+
+def _cell_text(cell: Cell) -> str:
+    if cell.status != "ok":
+        return cell.status
+    g = cell.grads
+    assert g is not None
+    if g.verdict == "n/a":
+        return "n/a"
+    parts = [f"grad {g.worst_rel_err:.0e}"]
+    if cell.trajectory is not None and cell.logits is not None:
+        parts.append(f"traj {cell.trajectory[1]:.0e}")
+        parts.append(f"eval {cell.logits[1]:.0e}")
+    return ("pass " if cell.passed else "FAIL ") + " ".join(parts)
+
+
+def _print(console: Any, cells: dict[tuple[str, str], Cell], wls: list[str], fws: list[str],
+           refs: dict[str, reference.Reference | str], trials: dict[tuple[str, str], TrialSpec],
+           args: argparse.Namespace, pairs: dict[tuple[str, str, str], tuple[bool, float]]) -> None:
+    tol = parity.tolerance("float32")
+    table = Table(title=f"parity against the float64 reference ({args.mode} mode, preset {args.preset},"
+                        f" {args.steps}-step trajectory)")
+    table.add_column("workload")
+    for f in fws:
+        table.add_column(f)
+    for w in wls:
+        table.add_row(w, *(_cell_text(cells[(w, f)]) for f in fws))
+    console.print(table)
+    console.print(f"  grad: worst normwise relative error of the loss and every gradient tensor (pass <="
+                  f" {tol.rel_err:g}, and cosine >= {tol.cosine}); traj: worst relative loss difference"
+                  f" over the steps (<= {tol.trajectory_rel_err:g}); eval: eval-mode logits after the steps"
+                  f" (<= {tol.logits_rel_err:g}). Reduced-precision math (TF32, bf16 passes) is off.",
+                  soft_wrap=True)
+    for (w, f), c in cells.items():
+        if c.status in ("failed", "skipped") or (c.status == "ok" and not c.passed):
+            why = c.error or (c.grads.reason if c.grads else None) or _trajectory_reason(c)
+            console.print(f"  {w}/{f}: {why}", soft_wrap=True)
+    for ref in {r for r in refs.values() if isinstance(r, str)}:
+        console.print(f"  reference: {ref}", soft_wrap=True)
+    bad = [(k, v) for k, v in pairs.items() if not v[0]]
+    worst = max(pairs.items(), key=lambda kv: kv[1][1], default=None)
+    if worst is not None:
+        (w, f1, f2), (_, err) = worst
+        console.print(f"  pairwise: {len(pairs)} framework pairs compared; worst gradient difference"
+                      f" {err:.1e} ({w}: {f1} vs {f2}); {len(bad)} over {2 * tol.rel_err:g}", soft_wrap=True)
+
+
+def _trajectory_reason(c: Cell) -> str:
+    t = c.trajectory[1] if c.trajectory else float("nan")
+    e = c.logits[1] if c.logits else float("nan")
+    return f"trajectory difference {t:.2e}, eval logits difference {e:.2e}"
+
+
+def _to_json(cells: dict[tuple[str, str], Cell], pairs: dict[tuple[str, str, str], tuple[bool, float]],
+             args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"mode": args.mode, "preset": args.preset, "steps": args.steps, "cells": [], "pairs": []}
+    for (w, f), c in cells.items():
+        out["cells"].append({
+            "workload": w, "framework": f, "status": c.status, "error": c.error, "passed": c.passed,
+            "grads": c.grads.to_dict() if c.grads else None,
+            "trajectory_rel_err": c.trajectory[1] if c.trajectory else None,
+            "logits_rel_err": c.logits[1] if c.logits else None,
+            "losses": np.asarray(c.arrays["losses"]).tolist() if "losses" in c.arrays else None,
+        })
+    for (w, f1, f2), (ok, err) in pairs.items():
+        out["pairs"].append({"workload": w, "a": f1, "b": f2, "passed": ok, "rel_err": err})
+    return out
+
