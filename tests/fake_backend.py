@@ -1,6 +1,9 @@
 """A fake framework for runner tests: its "device work" runs on a background thread (so a
 missing sync would show), and FAKE_BEHAVIOUR makes it crash, raise, hang, leak or recompile.
 
+FAKE_BEHAVIOUR is one behaviour, or a comma list picked by the trial's repeat index
+(`ok,crash,hang`: repeat 0 runs, 1 segfaults, 2 hangs), so that one sweep meets every fault.
+
 Registered for worker processes through DLBENCH_BACKENDS=fake=fake_backend:FakeBackend with this
 directory on PYTHONPATH.
 """
@@ -8,13 +11,17 @@ directory on PYTHONPATH.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import typing
 from collections.abc import Iterator
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,10 +37,41 @@ INFER_S = float(os.environ.get("FAKE_INFER_S", "0.0001"))
 # predict() call takes PREDICT_S seconds.
 LEARN_STEPS = int(os.environ.get("FAKE_LEARN_STEPS", "100"))
 PREDICT_S = float(os.environ.get("FAKE_PREDICT_S", "0"))
+# `grow`: touched memory added every GROW_PERIOD_S up to GROW_TOTAL_MB, then held.
+GROW_STEP_MB = 16
+GROW_PERIOD_S = 0.02
+GROW_TOTAL_MB = int(os.environ.get("FAKE_GROW_MB", "800"))
+
+
+def _repeat() -> int:
+    """The repeat index of the trial this worker runs, read from its SPEC argument (the fake
+    needs it before build, in import_framework)."""
+    try:
+        return int(json.loads(Path(sys.argv[1]).read_text())["repeat"])
+    except (IndexError, OSError, ValueError, KeyError, TypeError):
+        return 0
 
 
 def behaviour() -> str:
-    return os.environ.get("FAKE_BEHAVIOUR", "ok")
+    choices = os.environ.get("FAKE_BEHAVIOUR", "ok").split(",")
+    return choices[_repeat() % len(choices)] if len(choices) > 1 else choices[0]
+
+
+def _grow(sink: list[bytearray]) -> None:
+    """Allocate and touch memory steadily (a leak the watchdog can watch grow), then hang."""
+    while len(sink) * GROW_STEP_MB < GROW_TOTAL_MB:
+        block = bytearray(GROW_STEP_MB * 2**20)
+        block[::4096] = b"1" * len(block[::4096])
+        sink.append(block)
+        time.sleep(GROW_PERIOD_S)
+    time.sleep(3600)
+
+
+def _stray_child() -> None:
+    """Start a child in the worker's process group that would outlive the worker: what a loader
+    worker or a compiler daemon does when nobody stops it."""
+    code = "import time; time.sleep(600)"
+    subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL)
 
 
 class _AsyncDevice:
@@ -109,16 +147,19 @@ class FakeProgram:
             if b == "abort" and state["step"] == 3:
                 os.kill(os.getpid(), signal.SIGABRT)
             if b == "raise" and state["step"] == 3:
-                raise RuntimeError("fake failure at step 3")
+                raise RuntimeError(os.environ.get("FAKE_ERROR", "fake failure at step 3"))
             if b == "hang" and state["step"] == 3:
+                time.sleep(3600)
+            if b == "grow" and state["step"] == 3:
+                _grow(self.leak)
+            if b in ("orphan", "stray") and state["step"] == 3:
+                _stray_child()  # `stray` goes on and ends normally
+            if b == "orphan" and state["step"] == 3:
                 time.sleep(3600)
             if b == "leak":
                 self.leak.append(bytearray(8 * 1024 * 1024))
             if b == "child" and state["step"] == 1:
                 # a loader-worker-like child holding 300 MiB for a few seconds
-                import subprocess
-                import sys
-
                 code = "import time; x = bytearray(300 * 2**20); x[::4096] = b'1' * len(x[::4096]); time.sleep(4)"
                 self.child = subprocess.Popen([sys.executable, "-c", code])
             if b == "child" and state["step"] == 2:

@@ -75,7 +75,7 @@ def test_failed_trial_exits_3_and_keeps_the_others(tmp_path, capsys, monkeypatch
     (["run", "-f", "fake", "--repeats", "0"], "repeats must be an integer >= 1"),
     (["run", "-f", "fake", "--preset", "huge"], "preset 'huge' is not one of: tiny, cpu, gpu"),
     (["run", "-f", "fake", "--store", "/nonexistent/dir/x.sqlite"], "directory /nonexistent/dir does not exist"),
-    (["run", "suite.toml"], "suite files are not supported yet"),
+    (["run", "suite.toml"], "suite file suite.toml does not exist"),
     (["export", "latest", "--format", "xml"], "format 'xml' is not one of: json, csv"),
     (["export", "latest", "--store", "/nonexistent.sqlite"], "does not exist"),
     (["bogus"], "invalid choice: 'bogus'"),
@@ -146,7 +146,7 @@ def test_a_wrong_framework_is_flagged_not_ranked(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("FAKE_BEHAVIOUR", "wrong")
     assert main(["run", "-f", "fake", "--mode", "eager", *TINY, "--store", store]) == 1
     out = capsys.readouterr().out
-    assert "FAIL 1e-02" in out
+    assert "FAIL 1.0e-02" in out
     assert "parity against the float64 reference FAILED" in out
     assert "parity FAILED: over tolerance" in out
 

@@ -210,6 +210,9 @@ class TrialSpec:
     eval_every: int = 32
     max_steps: int = 2000
     max_time_s: float = 600.0
+    # The parent's watchdog kills the worker's process tree above this RSS (status `oom`).
+    memory_limit_bytes: int | None = None
+
     interpreter: str | None = None  # None: the parent's sys.executable
     run_id: int | None = None
     trial_id: int | None = None
@@ -239,6 +242,8 @@ class TrialSpec:
         _check_positive_int("repeat", self.repeat, minimum=0)
         if not self.timeout_s > 0:
             raise SpecError(f"timeout must be > 0 seconds, got {self.timeout_s!r}")
+        if self.memory_limit_bytes is not None:
+            _check_positive_int("memory limit", self.memory_limit_bytes)
         _check_positive_int("infer requests", self.infer_requests, minimum=MIN_INFER_REQUESTS)
         if not self.infer_budget_s > 0:
             raise SpecError(f"infer budget must be > 0 seconds, got {self.infer_budget_s!r}")
@@ -259,11 +264,12 @@ class TrialSpec:
             raise SpecError(f"target accuracy must be a number in (0, 1] for the converge scenario,"
                             f" got {target!r}")
 
+
     def config_key(self) -> str:
         """The configuration key: this spec without repeat index and ids, plus the workload
         digest. Trials with equal keys are repetitions of one configuration."""
         d = to_dict(self)
-        for k in ("repeat", "run_id", "trial_id", "interpreter", "timeout_s"):
+        for k in ("repeat", "run_id", "trial_id", "interpreter", "timeout_s", "memory_limit_bytes"):
             d.pop(k, None)
         d["workload_digest"] = self.workload.digest()
         blob = json.dumps(d, sort_keys=True).encode()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -45,6 +47,32 @@ def comma_list(kind: str, convert: Callable[[str], T] = str) -> Callable[[str], 
 
 def int_list(kind: str) -> Callable[[str], tuple[int, ...]]:
     return comma_list(kind, int)
+
+
+SIZE_UNITS = {"B": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+              "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*", re.ASCII)
+
+
+def parse_size(text: str) -> int:
+    """`300MB`, `8GiB`, `1.5GB` or plain bytes -> bytes. Units are explicit (`8G` is refused:
+    GB or GiB?)."""
+    match = _SIZE.fullmatch(text)
+    unit = match.group(2) or "B" if match else ""
+    if match is None or unit not in SIZE_UNITS:
+        raise ValueError(f"size {text!r} is not a number of bytes or a number with one of the units"
+                         f" {', '.join(SIZE_UNITS)} (e.g. 8GiB)")
+    value = float(match.group(1)) * SIZE_UNITS[unit]
+    if not 1 <= value < 2**63 or not math.isfinite(value):
+        raise ValueError(f"size {text!r} is not between 1 byte and 8 EiB")
+    return int(value)
+
+
+def size_argument(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_store_argument(p: argparse.ArgumentParser) -> None:

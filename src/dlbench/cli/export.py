@@ -1,5 +1,6 @@
-"""`dlbench export RUN|latest|all --format json|csv`: trials, policy, metrics, raw samples and
-environment of one or more runs, to stdout or --output."""
+"""`dlbench export RUN|latest|all --format json|csv|parquet` and `--mlflow [URI]`: trials,
+policy, metrics, raw samples and environment of one or more runs, to stdout, --output, or an
+MLflow tracking store."""
 
 from __future__ import annotations
 
@@ -8,21 +9,28 @@ import csv
 import io
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from dlbench.cli.common import UsageError, add_store_argument, open_store
+from dlbench.report.table import make_console
 from dlbench.results.store import Store
+from dlbench.results.tidy import METRIC_COLUMNS, metric_rows
 
-FORMATS = ("json", "csv")
+FORMATS = ("json", "csv", "parquet")
 EXPORT_SCHEMA_VERSION = 1
+DEFAULT_MLFLOW = "mlruns"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("export", help="export runs as JSON (everything) or CSV (tidy metrics)")
+    p = sub.add_parser("export", help="export runs as JSON (everything), CSV or Parquet (tidy), or to MLflow")
     p.add_argument("run", metavar="RUN", help="a run id, 'latest' or 'all'")
     p.add_argument("--format", default="json", help=f"one of: {', '.join(FORMATS)}")
-    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    p.add_argument("-o", "--output", metavar="PATH",
+                   help="write here instead of stdout (parquet: a directory, required)")
+    p.add_argument("--mlflow", nargs="?", const=DEFAULT_MLFLOW, metavar="URI",
+                   help=f"log each trial as an MLflow run (default: a file store in ./{DEFAULT_MLFLOW})")
     add_store_argument(p)
 
 
@@ -43,20 +51,52 @@ def export_json(store: Store, run_ids: list[int]) -> dict[str, Any]:
 
 
 def export_csv(store: Store, run_ids: list[int]) -> str:
-    """Tidy: one row per trial x metric."""
+    """Tidy: one row per trial x metric (values as repr, so floats read back exactly)."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["run_id", "trial_id", "workload", "framework", "mode", "batch_size", "seed",
-                "repeat", "status", "metric", "value", "unit"])
-    for rid in run_ids:
-        for t in store.trials(rid):
-            s = t.spec
-            units = store.metric_units(t.id)
-            base = [rid, t.id, s["workload"]["name"], s["framework"], s["policy"]["mode"],
-                    s["workload"]["batch_size"], s["workload"]["seed"], s["repeat"], t.status]
-            for k, v in t.metrics.items():
-                w.writerow([*base, k, "" if v is None else repr(v), units.get(k, "")])
+    w.writerow(METRIC_COLUMNS)
+    for row in metric_rows(store, run_ids):
+        v = row["value"]
+        w.writerow([*(row[c] for c in METRIC_COLUMNS[:-2]), "" if v is None else repr(v), row["unit"]])
     return buf.getvalue()
+
+
+def _parquet(store: Store, run_ids: list[int], output: str | None) -> None:
+    if not output:
+        raise UsageError("format parquet writes three files: give a directory with -o DIR")
+    if not Path(output).resolve().parent.is_dir():
+        raise UsageError(f"output {output}: directory {Path(output).resolve().parent} does not exist")
+    try:
+        from dlbench.results.parquet import write_parquet
+    except ImportError as e:
+        raise UsageError(f"parquet needs pyarrow ({(e.name or '?').split('.')[0]} is missing): pip install 'dlbench[parquet]'") from None
+    paths = write_parquet(store, run_ids, Path(output))
+    print(f"wrote {', '.join(str(p) for p in paths)}")
+
+
+def _report_artifact(store: Store, run_ids: list[int], out_dir: Path) -> list[Path]:
+    """The HTML report of the exported runs, when plotly is installed."""
+    try:
+        from dlbench.report import figures, html, model
+    except ImportError:
+        print("dlbench: note: no HTML report attached (pip install 'dlbench[report]')", file=sys.stderr)
+        return []
+    report = model.load(store, run_ids)
+    path = out_dir / "dlbench-report.html"
+    html.write_report(report, figures.charts(report), path)
+    return [path]
+
+
+def _mlflow(store: Store, run_ids: list[int], target: str) -> None:
+    try:
+        from dlbench.results.mlflow_export import export_runs
+    except ImportError as e:
+        raise UsageError(f"--mlflow needs MLflow ({(e.name or '?').split('.')[0]} is missing): pip install 'dlbench[mlflow]'") from None
+    with tempfile.TemporaryDirectory(prefix="dlbench-mlflow-") as tmp:
+        done = export_runs(store, run_ids, target, _report_artifact(store, run_ids, Path(tmp)))
+    for rid, mlflow_id, new in done:
+        make_console().print(f"run {rid} -> MLflow run {mlflow_id} in {target}"
+                             + ("" if new else " (exported before; left as it is)"), highlight=False, markup=False)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -64,12 +104,21 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"format {args.format!r} is not one of: {', '.join(FORMATS)}")
     store = open_store(args.store, must_exist=True)
     run_ids = store.resolve_runs(args.run)
+    if args.mlflow is not None:
+        _mlflow(store, run_ids, args.mlflow)
+        return 0
+    if args.format == "parquet":
+        _parquet(store, run_ids, args.output)
+        return 0
     if args.format == "json":
         text = json.dumps(export_json(store, run_ids), indent=1)
     else:
         text = export_csv(store, run_ids)
     if args.output:
-        Path(args.output).write_text(text)
+        try:
+            Path(args.output).write_text(text)
+        except OSError as e:
+            raise UsageError(f"cannot write {args.output}: {e.strerror}") from None
     else:
         sys.stdout.write(text)
     return 0

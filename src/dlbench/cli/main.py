@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 from typing import NoReturn
 
 from dlbench import __version__
-from dlbench.cli import check, compare, env, export, listing, run
+from dlbench.cli import check, compare, env, export, listing, report, run
 from dlbench.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from dlbench.results.store import StoreError
 from dlbench.spec import SpecError
 
-COMMANDS = {"run": run, "check": check, "compare": compare, "list": listing, "env": env, "export": export}
+COMMANDS = {"run": run, "check": check, "compare": compare, "report": report, "list": listing, "env": env,
+            "export": export}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -20,6 +22,13 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}")
+
+
+def one_line(text: str) -> str:
+    """An error message stays one line whatever the bad value holds (newlines, control
+    characters, surrogates from undecodable arguments): those are shown escaped."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode()
+                   for c in text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,12 +46,14 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)
         if args.command is None:
-            parser.print_help()
-            return EXIT_USAGE
+            raise UsageError(f"no command given; one of: {', '.join(COMMANDS)} (dlbench --help)")
         code: int = COMMANDS[args.command].main(args)
         return code
     except (UsageError, SpecError, StoreError) as e:
-        print(f"dlbench: error: {e}", file=sys.stderr)
+        print(f"dlbench: error: {one_line(str(e))}", file=sys.stderr)
+        return EXIT_USAGE
+    except sqlite3.DatabaseError as e:  # damage past the checks at open, a full disk: no traceback
+        print(f"dlbench: error: the store failed: {one_line(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("dlbench: interrupted", file=sys.stderr)

@@ -1,18 +1,24 @@
-"""`dlbench run`: plan a sweep, run each trial in a fresh process, store, print the tables."""
+"""`dlbench run`: plan a sweep (options, a suite file, or both), run each trial in a fresh
+process, store, print the tables; `--resume` finishes a stored run."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shlex
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
 
 from dlbench import workloads
 from dlbench.backends import registered
+from dlbench.cli import suite
 from dlbench.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -23,92 +29,137 @@ from dlbench.cli.common import (
     comma_list,
     int_list,
     open_store,
+    size_argument,
 )
 from dlbench.report.table import make_console, print_run_tables
 from dlbench.results import environment
-from dlbench.results.records import TrialResult
-from dlbench.results.store import machine_lock
-from dlbench.runner.executor import Progress, execute, register, warm_imports
+from dlbench.results.records import FAILURE_STATUSES, TrialResult
+from dlbench.results.store import Store, machine_lock
+from dlbench.runner import resume
+from dlbench.runner.executor import Outcome, Progress, execute, register, warm_imports
 from dlbench.runner.plan import Plan, PlannedTrial, Sweep, estimate_s, make_plan
+from dlbench.spec import SpecError
+
+# Every sweep option's default. The parser's defaults are None, so that an option given on the
+# command line can be told from one left out: command line > suite file > these.
+SWEEP_DEFAULTS: dict[str, Any] = {
+    "workload": ("cnn",), "framework": None, "batch_size": (), "mode": ("compiled",),
+    "precision": ("fp32",), "scenario": ("train",), "devices": (1,), "seed": (0,), "repeats": 3,
+    "preset": "cpu", "epochs": None, "warmup_epochs": None, "dataset_size": None,
+    "chunk_steps": 16, "threads": None, "compile_cache": "cold", "timeout": 1800.0,
+    "memory_limit": None, "allow_concurrent": False, "order_seed": None,
+    "infer_requests": 1000, "infer_budget_s": 20.0, "ort_optimization": "all",
+    "target_accuracy": None, "eval_every": 32, "max_steps": 2000, "max_time_s": 600.0,
+    "data": ("pipeline",), "loader_workers": 0, "augment": "none",
+}
+# A terminal closed (SIGHUP) or a polite kill (SIGTERM) stops a sweep like Ctrl-C does.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("run", help="run a sweep (default: cnn x torch,tensorflow,jax, compiled)")
-    p.add_argument("suite", nargs="?", help="a suite file (not supported yet)")
-    p.add_argument("-w", "--workload", type=comma_list("workload"), default=("cnn",),
-                   help="workloads, or all (default: cnn)")
-    p.add_argument("-f", "--framework", type=comma_list("framework"), default=None,
+    p.add_argument("suite", nargs="?", metavar="SUITE",
+                   help="a suite file (TOML, keys as these options; given options override it)")
+    p.add_argument("-w", "--workload", type=comma_list("workload"), help="workloads, or all (default: cnn)")
+    p.add_argument("-f", "--framework", type=comma_list("framework"),
                    help="frameworks, or all (default: torch,tensorflow,jax; missing ones are skipped"
                         " with a note)")
-    p.add_argument("-b", "--batch-size", type=int_list("batch size"), default=())
-    p.add_argument("--mode", type=comma_list("mode"), default=("compiled",),
-                   help="eager, graph, compiled (default: compiled)")
-    p.add_argument("--precision", type=comma_list("precision"), default=("fp32",))
-    p.add_argument("--scenario", type=comma_list("scenario"), default=("train",),
-                   help="train, infer, converge (default: train)")
-    p.add_argument("--devices", type=int_list("devices"), default=(1,))
-    p.add_argument("--seed", type=int_list("seed"), default=(0,))
-    p.add_argument("--repeats", type=int, default=3,
-                   help="fresh processes per configuration, interleaved in rounds (default 3)")
-    p.add_argument("--order-seed", type=int, default=None,
+    p.add_argument("-b", "--batch-size", type=int_list("batch size"), help="default: the preset's")
+    p.add_argument("--mode", type=comma_list("mode"), help="eager, graph, compiled (default: compiled)")
+    p.add_argument("--precision", type=comma_list("precision"), help="default: fp32")
+    p.add_argument("--scenario", type=comma_list("scenario"), help="train, infer, converge (default: train)")
+    p.add_argument("--devices", type=int_list("devices"), help="default: 1")
+    p.add_argument("--seed", type=int_list("seed"), help="default: 0")
+    p.add_argument("--repeats", type=int,
+                   help="fresh processes per configuration, interleaved in rounds (default: 3)")
+    p.add_argument("--order-seed", type=int,
                    help="seed of the shuffle within each round (default: drawn and recorded with the run)")
-    p.add_argument("--preset", default="cpu", help="workload size preset: tiny, cpu, gpu")
-    p.add_argument("--epochs", type=int, default=None, help="timed epochs (default: preset's)")
-    p.add_argument("--warmup-epochs", type=int, default=None, help="untimed epochs (default: preset's)")
-    p.add_argument("--dataset-size", type=int, default=None)
-    p.add_argument("--chunk-steps", type=int, default=16, help="steps between syncs in the timed window")
-    p.add_argument("--threads", type=int, default=None, help="pin each trial to N cores")
-    p.add_argument("--compile-cache", default="cold", help="cold (fresh per trial) or warm")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per trial")
-    p.add_argument("--infer-requests", type=int, default=1000,
+    p.add_argument("--preset", help="workload size preset: tiny, cpu, gpu (default: cpu)")
+    p.add_argument("--epochs", type=int, help="timed epochs (default: preset's)")
+    p.add_argument("--warmup-epochs", type=int, help="untimed epochs (default: preset's)")
+    p.add_argument("--dataset-size", type=int)
+    p.add_argument("--chunk-steps", type=int, help="steps between syncs in the timed window (default: 16)")
+    p.add_argument("--threads", type=int, help="pin each trial to N cores")
+    p.add_argument("--compile-cache", help="cold (fresh per trial, the default) or warm")
+    p.add_argument("--timeout", type=float, help="seconds per trial (default: 1800)")
+    p.add_argument("--memory-limit", type=size_argument, metavar="SIZE",
+                   help="kill a trial whose process tree RSS exceeds this (e.g. 8GiB): status oom")
+    p.add_argument("--infer-requests", type=int,
                    help="infer: batch-1 requests timed, unless the budget runs out first (default 1000)")
-    p.add_argument("--infer-budget-s", type=float, default=20.0,
+    p.add_argument("--infer-budget-s", type=float,
                    help="infer: seconds each timed loop (latency, throughput) may take (default 20)")
-    p.add_argument("--ort-optimization", default="all",
+    p.add_argument("--ort-optimization",
                    help="ONNX Runtime graph optimisation: disable, basic, extended, all (default: all)")
-    p.add_argument("--target-accuracy", type=float, default=None,
+    p.add_argument("--target-accuracy", type=float,
                    help="converge: held-out accuracy to reach (required by --scenario converge)")
-    p.add_argument("--eval-every", type=int, default=32,
-                   help="converge: steps between evaluations, K (default 32)")
-    p.add_argument("--max-steps", type=int, default=2000, help="converge: step budget (default 2000)")
-    p.add_argument("--max-time-s", type=float, default=600.0,
+    p.add_argument("--eval-every", type=int, help="converge: steps between evaluations, K (default 32)")
+    p.add_argument("--max-steps", type=int, help="converge: step budget (default 2000)")
+    p.add_argument("--max-time-s", type=float,
                    help="converge: training-time budget in seconds, evaluation excluded (default 600)")
-    p.add_argument("--data", type=comma_list("data placement"), default=("pipeline",),
+    p.add_argument("--data", type=comma_list("data placement"),
                    help="pipeline (the framework's loader), device (whole dataset on the device), or both")
-    p.add_argument("--loader-workers", type=int, default=0,
+    p.add_argument("--loader-workers", type=int,
                    help="input pipeline workers: DataLoader num_workers, tf.data parallel calls,"
                         " a thread pool for JAX (default 0: the training thread)")
-    p.add_argument("--augment", default="none",
-                   help="none or crop_flip (pad-4 random crop + flip; image workloads)")
-    p.add_argument("--allow-concurrent", action="store_true",
+    p.add_argument("--augment", help="none or crop_flip (pad-4 random crop + flip; image workloads)")
+    p.add_argument("--allow-concurrent", action="store_true", default=None,
+
                    help="do not wait for another dlbench run on this machine (recorded)")
+    p.add_argument("--resume", nargs="?", const="", metavar="RUN",
+                   help="finish a stored run (default: the latest unfinished one): re-run its"
+                        " pending, running and interrupted trials")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="with --resume: re-run failed, crashed, timed-out and oom trials too")
     add_store_argument(p)
 
 
-def sweep_from_args(args: argparse.Namespace) -> Sweep:
-    if args.suite is not None:
-        raise UsageError(f"suite file {args.suite!r}: suite files are not supported yet; use the options")
+def sweep_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Command line over suite file over defaults."""
+    given = {k: getattr(args, k) for k in SWEEP_DEFAULTS if getattr(args, k) is not None}
+    from_file = suite.load(args.suite) if args.suite is not None else {}
+    return {**SWEEP_DEFAULTS, **from_file, **given}
+
+
+def sweep_from_options(o: dict[str, Any]) -> Sweep:
     cores = len(os.sched_getaffinity(0))
-    if args.threads is not None and not 1 <= args.threads <= cores:
-        raise UsageError(f"threads {args.threads} is not between 1 and the {cores} cores available")
-    every_framework = args.framework == ("all",)
+    if o["threads"] is not None and not 1 <= o["threads"] <= cores:
+        raise UsageError(f"threads {o['threads']} is not between 1 and the {cores} cores available")
+    every_framework = o["framework"] == ("all",)
     return Sweep(
-        workloads=tuple(workloads.WORKLOADS) if args.workload == ("all",) else args.workload,
-        frameworks=tuple(registered()) if every_framework else args.framework or Sweep.frameworks,
+        workloads=tuple(workloads.WORKLOADS) if o["workload"] == ("all",) else o["workload"],
+        frameworks=tuple(registered()) if every_framework else o["framework"] or Sweep.frameworks,
         # `-f all`: every registered framework, the ones not installed skipped with a note
-        frameworks_explicit=args.framework is not None and not every_framework,
-        modes=args.mode, batch_sizes=args.batch_size, seeds=args.seed,
-        precisions=args.precision, scenarios=args.scenario, devices=args.devices,
-        repeats=args.repeats, preset=args.preset, dataset_size=args.dataset_size,
-        epochs=args.epochs, warmup_epochs=args.warmup_epochs, chunk_steps=args.chunk_steps,
-        threads=args.threads, compile_cache=args.compile_cache, timeout_s=args.timeout,
-        infer_requests=args.infer_requests, infer_budget_s=args.infer_budget_s,
-        ort_optimization=args.ort_optimization,
-        data=args.data, loader_workers=args.loader_workers, augment=args.augment,
-        target_accuracy=args.target_accuracy, eval_every=args.eval_every, max_steps=args.max_steps,
-        max_time_s=args.max_time_s,
-        order_seed=args.order_seed if args.order_seed is not None else random.randrange(2**31),
+        frameworks_explicit=o["framework"] is not None and not every_framework,
+        modes=o["mode"], batch_sizes=o["batch_size"], seeds=o["seed"],
+        precisions=o["precision"], scenarios=o["scenario"], devices=o["devices"],
+        repeats=o["repeats"], preset=o["preset"], dataset_size=o["dataset_size"],
+        epochs=o["epochs"], warmup_epochs=o["warmup_epochs"], chunk_steps=o["chunk_steps"],
+        threads=o["threads"], compile_cache=o["compile_cache"], timeout_s=o["timeout"],
+        memory_limit_bytes=o["memory_limit"],
+        infer_requests=o["infer_requests"], infer_budget_s=o["infer_budget_s"],
+        ort_optimization=o["ort_optimization"],
+        data=o["data"], loader_workers=o["loader_workers"], augment=o["augment"],
+        target_accuracy=o["target_accuracy"], eval_every=o["eval_every"], max_steps=o["max_steps"],
+        max_time_s=o["max_time_s"],
+        order_seed=o["order_seed"] if o["order_seed"] is not None else random.randrange(2**31),
+
     )
+
+
+def plan_from_options(options: dict[str, Any], suite_path: str | None) -> Plan:
+    """The validated plan; an error the suite file's own checks cannot see (a batch larger than
+    the data set, a framework not installed) names the file too."""
+    sweep = sweep_from_options(options)
+    try:
+        return make_plan(sweep)
+    except SpecError as e:
+        if suite_path is None:
+            raise
+        raise SpecError(f"{suite_path}: {e}") from None
+
+
+def plan_from_args(args: argparse.Namespace) -> Plan:
+    return plan_from_options(sweep_options(args), args.suite)
 
 
 class ConsoleProgress(Progress):
@@ -123,7 +174,7 @@ class ConsoleProgress(Progress):
         self._steps = 0
 
     def message(self, text: str) -> None:
-        self.console.print(f"[dim]{text}[/dim]")
+        self.console.print(text, style="dim")
 
     def trial_started(self, index: int, total: int, planned: PlannedTrial) -> None:
         self._label = f"[{index + 1}/{total}] {planned.spec.label()}"
@@ -175,25 +226,114 @@ def print_plan(console: Console, plan: Plan, history: dict[str, float]) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.resume is not None:
+        return resume_main(args)
+    if args.retry_failed:
+        raise UsageError("--retry-failed goes with --resume [RUN]: it re-runs a stored run's failed trials")
+    options = sweep_options(args)
+    plan = plan_from_options(options, args.suite)
+    allow_concurrent = bool(options["allow_concurrent"])
     console = make_console()
-    plan = make_plan(sweep_from_args(args))
     store = open_store(args.store)
     print_plan(console, plan, store.durations_by_config())
     progress = ConsoleProgress(console)
-    with machine_lock(args.allow_concurrent,
-                      on_wait=lambda: console.print("waiting for another dlbench run on this machine to finish")):
+    with machine_lock(allow_concurrent, on_wait=lambda: _waiting(console)), _stop_signals_interrupt():
         if plan.pending:
             warm_imports(plan, progress)
         command = "dlbench " + shlex.join(args.argv)
-        run_id = store.create_run(command, environment.capture(), args.allow_concurrent,
+        run_id = store.create_run(command, environment.capture(), allow_concurrent,
                                   order_seed=plan.order_seed)
         outcome = execute(store, run_id, register(store, run_id, plan), progress)
-        status = "interrupted" if outcome.interrupted else ("failed" if outcome.failed else "ok")
-        store.finish_run(run_id, status)
+        _finish_run(store, run_id, outcome)
+    return _report(console, store, run_id, args.store, outcome)
+
+
+def resume_main(args: argparse.Namespace) -> int:
+    given = [k for k in SWEEP_DEFAULTS if k != "allow_concurrent" and getattr(args, k) is not None]
+    if args.suite is not None or given:
+        what = args.suite if args.suite is not None else "--" + given[0].replace("_", "-")
+        raise UsageError(f"--resume runs a stored run's own trials; it takes no suite file or sweep"
+                         f" option (got {what})")
+    console = make_console()
+    store = open_store(args.store, must_exist=True)
+    progress = ConsoleProgress(console)
+    with machine_lock(bool(args.allow_concurrent), on_wait=lambda: _waiting(console)), \
+            _stop_signals_interrupt():
+        run_id = resume.select_run(store, args.resume, args.retry_failed)
+        if run_id is None:
+            console.print(f"dlbench: nothing to resume: no run in {args.store} has"
+                          f" {_resumable_words(args.retry_failed)} trials", highlight=False)
+            return EXIT_OK
+        resumption = resume.prepare(store, run_id, args.retry_failed)
+        if not resumption.trials:
+            console.print(f"dlbench: run {run_id} has no {_resumable_words(args.retry_failed)}"
+                          " trials; nothing to resume", highlight=False)
+            return EXIT_OK
+        _print_resumption(console, resumption)
+        plan = Plan(trials=[p for _, p in resumption.trials])
+        print_plan(console, plan, store.durations_by_config())
+        warm_imports(plan, progress)
+        outcome = execute(store, run_id, resumption.trials, progress)
+        _finish_run(store, run_id, outcome)
+    return _report(console, store, run_id, args.store, outcome)
+
+
+def _resumable_words(retry_failed: bool) -> str:
+    return ", ".join(resume.statuses(retry_failed))
+
+
+def _waiting(console: Console) -> None:
+    console.print("waiting for another dlbench run on this machine to finish")
+
+
+def _print_resumption(console: Console, r: resume.Resumption) -> None:
+    before = ", ".join(f"{n} {status}" for status, n in r.previous.items())
+    console.print(f"dlbench: resuming run {r.run_id}: {len(r.trials)} trial(s) to run again"
+                  f" ({before})", highlight=False, soft_wrap=True)
+    if r.killed:
+        console.print(f"  killed {len(r.killed)} process(es) left by workers of the dead run:"
+                      f" {', '.join(map(str, r.killed))}", highlight=False, soft_wrap=True)
+
+
+def _finish_run(store: Store, run_id: int, outcome: Outcome) -> None:
+    """The run's status over all its trials (a resumed run includes those finished before)."""
+    failed = any(s in FAILURE_STATUSES for s in store.statuses(run_id))
+    store.finish_run(run_id, "interrupted" if outcome.interrupted else ("failed" if failed else "ok"))
+
+
+def _report(console: Console, store: Store, run_id: int, store_path: str, outcome: Outcome) -> int:
     print_run_tables(console, store, [run_id])
-    console.print(f"stored as run {run_id} in {args.store}", highlight=False)
+    console.print(f"stored as run {run_id} in {store_path}", highlight=False)
     if outcome.interrupted:
+        console.print(f"interrupted: the unfinished trials of run {run_id} are stored; finish them"
+                      f" with: dlbench run --resume {run_id} --store {shlex.quote(store_path)}",
+                      highlight=False, soft_wrap=True)
         return EXIT_INTERRUPTED
-    if outcome.failed:
+    if any(s in FAILURE_STATUSES for s in store.statuses(run_id)):
         return EXIT_TRIALS_FAILED
-    return EXIT_PARITY_FAILED if outcome.parity_failures else EXIT_OK
+    parity_failed = any((t.data.get("parity") or {}).get("verdict") == "fail" for t in store.trials(run_id))
+    return EXIT_PARITY_FAILED if parity_failed else EXIT_OK
+
+
+@contextlib.contextmanager
+def _stop_signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt like Ctrl-C: the running trial's group is
+    killed and marked `interrupted`, the run is marked too. An ignored signal (nohup) stays
+    ignored."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers (an embedding caller's thread)
+        return
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig, old in previous.items():
+        if old is not signal.SIG_IGN and old is not None:
+            signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            if old is not None:
+                signal.signal(sig, old)

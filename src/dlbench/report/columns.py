@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dlbench.analysis.summary import Summary
+
 GIB = 1024**3
 
 Metrics = dict[str, float | None]
@@ -23,6 +25,12 @@ class Column:
 
     def render(self, value: float | None) -> str:
         return "–" if value is None else self.fmt(value)
+
+    def render_ci(self, summary: Summary) -> str | None:
+        """`[low, high] 75%`: the median's interval and its true level; None below 2 values."""
+        if summary.low is None or summary.high is None or summary.level is None:
+            return None
+        return f"[{self.fmt(summary.low)}, {self.fmt(summary.high)}] {summary.level:.0%}"
 
 
 def _f(digits: int) -> Callable[[float], str]:

@@ -9,23 +9,133 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from dlbench.analysis import stats
-from dlbench.report.columns import CI_COLUMNS, HEADLINE, STARTUP, Column, compile_value
+from dlbench.analysis.summary import UNSTABLE_REL_HALF_WIDTH, Summary
+from dlbench.report import model
+from dlbench.report.columns import HEADLINE, STARTUP, Column
 from dlbench.report.converge import converge_table, stall_table
+from dlbench.report.model import Config, Report
 from dlbench.results.store import Store, TrialRow
-
 
 # Scenarios with a table of their own (report/converge.py, report/inference.py), left out of the
 # headline and start-up tables.
 OWN_TABLES = ("converge", "infer")
 
+UNSTABLE_MARK = "!"
+UNSTABLE_NOTE = (f"{UNSTABLE_MARK} unstable: the median's confidence interval is wider than"
+                 f" ±{UNSTABLE_REL_HALF_WIDTH:.0%} of it; run more repeats")
 
-def _group_key(t: TrialRow) -> tuple[Any, ...]:
-    s = t.spec
-    return (s["workload"]["name"], s["framework"], s["policy"]["mode"], s["workload"]["batch_size"],
-            s["workload"]["seed"], s["precision"], s["policy"].get("data", "pipeline"))
 
+def cell_summary(col: Column, config: Config) -> tuple[Summary, bool]:
+    """The column's summary over the configuration's repeats, and whether it is estimated."""
+    if col.key == "compile_s":
+        return config.compile_summary()
+    assert col.metric is not None
+    return config.summary(col.metric), False
+
+
+def _cell(col: Column, config: Config, with_ci: bool = True) -> Text:
+    s, estimated = cell_summary(col, config)
+    text = Text(col.render(s.median) + ("*" if estimated and s.median is not None else ""))
+    if not with_ci:
+        return text
+    if s.unstable:
+        text.append(f" {UNSTABLE_MARK}", style="bold yellow")
+    ci = relative_ci(s)
+    if ci is not None:
+        text.append(f"\n{ci}", style="dim")
+    return text
+
+
+def _percent(x: float) -> str:
+    x = abs(x)
+    return f"{x:.0%}" if x >= 0.095 else f"{x:.1%}"
+
+
+def relative_ci(s: Summary) -> str | None:
+    """`-3.1%/+2.0% 75%` (or `±2.0% 50%`): the interval relative to the median, narrow enough for
+    a terminal column, and its level. The HTML report shows it in the column's own units."""
+    if s.low is None or s.high is None or s.level is None or not s.median:
+        return None
+    down, up = _percent((s.median - s.low) / s.median), _percent((s.high - s.median) / s.median)
+    return f"{'±' + up if up == down else f'-{down}/+{up}'} {s.level:.0%}"
+
+
+def _lead_headers(report: Report) -> list[str]:
+    return (["run"] if report.multi_run else []) + list(report.label_axes)
+
+
+def _lead_cells(report: Report, config: Config) -> list[Text]:
+    """Stored strings as Text: rich would read `[...]` in a plain str as markup."""
+    run = [str(config.run_id)] if report.multi_run else []
+    return [Text(v) for v in run + [str(config.axes[a]) for a in report.label_axes]]
+
+
+def _headline_configs(report: Report) -> list[Config]:
+    return [c for c in report.configs if c.trials[0].spec.get("scenario") not in OWN_TABLES]
+
+
+def headline_table(report: Report) -> tuple[Table, list[str]]:
+    """The headline table (medians over repeats, their intervals, parity, statuses) and its
+    footnotes."""
+    ids = [r.id for r in report.runs]
+    table = Table(title="dlbench results" + (f" (run {ids[0]})" if len(ids) == 1 else ""))
+    for h in _lead_headers(report):
+        table.add_column(h)
+    for col in HEADLINE:
+        table.add_column(col.header, justify="right")
+    table.add_column("parity")
+    table.add_column("status")
+    unstable = False
+    flagged = False
+    for config in _headline_configs(report):
+        cells = [_cell(col, config) for col in HEADLINE]
+        unstable = unstable or any(UNSTABLE_MARK in c.plain for c in cells)
+        parity = model.parity(config.trials)
+        if parity.verdict == "fail":  # flagged, not ranked: a wrong result's speed is not comparable
+            cells = [Text(f"({c.plain})") if c.plain != "–" else c for c in cells]
+            flagged = True
+        parity_text = parity.text().replace("fail", "FAIL", 1)  # a failure must stand out
+        table.add_row(*_lead_cells(report, config), *cells, Text(parity_text), Text(model.status_text(config.trials)))
+    notes = model.notes(report) + _parity_notes(report)
+    if flagged:
+        notes.insert(0, PARITY_FAIL_NOTE)
+    return table, ([UNSTABLE_NOTE] if unstable else []) + notes
+
+
+PARITY_FAIL_NOTE = ("(parenthesised): parity against the float64 reference FAILED; these numbers are not"
+                    " comparable (dlbench check shows the details)")
+
+
+def _parity_notes(report: Report) -> list[str]:
+    """What a parity verdict means (tolerance, reference), and why one is n/a, once each."""
+    out = []
+    for _, t in report.trials():
+        p = t.data.get("parity") or {}
+        if p.get("verdict") == "n/a" and p.get("reason"):
+            out.append(f"parity n/a: {p['reason']}")
+        elif p.get("verdict") in ("pass", "fail") and p.get("tolerance"):
+            tol = p["tolerance"]
+            out.append(f"parity: fixed-batch loss and gradients against the {p.get('reference')} reference;"
+                       f" pass = every tensor's normwise relative error <= {tol['rel_err']:g}"
+                       f" and cosine >= {tol['cosine']}")
+    return list(dict.fromkeys(out))
+
+
+def startup_table(report: Report) -> Table:
+    table = Table(title="start-up and efficiency (medians; * compile estimated as first step minus a step)")
+    for h in _lead_headers(report):
+        table.add_column(h)
+    for col in STARTUP:
+        table.add_column(col.header, justify="right")
+    for config in _headline_configs(report):
+        if config.ok:
+            table.add_row(*_lead_cells(report, config), *(_cell(col, config, with_ci=False) for col in STARTUP))
+    return table
+
+
+# --- row helpers for the scenario tables (report/inference.py, report/converge.py) -------------
 
 def _median(values: list[float | None]) -> float | None:
     vals = [v for v in values if v is not None]
@@ -37,32 +147,6 @@ def _status(trials: list[TrialRow]) -> str:
     for t in trials:
         counts[t.status] += 1
     return ", ".join(s if n == 1 and len(trials) == 1 else f"{n} {s}" for s, n in counts.items())
-
-
-def _with_ci(col: Column, values: list[float]) -> str:
-    """`median [low, high] level` over repeats (processes), `~` marking an unstable result."""
-    s = stats.summarize(values)
-    text = f"{col.render(s.median)} [{col.render(s.ci_low)}, {col.render(s.ci_high)}] {s.ci_level:.0%}"
-    return ("~" if s.unstable else "") + text
-
-
-def _cells(columns: list[Column], trials: list[TrialRow]) -> list[str]:
-    ok = [t for t in trials if t.status == "ok"]
-    cells = []
-    for col in columns:
-        if col.key in CI_COLUMNS:
-            values = [v for t in ok if (v := t.metrics.get(col.metric or "")) is not None]
-            if len(values) > 1:
-                cells.append(_with_ci(col, values))
-                continue
-        if col.key == "compile_s":
-            vals = [compile_value(t.metrics) for t in ok]
-            v = _median([x for x, _ in vals])
-            cells.append(col.render(v) + ("*" if vals and any(e for _, e in vals) and v is not None else ""))
-            continue
-        assert col.metric is not None
-        cells.append(col.render(_median([t.metrics.get(col.metric) for t in ok])))
-    return cells
 
 
 def median_cell(col: Column, trials: list[TrialRow]) -> str:
@@ -95,91 +179,6 @@ def parity_cell(trials: list[TrialRow]) -> tuple[str, bool]:
     return "n/a", False
 
 
-def headline_table(store: Store, run_ids: list[int]) -> tuple[Table, list[str]]:
-    """The headline table (medians over repeats) and its footnotes."""
-    table = Table(title="dlbench results" + (f" (run {run_ids[0]})" if len(run_ids) == 1 else ""))
-    groups: dict[tuple[Any, ...], list[TrialRow]] = defaultdict(list)
-    multi_run = len(run_ids) > 1
-    for rid in run_ids:
-        for t in store.trials(rid):
-            if t.spec.get("scenario") not in OWN_TABLES:
-                groups[(rid if multi_run else 0, *_group_key(t))].append(t)
-    workloads = {k[1] for k in groups}
-    batches = {k[4] for k in groups}
-    placements = {k[7] for k in groups}
-    lead = (["run"] if multi_run else []) + (["workload"] if len(workloads) > 1 else [])
-    lead += ["framework", "mode"] + (["batch"] if len(batches) > 1 else [])
-    lead += ["data"] if len(placements) > 1 else []
-    for h in lead:
-        table.add_column(h)
-    for col in HEADLINE:
-        table.add_column(col.header, justify="right")
-    table.add_column("parity")
-    table.add_column("status")
-    notes: list[str] = []
-    for key, trials in groups.items():
-        rid, w, f, mode, bs = key[0], key[1], key[2], key[3], key[4]
-        row = ([str(rid)] if multi_run else []) + ([w] if len(workloads) > 1 else [])
-        row += [f, mode] + ([str(bs)] if len(batches) > 1 else [])
-        row += [key[7]] if len(placements) > 1 else []
-        cells = _cells(HEADLINE, trials)
-        parity, failed = parity_cell(trials)
-        if failed:  # flagged, not ranked: a wrong result's speed is not comparable
-            cells = [f"({c})" if c != "–" else c for c in cells]
-            notes.append("(parenthesised): parity against the float64 reference FAILED; these numbers"
-                         " are not comparable (dlbench check shows the details)")
-        table.add_row(*row, *cells, parity, _status(trials))
-        notes.extend(_trial_notes(f, mode, trials))
-        notes.extend(_parity_notes(f, mode, trials))
-        notes.extend(_stat_notes(f, mode, trials))
-    return table, _dedupe(notes)
-
-
-def _stat_notes(framework: str, mode: str, trials: list[TrialRow]) -> list[str]:
-    values = [v for t in trials if t.status == "ok" and (v := t.metrics.get("samples_per_s")) is not None]
-    if len(values) < 2:
-        return []
-    s = stats.summarize(values)
-    out = [f"[low, high] level: order-statistic confidence interval of the median over {s.n} processes,"
-           " at its actual level (with 3 repeats that is [min, max] at 75 %)"]
-    if s.unstable:
-        out.append(f"~ {framework}/{mode}: unstable (CI half-width {s.rel_half_width:.1%} of the median >"
-                   f" {stats.UNSTABLE_REL_HALF_WIDTH:.0%}; CV {s.cv:.1%}: about {s.required_repeats} repeats"
-                   f" detect a {stats.DETECTABLE_CHANGE:.0%} change)")
-    return out
-
-
-def _parity_notes(framework: str, mode: str, trials: list[TrialRow]) -> list[str]:
-    out = []
-    for t in trials:
-        p = t.data.get("parity") or {}
-        if p.get("verdict") == "n/a" and p.get("reason"):
-            out.append(f"parity n/a: {p['reason']}")
-        elif p.get("verdict") == "pass" and p.get("tolerance"):
-            tol = p["tolerance"]
-            out.append(f"parity: fixed-batch loss and gradients against the {p.get('reference')} reference;"
-                       f" pass = every tensor's normwise relative error <= {tol['rel_err']:g}"
-                       f" and cosine >= {tol['cosine']}")
-    return out
-
-
-def startup_table(store: Store, run_ids: list[int]) -> Table:
-    table = Table(title="start-up and efficiency (medians; * compile estimated as first step minus a step)")
-    table.add_column("framework")
-    table.add_column("mode")
-    for col in STARTUP:
-        table.add_column(col.header, justify="right")
-    groups: dict[tuple[Any, ...], list[TrialRow]] = defaultdict(list)
-    for rid in run_ids:
-        for t in store.trials(rid):
-            if t.spec.get("scenario") not in OWN_TABLES:
-                groups[_group_key(t)].append(t)
-    for key, trials in groups.items():
-        if any(t.status == "ok" for t in trials):
-            table.add_row(key[1], key[2], *_cells(STARTUP, trials))
-    return table
-
-
 def _trial_notes(framework: str, mode: str, trials: list[TrialRow]) -> list[str]:
     out = []
     for t in trials:
@@ -194,9 +193,6 @@ def _trial_notes(framework: str, mode: str, trials: list[TrialRow]) -> list[str]
     return out
 
 
-def _dedupe(items: list[str]) -> list[str]:
-    return list(dict.fromkeys(items))
-
 
 def make_console() -> Console:
     """A terminal's own width; logs and pipes (CI) get a wide one, since rich would otherwise
@@ -207,19 +203,29 @@ def make_console() -> Console:
     return Console(highlight=False, width=200)
 
 
-def print_run_tables(console: Console, store: Store, run_ids: list[int]) -> None:
-    table, notes = headline_table(store, run_ids)
-    if table.row_count:  # a converge- or infer-only run has only its own table
+def print_report_tables(console: Console, report: Report, store: Store | None = None) -> None:
+    """The headline and start-up tables; with the store, also the scenario tables (converge,
+    input stall, inference)."""
+    table, notes = headline_table(report)
+    if table.row_count:  # a converge- or infer-only run has only its own tables
         console.print(table)
         for n in notes:
-            console.print(f"  {n}", highlight=False, soft_wrap=True)
-        console.print(startup_table(store, run_ids))
+            console.print(Text(f"  {n}"), soft_wrap=True)
+        if any(c.ok for c in _headline_configs(report)):
+            console.print(startup_table(report))
+    if store is None:
+        return
     # Imported here: report/inference.py builds its cells with this module's helpers.
     from dlbench.report.inference import infer_table
 
+    run_ids = [r.id for r in report.runs]
     for extra, extra_notes in (converge_table(store, run_ids), stall_table(store, run_ids),
                                infer_table(store, run_ids)):
         if extra is not None:
             console.print(extra)
             for n in extra_notes:
-                console.print(f"  {n}", highlight=False, soft_wrap=True)
+                console.print(Text(f"  {n}"), soft_wrap=True)
+
+
+def print_run_tables(console: Console, store: Store, run_ids: list[int]) -> None:
+    print_report_tables(console, model.load(store, run_ids), store)

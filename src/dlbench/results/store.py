@@ -13,22 +13,33 @@ import os
 import sqlite3
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from dlbench.results.records import UNITS, TrialResult
 from dlbench.spec import TrialSpec, to_dict
 
-STORE_SCHEMA_VERSION = 2
+STORE_SCHEMA_VERSION = 3
 
 # Migrations from version N to N+1, applied in one transaction when an older store is opened.
-# The first release wrote version 1; tests/fixtures/store-v1.sqlite is a frozen store of it.
+# tests/fixtures/store-v<N>.sqlite are frozen stores of every earlier version.
 MIGRATIONS: dict[int, str] = {
     # 2: each trial's parity verdict against the float64 reference (DESIGN §2.10).
     1: "ALTER TABLE trials ADD COLUMN parity TEXT;",
+    # 3: resume after the parent died: which process ran the run and each trial (pid plus
+    # creation time, so a reused pid is never killed) and the attempts a re-run replaced.
+    2: """ALTER TABLE trials ADD COLUMN process_created_at REAL;
+          ALTER TABLE trials ADD COLUMN attempts TEXT;
+          ALTER TABLE runs ADD COLUMN pid INTEGER;
+          ALTER TABLE runs ADD COLUMN process_created_at REAL;""",
 }
+# Trials `--resume` re-runs; `--retry-failed` adds the failures.
+RESUMABLE_STATUSES = ("pending", "running", "interrupted")
+RETRYABLE_STATUSES = ("failed", "crashed", "timeout", "oom")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -40,7 +51,9 @@ CREATE TABLE IF NOT EXISTS runs (
     status TEXT NOT NULL,
     environment TEXT NOT NULL,
     allow_concurrent INTEGER NOT NULL DEFAULT 0,
-    order_seed INTEGER
+    order_seed INTEGER,
+    pid INTEGER,
+    process_created_at REAL
 );
 CREATE TABLE IF NOT EXISTS trials (
     id INTEGER PRIMARY KEY,
@@ -63,7 +76,9 @@ CREATE TABLE IF NOT EXISTS trials (
     parity TEXT,
     pid INTEGER,
     started_at REAL,
-    finished_at REAL
+    finished_at REAL,
+    process_created_at REAL,
+    attempts TEXT
 );
 CREATE TABLE IF NOT EXISTS metrics (
     trial_id INTEGER NOT NULL REFERENCES trials(id),
@@ -95,7 +110,23 @@ class TrialRow:
     status: str
     error: str | None
     metrics: dict[str, float | None]
-    data: dict[str, Any]  # policy, framework_info, numerics, notes, warnings, parity
+    data: dict[str, Any]  # policy, framework_info, numerics, notes, warnings, parity, attempts
+
+
+@dataclass(frozen=True)
+class ResumableTrial:
+    """A trial `--resume` will run again, with the process that last ran it (if any)."""
+
+    id: int
+    seq: int
+    spec: dict[str, Any]
+    status: str
+    pid: int | None
+    process_created_at: float | None
+
+
+# (pid, creation time) -> is that process still running? (runner/processes.is_alive)
+AliveCheck = Callable[[int, "float | None"], bool]
 
 
 class Store:
@@ -106,14 +137,23 @@ class Store:
     def close(self) -> None:
         self._db.close()
 
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # --- writing -------------------------------------------------------------------------
     def create_run(self, command: str, environment: dict[str, Any], allow_concurrent: bool,
                    order_seed: int | None = None) -> int:
+        """A new run, owned by this process (its pid and creation time are recorded, so that
+        `--resume` can tell a run whose process died from one still going)."""
         with self._db:
             cur = self._db.execute(
                 "INSERT INTO runs (created_at, command, status, environment, allow_concurrent,"
-                " order_seed) VALUES (?, ?, 'running', ?, ?, ?)",
-                (time.time(), command, json.dumps(environment), int(allow_concurrent), order_seed),
+                " order_seed, pid, process_created_at) VALUES (?, ?, 'running', ?, ?, ?, ?, ?)",
+                (time.time(), command, json.dumps(environment), int(allow_concurrent), order_seed,
+                 *_this_process()),
             )
         assert cur.lastrowid is not None
         return cur.lastrowid
@@ -133,6 +173,12 @@ class Store:
         with self._db:
             self._db.execute("UPDATE trials SET status='running', started_at=? WHERE id=?",
                              (time.time(), trial_id))
+
+    def set_trial_process(self, trial_id: int, pid: int, created_at: float) -> None:
+        """The worker now running this trial: what `--resume` kills if it outlives its parent."""
+        with self._db:
+            self._db.execute("UPDATE trials SET pid=?, process_created_at=? WHERE id=?",
+                             (pid, created_at, trial_id))
 
     def finish_trial(self, trial_id: int, result: TrialResult) -> None:
         """One transaction: the trial's status, metrics and raw series land together or not."""
@@ -160,6 +206,61 @@ class Store:
         with self._db:
             self._db.execute("UPDATE runs SET status=?, finished_at=? WHERE id=?",
                              (status, time.time(), run_id))
+
+    # --- resuming ------------------------------------------------------------------------
+    def latest_resumable_run(self, statuses: tuple[str, ...]) -> int | None:
+        """The newest run with a trial in one of `statuses`."""
+        marks = ",".join("?" * len(statuses))
+        row = self._db.execute(
+            f"SELECT max(run_id) FROM trials WHERE status IN ({marks})", statuses).fetchone()
+        return int(row[0]) if row[0] is not None else None
+
+    def claim_run(self, run_id: int, is_alive: AliveCheck) -> int | None:
+        """Make this process the owner of a run to resume it. Returns None, or the pid of the
+        live process that still runs it (then nothing changes). Check and claim are one
+        transaction, so two resumes of one run cannot both go ahead."""
+        with _immediate(self._db):
+            status, pid, created = self._db.execute(
+                "SELECT status, pid, process_created_at FROM runs WHERE id=?", (run_id,)).fetchone()
+            if status == "running" and pid is not None and pid != os.getpid() and is_alive(pid, created):
+                return int(pid)
+            self._db.execute(
+                "UPDATE runs SET status='running', finished_at=NULL, pid=?, process_created_at=?"
+                " WHERE id=?", (*_this_process(), run_id))
+        return None
+
+    def resumable_trials(self, run_id: int, statuses: tuple[str, ...]) -> list[ResumableTrial]:
+        marks = ",".join("?" * len(statuses))
+        rows = self._db.execute(
+            f"SELECT id, seq, spec, status, pid, process_created_at FROM trials WHERE run_id=?"
+            f" AND status IN ({marks}) ORDER BY seq", (run_id, *statuses)).fetchall()
+        return [ResumableTrial(tid, seq, json.loads(spec), status, pid, created)
+                for tid, seq, spec, status, pid, created in rows]
+
+    def reset_trial(self, trial_id: int) -> None:
+        """Back to `pending` for a re-run, in one transaction. What the replaced attempt left
+        (status, error, process, metrics, notes, events) moves to the trial's `attempts`; only
+        its raw series are dropped."""
+        with _immediate(self._db):
+            keys = ("status", "error", "pid", "started_at", "finished_at", "notes", "events", "attempts")
+            row = dict(zip(keys, self._db.execute(
+                f"SELECT {', '.join(keys)} FROM trials WHERE id=?", (trial_id,)).fetchone(), strict=True))
+            attempts = json.loads(row.pop("attempts") or "[]")
+            for k in ("notes", "events"):
+                row[k] = json.loads(row[k]) if row[k] else None
+            attempts.append({**row, "metrics": self.metrics(trial_id)})
+            self._db.execute("DELETE FROM metrics WHERE trial_id=?", (trial_id,))
+            self._db.execute("DELETE FROM series WHERE trial_id=?", (trial_id,))
+            self._db.execute(
+                "UPDATE trials SET status='pending', error=NULL, policy=NULL, framework_info=NULL,"
+                " numerics=NULL, notes=NULL, warnings=NULL, events=NULL, parity=NULL, pid=NULL,"
+                " process_created_at=NULL, started_at=NULL, finished_at=NULL, attempts=?"
+                " WHERE id=?", (json.dumps(attempts), trial_id))
+
+    def statuses(self, run_id: int) -> dict[str, int]:
+        """Number of trials of a run per status."""
+        return dict(self._db.execute(
+            "SELECT status, count(*) FROM trials WHERE run_id=? GROUP BY status", (run_id,)))
 
     # --- reading -------------------------------------------------------------------------
     def resolve_runs(self, selector: str) -> list[int]:
@@ -191,10 +292,10 @@ class Store:
     def trials(self, run_id: int) -> list[TrialRow]:
         rows = self._db.execute(
             "SELECT id, spec, status, error, policy, framework_info, numerics, notes, warnings,"
-            " parity FROM trials WHERE run_id=? ORDER BY seq", (run_id,)).fetchall()
+            " parity, attempts FROM trials WHERE run_id=? ORDER BY seq", (run_id,)).fetchall()
         out = []
         for tid, spec, status, error, *blobs in rows:
-            names = ("policy", "framework_info", "numerics", "notes", "warnings", "parity")
+            names = ("policy", "framework_info", "numerics", "notes", "warnings", "parity", "attempts")
             data = {k: json.loads(b) if b else None for k, b in zip(names, blobs, strict=True)}
             out.append(TrialRow(tid, run_id, json.loads(spec), status, error,
                                 self.metrics(tid), data))
@@ -237,6 +338,24 @@ def _unit_from_name(name: str) -> str:
     return "1"
 
 
+def _this_process() -> tuple[int, float]:
+    return os.getpid(), psutil.Process().create_time()
+
+
+@contextlib.contextmanager
+def _immediate(db: sqlite3.Connection) -> Iterator[None]:
+    """A write transaction that takes the write lock at BEGIN (waiting up to the busy timeout).
+    A deferred transaction that reads and then writes can fail at once with SQLITE_BUSY when
+    another process committed in between (WAL snapshot upgrade): no waiting, a lost write."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.rollback()
+        raise
+    db.commit()
+
+
 def _open(path: Path) -> sqlite3.Connection:
     """Open or create a store; refuse a foreign or corrupt file and a newer schema, clearly,
     without ever writing to them."""
@@ -244,59 +363,74 @@ def _open(path: Path) -> sqlite3.Connection:
         raise StoreError(f"store path {path} is a directory; give a file path such as {path}/dlbench.sqlite")
     if not path.parent.exists():
         raise StoreError(f"store path {path}: directory {path.parent} does not exist")
-    existed = path.exists() and path.stat().st_size > 0
-    if existed:
+    if path.exists() and path.stat().st_size > 0:
         with open(path, "rb") as f:
             if f.read(16) != b"SQLite format 3\x00":
                 raise StoreError(f"{path} is not a dlbench store (not an SQLite file); refusing to touch it")
     try:
         db = sqlite3.connect(path, timeout=60)
-        db.execute("PRAGMA journal_mode=WAL")
-        version = _schema_version(db) if existed else None
-        if existed and version is None:
-            db.close()
-            raise StoreError(f"{path} is an SQLite file but not a dlbench store; refusing to touch it")
-        if version is not None and version > STORE_SCHEMA_VERSION:
-            db.close()
-            raise StoreError(
-                f"{path} was written by a newer dlbench (store schema {version}, this one reads"
-                f" up to {STORE_SCHEMA_VERSION}); upgrade dlbench")
-        if version is not None and version < STORE_SCHEMA_VERSION:
-            _migrate(db, version)
-        with db:
-            db.executescript(SCHEMA)
-            db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
-                       (str(STORE_SCHEMA_VERSION),))
-        return db
-    except sqlite3.DatabaseError as e:
-        raise StoreError(f"{path} cannot be used as a store: {e}") from None
-
-
-def _migrate(db: sqlite3.Connection, version: int) -> None:
-    """Bring an older store up to STORE_SCHEMA_VERSION, all steps in one transaction: a failure
-    leaves the store as it was."""
-    previous = db.isolation_level
-    db.isolation_level = None  # explicit BEGIN: executescript would otherwise commit early
+    except sqlite3.Error as e:
+        raise StoreError(f"{path} cannot be opened as a store: {e}") from None
     try:
-        db.execute("BEGIN IMMEDIATE")
+        _prepare(db, path)
+    except sqlite3.DatabaseError as e:
+        db.close()
+        raise StoreError(f"{path} cannot be used as a store: {e}") from None
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _prepare(db: sqlite3.Connection, path: Path) -> None:
+    """Check the file by reading only, then switch to WAL, migrate and create the tables. The
+    schema is created in one transaction, so a process opening the store at the same moment sees
+    either no tables (a new store) or all of them, and a store at this version is complete."""
+    version = _schema_version(db)
+    if version is None and db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+        raise StoreError(f"{path} is an SQLite file but not a dlbench store; refusing to touch it")
+    if version is not None and version > STORE_SCHEMA_VERSION:
+        raise StoreError(
+            f"{path} was written by a newer dlbench (store schema {version}, this one reads"
+            f" up to {STORE_SCHEMA_VERSION}); upgrade dlbench")
+    db.execute("PRAGMA journal_mode=WAL")
+    if version == STORE_SCHEMA_VERSION:
+        return  # complete: opening it takes no write lock, so readers never wait for a writer
+    if version is not None:
+        _migrate(db)
+    with _immediate(db):
+        for statement in filter(str.strip, SCHEMA.split(";")):
+            db.execute(statement)
+        db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
+                   (str(STORE_SCHEMA_VERSION),))
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Bring an older store up to STORE_SCHEMA_VERSION, all steps in one transaction: a failure
+    leaves the store as it was. The version is read again under the write lock: another process
+    may have migrated the store since it was opened."""
+    with _immediate(db):
+        version = _schema_version(db)
+        assert version is not None
         for v in range(version, STORE_SCHEMA_VERSION):
             for statement in filter(str.strip, MIGRATIONS[v].split(";")):
                 db.execute(statement)
         db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(STORE_SCHEMA_VERSION),))
-        db.execute("COMMIT")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    finally:
-        db.isolation_level = previous
 
 
 def _schema_version(db: sqlite3.Connection) -> int | None:
     try:
         row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-    except sqlite3.OperationalError:
+    except sqlite3.OperationalError as e:
+        if "no such table" in str(e):
+            return None
+        raise
+    if row is None:
         return None
-    return int(row[0]) if row else None
+    try:
+        return int(row[0])
+    except ValueError:
+        raise sqlite3.DatabaseError(f"its schema version {row[0]!r} is not a number") from None
 
 
 def lock_path() -> Path:

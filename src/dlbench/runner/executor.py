@@ -3,6 +3,7 @@ by this (parent) process only, one transaction per finished trial."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -89,9 +90,11 @@ def execute(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]],
             progress.trial_started(i, len(pending), planned)
             store.mark_running(tid)
             try:
-                result = spawn.run_trial(spec, tmp, on_event=progress.event)
-            except KeyboardInterrupt:
-                store.finish_trial(tid, TrialResult(status="interrupted", error="interrupted by the user (SIGINT)"))
+                result = spawn.run_trial(spec, tmp, on_event=progress.event,
+                                         on_start=functools.partial(store.set_trial_process, tid))
+            except KeyboardInterrupt as e:
+                store.finish_trial(tid, e.result if isinstance(e, spawn.Interrupted) else
+                                   TrialResult(status="interrupted", error="interrupted by the user (SIGINT)"))
                 outcome.statuses["interrupted"] = outcome.statuses.get("interrupted", 0) + 1
                 outcome.interrupted = True
                 return outcome

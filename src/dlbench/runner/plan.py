@@ -23,6 +23,9 @@ DEFAULT_FRAMEWORKS = ("torch", "tensorflow", "jax")
 STARTUP_GUESS_S = 8.0
 COMPILE_GUESS_S = 15.0
 CPU_FLOPS_GUESS = 20e9
+# More fresh processes per configuration than any CI spread needs; a typo such as 1000000 would
+# otherwise plan a million trials before anything says no.
+MAX_REPEATS = 1000
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class Sweep:
     threads: int | None = None
     compile_cache: str = "cold"
     timeout_s: float = 1800.0
+    memory_limit_bytes: int | None = None
     order_seed: int = 0
     infer_requests: int = 1000
     infer_budget_s: float = 20.0
@@ -138,6 +142,7 @@ def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, p
         timeout_s=sweep.timeout_s,
         **_infer_fields(sweep, scen),
         **_converge_fields(sweep, scen),
+        memory_limit_bytes=sweep.memory_limit_bytes,
     )
 
 
@@ -159,6 +164,8 @@ def make_plan(sweep: Sweep) -> Plan:
     plan = Plan(order_seed=sweep.order_seed)
     if sweep.repeats < 1:
         raise SpecError(f"repeats must be an integer >= 1, got {sweep.repeats!r}")
+    if sweep.repeats > MAX_REPEATS:
+        raise SpecError(f"repeats {sweep.repeats!r} is over the maximum of {MAX_REPEATS}")
     missing = {f: _framework_status(f, sweep.frameworks_explicit, plan.notes) for f in sweep.frameworks}
     batch_sizes: tuple[int | None, ...] = sweep.batch_sizes or (None,)
     axes = list(itertools.product(sweep.workloads, sweep.frameworks, sweep.modes, batch_sizes,

@@ -1,0 +1,196 @@
+"""Suite files: `dlbench run suite.toml` describes a sweep in TOML.
+
+The keys are `run`'s long option names (`batch-size`, `memory-limit`, ...) and each value is
+what the option takes: a list or a single value for the sweep axes (or a comma list, exactly as
+on the command line), a number, a size, true or false. The whole file is validated before
+anything runs; each error is one line naming the file, the key, the bad value and what is
+allowed. Options given on the command line override the file's.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dlbench import workloads
+from dlbench.backends import registered
+from dlbench.cli.common import UsageError, parse_size
+from dlbench.runner.plan import MAX_REPEATS
+from dlbench.spec import COMPILE_CACHES, MODES, PRECISIONS_SUPPORTED, SCENARIOS_SUPPORTED
+
+REPR_CHARS = 60
+
+
+@dataclass(frozen=True)
+class Key:
+    """What one key takes. kind: names | ints (a sweep axis: a list, one value or a comma
+    list), name | int (one value), seconds, size, flag."""
+
+    kind: str
+    allowed: Callable[[], tuple[Any, ...]] | None = None
+    minimum: int = 0
+    maximum: Callable[[], int] | None = None
+
+
+def _presets() -> tuple[str, ...]:
+    return tuple(dict.fromkeys(p for m in workloads.WORKLOADS.values() for p in m.PRESETS))
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+KEYS: dict[str, Key] = {
+    "workload": Key("names", lambda: tuple(workloads.WORKLOADS)),
+    "framework": Key("names", lambda: tuple(registered())),
+    "mode": Key("names", lambda: MODES),
+    "batch-size": Key("ints", minimum=1),
+    "seed": Key("ints", minimum=0),
+    "precision": Key("names", lambda: PRECISIONS_SUPPORTED),
+    "scenario": Key("names", lambda: SCENARIOS_SUPPORTED),
+    "devices": Key("ints", lambda: (1,), minimum=1),
+    "repeats": Key("int", minimum=1, maximum=lambda: MAX_REPEATS),
+    "order-seed": Key("int", minimum=0),
+    "preset": Key("name", _presets),
+    "epochs": Key("int", minimum=1),
+    "warmup-epochs": Key("int", minimum=0),
+    "dataset-size": Key("int", minimum=1),
+    "chunk-steps": Key("int", minimum=1),
+    "threads": Key("int", minimum=1, maximum=_cores),
+    "compile-cache": Key("name", lambda: COMPILE_CACHES),
+    "timeout": Key("seconds"),
+    "memory-limit": Key("size"),
+    "allow-concurrent": Key("flag"),
+}
+
+
+class _Bad(Exception):
+    """A bad value (the item of a list that is bad) and what is allowed."""
+
+    def __init__(self, value: Any, expected: str) -> None:
+        super().__init__(f"{_show(value)} is not {expected}")
+
+
+def load(path: str) -> dict[str, Any]:
+    """The file's options as `run`'s argparse destinations (`batch_size`), validated."""
+    table = _read(path)
+    for key in table:
+        if key not in KEYS:
+            hint = f" (did you mean {key.replace('_', '-')!r}?)" if key.replace("_", "-") in KEYS else ""
+            raise UsageError(f"{path}: key {_show(key)} is not one of: {', '.join(KEYS)}{hint}")
+    out = {}
+    for key, value in table.items():
+        try:
+            out[key.replace("-", "_")] = _convert(KEYS[key], value)
+        except _Bad as e:
+            raise UsageError(f"{path}: key {key!r}: {e}") from None
+    return out
+
+
+def _read(path: str) -> dict[str, Any]:
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"suite file {path} does not exist") from None
+    except OSError as e:
+        raise UsageError(f"suite file {path} cannot be read: {e.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{path}: not valid TOML: {_one_line(str(e))}") from None
+
+
+def _convert(key: Key, value: Any) -> Any:
+    if key.kind in ("names", "ints"):
+        items = _items(key, value)
+        for item in items:
+            _check_one(key, item, listed=True)
+        return tuple(items)
+    if key.kind == "seconds":
+        if _is_int(value) or isinstance(value, float):
+            if value > 0:  # false for nan; inf means no timeout
+                return float(value)
+        raise _Bad(value, "a number of seconds > 0")
+    if key.kind == "size":
+        return _size(value)
+    if key.kind == "flag":
+        if isinstance(value, bool):
+            return value
+        raise _Bad(value, "true or false")
+    _check_one(key, value, listed=False)
+    return value
+
+
+def _items(key: Key, value: Any) -> list[Any]:
+    """A TOML array, one value, or a comma list as on the command line."""
+    if isinstance(value, str):
+        items: list[Any] = [x.strip() for x in value.split(",")]
+        if key.kind == "ints":
+            items = [int(x) if x.lstrip("-").isdigit() and x.isascii() else x for x in items]
+    elif isinstance(value, list):
+        items = value
+    else:
+        items = [value]
+    if not items:
+        raise _Bad(value, _expected(key, listed=True))
+    return items
+
+
+def _check_one(key: Key, value: Any, listed: bool) -> None:
+    expected = _expected(key, listed)
+    if key.kind in ("ints", "int"):
+        if not _is_int(value) or value < key.minimum:
+            raise _Bad(value, expected)
+        if key.maximum is not None and value > key.maximum():
+            raise _Bad(value, expected)
+    elif not isinstance(value, str):
+        raise _Bad(value, expected)
+    if key.allowed is not None and value not in key.allowed():
+        raise _Bad(value, expected)
+
+
+def _expected(key: Key, listed: bool) -> str:
+    if key.allowed is not None:
+        what = f"one of: {', '.join(map(str, key.allowed()))}"
+    elif key.maximum is not None:
+        what = f"an integer from {key.minimum} to {key.maximum()}"
+    else:
+        what = f"an integer >= {key.minimum}"
+    return f"{what} (or a list of them)" if listed else what
+
+
+def _size(value: Any) -> int:
+    expected = "a size such as 300MB or 8GiB, or a number of bytes >= 1"
+    if _is_int(value) and 1 <= value < 2**63:
+        return int(value)
+    if isinstance(value, float) and math.isfinite(value) and 1 <= value < 2**63:
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return parse_size(value)
+        except ValueError:
+            pass
+    raise _Bad(value, expected)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _show(value: Any) -> str:
+    """A bad value on one line, cut to a readable length."""
+    text = repr(value)
+    return text if len(text) <= REPR_CHARS else text[: REPR_CHARS - 3] + "..."
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

@@ -1,0 +1,387 @@
+"""The report's charts as Plotly figures, one function each. A chart whose metrics or series
+exist in none of the runs is not made (None), so a report only shows what was measured.
+
+Every text that reaches a figure passes through `_t` (html.escape): Plotly renders a subset of
+HTML tags in labels and decodes entities, so an escaped label shows as written and never as markup.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from dlbench.analysis.summary import Summary, summarize
+from dlbench.report import model
+from dlbench.report.model import Config, Report, Trial
+
+GIB = 1024**3
+# One color per framework in every chart; other frameworks take the palette in order.
+FRAMEWORK_COLORS = {"torch": "#ee4c2c", "tensorflow": "#ff8f00", "jax": "#1a73e8", "keras": "#d00000"}
+PALETTE = ("#2a9d8f", "#8e44ad", "#6c757d", "#b5838d", "#264653", "#e9c46a")
+# Start-up segments in the order a process goes through them (DESIGN §4).
+STARTUP_SEGMENTS = ("process start", "import", "build", "data", "compile / first step", "warm-up")
+PHASE_COLORS = {"import": "#1f77b4", "build": "#9467bd", "data": "#8c564b", "compile": "#d62728",
+                "first_step": "#ff7f0e", "warmup": "#bcbd22", "timed": "#2ca02c",
+                "evaluate": "#17becf"}
+LATENCY = re.compile(r"^latency_p(\d+(?:\.\d+)?)_s$")
+EFFICIENCY = {"mfu": "MFU", "matmul_ceiling_share": "share of the measured matmul ceiling"}
+
+
+@dataclass(frozen=True)
+class Chart:
+    id: str  # the DOM id stem: chart-<id>; tests look for these
+    title: str
+    figure: go.Figure
+    note: str  # one sentence under the chart: what each mark is, how it is summarised
+
+
+def _t(text: object) -> str:
+    return html.escape(str(text))
+
+
+def _color(framework: object) -> str:
+    """The framework's color, the same in every chart and report (a fixed pick for others)."""
+    name = str(framework)
+    return FRAMEWORK_COLORS.get(name) or PALETTE[sum(map(ord, name)) % len(PALETTE)]
+
+
+def _layout(fig: go.Figure, height: int = 420, **kwargs: Any) -> go.Figure:
+    """White template; the legend in a row above the plot, a fixed 36 px over the subplot
+    titles whatever the figure's height (legend positions are fractions of the plot height)."""
+    fig.update_layout(template="plotly_white", height=height, margin={"l": 60, "r": 20, "t": 90, "b": 50},
+                      legend={"orientation": "h", "x": 0, "xanchor": "left", "yanchor": "bottom",
+                              "y": 1 + 36 / max(height - 140, 1)}, **kwargs)
+    return fig
+
+
+def _panels(configs: list[Config]) -> list[tuple[str, list[Config]]]:
+    """Configurations split by workload: one panel each (throughputs of different workloads
+    do not share a scale)."""
+    by: dict[str, list[Config]] = {}
+    for c in configs:
+        by.setdefault(str(c.axes["workload"]), []).append(c)
+    return list(by.items())
+
+
+def _short_label(report: Report, config: Config) -> str:
+    """The label within a workload's panel: without the workload and the run."""
+    label = report.label(config, with_run=False)
+    prefix = f"{config.axes['workload']}/"
+    return label[len(prefix):] if label.startswith(prefix) else label
+
+
+def _error_bars(summaries: list[Summary], scale: float) -> dict[str, Any]:
+    def up(s: Summary) -> float:
+        return (s.high - s.median) * scale if s.high is not None and s.median is not None else 0.0
+
+    def down(s: Summary) -> float:
+        return (s.median - s.low) * scale if s.low is not None and s.median is not None else 0.0
+
+    return {"type": "data", "symmetric": False, "array": [up(s) for s in summaries],
+            "arrayminus": [down(s) for s in summaries], "visible": any(s.level for s in summaries)}
+
+
+def _hover(s: Summary, scale: float, unit: str) -> str:
+    if s.median is None:
+        return "no value"
+    text = f"median {s.median * scale:.4g} {unit} over {s.n} process(es)"
+    if s.low is not None and s.high is not None and s.level is not None:
+        text += f"<br>{s.level:.0%} interval [{s.low * scale:.4g}, {s.high * scale:.4g}]"
+    return text + ("<br>unstable" if s.unstable else "")
+
+
+def _summary_of(metric: str) -> Callable[[Config], Summary]:
+    return lambda c: c.summary(metric)
+
+
+@dataclass(frozen=True)
+class _Bars:
+    """One bar trace: a summary per configuration."""
+
+    name: str
+    color: str
+    configs: list[Config]
+    summary: Callable[[Config], Summary]
+    with_run: bool  # the x labels name the run (when traces are not one per run)
+
+
+def _by_run_or_framework(report: Report, configs: list[Config], metric: str) -> list[_Bars]:
+    """One trace per run when runs are compared, else one per framework (its color)."""
+    groups: dict[str, list[Config]] = {}
+    for c in configs:
+        groups.setdefault(f"run {c.run_id}" if report.multi_run else str(c.axes["framework"]), []).append(c)
+    return [_Bars(name, PALETTE[i % len(PALETTE)] if report.multi_run else _color(name), cs,
+                  _summary_of(metric), False) for i, (name, cs) in enumerate(groups.items())]
+
+
+def _bar_figure(report: Report, traces: Callable[[list[Config]], list[_Bars]], scale: float,
+                unit: str, configs: list[Config]) -> go.Figure:
+    """Bars with the median's interval as whiskers, one panel per workload. Traces that share
+    an x position (runs side by side, percentiles) are grouped, others centred."""
+    panels = _panels(configs)
+    titles = [_t(w) for w, _ in panels] if len(panels) > 1 else None
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=titles)
+    shown: set[str] = set()
+    shared_x = False
+    for col, (_, group) in enumerate(panels, start=1):
+        xs: list[str] = []
+        for bars in traces(group):
+            summaries = [bars.summary(c) for c in bars.configs]
+            x = [_t(report.label(c) if bars.with_run else _short_label(report, c)) for c in bars.configs]
+            shared_x = shared_x or bool(set(x) & set(xs))
+            xs += x
+            fig.add_trace(go.Bar(
+                x=x, y=[None if s.median is None else s.median * scale for s in summaries],
+                error_y=_error_bars(summaries, scale), name=_t(bars.name), legendgroup=_t(bars.name),
+                showlegend=bars.name not in shown, marker_color=bars.color,
+                hovertext=[_hover(s, scale, unit) for s in summaries], hoverinfo="x+text+name",
+            ), row=1, col=col)
+            shown.add(bars.name)
+        fig.update_yaxes(title_text=_t(unit), row=1, col=col)
+    return _layout(fig, barmode="group" if shared_x else "relative")
+
+
+def _with_metric(report: Report, metric: str) -> list[Config]:
+    return [c for c in report.configs if c.summary(metric).median is not None]
+
+
+def throughput(report: Report) -> Chart | None:
+    configs = _with_metric(report, "samples_per_s")
+    if not configs:
+        return None
+    fig = _bar_figure(report, lambda cs: _by_run_or_framework(report, cs, "samples_per_s"), 1.0,
+                      "samples/s", configs)
+    return Chart("throughput", "Training throughput", fig,
+                 "Median samples/s over the processes of each configuration; whiskers span the "
+                 "median's confidence interval (its level in the hover) where there are 2 or more.")
+
+
+def accuracy(report: Report) -> Chart | None:
+    configs = [c for c in _with_metric(report, "accuracy") if c.axes.get("labels") == "learnable"]
+    if not configs:
+        return None
+    fig = _bar_figure(report, lambda cs: _by_run_or_framework(report, cs, "accuracy"), 1.0,
+                      "accuracy", configs)
+    return Chart("accuracy", "Accuracy on the held-out split", fig,
+                 "After the timed window, on labels a model can learn (`labels = learnable`); "
+                 "median over processes with its interval.")
+
+
+def startup_segments(m: dict[str, float | None]) -> dict[str, float | None]:
+    """One trial's start-up split into the stacked segments, seconds. `compile / first step`
+    is the ahead-of-time compile where the framework exposes it plus the first step (which holds
+    the compile otherwise); `process start` is the rest of the time to the first step:
+    interpreter start, dlbench's own import, framework settings, memory samples."""
+    first = m.get("first_step_s")
+    compile_first = None if first is None else first + (m.get("compile_s") or 0.0)
+    parts = [m.get("import_s"), m.get("build_s"), m.get("data_s"), compile_first]
+    ttfs = m.get("time_to_first_step_s")
+    start = None
+    if ttfs is not None and all(p is not None for p in parts):
+        start = max(ttfs - sum(p for p in parts if p is not None), 0.0)
+    return dict(zip(STARTUP_SEGMENTS, [start, *parts, m.get("warmup_s")], strict=True))
+
+
+def startup(report: Report) -> Chart | None:
+    configs = [c for c in report.configs if c.ok]
+    if not configs:
+        return None
+    x = [_t(report.label(c)) for c in configs]
+    fig = go.Figure()
+    colors = ("#c7c7c7", "#1f77b4", "#9467bd", "#8c564b", "#d62728", "#bcbd22")
+    for seg, color in zip(STARTUP_SEGMENTS, colors, strict=True):
+        summaries = [summarize(startup_segments(t.metrics)[seg] for t in c.ok) for c in configs]
+        fig.add_trace(go.Bar(x=x, y=[s.median for s in summaries], name=_t(seg), marker_color=color,
+                             hovertext=[_hover(s, 1.0, "s") for s in summaries], hoverinfo="x+text+name"))
+    fig.update_yaxes(title_text="seconds")
+    return Chart("startup", "Start-up breakdown", _layout(fig, barmode="stack"),
+                 "Median seconds of each phase over the processes of a configuration, bottom to top "
+                 "in the order a process goes through them; `process start` is the rest of the time "
+                 "to the first step (interpreter start, dlbench's own import and settings).")
+
+
+def step_times(report: Report) -> Chart | None:
+    """Within each process: one box of its chunks' per-step times. Across processes: one
+    point per process (its median step), the unit of replication."""
+    pairs = [(c, t) for c, t in report.trials() if t.series.get("step_s")]
+    if not pairs:
+        return None
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.08,
+                        subplot_titles=["within each process (one value per chunk)",
+                                        "across processes (one median per process)"])
+    for c, t in pairs:
+        fig.add_trace(go.Box(y=[v * 1e3 for _, v in t.series["step_s"]], name=_t(report.trial_label(c, t)),
+                             marker_color=_color(c.axes["framework"]), boxpoints="outliers",
+                             showlegend=False), row=1, col=1)
+    for c in {id(c): c for c, _ in pairs}.values():
+        values = [t.metrics.get("step_s_median") for t in c.ok]
+        fig.add_trace(go.Box(y=[v * 1e3 for v in values if v is not None], name=_t(report.label(c)),
+                             marker_color=_color(c.axes["framework"]), boxpoints="all",
+                             jitter=0.3, pointpos=0, showlegend=False), row=1, col=2)
+    fig.update_yaxes(title_text="ms per step", row=1, col=1)
+    return Chart("step-times", "Step-time distributions", _layout(fig, height=460),
+                 "Left: the spread inside one process (each chunk's seconds divided by its steps). "
+                 "Right: the spread between processes, which is what a confidence interval describes.")
+
+
+def memory(report: Report) -> Chart | None:
+    """One panel per process: RSS (and VRAM where a GPU was sampled) over time, with the
+    worker's phases shaded."""
+    pairs = [(c, t) for c, t in report.trials() if t.series.get("rss_bytes")]
+    if not pairs:
+        return None
+    fig = make_subplots(rows=len(pairs), cols=1, vertical_spacing=min(0.08, 0.5 / len(pairs)),
+                        subplot_titles=[_t(report.trial_label(c, t)) for c, t in pairs])
+    for row, (_, t) in enumerate(pairs, start=1):
+        for series, name, color in (("rss_bytes", "RSS", "#333333"), ("vram_bytes", "VRAM", "#d62728")):
+            points = t.series.get(series) or []
+            if points:
+                fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] / GIB for p in points],
+                                         mode="lines", name=name, line={"color": color},
+                                         legendgroup=name, showlegend=row == 1), row=row, col=1)
+        _shade_phases(fig, t, row)
+        fig.update_yaxes(title_text="GiB", row=row, col=1)
+    fig.update_xaxes(title_text="seconds since the sampler started", row=len(pairs), col=1)
+    _phase_legend(fig, pairs)
+    return Chart("memory", "Memory over time", _layout(fig, height=120 + 230 * len(pairs)),
+                 "Raw samples every 25 ms over the worker's process tree; shaded: the phases the "
+                 "worker reported (import, build, data, compile, first step, warm-up, timed window, "
+                 "evaluation).")
+
+
+def _shade_phases(fig: go.Figure, trial: Trial, row: int) -> None:
+    last = (trial.series.get("rss_bytes") or [(0.0, 0.0)])[-1][0]
+    for name, start, end in model.phase_spans(trial):
+        fig.add_vrect(x0=start, x1=last if end is None else end, row=row, col=1, line_width=0,
+                      fillcolor=PHASE_COLORS.get(name, "#999999"), opacity=0.18, layer="below")
+
+
+def _phase_legend(fig: go.Figure, pairs: list[tuple[Config, Trial]]) -> None:
+    """Shapes have no legend: one square marker entry per phase that occurs."""
+    names = dict.fromkeys(n for _, t in pairs for n, _, _ in model.phase_spans(t))
+    for name in names:
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=_t(name.replace("_", " ")),
+                                 marker={"symbol": "square", "size": 12, "opacity": 0.4,
+                                         "color": PHASE_COLORS.get(name, "#999999")}), row=1, col=1)
+
+
+def loss(report: Report) -> Chart | None:
+    """Loss per step, against the step index and against seconds into the timed window."""
+    pairs = [(c, t) for c, t in report.trials() if t.series.get("loss")]
+    if not pairs:
+        return None
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.05,
+                        subplot_titles=["by step", "by wall-clock time"])
+    for c, t in pairs:
+        name, color = _t(report.trial_label(c, t)), _color(c.axes["framework"])
+        steps = t.series["loss"]
+        fig.add_trace(go.Scatter(x=[p[0] for p in steps], y=[p[1] for p in steps], mode="lines",
+                                 name=name, legendgroup=name, line={"color": color, "width": 1.5}),
+                      row=1, col=1)
+        timed = model.loss_by_time(t)
+        fig.add_trace(go.Scatter(x=[p[0] for p in timed], y=[p[1] for p in timed], mode="lines",
+                                 name=name, legendgroup=name, showlegend=False,
+                                 line={"color": color, "width": 1.5}), row=1, col=2)
+    fig.update_xaxes(title_text="step of the timed window", row=1, col=1)
+    fig.update_xaxes(title_text="seconds since the timed window began", row=1, col=2)
+    fig.update_yaxes(title_text="training loss", row=1, col=1)
+    return Chart("loss", "Loss curves", _layout(fig, height=460),
+                 "Training loss of every step in the timed window, per process; identical weights and "
+                 "data order make the curves comparable step by step.")
+
+
+def _several_metrics(report: Report, names: dict[str, str], scale: float, unit: str) -> go.Figure | None:
+    """Bars of several metrics (trace names given) side by side per configuration; None when
+    none of them was measured."""
+    present = [m for m in names if any(c.summary(m).median is not None for c in report.configs)]
+    if not present:
+        return None
+
+    def traces(configs: list[Config]) -> list[_Bars]:
+        return [_Bars(names[m], PALETTE[i % len(PALETTE)],
+                      [c for c in configs if c.summary(m).median is not None], _summary_of(m),
+                      report.multi_run) for i, m in enumerate(present)]
+
+    configs = [c for c in report.configs if any(c.summary(m).median is not None for m in present)]
+    return _bar_figure(report, traces, scale, unit, configs)
+
+
+def _percentile(metric: str) -> float:
+    match = LATENCY.match(metric)
+    return float(match.group(1)) if match else -1.0
+
+
+def latency(report: Report) -> Chart | None:
+    metrics = sorted({k for _, t in report.trials() for k in t.metrics if LATENCY.match(k)}, key=_percentile)
+    fig = _several_metrics(report, {m: f"p{_percentile(m):g}" for m in metrics}, 1e3, "ms")
+    if fig is None:
+        return None
+    return Chart("latency", "Inference latency percentiles", fig,
+                 "Each bar a percentile of the per-request latency inside one process, summarised as "
+                 "the median over processes with its interval.")
+
+
+def efficiency(report: Report) -> Chart | None:
+    fig = _several_metrics(report, EFFICIENCY, 100.0, "% of peak")
+    if fig is None:
+        return None
+    return Chart("efficiency", "Efficiency", fig,
+                 "MFU: achieved FLOP/s over the device's dense peak for the dtype (GPUs in the peak "
+                 "table); on CPUs the share of a measured matmul ceiling. Medians over processes.")
+
+
+def scaling(report: Report) -> Chart | None:
+    """Throughput against batch size where a sweep has several, and scaling efficiency against
+    devices where it was measured."""
+    curves = _curves(report, "batch", "samples_per_s")
+    curves += _curves(report, "devices", "scaling_efficiency")
+    if not curves:
+        return None
+    fig = make_subplots(rows=1, cols=len({axis for axis, *_ in curves}))
+    cols = {axis: i for i, axis in enumerate(dict.fromkeys(axis for axis, *_ in curves), start=1)}
+    for axis, metric, name, framework, xs, summaries in curves:
+        fig.add_trace(go.Scatter(x=xs, y=[s.median for s in summaries], mode="lines+markers",
+                                 name=_t(name), line={"color": _color(framework)},
+                                 error_y=_error_bars(summaries, 1.0),
+                                 hovertext=[_hover(s, 1.0, metric) for s in summaries]),
+                      row=1, col=cols[axis])
+        fig.update_xaxes(title_text=_t("batch size" if axis == "batch" else "devices"), row=1, col=cols[axis])
+        fig.update_yaxes(title_text=_t(metric), row=1, col=cols[axis])
+    return Chart("scaling", "Scaling", _layout(fig),
+                 "Median over processes at each point, with its interval; one line per configuration "
+                 "that differs only in the swept axis.")
+
+
+Curve = tuple[str, str, str, object, list[object], list[Summary]]
+
+
+def _curves(report: Report, axis: str, metric: str) -> list[Curve]:
+    """Lines through configurations equal in every axis but `axis`, where there are 2+ points."""
+    lines: dict[tuple[object, ...], list[Config]] = {}
+    for c in _with_metric(report, metric):
+        rest = tuple(v for a, v in c.axes.items() if a != axis)
+        lines.setdefault((c.run_id, *rest), []).append(c)
+    out: list[Curve] = []
+    for configs in lines.values():
+        if len({c.axes[axis] for c in configs}) < 2:
+            continue
+        configs.sort(key=lambda c: float(str(c.axes[axis])))
+        name = report.label(configs[0]).replace(f"{axis} {configs[0].axes[axis]}", "").strip()
+        out.append((axis, metric, name, configs[0].axes["framework"],
+                    [c.axes[axis] for c in configs], [c.summary(metric) for c in configs]))
+    return out
+
+
+CHARTS: tuple[Callable[[Report], Chart | None], ...] = (
+    throughput, step_times, startup, memory, loss, accuracy, latency, efficiency, scaling)
+
+
+def charts(report: Report) -> list[Chart]:
+    """Every chart that has data in these runs, in the report's order."""
+    return [c for make in CHARTS if (c := make(report)) is not None]

@@ -1,0 +1,223 @@
+"""What a report shows, read once from the store: runs, trials with their raw series and
+events, and the configurations (trials sharing a configuration key) with their summaries.
+
+Terminal tables, the HTML report and the exports all read this model; every summary of a
+metric comes from analysis.summary.summarize.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dlbench.analysis.summary import Summary, summarize
+from dlbench.report.columns import compile_value
+from dlbench.results.store import Store
+from dlbench.spec import trial_from_dict
+
+Series = list[tuple[float, float]]
+
+# Axes that can tell two configurations apart, in the order a label lists them. A label shows
+# framework and mode always, the others only where they differ between the configurations shown.
+AXES: dict[str, Callable[[dict[str, Any]], object]] = {
+    "workload": lambda s: s["workload"]["name"],
+    "size": lambda s: s["workload"].get("model_size"),
+    "labels": lambda s: s["workload"].get("labels"),
+    "framework": lambda s: s["framework"],
+    "mode": lambda s: s["policy"]["mode"],
+    "batch": lambda s: s["workload"]["batch_size"],
+    "precision": lambda s: s.get("precision"),
+    "scenario": lambda s: s.get("scenario"),
+    "devices": lambda s: s.get("devices"),
+    "threads": lambda s: s["policy"].get("threads"),
+    "cache": lambda s: s["policy"].get("compile_cache"),
+    "dataset": lambda s: s["workload"]["dataset_size"],
+    "epochs": lambda s: s.get("epochs"),
+    "seed": lambda s: s["workload"]["seed"],
+}
+ALWAYS_SHOWN = ("framework", "mode")
+
+
+@dataclass(frozen=True)
+class Trial:
+    id: int
+    run_id: int
+    spec: dict[str, Any]
+    status: str
+    error: str | None
+    metrics: dict[str, float | None]
+    series: dict[str, Series]
+    events: list[dict[str, Any]]
+    # policy (effective), framework_info, numerics, notes, warnings, parity
+    data: dict[str, Any]
+
+    @property
+    def repeat(self) -> int:
+        return int(self.spec.get("repeat", 0))
+
+
+@dataclass(frozen=True)
+class Run:
+    id: int
+    info: dict[str, Any]  # created_at, finished_at, command, status, environment, ...
+    trials: tuple[Trial, ...]
+
+
+@dataclass(frozen=True)
+class Config:
+    """The trials of one configuration key within one run: the repeats of one measurement."""
+
+    run_id: int
+    key: str
+    axes: dict[str, object]
+    trials: tuple[Trial, ...]
+
+    @property
+    def ok(self) -> list[Trial]:
+        return [t for t in self.trials if t.status == "ok"]
+
+    def summary(self, metric: str) -> Summary:
+        """The metric over the configuration's successful trials: one value per process."""
+        return summarize(t.metrics.get(metric) for t in self.ok)
+
+    def compile_summary(self) -> tuple[Summary, bool]:
+        """Compile seconds (measured, else estimated) and whether any value is an estimate."""
+        values = [compile_value(t.metrics) for t in self.ok]
+        return summarize(v for v, _ in values), any(est and v is not None for v, est in values)
+
+
+@dataclass(frozen=True)
+class Report:
+    runs: tuple[Run, ...]
+    configs: tuple[Config, ...]
+    label_axes: tuple[str, ...]  # the axes a configuration's label shows
+
+    @property
+    def multi_run(self) -> bool:
+        return len(self.runs) > 1
+
+    def label(self, config: Config, with_run: bool = True) -> str:
+        """`cnn/torch/compiled batch 64`: framework and mode, then the axes that vary."""
+        head = ("workload",) + ALWAYS_SHOWN
+        text = " ".join(["/".join(str(config.axes[a]) for a in self.label_axes if a in head),
+                         *(f"{a} {config.axes[a]}" for a in self.label_axes if a not in head)])
+        return (f"run {config.run_id} · " if with_run and self.multi_run else "") + text
+
+    def trial_label(self, config: Config, trial: Trial) -> str:
+        return f"{self.label(config)} #{trial.repeat}"
+
+    def trials(self) -> list[tuple[Config, Trial]]:
+        return [(c, t) for c in self.configs for t in c.trials]
+
+
+def _config_key(spec: dict[str, Any]) -> str:
+    return trial_from_dict(spec).config_key()
+
+
+def load(store: Store, run_ids: list[int]) -> Report:
+    """Everything the report shows for these runs, in run order, configurations in the order
+    their first trial ran."""
+    runs = []
+    configs: dict[tuple[int, str], list[Trial]] = {}
+    for rid in run_ids:
+        trials = tuple(
+            Trial(row.id, rid, row.spec, row.status, row.error, row.metrics,
+                  store.series(row.id), store.events(row.id), row.data)
+            for row in store.trials(rid))
+        runs.append(Run(rid, store.run(rid), trials))
+        for t in trials:
+            configs.setdefault((rid, _config_key(t.spec)), []).append(t)
+    made = tuple(Config(rid, key, {a: f(ts[0].spec) for a, f in AXES.items()}, tuple(ts))
+                 for (rid, key), ts in configs.items())
+    return Report(tuple(runs), made, _label_axes(made))
+
+
+def _label_axes(configs: tuple[Config, ...]) -> tuple[str, ...]:
+    varying = [a for a in AXES if len({c.axes[a] for c in configs}) > 1]
+    workload = ("workload",) if "workload" in varying else ()
+    return workload + ALWAYS_SHOWN + tuple(a for a in varying if a not in ALWAYS_SHOWN + workload)
+
+
+def status_text(trials: tuple[Trial, ...] | list[Trial]) -> str:
+    """`ok` for one trial; `2 ok, 1 failed` over repeats."""
+    counts: dict[str, int] = {}
+    for t in trials:
+        counts[t.status] = counts.get(t.status, 0) + 1
+    if len(trials) == 1:
+        return trials[0].status
+    return ", ".join(f"{n} {s}" for s, n in counts.items())
+
+
+@dataclass(frozen=True)
+class Parity:
+    verdict: str  # pass, fail, n/a, or "–" where no trial carries a verdict
+    worst_rel_err: float | None
+
+    def text(self) -> str:
+        if self.worst_rel_err is None:
+            return self.verdict
+        return f"{self.verdict} {self.worst_rel_err:.1e}"
+
+
+def parity(trials: tuple[Trial, ...] | list[Trial]) -> Parity:
+    """The configuration's parity: `fail` if any repeat failed, else `pass` if any passed;
+    the worst relative error over the repeats."""
+    verdicts = [p for t in trials if isinstance(p := t.data.get("parity"), dict)]
+    if not verdicts:
+        return Parity("–", None)
+    names = {str(p.get("verdict", "n/a")) for p in verdicts}
+    verdict = next((v for v in ("fail", "pass") if v in names), "n/a")
+    errs = [float(e) for p in verdicts if isinstance(e := p.get("worst_rel_err"), int | float)]
+    return Parity(verdict, max(errs) if errs else None)
+
+
+def notes(report: Report) -> list[str]:
+    """Causes of failed trials, warnings and the reasons for missing values, once each."""
+    out: list[str] = []
+    for config, t in report.trials():
+        # per configuration: the same reason for every repeat is one line
+        label = report.label(config)
+        if t.status != "ok" and t.error:
+            out.append(f"{label}: {t.status}: {t.error}")
+        for w in t.data.get("warnings") or []:
+            out.append(f"{label}: warning: {w}")
+        if "vram_peak_bytes" in (t.data.get("notes") or {}):
+            out.append(f"VRAM: {t.data['notes']['vram_peak_bytes']}")
+    return list(dict.fromkeys(out))
+
+
+def phase_spans(trial: Trial) -> list[tuple[str, float, float | None]]:
+    """(phase, start, end) on the memory sampler's clock (seconds since the sampler started;
+    end None where the worker died inside the phase). The worker takes its first RSS sample
+    immediately before it emits the import-phase start event, so that pair ties the events'
+    monotonic clock to the sampler's, to within one sample's cost (tens of microseconds)."""
+    rss = trial.series.get("rss_bytes") or []
+    phases = [e for e in trial.events if e.get("event") == "phase"]
+    anchor = next((e["t"] for e in phases if e.get("name") == "import" and e.get("state") == "start"), None)
+    if not rss or anchor is None:
+        return []
+    offset = rss[0][0] - anchor
+    spans: dict[str, list[float | None]] = {}
+    for e in phases:
+        if e.get("state") == "start":
+            spans[str(e["name"])] = [e["t"] + offset, None]
+        elif e.get("state") == "end" and str(e.get("name")) in spans:
+            spans[str(e["name"])][1] = e["t"] + offset
+    return [(name, float(s or 0.0), e) for name, (s, e) in spans.items()]
+
+
+def loss_by_time(trial: Trial) -> Series:
+    """(seconds since the timed window began, loss) per step. A chunk's steps ran back to back
+    and the chunk ended at its step_s sample's time, so step j of n ends at
+    end - (n - 1 - j) * per_step_s. Empty when chunk events and series disagree."""
+    losses = trial.series.get("loss") or []
+    ends = trial.series.get("step_s") or []
+    steps = [int(e.get("steps", 0)) for e in trial.events if e.get("event") == "chunk"]
+    if not losses or len(steps) != len(ends) or sum(steps) != len(losses):
+        return []
+    out: Series = []
+    for (end, per_step_s), n in zip(ends, steps, strict=True):
+        for j in range(n):
+            out.append((end - (n - 1 - j) * per_step_s, losses[len(out)][1]))
+    return out

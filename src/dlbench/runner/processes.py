@@ -1,0 +1,93 @@
+"""Who a process is, and what is left of a worker's process group after its parent died.
+
+A pid alone names a process only while it lives: after a crash or a reboot the number may
+belong to someone else. A process is identified here by (pid, creation time); the creation time
+comes from /proc through psutil, in seconds since the epoch at clock-tick resolution (10 ms).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+from collections.abc import Callable
+
+import psutil
+
+# Two readings of one process's creation time agree exactly (same boot time, same tick count);
+# anything within a millisecond is the same process, a reused pid is at least one tick apart.
+SAME_PROCESS_TOLERANCE_S = 1e-3
+KILL_WAIT_S = 5.0
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def created_at(pid: int) -> float | None:
+    """The creation time of a live process, or None when there is none with this pid."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def is_alive(pid: int, created: float | None) -> bool:
+    """True when the process that had this pid and creation time still runs (a zombie does not
+    run; a pid recorded without its creation time cannot be told apart from a reused one)."""
+    if created is None:
+        return False
+    try:
+        p = psutil.Process(pid)
+        same = abs(p.create_time() - created) < SAME_PROCESS_TOLERANCE_S
+        return same and p.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn that makes the child receive SIGKILL when this (parent) process dies, so a
+    killed `dlbench run` leaves no worker timing itself against the next run. None off Linux.
+    The kernel fires it when the *thread* that started the child exits: start workers from a
+    thread that outlives them (the local executor uses the main thread)."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: no dlopen after fork
+    except (AttributeError, OSError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before prctl: no signal would ever come
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+def kill_survivors(pid: int, created: float | None) -> list[int]:
+    """Kill what is left of the process group a worker led (the worker itself when it outlived
+    its parent, and its children: compilers, loader workers). Returns the pids killed.
+
+    Nothing is killed when the creation time is unknown or when `pid` now names another
+    process: a pid is not reused while its process group has members (POSIX), so if the leader
+    is gone or is still ours, every member of group `pid` is ours."""
+    if created is None:
+        return []
+    leader = created_at(pid)
+    if leader is not None and abs(leader - created) >= SAME_PROCESS_TOLERANCE_S:
+        return []
+    members = [p for p in psutil.process_iter() if _group_of(p) == pid]
+    if not members:
+        return []
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # gone meanwhile, or not ours after all
+        return []
+    psutil.wait_procs(members, timeout=KILL_WAIT_S)
+    return [p.pid for p in members]
+
+
+def _group_of(p: psutil.Process) -> int | None:
+    try:
+        if p.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return os.getpgid(p.pid)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+        return None

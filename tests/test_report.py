@@ -1,0 +1,259 @@
+"""Reports and exports from real (fake-backend) runs: terminal tables, the HTML report opened in
+headless Chromium, static images, and exports read back (CSV, JSON, Parquet, MLflow).
+
+The browser test skips without a Chromium unless DLBENCH_REQUIRE_BROWSER=1 (.ci/run sets it).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cdp import Chromium, find_browser
+from conftest import TESTS_DIR
+from dlbench.analysis.summary import summarize
+from dlbench.cli.main import main
+from dlbench.report import model
+from dlbench.results.store import Store
+
+TINY = ["--preset", "tiny", "--dataset-size", "64", "--chunk-steps", "1", "--epochs", "2"]
+HOSTILE = "<img src=x onerror=alert(1)></script><script>alert(2)</script>"
+BASE_CHARTS = {"throughput", "step-times", "startup", "memory", "loss", "accuracy", "scaling"}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Run 1: eager (and unsupported graph) x batch 8,16 x 2 repeats; run 2: one ok trial;
+    run 3: one trial that fails. Shared by the module's tests (6 worker processes in all)."""
+    path = tmp_path_factory.mktemp("report") / "r.sqlite"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DLBENCH_BACKENDS", "fake=fake_backend:FakeBackend")
+        mp.setenv("PYTHONPATH", os.pathsep.join([str(TESTS_DIR), os.environ.get("PYTHONPATH", "")]))
+        mp.setenv("DLBENCH_LOCK", str(path.with_suffix(".lock")))
+        mp.syspath_prepend(str(TESTS_DIR))
+        mp.setenv("FAKE_BEHAVIOUR", "ok")
+        s = ["--store", str(path)]
+        assert main(["run", "-f", "fake", "--mode", "eager,graph", "-b", "8,16", "--repeats", "2", *TINY, *s]) == 0
+        assert main(["run", "-f", "fake", "--mode", "eager", "-b", "16", *TINY, *s]) == 0
+        mp.setenv("FAKE_BEHAVIOUR", "raise")
+        assert main(["run", "-f", "fake", "--mode", "eager", "-b", "16", *TINY, *s]) == 3
+        yield str(path)
+
+
+def _with_parity_latency_and_hostile_text(path: str, copy: Path) -> str:
+    """A copy of the store with what later issues and hostile users put into one: parity
+    verdicts (the lead's parity check), latency and efficiency metrics, markup in stored
+    strings (a run's command, an error, a framework name that reaches the charts)."""
+    src, db = sqlite3.connect(path), sqlite3.connect(copy)
+    src.backup(db)
+    src.close()
+    with db:
+        ids = [r[0] for r in db.execute("SELECT id FROM trials WHERE run_id=1 AND status='ok'")]
+        for i, tid in enumerate(ids):
+            verdict = {"verdict": "fail" if i == 0 else "pass", "worst_rel_err": 3e-2 if i == 0 else 2e-7}
+            db.execute("UPDATE trials SET parity=? WHERE id=?", (json.dumps(verdict), tid))
+            for name, value in (("latency_p50_s", 0.010 + i / 1000), ("latency_p99_s", 0.020), ("mfu", 0.31)):
+                db.execute("INSERT INTO metrics VALUES (?, ?, ?, ?)", (tid, name, value, "1"))
+        db.execute("UPDATE runs SET command=? WHERE id=2", (f"dlbench run {HOSTILE}",))
+        db.execute("UPDATE trials SET error=? WHERE run_id=3", (f"RuntimeError: {HOSTILE}",))
+        [(tid, spec)] = db.execute("SELECT id, spec FROM trials WHERE run_id=2").fetchall()
+        spec = json.loads(spec)
+        spec["framework"] = HOSTILE
+        db.execute("UPDATE trials SET spec=? WHERE id=?", (json.dumps(spec), tid))
+    db.close()
+    return str(copy)
+
+
+def test_median_interval_from_order_statistics():
+    s = summarize([3.0, None, 1.0, 2.0])
+    assert (s.n, s.median, s.low, s.high, s.level) == (3, 2.0, 1.0, 3.0, 0.75)
+    assert s.unstable  # half-width 1 of a median of 2
+    assert summarize([5.0]).level is None and summarize([]).median is None
+    assert not summarize([100.0, 101.0, 102.0]).unstable
+
+
+def test_terminal_report_shows_intervals_statuses_and_runs(store, capsys):
+    assert main(["report", "--store", store]) == 0  # latest: the failed run
+    out = capsys.readouterr().out
+    assert "failed" in out and "fake failure at step 3" in out
+    assert main(["report", "1", "2", "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert "run" in out and "batch" in out and "parity" in out
+    assert re.search(r"(±|-[\d.]+%/\+)[\d.]+% 50%", out)  # 2 repeats: [min, max] at 50 %
+    assert "unsupported" in out and "the fake has no graph mode" in out
+    assert main(["report", "7", "--store", store]) == 2
+    assert "run 7 is not in the store" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["report", "x"], "run 'x' is not a run id, 'latest' or 'all'"),
+    (["report", "--html", "/nonexistent/dir/r.html"], "--html /nonexistent/dir/r.html: directory /nonexistent/dir does not exist"),
+    (["export", "1", "--format", "parquet"], "format parquet writes three files: give a directory with -o DIR"),
+    (["export", "1", "--format", "xml"], "format 'xml' is not one of: json, csv, parquet"),
+])
+def test_bad_report_and_export_input_is_one_line(store, argv, msg, capsys):
+    assert main([*argv, "--store", store]) == 2
+    err = capsys.readouterr().err
+    assert err == f"dlbench: error: {msg}\n"
+
+
+def test_charts_exist_only_for_measured_metrics(store, tmp_path, capsys):
+    out = tmp_path / "r.html"
+    assert main(["report", "1", "--store", store, "--html", str(out)]) == 0
+    ids = set(re.findall(r"<div class='chart' id='chart-([\w-]+)'>", out.read_text()))
+    assert ids == BASE_CHARTS  # no latency or efficiency metrics yet: no such charts
+    assert "https://" not in out.read_text().split("<script>", 1)[0]  # nothing fetched by the page head
+
+
+def test_phase_spans_and_wall_clock_come_from_the_raw_series(store):
+    report = model.load(Store(store), [1])
+    config, trial = next((c, t) for c, t in report.trials() if t.status == "ok")
+    spans = {name: (a, b) for name, a, b in model.phase_spans(trial)}
+    assert list(spans)[:3] == ["import", "build", "data"] and "timed" in spans
+    assert all(b is not None and a <= b for a, b in spans.values())
+    rss_t = [t for t, _ in trial.series["rss_bytes"]]
+    assert rss_t[0] <= spans["import"][0] and spans["evaluate"][1] <= rss_t[-1]
+    timed = model.loss_by_time(trial)
+    assert len(timed) == len(trial.series["loss"]) == 2 * 64 // trial.spec["workload"]["batch_size"]
+    assert all(a < b for (a, _), (b, _) in zip(timed, timed[1:]))
+    assert timed[-1][0] == pytest.approx(trial.series["step_s"][-1][0])
+    assert config.summary("samples_per_s").n == 2
+
+
+def test_html_report_in_headless_chromium(store, tmp_path, capsys):
+    browser = find_browser()
+    if browser is None:
+        if os.environ.get("DLBENCH_REQUIRE_BROWSER") == "1":
+            pytest.fail("DLBENCH_REQUIRE_BROWSER=1 but no chromium on PATH (.ci/run installs it)")
+        pytest.skip("no chromium on PATH (apt-get install chromium); CI makes this test mandatory")
+    hostile_store = _with_parity_latency_and_hostile_text(store, tmp_path / "copy.sqlite")
+    out = tmp_path / "report.html"
+    assert main(["report", "1", "2", "3", "--store", hostile_store, "--html", str(out)]) == 0
+    expected = BASE_CHARTS | {"latency", "efficiency"}
+    b = Chromium(browser)
+    try:
+        b.open(out)
+        rendered = b.evaluate(RENDERED_CHARTS)
+        requested = b.requested_urls()
+        text = b.evaluate("document.body.innerText")
+        chart_text = b.evaluate("document.getElementById('chart-throughput').textContent")
+        injected = b.evaluate("document.querySelectorAll('img').length"
+                              " + [...document.scripts].filter(s => s.type !== 'application/json').length")
+        pixels = b.evaluate(PIXEL_STATS % _b64(b.screenshot()))
+    finally:
+        b.close()
+    assert b.errors() == []
+    assert requested == [out.as_uri()]  # the page itself, nothing from any host
+    assert {k for k, n in rendered.items() if n > 0} == expected, rendered
+    assert text.count(HOSTILE) >= 3 and HOSTILE in chart_text  # shown as written, never as markup
+    assert "fail 3.0e-02" in text
+    assert injected == 2  # the page's own two scripts; no element from a stored string
+    assert pixels["colors"] > 50 and pixels["non_white"] > 0.05, pixels
+
+
+RENDERED_CHARTS = """new Promise(done => {
+  const t0 = Date.now();
+  (function poll() {
+    const divs = [...document.querySelectorAll('div.chart')];
+    if (divs.every(d => d.querySelector('.main-svg')) || Date.now() - t0 > 20000)
+      done(Object.fromEntries(divs.map(d => [d.id.slice(6), d.querySelectorAll('.main-svg .trace').length])));
+    else setTimeout(poll, 100);
+  })();
+})"""
+
+# The screenshot decoded by the browser itself: distinct colours and the share of non-white pixels.
+PIXEL_STATS = """(async () => {
+  const img = new Image(); img.src = 'data:image/png;base64,%s'; await img.decode();
+  const c = document.createElement('canvas'); c.width = img.width; c.height = img.height;
+  const g = c.getContext('2d'); g.drawImage(img, 0, 0);
+  const d = g.getImageData(0, 0, c.width, c.height).data;
+  const colors = new Set(); let nonWhite = 0;
+  for (let i = 0; i < d.length; i += 4) {
+    colors.add((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]);
+    if (d[i] < 240 || d[i + 1] < 240 || d[i + 2] < 240) nonWhite++;
+  }
+  return {colors: colors.size, non_white: nonWhite / (d.length / 4)};
+})()"""
+
+
+def _b64(png: bytes) -> str:
+    import base64
+
+    return base64.b64encode(png).decode()
+
+
+def test_png_images_or_one_line_reason(store, tmp_path, capsys):
+    out = tmp_path / "png"
+    assert main(["report", "2", "--store", store, "--png", str(out)]) == 0  # one trial: 6 charts
+    line = capsys.readouterr().out.strip()
+    if line.startswith("--png: no images written"):
+        assert "\n" not in line
+        if os.environ.get("DLBENCH_REQUIRE_BROWSER") == "1":  # CI has Kaleido and Chromium
+            pytest.fail(line)
+        pytest.skip(line)
+    expected = BASE_CHARTS - {"scaling"}
+    assert line == f"wrote {len(expected)} PNG files to {out}"
+    for name in expected:
+        assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_csv_json_and_parquet_exports_round_trip(store, tmp_path, capsys):
+    pq = pytest.importorskip("pyarrow.parquet")
+    db = Store(store)
+    want = {(t.id, k): v for rid in (1, 2, 3) for t in db.trials(rid) for k, v in t.metrics.items()}
+    assert main(["export", "all", "--store", store, "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert {(int(r["trial_id"]), r["metric"]): (float(r["value"]) if r["value"] else None) for r in rows} == want
+    assert main(["export", "all", "--store", store, "--format", "parquet", "-o", str(tmp_path / "pq")]) == 0
+    metrics = pq.read_table(tmp_path / "pq" / "metrics.parquet").to_pylist()
+    assert {(r["trial_id"], r["metric"]): r["value"] for r in metrics} == want
+    series = pq.read_table(tmp_path / "pq" / "series.parquet").to_pylist()
+    tid = next(t.id for t in db.trials(1) if t.status == "ok")
+    for name, points in db.series(tid).items():
+        assert [(r["t"], r["value"]) for r in series if r["trial_id"] == tid and r["series"] == name] == points
+    trials = pq.read_table(tmp_path / "pq" / "trials.parquet").to_pylist()
+    assert {r["trial_id"]: r["status"] for r in trials} == {t.id: t.status for rid in (1, 2, 3) for t in db.trials(rid)}
+    assert main(["export", "1", "--store", store, "--format", "json", "-o", str(tmp_path / "e.json")]) == 0
+    [run] = json.loads((tmp_path / "e.json").read_text())["runs"]
+    assert {t["id"]: [tuple(p) for p in t["series"]["loss"]] for t in run["trials"] if t["status"] == "ok"} == {
+        t.id: db.series(t.id)["loss"] for t in db.trials(1) if t.status == "ok"}
+
+
+def test_mlflow_export_reads_back(store, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", "1", "--store", store, "--mlflow"]) == 0  # default: ./mlruns
+    assert "-> MLflow run" in capsys.readouterr().out
+    assert main(["export", "1", "--store", store, "--mlflow"]) == 0
+    assert "exported before" in capsys.readouterr().out
+    client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+    exp = client.get_experiment_by_name("dlbench")
+    runs = client.search_runs([exp.experiment_id])
+    [parent] = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert [a.path for a in client.list_artifacts(parent.info.run_id)] == ["dlbench-report.html"]
+    children = {int(r.data.tags["dlbench.trial_id"]): r for r in runs if r is not parent}
+    db = Store(store)
+    assert set(children) == {t.id for t in db.trials(1)}
+    for t in db.trials(1):
+        run = children[t.id]
+        assert run.data.tags["dlbench.status"] == t.status
+        assert run.data.params["spec.workload.batch_size"] == str(t.spec["workload"]["batch_size"])
+        assert run.data.params["spec.policy.mode"] == t.spec["policy"]["mode"]
+        if t.status != "ok":
+            continue
+        assert run.data.params["policy.env.OMP_NUM_THREADS"] == t.data["policy"]["env"]["OMP_NUM_THREADS"]
+        assert {k: v for k, v in run.data.metrics.items() if k in t.metrics} == {
+            k: v for k, v in t.metrics.items() if v is not None}
+        history = client.get_metric_history(run.info.run_id, "loss")
+        assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == [
+            (i, v) for i, (_, v) in enumerate(db.series(t.id)["loss"])]
