@@ -9,6 +9,7 @@ float64, so its own rounding is negligible against them.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -54,11 +55,21 @@ TOLERANCES: dict[str, Tolerance] = {
 ZERO_BY_CONSTRUCTION = 1e-12
 
 
-def tolerance(dtype: str) -> Tolerance:
+# Workloads whose float32 rounding alone exceeds the default: full-width ResNet-18's BatchNorm
+# scale and bias gradients (20 BatchNorms, sums over 32x32x64 maps) differ from float64 by
+# 2.9e-3 in JAX and 3.4e-3 in torch eager on the same weights, the same in both frameworks:
+# float32 itself, not an implementation difference. 1e-2 still fails a wrong padding, layout or
+# BatchNorm mode (errors of order 1).
+GRAD_REL_ERR_BY_WORKLOAD: dict[tuple[str, str], float] = {("resnet", "float32"): 1e-2}
+
+
+def tolerance(dtype: str, workload: str | None = None) -> Tolerance:
     try:
-        return TOLERANCES[dtype]
+        tol = TOLERANCES[dtype]
     except KeyError:
         raise ValueError(f"no parity tolerance for dtype {dtype!r}: known are {', '.join(TOLERANCES)}") from None
+    special = GRAD_REL_ERR_BY_WORKLOAD.get((workload or "", dtype))
+    return dataclasses.replace(tol, rel_err=special) if special is not None else tol
 
 
 def rel_err(a: np.ndarray, ref: np.ndarray) -> float:
@@ -105,10 +116,11 @@ def compare_grads(
     ref_grads: Mapping[str, np.ndarray],
     dtype: str,
     reference: str | None = None,
+    workload: str | None = None,
 ) -> Verdict:
     """Loss and gradients against the reference: fail on a missing or extra tensor, a shape
     difference, a non-finite value, or an error above the dtype's tolerance."""
-    tol = tolerance(dtype)
+    tol = tolerance(dtype, workload)
     tol_d = {"rel_err": tol.rel_err, "cosine": tol.cosine}
     names, ref_names = set(grads), set(ref_grads)
     if names != ref_names:

@@ -92,7 +92,7 @@ def main(args: argparse.Namespace) -> int:
         cells.update(_probe_framework(f, [(w, trials[(w, f)]) for w in wls], args, console))
     for (w, f), cell in cells.items():
         ref = refs.get(reference.key(trials[(w, f)].workload, args.steps))
-        _judge(cell, ref)
+        _judge(cell, ref, w)
     pairs = _pairwise(cells, wls, fws)
     _print(console, cells, wls, fws, refs, trials, args, pairs)
     if args.json:
@@ -133,14 +133,15 @@ def _read_cell(tmp: Path, i: int, error: str | None) -> Cell:
     return Cell("ok", arrays={"loss": loss, "grads": grads, **extra})
 
 
-def _judge(cell: Cell, ref: reference.Reference | str | None) -> None:
+def _judge(cell: Cell, ref: reference.Reference | str | None, workload: str) -> None:
     if cell.status != "ok":
         return
     if not isinstance(ref, reference.Reference):
         cell.grads = parity.not_available(ref or "no reference")
         return
     a = cell.arrays
-    cell.grads = parity.compare_grads(a["loss"], a["grads"], ref.loss, ref.grads, "float32", reference=ref.label)
+    cell.grads = parity.compare_grads(a["loss"], a["grads"], ref.loss, ref.grads, "float32", reference=ref.label,
+                                      workload=workload)
     if "losses" in a and ref.losses is not None and ref.logits is not None:
         cell.trajectory = parity.compare_losses(a["losses"], ref.losses, "float32")
         cell.logits = parity.compare_logits(a["logits"], ref.logits, "float32")

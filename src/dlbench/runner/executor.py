@@ -125,6 +125,7 @@ def judge_parity(trial: TrialSpec, result: TrialResult, path: Path, refs: dict[s
     else:
         loss, grads, _ = load_grads(path)
         verdict = parity.compare_grads(loss, grads, ref.loss, ref.grads, trial.workload.numerics.dtype,
+                                       workload=trial.workload.name,
                                        reference=ref.label)
     result.parity = verdict.to_dict()
     result.metrics["parity_rel_err"] = verdict.worst_rel_err
