@@ -51,7 +51,8 @@ def test_tiny_run_of_every_framework(tmp_path):
         assert t["policy"]["framework"], name  # settings read back from the framework
         # parity on every trial, against the float64 reference
         assert t["parity"]["verdict"] == "pass", (name, t["parity"])
-    # identical weights and data order: the first timed loss is the same in every framework
-    first = [t["series"]["loss"][0][1] for t in trials.values()]
-    assert max(first) - min(first) < 1e-3 * max(abs(x) for x in first)
+    # identical weights and data order: the first timed epoch's mean loss is the same in every
+    # framework (Keras's fit reports chunk means, so single steps are not comparable there)
+    first = [sum(v for _, v in t["series"]["loss"][:4]) / 4 for t in trials.values()]
+    assert max(first) - min(first) < 1e-3 * max(abs(x) for x in first), dict(zip(trials, first))
     assert run["environment"]["frameworks"]

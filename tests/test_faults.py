@@ -24,7 +24,8 @@ from dlbench.spec import Policy, TrialSpec, WorkloadSpec
 
 pytestmark = pytest.mark.usefixtures("fake_env")
 
-TINY = ["-f", "fake", "--mode", "eager", "--preset", "tiny", "--dataset-size", "64", "--batch-size", "16"]
+TINY = ["-f", "fake", "--mode", "eager", "--preset", "tiny", "--dataset-size", "64", "--batch-size", "16",
+        "--repeats", "1"]
 MB = 10**6
 
 

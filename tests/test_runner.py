@@ -102,7 +102,8 @@ def test_memory_growth_shows_in_the_peak(tmp_path, monkeypatch):
     base = run(tmp_path, "ok", monkeypatch)
     leaky = run(tmp_path, "leak", monkeypatch)
     # 8 MiB per step over ~48 steps
-    assert leaky.metrics["rss_peak_bytes"] - base.metrics["rss_peak_bytes"] > 200 * 2**20
+    # the window's peak: the process's overall peak may come from data generation
+    assert leaky.metrics["rss_window_peak_bytes"] - base.metrics["rss_window_peak_bytes"] > 200 * 2**20
     assert leaky.metrics["rss_window_peak_bytes"] > leaky.metrics["rss_initial_bytes"] + 100 * 2**20
 
 
@@ -111,7 +112,7 @@ def test_memory_of_child_processes_counts(tmp_path, monkeypatch):
     base = run(tmp_path, "ok", monkeypatch)
     with_child = run(tmp_path, "child", monkeypatch)
     assert with_child.status == "ok", with_child.error
-    assert with_child.metrics["rss_peak_bytes"] - base.metrics["rss_peak_bytes"] > 250 * 2**20
+    assert with_child.metrics["rss_window_peak_bytes"] - base.metrics["rss_window_peak_bytes"] > 250 * 2**20
 
 
 def test_recompile_inside_the_window_is_flagged(tmp_path, monkeypatch):

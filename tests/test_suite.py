@@ -34,7 +34,7 @@ def test_the_example_suite_is_valid_and_the_command_line_overrides_it():
 def test_a_suite_drives_a_real_run(tmp_path, capsys):
     path = tmp_path / "tiny.toml"
     path.write_text('framework = "fake"\nmode = ["eager"]\npreset = "tiny"\ndataset-size = 64\n'
-                    'batch-size = 16\nmemory-limit = "2GiB"\ntimeout = 60\n')
+                    'batch-size = 16\nmemory-limit = "2GiB"\ntimeout = 60\nrepeats = 1\n')
     store = tmp_path / "s.sqlite"
     assert main(["run", str(path), "--store", str(store)]) == 0
     assert "1 trial(s) to run" in capsys.readouterr().out

@@ -87,7 +87,7 @@ def main(args: argparse.Namespace) -> int:
         t.validate()
     cells: dict[tuple[str, str], Cell] = {}
     refs = reference.ensure([trials[(w, fws[0])].workload for w in wls], args.steps,
-                            lambda m: console.print(f"[dim]{m}[/dim]"))
+                            lambda m: console.print(m, style="dim"))
     for f in fws:
         cells.update(_probe_framework(f, [(w, trials[(w, f)]) for w in wls], args, console))
     for (w, f), cell in cells.items():
@@ -111,7 +111,7 @@ def _probe_framework(f: str, items: list[tuple[str, TrialSpec]], args: argparse.
     reason = backend.modes().get(args.mode)
     if reason is not None:
         return {(w, f): Cell("unsupported", reason) for w, _ in items}
-    console.print(f"[dim]probing {f} ({args.mode}): {', '.join(w for w, _ in items)}[/dim]")
+    console.print(f"probing {f} ({args.mode}): {', '.join(w for w, _ in items)}", style="dim")
     out: dict[tuple[str, str], Cell] = {}
     with tempfile.TemporaryDirectory(prefix=f"dlbench-check-{f}-") as tmp:
         req = Path(tmp) / "request.json"

@@ -196,11 +196,12 @@ def _trial_notes(framework: str, mode: str, trials: list[TrialRow]) -> list[str]
 
 def make_console() -> Console:
     """A terminal's own width; logs and pipes (CI) get a wide one, since rich would otherwise
-    squeeze the eleven headline columns into 80."""
-    console = Console(highlight=False)
+    squeeze the eleven headline columns into 80. No markup: errors from workers are printed as
+    they are (a path like [/usr/lib/x.so] would be read as a closing tag)."""
+    console = Console(highlight=False, markup=False)
     if console.is_terminal or "COLUMNS" in os.environ:
         return console
-    return Console(highlight=False, width=200)
+    return Console(highlight=False, markup=False, width=200)
 
 
 def print_report_tables(console: Console, report: Report, store: Store | None = None) -> None:
