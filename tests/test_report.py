@@ -64,7 +64,7 @@ def _with_parity_latency_and_hostile_text(path: str, copy: Path) -> str:
             verdict = {"verdict": "fail" if i == 0 else "pass", "worst_rel_err": 3e-2 if i == 0 else 2e-7}
             db.execute("UPDATE trials SET parity=? WHERE id=?", (json.dumps(verdict), tid))
             for name, value in (("latency_p50_s", 0.010 + i / 1000), ("latency_p99_s", 0.020), ("mfu", 0.31)):
-                db.execute("INSERT INTO metrics VALUES (?, ?, ?, ?)", (tid, name, value, "1"))
+                db.execute("INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?)", (tid, name, value, "1"))
         db.execute("UPDATE runs SET command=? WHERE id=2", (f"dlbench run {HOSTILE}",))
         db.execute("UPDATE trials SET error=? WHERE run_id=3", (f"RuntimeError: {HOSTILE}",))
         [(tid, spec)] = db.execute("SELECT id, spec FROM trials WHERE run_id=2").fetchall()
