@@ -165,7 +165,7 @@ def run_trial(
             converge.run(trial, backend, program, state, phases, log, sampler, created, result, parity_file)
             return
         state = _warmup(trial, backend, program, state, phases, sampler, created, m)
-        _parity(trial, program, phases, m, parity_file)
+        _parity(trial, backend, phases, m, parity_file)
         state = _timed_window(trial, backend, program, state, log, sampler, result)
         _evaluate(trial, program, state, phases, m)
         m.update(backend.allocator_stats())
@@ -238,14 +238,16 @@ def _warmup(
 
 
 def _parity(
-    trial: TrialSpec, program: Program, phases: Phases, m: dict[str, float | None], path: Path
+    trial: TrialSpec, backend: Backend, phases: Phases, m: dict[str, float | None], path: Path
 ) -> None:
     """Loss and gradients on the canonical fixed batch from the canonical parameters, under this
     trial's own policy (its mode, its compiled code path), before the timed window; the parent
     compares them with the float64 reference. After the warm-up, so that the extra compile
     cannot warm anything the start-up metrics measure."""
     t = phases.start("parity")
-    loss, grads = fixed_batch_grads(program, trial.workload)
+    # A Program of its own: some frameworks keep the state in program-owned variables (TF,
+    # Keras), and init() on the training Program would reset the warmed-up state.
+    loss, grads = fixed_batch_grads(backend.build(trial), trial.workload)
     save_grads(path, loss, grads)
     m["parity_s"] = phases.end("parity", t)
 
