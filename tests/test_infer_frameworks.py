@@ -98,3 +98,26 @@ def test_onnxruntime_export_is_cached_and_checked_against_torch(root: Path) -> N
     for e in exports:
         assert e["opset"] == 18
         assert e["torch_logits_rel_err"] < 1e-5, e
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in ("onnxruntime", "torch", "jax", "tensorflow") if n in INFER])
+def test_inference_of_the_larger_workloads(name: str, root: Path) -> None:
+    """resnet, transformer and node through the same path (ONNX Runtime: an export of each from
+    the torch implementation, checked against torch's logits and the float64 reference)."""
+    ok, reason = get_backend(name).available()
+    if not ok:
+        pytest.skip(reason)
+    out = root / f"{name}-large"
+    out.mkdir()
+    mode = "eager" if name == "torch" else "compiled"
+    items = ",".join(f"{w}={mode}" for w in ("resnet", "transformer", "node"))
+    proc = subprocess.run([sys.executable, str(HERE / "infer_check.py"), name, str(out), items],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for w in ("resnet", "transformer", "node"):
+        r = judged(out, name, w)
+        assert r.status == "ok" and r.parity["verdict"] == "pass", (name, w, r.parity)
+    if name == "onnxruntime":
+        exports = json.loads((out / "onnxruntime-exports.json").read_text())
+        assert all(e["torch_logits_rel_err"] < 1e-5 for e in exports), exports

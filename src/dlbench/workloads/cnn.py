@@ -13,10 +13,8 @@ from dlbench.spec import Numerics, WorkloadSpec
 from dlbench.workloads import reference_ops as ops
 from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, Preset
 from dlbench.workloads.data import (
-    STREAM_DATA,
-    STREAM_EVAL,
-    STREAM_FIXED_BATCH,
     Dataset,
+    dataset_makers,
     labelled_samples,
 )
 from dlbench.workloads.params import dense_inits, draw_params, fan_in_uniform
@@ -129,16 +127,7 @@ def _samples(spec: WorkloadSpec, n: int, stream: int) -> Dataset:
                             MARGIN)
 
 
-def make_dataset(spec: WorkloadSpec) -> Dataset:
-    return _samples(spec, spec.dataset_size, STREAM_DATA)
-
-
-def make_eval_dataset(spec: WorkloadSpec) -> Dataset:
-    return _samples(spec, spec.eval_size, STREAM_EVAL)
-
-
-def fixed_batch(spec: WorkloadSpec, size: int = 8) -> Dataset:
-    return _samples(spec, size, STREAM_FIXED_BATCH)
+make_dataset, make_eval_dataset, fixed_batch = dataset_makers(_samples)
 
 
 def _layers(spec: WorkloadSpec) -> list[tuple[str, int, bool]]:

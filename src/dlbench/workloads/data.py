@@ -171,3 +171,26 @@ def labelled_samples(
 def identity_render(rng: np.random.Generator, latents: np.ndarray) -> np.ndarray:
     """For workloads whose teacher sees the input itself."""
     return latents
+
+
+Sampler = Callable[[WorkloadSpec, int, int], Dataset]
+
+
+def dataset_makers(
+    samples: Sampler,
+) -> tuple[Callable[[WorkloadSpec], Dataset], Callable[[WorkloadSpec], Dataset],
+           Callable[[WorkloadSpec, int], Dataset]]:
+    """A workload's `make_dataset`, `make_eval_dataset` and `fixed_batch` from its sampler
+    `samples(spec, n, stream)`: the three splits differ only in size and random stream, which
+    keeps them disjoint draws in every workload."""
+
+    def make_dataset(spec: WorkloadSpec) -> Dataset:
+        return samples(spec, spec.dataset_size, STREAM_DATA)
+
+    def make_eval_dataset(spec: WorkloadSpec) -> Dataset:
+        return samples(spec, spec.eval_size, STREAM_EVAL)
+
+    def fixed_batch(spec: WorkloadSpec, size: int = 8) -> Dataset:
+        return samples(spec, size, STREAM_FIXED_BATCH)
+
+    return make_dataset, make_eval_dataset, fixed_batch

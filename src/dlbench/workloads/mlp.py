@@ -12,14 +12,12 @@ from dlbench.spec import Numerics, WorkloadSpec
 from dlbench.workloads import reference_ops as ops
 from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, Preset
 from dlbench.workloads.data import (
-    STREAM_DATA,
-    STREAM_EVAL,
-    STREAM_FIXED_BATCH,
     Dataset,
+    dataset_makers,
     identity_render,
     labelled_samples,
 )
-from dlbench.workloads.params import dense_inits, draw_params
+from dlbench.workloads.params import dense_inits, dense_shapes, draw_params
 
 NAME = "mlp"
 
@@ -63,14 +61,8 @@ def input_spec(spec: WorkloadSpec) -> tuple[tuple[int, ...], str]:
 
 def param_shapes(spec: WorkloadSpec) -> dict[str, tuple[int, ...]]:
     s, c = _size(spec), spec.num_classes
-    return {
-        "dense1.kernel": (s.inputs, s.hidden),
-        "dense1.bias": (s.hidden,),
-        "dense2.kernel": (s.hidden, s.hidden),
-        "dense2.bias": (s.hidden,),
-        "dense3.kernel": (s.hidden, c),
-        "dense3.bias": (c,),
-    }
+    return {**dense_shapes("dense1", s.inputs, s.hidden), **dense_shapes("dense2", s.hidden, s.hidden),
+            **dense_shapes("dense3", s.hidden, c)}
 
 
 def buffer_shapes(spec: WorkloadSpec) -> dict[str, tuple[int, ...]]:
@@ -101,16 +93,7 @@ def teacher_features(spec: WorkloadSpec, x: np.ndarray) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
-def make_dataset(spec: WorkloadSpec) -> Dataset:
-    return _samples(spec, spec.dataset_size, STREAM_DATA)
-
-
-def make_eval_dataset(spec: WorkloadSpec) -> Dataset:
-    return _samples(spec, spec.eval_size, STREAM_EVAL)
-
-
-def fixed_batch(spec: WorkloadSpec, size: int = 8) -> Dataset:
-    return _samples(spec, size, STREAM_FIXED_BATCH)
+make_dataset, make_eval_dataset, fixed_batch = dataset_makers(_samples)
 
 
 def flops_per_sample(spec: WorkloadSpec, train: bool = True) -> int:

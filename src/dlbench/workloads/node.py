@@ -14,8 +14,8 @@ import numpy as np
 from dlbench.spec import Numerics, WorkloadSpec
 from dlbench.workloads import reference_ops as ops
 from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, Preset
-from dlbench.workloads.data import STREAM_DATA, STREAM_EVAL, STREAM_FIXED_BATCH, Dataset
-from dlbench.workloads.params import dense_inits, draw_params
+from dlbench.workloads.data import Dataset, dataset_makers
+from dlbench.workloads.params import dense_inits, dense_shapes, draw_params
 
 NAME = "node"
 
@@ -67,16 +67,8 @@ def input_spec(spec: WorkloadSpec) -> tuple[tuple[int, ...], str]:
 
 def param_shapes(spec: WorkloadSpec) -> dict[str, tuple[int, ...]]:
     s, c = _size(spec), spec.num_classes
-    return {
-        "inp.kernel": (2, s.hidden),
-        "inp.bias": (s.hidden,),
-        "field.dense1.kernel": (s.hidden, s.field_hidden),
-        "field.dense1.bias": (s.field_hidden,),
-        "field.dense2.kernel": (s.field_hidden, s.hidden),
-        "field.dense2.bias": (s.hidden,),
-        "head.kernel": (s.hidden, c),
-        "head.bias": (c,),
-    }
+    return {**dense_shapes("inp", 2, s.hidden), **dense_shapes("field.dense1", s.hidden, s.field_hidden),
+            **dense_shapes("field.dense2", s.field_hidden, s.hidden), **dense_shapes("head", s.hidden, c)}
 
 
 def buffer_shapes(spec: WorkloadSpec) -> dict[str, tuple[int, ...]]:
@@ -105,16 +97,7 @@ def _samples(spec: WorkloadSpec, n: int, stream: int) -> Dataset:
     return Dataset(x=x.astype(np.float32), y=arm)
 
 
-def make_dataset(spec: WorkloadSpec) -> Dataset:
-    return _samples(spec, spec.dataset_size, STREAM_DATA)
-
-
-def make_eval_dataset(spec: WorkloadSpec) -> Dataset:
-    return _samples(spec, spec.eval_size, STREAM_EVAL)
-
-
-def fixed_batch(spec: WorkloadSpec, size: int = 8) -> Dataset:
-    return _samples(spec, size, STREAM_FIXED_BATCH)
+make_dataset, make_eval_dataset, fixed_batch = dataset_makers(_samples)
 
 
 def flops_per_sample(spec: WorkloadSpec, train: bool = True) -> int:

@@ -52,3 +52,9 @@ def draw_params(
 def dense_inits(prefix: str, fan_in: int) -> dict[str, Init]:
     """`<prefix>.kernel` and `<prefix>.bias` of a dense layer with `fan_in` inputs."""
     return {f"{prefix}.kernel": fan_in_uniform(fan_in), f"{prefix}.bias": fan_in_uniform(fan_in)}
+
+
+def dense_shapes(prefix: str, fan_in: int, fan_out: int) -> dict[str, tuple[int, ...]]:
+    """`<prefix>.kernel` (fan_in, fan_out) then `<prefix>.bias` (fan_out,): the canonical
+    order in which they are drawn."""
+    return {f"{prefix}.kernel": (fan_in, fan_out), f"{prefix}.bias": (fan_out,)}

@@ -13,11 +13,9 @@ from dlbench.spec import Numerics, WorkloadSpec
 from dlbench.workloads import reference_ops as ops
 from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, Preset
 from dlbench.workloads.data import (
-    STREAM_DATA,
-    STREAM_EVAL,
-    STREAM_FIXED_BATCH,
     STREAM_TEACHER,
     Dataset,
+    dataset_makers,
     identity_render,
     labelled_samples,
 )
@@ -151,16 +149,7 @@ def _samples(spec: WorkloadSpec, n: int, stream: int) -> Dataset:
     return labelled_samples(spec, n, stream, draw, features, identity_render, MARGIN)
 
 
-def make_dataset(spec: WorkloadSpec) -> Dataset:
-    return _samples(spec, spec.dataset_size, STREAM_DATA)
-
-
-def make_eval_dataset(spec: WorkloadSpec) -> Dataset:
-    return _samples(spec, spec.eval_size, STREAM_EVAL)
-
-
-def fixed_batch(spec: WorkloadSpec, size: int = 8) -> Dataset:
-    return _samples(spec, size, STREAM_FIXED_BATCH)
+make_dataset, make_eval_dataset, fixed_batch = dataset_makers(_samples)
 
 
 def flops_per_sample(spec: WorkloadSpec, train: bool = True) -> int:
