@@ -82,7 +82,8 @@ def main(args: argparse.Namespace) -> int:
     notes = [*(f"environment: {line}" for line in env_lines), *(f"forced: {line}" for line in policy_lines),
              *unpaired, *(f"failed trial in NEW: {f}" for f in failed),
              *dict.fromkeys(r.warning for r in results if r.warning)]
-    notes += [f"REGRESSION {rule.label}: {r.label} {r.metric} {r.change * 100:+.1f}% (p={r.p_value:.3g})"
+    notes += [f"REGRESSION {rule.label}: {r.label} {r.metric} {r.change * 100:.1f}% worse"
+              f" (median {r.base.median:.4g} -> {r.new.median:.4g}, p={r.p_value:.3g})"
               for r, rule in bad]
     if args.format == "markdown":
         print(markdown(results, notes))
