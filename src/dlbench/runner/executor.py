@@ -84,6 +84,7 @@ def warm_imports(plan: Plan, progress: Progress) -> None:
 
 
 def warm_import(name: str, on_message: Callable[[str], None]) -> None:
+    """One framework's untimed import in a throwaway process; marks this machine warm for it."""
     backend = get_backend(name)
     env = {**os.environ, **backend.environment(Policy(), tempfile.gettempdir())}
     code = f"from dlbench.backends import get_backend; get_backend({name!r}).import_framework()"
