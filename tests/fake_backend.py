@@ -150,6 +150,10 @@ class FakeProgram:
                 raise RuntimeError(os.environ.get("FAKE_ERROR", "fake failure at step 3"))
             if b == "hang" and state["step"] == 3:
                 time.sleep(3600)
+            if b == "kill_parent" and state["step"] == 3:
+                # a lost executor: the process that started this worker (a Ray worker) dies
+                os.kill(os.getppid(), signal.SIGKILL)
+                time.sleep(3600)  # PR_SET_PDEATHSIG ends this one
             if b == "grow" and state["step"] == 3:
                 _grow(self.leak)
             if b in ("orphan", "stray") and state["step"] == 3:

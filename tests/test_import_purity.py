@@ -6,14 +6,16 @@ import json
 import subprocess
 import sys
 
-FRAMEWORK_MODULES = ("torch", "tensorflow", "jax", "jaxlib", "keras", "optax", "flax")
+# ray too: the Ray executor imports it only when a sweep runs on Ray.
+FRAMEWORK_MODULES = ("torch", "tensorflow", "jax", "jaxlib", "keras", "optax", "flax", "ray")
 
 
 def test_core_and_cli_import_no_framework():
     code = (
         "import sys, json\n"
         "import dlbench, dlbench.cli.main, dlbench.runner.plan, dlbench.runner.spawn, "
-        "dlbench.runner.executor, dlbench.results.environment, dlbench.report.table\n"
+        "dlbench.runner.executor, dlbench.runner.ray_executor, dlbench.results.environment,"
+        " dlbench.report.table\n"
         "from dlbench.backends import get_backend, REGISTRY\n"
         "from dlbench.results.environment import capture\n"
         "for n in REGISTRY: b = get_backend(n); b.available(); b.modes(); b.distributions()\n"

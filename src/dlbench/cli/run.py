@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import random
 import shlex
@@ -35,8 +36,9 @@ from dlbench.report.table import make_console, print_run_tables
 from dlbench.results import environment
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
 from dlbench.results.store import Store, machine_lock
-from dlbench.runner import resume
+from dlbench.runner import ray_executor, resume
 from dlbench.runner.executor import Outcome, Progress, execute, register, warm_imports
+from dlbench.runner.ray_executor import EXECUTORS, RunTrials
 from dlbench.runner.plan import Plan, PlannedTrial, Sweep, estimate_s, make_plan
 from dlbench.spec import SpecError
 
@@ -51,7 +53,10 @@ SWEEP_DEFAULTS: dict[str, Any] = {
     "infer_requests": 1000, "infer_budget_s": 20.0, "ort_optimization": "all",
     "target_accuracy": None, "eval_every": 32, "max_steps": 2000, "max_time_s": 600.0,
     "data": ("pipeline",), "loader_workers": 0, "augment": "none",
+    "executor": "local", "address": None,
 }
+# Options that say how to run, not what: --resume takes them too.
+HOW_OPTIONS = ("allow_concurrent", "executor", "address")
 # A terminal closed (SIGHUP) or a polite kill (SIGTERM) stops a sweep like Ctrl-C does.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
@@ -105,6 +110,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--allow-concurrent", action="store_true", default=None,
 
                    help="do not wait for another dlbench run on this machine (recorded)")
+    p.add_argument("--executor", choices=EXECUTORS,
+                   help="local (one trial at a time, the default) or ray (each trial a Ray task;"
+                        " docs/cluster.md)")
+    p.add_argument("--address", metavar="ADDR",
+                   help="with --executor ray: the cluster (auto, ray://HOST:10001); default: a"
+                        " local Ray instance for this run")
     p.add_argument("--resume", nargs="?", const="", metavar="RUN",
                    help="finish a stored run (default: the latest unfinished one): re-run its"
                         " pending, running and interrupted trials")
@@ -232,6 +243,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--retry-failed goes with --resume [RUN]: it re-runs a stored run's failed trials")
     options = sweep_options(args)
     plan = plan_from_options(options, args.suite)
+    check_executor(options)
     allow_concurrent = bool(options["allow_concurrent"])
     console = make_console()
     store = open_store(args.store)
@@ -240,20 +252,23 @@ def main(args: argparse.Namespace) -> int:
     with machine_lock(allow_concurrent, on_wait=lambda: _waiting(console)), _stop_signals_interrupt():
         if plan.pending:
             warm_imports(plan, progress)
-        command = "dlbench " + shlex.join(args.argv)
-        run_id = store.create_run(command, environment.capture(), allow_concurrent,
-                                  order_seed=plan.order_seed)
-        outcome = execute(store, run_id, register(store, run_id, plan), progress)
-        _finish_run(store, run_id, outcome)
+        with executor(options, bool(plan.pending)) as run_trials:
+            command = "dlbench " + shlex.join(args.argv)
+            run_id = store.create_run(command, environment.capture(), allow_concurrent,
+                                      order_seed=plan.order_seed)
+            outcome = run_trials(store, run_id, register(store, run_id, plan), progress)
+            _finish_run(store, run_id, outcome)
     return _report(console, store, run_id, args.store, outcome)
 
 
 def resume_main(args: argparse.Namespace) -> int:
-    given = [k for k in SWEEP_DEFAULTS if k != "allow_concurrent" and getattr(args, k) is not None]
+    given = [k for k in SWEEP_DEFAULTS if k not in HOW_OPTIONS and getattr(args, k) is not None]
     if args.suite is not None or given:
         what = args.suite if args.suite is not None else "--" + given[0].replace("_", "-")
         raise UsageError(f"--resume runs a stored run's own trials; it takes no suite file or sweep"
                          f" option (got {what})")
+    how = {k: SWEEP_DEFAULTS[k] if getattr(args, k) is None else getattr(args, k) for k in HOW_OPTIONS}
+    check_executor(how)
     console = make_console()
     store = open_store(args.store, must_exist=True)
     progress = ConsoleProgress(console)
@@ -273,9 +288,34 @@ def resume_main(args: argparse.Namespace) -> int:
         plan = Plan(trials=[p for _, p in resumption.trials])
         print_plan(console, plan, store.durations_by_config())
         warm_imports(plan, progress)
-        outcome = execute(store, run_id, resumption.trials, progress)
+        with executor(how, True) as run_trials:
+            outcome = run_trials(store, run_id, resumption.trials, progress)
         _finish_run(store, run_id, outcome)
     return _report(console, store, run_id, args.store, outcome)
+
+
+def check_executor(options: dict[str, Any]) -> None:
+    """Executor options that cannot work: one line each, before anything starts."""
+    if options["executor"] == "local" and options["address"] is not None:
+        raise UsageError(f"--address {options['address']} goes with --executor ray (the Ray cluster"
+                         " to send trials to); the executor is local")
+    if options["executor"] == "ray" and not ray_executor.installed():
+        raise UsageError("--executor ray needs Ray, which is not installed: pip install 'dlbench[ray]'")
+
+
+@contextlib.contextmanager
+def executor(options: dict[str, Any], pending: bool) -> Iterator[RunTrials]:
+    """The chosen executor's `execute`; Ray's connected to its cluster for the sweep (not when
+    nothing is left to run)."""
+    if options["executor"] == "local" or not pending:
+        yield execute
+        return
+    cluster = ray_executor.Cluster(options["address"], share_nodes=bool(options["allow_concurrent"]))
+    try:
+        with ray_executor.connected(cluster):
+            yield functools.partial(ray_executor.execute, cluster=cluster)
+    except ray_executor.ClusterError as e:
+        raise UsageError(str(e)) from None
 
 
 def _resumable_words(retry_failed: bool) -> str:

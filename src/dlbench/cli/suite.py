@@ -21,6 +21,7 @@ from dlbench import workloads
 from dlbench.backends import registered
 from dlbench.cli.common import UsageError, parse_size
 from dlbench.runner.plan import MAX_REPEATS
+from dlbench.runner.ray_executor import EXECUTORS
 from dlbench.spec import COMPILE_CACHES, MODES, PRECISIONS_SUPPORTED, SCENARIOS_SUPPORTED
 
 REPR_CHARS = 60
@@ -66,6 +67,8 @@ KEYS: dict[str, Key] = {
     "timeout": Key("seconds"),
     "memory-limit": Key("size"),
     "allow-concurrent": Key("flag"),
+    "executor": Key("name", lambda: EXECUTORS),
+    "address": Key("name"),
 }
 
 

@@ -169,10 +169,11 @@ class Store:
         assert cur.lastrowid is not None
         return cur.lastrowid
 
-    def mark_running(self, trial_id: int) -> None:
+    def mark_running(self, trial_id: int, started_at: float | None = None) -> None:
+        """Running since now, or since `started_at` (a Ray task's start, known at its end)."""
         with self._db:
             self._db.execute("UPDATE trials SET status='running', started_at=? WHERE id=?",
-                             (time.time(), trial_id))
+                             (time.time() if started_at is None else started_at, trial_id))
 
     def set_trial_process(self, trial_id: int, pid: int, created_at: float) -> None:
         """The worker now running this trial: what `--resume` kills if it outlives its parent."""

@@ -3,6 +3,7 @@ by this (parent) process only, one transaction per finished trial."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -13,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from dlbench.analysis import efficiency, parity
 from dlbench.backends import get_backend
@@ -25,6 +28,8 @@ from dlbench.runner.timing import parity_path
 from dlbench.spec import Policy, TrialSpec
 
 WARM_IMPORT_TIMEOUT_S = 600
+# threads -> (the matmul ceiling measured with that many, or None, and why)
+Ceilings = dict[int, tuple[dict[str, Any] | None, str]]
 
 
 class Progress:
@@ -46,21 +51,58 @@ class Outcome:
     def failed(self) -> int:
         return sum(n for s, n in self.statuses.items() if s in FAILURE_STATUSES)
 
+    def count(self, status: str) -> None:
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+
+
+def settled(trials: list[tuple[int, PlannedTrial]]) -> tuple[Outcome, list[tuple[int, PlannedTrial]]]:
+    """The outcome so far (trials the plan already settled: unsupported, skipped) and the
+    trials left to run: what every executor starts from."""
+    outcome = Outcome()
+    for planned in (p for _, p in trials if p.status != "pending"):
+        outcome.count(planned.status)
+    return outcome, [(tid, p) for tid, p in trials if p.status == "pending"]
+
+
+def finish(store: Store, tid: int, spec: TrialSpec, result: TrialResult, parity_file: Path,
+           refs: dict[str, reference.Reference | str], ceilings: Ceilings, outcome: Outcome) -> None:
+    """Judge a finished trial (parity, efficiency), store it in one transaction, count it."""
+    if result.status == "ok":
+        judge_parity(spec, result, parity_file, refs)
+        judge_efficiency(spec, result, ceilings)
+        if result.parity.get("verdict") == "fail":
+            outcome.parity_failures += 1
+    store.finish_trial(tid, result)
+    outcome.count(result.status)
+
 
 def warm_imports(plan: Plan, progress: Progress) -> None:
     """Import each framework once, untimed, in a throwaway process, so the page cache is warm
     alike for every trial (the first trial would otherwise pay the cold disk reads)."""
     for name in dict.fromkeys(t.spec.framework for t in plan.pending):
-        backend = get_backend(name)
-        env = {**os.environ, **backend.environment(Policy(), tempfile.gettempdir())}
-        code = f"from dlbench.backends import get_backend; get_backend({name!r}).import_framework()"
-        progress.message(f"warming the page cache: importing {name} once (untimed)")
-        try:
-            subprocess.run([sys.executable, "-c", code], env=env, timeout=WARM_IMPORT_TIMEOUT_S,
-                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, check=False)
-        except subprocess.TimeoutExpired:
-            progress.message(f"importing {name} took over {WARM_IMPORT_TIMEOUT_S} s; going on")
+        warm_import(name, progress.message)
+
+
+def warm_import(name: str, on_message: Callable[[str], None]) -> None:
+    """One framework's untimed import in a throwaway process; marks this machine warm for it."""
+    backend = get_backend(name)
+    env = {**os.environ, **backend.environment(Policy(), tempfile.gettempdir())}
+    code = f"from dlbench.backends import get_backend; get_backend({name!r}).import_framework()"
+    on_message(f"warming the page cache: importing {name} once (untimed)")
+    try:
+        subprocess.run([sys.executable, "-c", code], env=env, timeout=WARM_IMPORT_TIMEOUT_S,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, check=False)
+    except subprocess.TimeoutExpired:
+        on_message(f"importing {name} took over {WARM_IMPORT_TIMEOUT_S} s; going on")
+    with contextlib.suppress(OSError):
+        warm_marker(name).touch()
+
+
+def warm_marker(name: str) -> Path:
+    """Marks a framework imported on this machine since it booted (the page cache is warm):
+    a Ray task imports a framework once per node, and not where the driver already did."""
+    return Path(tempfile.gettempdir()) / f"dlbench-warm-{os.getuid()}-{int(psutil.boot_time())}-{name}"
 
 
 def register(store: Store, run_id: int, plan: Plan) -> list[tuple[int, PlannedTrial]]:
@@ -77,10 +119,7 @@ def register(store: Store, run_id: int, plan: Plan) -> list[tuple[int, PlannedTr
 
 def execute(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]],
             progress: Progress, workdir: Path | None = None) -> Outcome:
-    outcome = Outcome()
-    for planned in (p for _, p in trials if p.status != "pending"):
-        outcome.statuses[planned.status] = outcome.statuses.get(planned.status, 0) + 1
-    pending = [(tid, p) for tid, p in trials if p.status == "pending"]
+    outcome, pending = settled(trials)
     refs = reference.ensure([p.spec.workload for _, p in pending], 0, progress.message) if pending else {}
     ceilings = _ceilings(pending, progress)
     tmp = workdir or Path(tempfile.mkdtemp(prefix="dlbench-run-"))
@@ -95,16 +134,10 @@ def execute(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]],
             except KeyboardInterrupt as e:
                 store.finish_trial(tid, e.result if isinstance(e, spawn.Interrupted) else
                                    TrialResult(status="interrupted", error="interrupted by the user (SIGINT)"))
-                outcome.statuses["interrupted"] = outcome.statuses.get("interrupted", 0) + 1
+                outcome.count("interrupted")
                 outcome.interrupted = True
                 return outcome
-            if result.status == "ok":
-                judge_parity(spec, result, parity_path(spawn.out_path_for(spec, tmp)), refs)
-                judge_efficiency(spec, result, ceilings)
-                if result.parity.get("verdict") == "fail":
-                    outcome.parity_failures += 1
-            store.finish_trial(tid, result)
-            outcome.statuses[result.status] = outcome.statuses.get(result.status, 0) + 1
+            finish(store, tid, spec, result, parity_path(spawn.out_path_for(spec, tmp)), refs, ceilings, outcome)
             progress.trial_finished(i, len(pending), planned, result)
     finally:
         if workdir is None:
@@ -134,7 +167,7 @@ def judge_parity(trial: TrialSpec, result: TrialResult, path: Path, refs: dict[s
         result.warnings.append(f"parity FAILED: {verdict.reason}")
 
 
-def _ceilings(pending: list[tuple[int, PlannedTrial]], progress: Progress) -> dict[int, tuple[dict[str, Any] | None, str]]:
+def _ceilings(pending: list[tuple[int, PlannedTrial]], progress: Progress) -> Ceilings:
     """The CPU matmul ceiling for every thread count in the sweep (cached per machine)."""
     out = {}
     for threads in sorted({p.spec.policy.threads or len(os.sched_getaffinity(0)) for _, p in pending}):
@@ -145,7 +178,7 @@ def _ceilings(pending: list[tuple[int, PlannedTrial]], progress: Progress) -> di
     return out
 
 
-def judge_efficiency(trial: TrialSpec, result: TrialResult, ceilings: dict[int, tuple[dict[str, Any] | None, str]]) -> None:
+def judge_efficiency(trial: TrialSpec, result: TrialResult, ceilings: Ceilings) -> None:
     """mfu on accelerators in the peak table; matmul_ceiling_share against the measured CPU
     ceiling for the trial's thread count; each null with its reason otherwise."""
     achieved = result.metrics.get("achieved_flops_per_s")

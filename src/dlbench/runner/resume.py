@@ -4,6 +4,11 @@ or was interrupted, running each unfinished trial exactly once, in the run's ori
 Every stored trial spec is validated before anything changes; then the run is claimed (refused
 while the process that runs it is alive), whatever is left of a dead worker's process group is
 killed, and the trials go back to `pending`, their earlier attempt kept in `attempts`.
+
+Trials of the Ray executor stay `pending` in the store until their task returns, and never
+record a pid (a node's pid is no process here: it goes into the notes with the node), so a
+dead driver's Ray trials are simply run again, and nothing is killed on their account; the
+Ray worker that ran one died with its driver (Ray's owner fate-sharing).
 """
 
 from __future__ import annotations
