@@ -98,7 +98,7 @@ def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list, fl
         smi = subprocess.Popen(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits",
                                 "-lms", "100"], stdout=f)
     try:
-        cmd = [sys.executable, "-m", "dlbench", "run", "-w", "mlp", "-f", ",".join(frameworks),
+        cmd = [sys.executable, "-m", "dlbench.cli.main", "run", "-w", "mlp", "-f", ",".join(frameworks),
                "--precision", ",".join(PRECISIONS), "--preset", "tiny", "--repeats", "1",
                "--store", str(store_path)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1100, env={**os.environ, "COLUMNS": "250"})

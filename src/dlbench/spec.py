@@ -277,8 +277,9 @@ class TrialSpec:
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def label(self) -> str:
-        # Scenario, data placement and seed only where they differ from the defaults.
-        extra = [v for v, default in ((self.scenario, "train"), (self.policy.data, "pipeline")) if v != default]
+        # Scenario, data placement, precision and seed only where they differ from the defaults.
+        extra = [v for v, default in ((self.scenario, "train"), (self.policy.data, "pipeline"),
+                                      (self.precision, "fp32")) if v != default]
         extra += [f"seed{self.workload.seed}"] if self.workload.seed else []
         return "/".join([self.workload.name, self.framework, self.policy.mode, *extra]) + f"#{self.repeat}"
 
