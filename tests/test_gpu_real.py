@@ -123,14 +123,14 @@ def test_every_trial_fills_the_vram_power_and_energy_columns(gpu_run):
     assert {t.status for t in trials} == {"ok"}, [(t.spec["framework"], t.status, t.error) for t in trials]
     for t in trials:
         m, label = t.metrics, f"{t.spec['framework']}/{t.spec['precision']}"
-        print(f"{label}: vram peak {m['vram_peak_bytes'] / MIB:.0f} MiB, process {m.get('vram_process_peak_bytes')},"
-              f" allocated peak {m.get('allocated_peak_bytes')}, energy {m['energy_j']:.2f} J,"
-              f" power {m['gpu_power_mean_w']:.0f} W (idle {m['gpu_idle_power_w']:.0f} W),"
-              f" util {m['gpu_utilization_mean']}, samples/s/W {m['samples_per_s_per_w']:.2f}")
         for name in ("vram_initial_bytes", "vram_peak_bytes", "vram_window_peak_bytes", "energy_j",
                      "energy_per_sample_j", "samples_per_s_per_w", "gpu_power_mean_w", "gpu_idle_power_w",
                      "gpu_utilization_mean", "allocated_peak_bytes"):
-            assert m.get(name) is not None, (label, name, t.data.get("notes", {}).get(name))
+            assert m.get(name) is not None, (label, name, (t.data.get("notes") or {}).get(name))
+        print(f"{label}: vram peak {m['vram_peak_bytes'] / MIB:.0f} MiB, process {m.get('vram_process_peak_bytes')},"
+              f" allocated peak {m['allocated_peak_bytes'] / MIB:.0f} MiB, energy {m['energy_j']:.2f} J,"
+              f" power {m['gpu_power_mean_w']:.0f} W (idle {m['gpu_idle_power_w']:.0f} W),"
+              f" util {m['gpu_utilization_mean']:.0%}, samples/s/W {m['samples_per_s_per_w']:.2f}")
         assert m["energy_j"] > 0, label
         assert 0 < m["gpu_power_mean_w"] <= 1.1 * limit, (label, limit)
         assert m["vram_peak_bytes"] >= m["allocated_peak_bytes"], label

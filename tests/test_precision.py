@@ -20,7 +20,10 @@ from dlbench.runner.plan import Sweep, make_plan, workload_spec
 from dlbench.runner.probe import load_grads
 from dlbench.spec import Policy, SpecError, TrialSpec, to_dict
 
-FRAMEWORKS = ("torch", "jax", "tensorflow", "keras-jax", "keras-torch", "keras-tensorflow")
+# One probe process per framework, 9-38 s each here: the Keras backends (one shared program over a
+# global dtype policy) run under the slow marker, the native three in CI.
+FRAMEWORKS = ("torch", "jax", "tensorflow", *(pytest.param(k, marks=pytest.mark.slow)
+                                              for k in ("keras-jax", "keras-torch", "keras-tensorflow")))
 WORKLOADS = ("mlp", "cnn")
 
 
