@@ -230,6 +230,9 @@ class FakeProgram:
     def compilations(self) -> int:
         return self.compiles
 
+    def precision(self) -> dict[str, Any]:
+        return {"compute_dtype": self.trial.workload.numerics.dtype}
+
     def numerics(self) -> dict[str, Any]:
         import dataclasses
 

@@ -14,7 +14,7 @@ def trial(**kw: object) -> TrialSpec:
 
 
 @pytest.mark.parametrize("t,msg", [
-    (lambda: trial(precision="fp8"), "precision 'fp8' is not supported yet: allowed is fp32"),
+    (lambda: trial(precision="fp8"), "precision 'fp8' is not one of: fp32, tf32, bf16, fp16"),
     (lambda: trial(scenario="serve"), "scenario 'serve' is not supported yet"),
     (lambda: trial(devices=2), "devices 2"),
     (lambda: trial(epochs=0), "epochs must be an integer >= 1, got 0"),

@@ -61,7 +61,7 @@ def test_a_suite_drives_a_real_run(tmp_path, capsys):
     ("timeout = nan", "key 'timeout': nan is not a number of seconds > 0"),
     ('memory-limit = "8G"', "key 'memory-limit': '8G' is not a size such as 300MB or 8GiB"),
     ('allow-concurrent = "yes"', "key 'allow-concurrent': 'yes' is not true or false"),
-    ('precision = "bf16"', "key 'precision': 'bf16' is not one of: fp32"),
+    ('precision = "fp8"', "key 'precision': 'fp8' is not one of: fp32, tf32, bf16, fp16"),
     ('preset = "huge"', "key 'preset': 'huge' is not one of: tiny, cpu, gpu"),
     ("devices = 2", "key 'devices': 2 is not one of: 1 (or a list of them)"),
     ('[run]\nmode = "eager"', "key 'run' is not one of:"),

@@ -16,8 +16,8 @@ SCHEMA_VERSION = 1
 
 FRAMEWORKS = ("torch", "tensorflow", "jax", "keras-jax", "keras-torch", "keras-tensorflow", "onnxruntime")
 MODES = ("eager", "graph", "compiled")
-PRECISIONS_SUPPORTED = ("fp32",)
-PRECISIONS_PLANNED = ("fp32", "tf32", "bf16", "fp16")
+# Which framework runs which on which device is data: precision.py.
+PRECISIONS_SUPPORTED = ("fp32", "tf32", "bf16", "fp16")
 SCENARIOS_SUPPORTED = ("train", "infer", "converge")
 SCENARIOS_PLANNED = ("train", "infer", "converge")
 COMPILE_CACHES = ("cold", "warm")
@@ -30,8 +30,9 @@ DATA_PLACEMENTS = ("pipeline", "device")
 # drawn by the spec (workloads/data.py: epoch_augment, crop_flip).
 AUGMENTATIONS = ("none", "crop_flip")
 DTYPES = ("float32", "float64")
-# Reduced-precision matmul policies (tf32, bf16 passes) arrive with --precision.
-MATMUL_PRECISIONS = ("highest",)
+# Matmul precision of float32 matmuls and convolutions: "highest" (IEEE fp32, every TF32 switch
+# off) or "tf32" (TF32 tensor cores), which precision tf32 and only it selects.
+MATMUL_PRECISIONS = ("highest", "tf32")
 # ONNX Runtime's graph optimisation levels (onnxruntime.GraphOptimizationLevel ORT_DISABLE_ALL,
 # ORT_ENABLE_BASIC, ORT_ENABLE_EXTENDED, ORT_ENABLE_ALL), by their short names.
 ORT_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
@@ -229,11 +230,11 @@ class TrialSpec:
                 f"scenario {self.scenario!r} is not supported yet: allowed is "
                 f"{', '.join(SCENARIOS_SUPPORTED)} (planned: {', '.join(SCENARIOS_PLANNED)})"
             )
-        if self.precision not in PRECISIONS_SUPPORTED:
-            raise SpecError(
-                f"precision {self.precision!r} is not supported yet: allowed is "
-                f"{', '.join(PRECISIONS_SUPPORTED)} (planned: {', '.join(PRECISIONS_PLANNED)})"
-            )
+        _check_choice("precision", self.precision, PRECISIONS_SUPPORTED)
+        wanted = "tf32" if self.precision == "tf32" else "highest"
+        if self.policy.matmul_precision != wanted:
+            raise SpecError(f"matmul precision {self.policy.matmul_precision!r} does not match precision"
+                            f" {self.precision!r}: allowed is {wanted!r}")
         if self.devices != 1:
             raise SpecError(f"devices {self.devices!r} is not supported yet: allowed is 1")
         _check_positive_int("epochs", self.epochs)
@@ -276,8 +277,9 @@ class TrialSpec:
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def label(self) -> str:
-        # Scenario, data placement and seed only where they differ from the defaults.
-        extra = [v for v, default in ((self.scenario, "train"), (self.policy.data, "pipeline")) if v != default]
+        # Scenario, data placement, precision and seed only where they differ from the defaults.
+        extra = [v for v, default in ((self.scenario, "train"), (self.policy.data, "pipeline"),
+                                      (self.precision, "fp32")) if v != default]
         extra += [f"seed{self.workload.seed}"] if self.workload.seed else []
         return "/".join([self.workload.name, self.framework, self.policy.mode, *extra]) + f"#{self.repeat}"
 

@@ -63,6 +63,23 @@ def peak(device_name: str, precision: str) -> tuple[Peak | None, str]:
     return p, ""
 
 
+# nvidia-smi's utilisation is the share of time some kernel ran, not how busy the SMs were: a
+# GPU reads 100 % while one small kernel at a time keeps 5 % of it busy. A trial above this
+# utilisation and below this MFU gets a warning.
+BUSY_UTILIZATION = 0.8
+LOW_MFU = 0.3
+
+
+def busy_but_idle(utilization: float | None, mfu_value: float | None) -> str | None:
+    """The warning for a GPU that NVML calls busy while the model uses little of it; None when
+    either is unknown or the pair is not suspicious."""
+    if utilization is None or mfu_value is None or utilization <= BUSY_UTILIZATION or mfu_value >= LOW_MFU:
+        return None
+    return (f"GPU utilisation {utilization:.0%} but MFU {mfu_value:.1%}: NVML counts time with any kernel"
+            f" running (> {BUSY_UTILIZATION:.0%}), MFU the share of peak FLOP/s used (< {LOW_MFU:.0%}):"
+            " the GPU is mostly waiting on launches, memory or small kernels")
+
+
 def mfu(achieved_flops_per_s: float, devices: list[str], precision: str) -> tuple[float | None, str]:
     """Model FLOP utilisation over the trial's accelerators; (None, reason) on CPUs and unknown
     devices."""

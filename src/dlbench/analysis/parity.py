@@ -44,6 +44,22 @@ TOLERANCES: dict[str, Tolerance] = {
                          infer_logits_rel_err=1e-3),
     "float64": Tolerance(rel_err=1e-9, cosine=1 - 1e-12, trajectory_rel_err=1e-9, logits_rel_err=1e-8,
                          infer_logits_rel_err=1e-9),
+    # Reduced precisions (precision.parity_dtype): the compute dtype's rounding, not the storage's.
+    # bfloat16 keeps 8 significant bits (unit roundoff 2^-9 = 2e-3), and first-layer gradients
+    # are sums that cancel, which magnifies it: measured on the tiny mlp and cnn on this CPU
+    # (tests/test_precision.py), the worst tensor's error is 0.115 (mlp dense1.bias in JAX, TF
+    # and all three Keras backends alike; torch 4.3e-3) and 0.105-0.110 (cnn conv1.kernel, all
+    # six), the lowest cosine 0.9933. 0.25 and 0.98 leave a 2x margin; a wrong layout, padding
+    # or formula gives errors of order 1 and cosines far from 1. The K-step and logits bounds are
+    # not measured (dlbench check runs fp32).
+    "bfloat16": Tolerance(rel_err=2.5e-1, cosine=0.98, trajectory_rel_err=2.5e-1, logits_rel_err=2.5e-1,
+                          infer_logits_rel_err=2.5e-1),
+    # float16 and TF32 (11 significant bits: 3 more than bfloat16, so errors 8x smaller):
+    # bfloat16's measured bound over 8. GPU only, not measured yet (no GPU was lent).
+    "float16": Tolerance(rel_err=3e-2, cosine=0.995, trajectory_rel_err=3e-2, logits_rel_err=3e-2,
+                         infer_logits_rel_err=3e-2),
+    "tf32": Tolerance(rel_err=3e-2, cosine=0.995, trajectory_rel_err=3e-2, logits_rel_err=3e-2,
+                      infer_logits_rel_err=3e-2),
 }
 
 
@@ -61,6 +77,16 @@ ZERO_BY_CONSTRUCTION = 1e-12
 # float32 itself, not an implementation difference. 1e-2 still fails a wrong padding, layout or
 # BatchNorm mode (errors of order 1).
 GRAD_REL_ERR_BY_WORKLOAD: dict[tuple[str, str], float] = {("resnet", "float32"): 1e-2}
+
+
+# (workload, dtype) pairs whose rounding alone makes a fixed-batch verdict meaningless: the verdict
+# is n/a with this reason (measured), never a pass by a tolerance stretched to fit.
+NO_VERDICT: dict[tuple[str, str], str] = {
+    ("resnet", "bfloat16"): (
+        "bfloat16 BatchNorm scale/bias gradients of the ResNet differ from float64 by 0.63-0.96"
+        " (cosine 0.64-0.82) in torch, JAX, TF and Keras alike (tiny preset, measured): bf16 rounding of"
+        " cancelling sums, so no parity verdict is possible against the float64 reference"),
+}
 
 
 def tolerance(dtype: str, workload: str | None = None) -> Tolerance:
@@ -120,6 +146,9 @@ def compare_grads(
 ) -> Verdict:
     """Loss and gradients against the reference: fail on a missing or extra tensor, a shape
     difference, a non-finite value, or an error above the dtype's tolerance."""
+    no_verdict = NO_VERDICT.get((workload or "", dtype))
+    if no_verdict is not None:
+        return not_available(no_verdict)
     tol = tolerance(dtype, workload)
     tol_d = {"rel_err": tol.rel_err, "cosine": tol.cosine}
     names, ref_names = set(grads), set(ref_grads)

@@ -134,6 +134,11 @@ class Program(Protocol):
         inside the timed window flags the trial."""
         ...
 
+    def precision(self) -> dict[str, Any]:
+        """The trial's precision policy as the training step runs it (parameter and compute
+        dtypes, autocast, loss scaling; precision.py): recorded with the effective policy."""
+        ...
+
     def numerics(self) -> dict[str, Any]:
         """Numerics as read back from the framework objects (optimizer hyper-parameters, eps
         placement, padding, flatten order, dtype), keyed like spec.Numerics."""

@@ -6,9 +6,10 @@ import argparse
 
 from rich.table import Table
 
-from dlbench import workloads
+from dlbench import precision, workloads
 from dlbench.backends import get_backend, registered
 from dlbench.backends.base import Capabilities, module_installed, scenario_unsupported
+from dlbench.monitors.nvml import device_kind
 from dlbench.report.table import make_console
 from dlbench.spec import MODES, SCENARIOS_SUPPORTED
 
@@ -37,8 +38,25 @@ def main(args: argparse.Namespace) -> int:
                     reason = f"not installed: pip install 'dlbench[{name}]'"
                 table.add_row(name, "yes" if ok else f"no ({detail})", version, scenarios, w, mode,
                               "yes" if reason is None else f"no: {reason}")
-    make_console().print(table)
+    console = make_console()
+    console.print(table)
+    console.print(precision_table())
     return 0
+
+
+def precision_table() -> Table:
+    """Framework x device x precision (precision.py), this machine's device first."""
+    here = device_kind()
+    table = Table(title=f"precisions (--precision) for training; this machine: {here}")
+    for h in ("framework", "device", *precision.PRECISIONS):
+        table.add_column(h)
+    devices = sorted(precision.DEVICES, key=lambda d: d != here)
+    for name in registered():
+        for device in devices:
+            cells = [precision.unsupported(name, device, p) for p in precision.PRECISIONS]
+            table.add_row(name, device + (" (here)" if device == here else ""),
+                          *("yes" if r is None else f"no: {r}" for r in cells))
+    return table
 
 
 def _scenarios(name: str, capabilities: Capabilities) -> str:

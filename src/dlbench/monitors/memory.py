@@ -9,7 +9,7 @@ from __future__ import annotations
 import resource
 import threading
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 
@@ -32,7 +32,7 @@ class ProcessTree:
         self._children: list[psutil.Process] = []
         self._listed_at = -float("inf")
 
-    def rss_bytes(self) -> int:
+    def _members(self) -> tuple[psutil.Process, ...]:
         now = time.monotonic()
         if now - self._listed_at >= self._refresh_s:
             self._listed_at = now
@@ -40,8 +40,15 @@ class ProcessTree:
                 self._children = self._proc.children(recursive=True)
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 self._children = []
+        return (self._proc, *self._children)
+
+    def pids(self) -> list[int]:
+        """The process and its known descendants (NVML's per-process memory is keyed by pid)."""
+        return [p.pid for p in self._members()]
+
+    def rss_bytes(self) -> int:
         total = 0
-        for p in (self._proc, *self._children):
+        for p in self._members():
             try:
                 total += p.memory_info().rss
             except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -57,11 +64,21 @@ def os_peak_rss_bytes() -> int:
     return int(max(own, kids))
 
 
+class WindowMonitor(Protocol):
+    """Another monitor told when the timed window starts and ends (monitors/power.py)."""
+
+    def begin_window(self) -> None: ...
+
+    def end_window(self) -> None: ...
+
+
 class MemorySampler:
     """Samples RSS (and VRAM when NVML sees a GPU) until stopped; tracks an overall and a
     per-window peak. Raw samples are kept as series: t is seconds since the sampler started."""
 
-    def __init__(self, nvml: Nvml | None = None, period_s: float = PERIOD_S) -> None:
+    def __init__(self, nvml: Nvml | None = None, period_s: float = PERIOD_S,
+                 companions: tuple[WindowMonitor, ...] = ()) -> None:
+        self._companions = companions
         self._tree = ProcessTree(psutil.Process())
         self._nvml = nvml
         self._period_s = period_s
@@ -99,8 +116,12 @@ class MemorySampler:
         with self._lock:
             self._window = {"rss": 0, "vram": 0}
         self.sample()
+        for c in self._companions:  # last, so that their counters are read nearest the window
+            c.begin_window()
 
     def end_window(self) -> dict[str, int]:
+        for c in self._companions:
+            c.end_window()
         self.sample()
         with self._lock:
             window, self._window = self._window or {"rss": 0, "vram": 0}, None

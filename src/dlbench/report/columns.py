@@ -69,6 +69,22 @@ STARTUP = [
 ]
 
 
+# GPU memory, utilisation next to MFU, power and energy (report/gpu.py): one table, so that
+# nvidia-smi's utilisation is never read without the share of peak FLOP/s beside it.
+GPU = [
+    Column("vram_process_peak", "process VRAM GiB", "vram_process_peak_bytes", _gib),
+    Column("allocated_peak", "allocated peak GiB", "allocated_peak_bytes", _gib),
+    Column("gpu_util", "GPU util", "gpu_utilization_mean", lambda v: f"{v:.0%}"),
+    Column("gpu_mfu", "MFU", "mfu", lambda v: f"{v:.1%}"),
+    Column("power", "power W", "gpu_power_mean_w", _f(0)),
+    Column("idle_power", "idle W", "gpu_idle_power_w", _f(0)),
+    Column("energy", "energy J", "energy_j", _f(1)),
+    Column("energy_per_sample", "mJ/sample", "energy_per_sample_j", lambda v: f"{v * 1e3:.3f}"),
+    Column("per_watt", "samples/s/W", "samples_per_s_per_w", _f(2)),
+    Column("cpu_energy", "CPU energy J", "cpu_energy_j", _f(1)),
+]
+
+
 def _ms(v: float) -> str:
     return f"{v * 1e3:.3f}"
 

@@ -182,9 +182,19 @@ def notes(report: Report) -> list[str]:
             out.append(f"{label}: {t.status}: {t.error}")
         for w in t.data.get("warnings") or []:
             out.append(f"{label}: warning: {w}")
-        if "vram_peak_bytes" in (t.data.get("notes") or {}):
-            out.append(f"VRAM: {t.data['notes']['vram_peak_bytes']}")
+        trial_notes = t.data.get("notes") or {}
+        out += [f"{what}: {trial_notes[metric]}" for metric, what in NOTED_METRICS.items() if metric in trial_notes]
     return list(dict.fromkeys(out))
+
+
+# Metrics whose missing values are explained once under the tables (the reason is the same for
+# a whole family: VRAM, GPU power and energy, CPU energy, allocator peaks).
+NOTED_METRICS = {
+    "vram_peak_bytes": "VRAM",
+    "energy_j": "GPU power and energy",
+    "cpu_energy_j": "CPU energy",
+    "allocated_peak_bytes": "allocator peak",
+}
 
 
 def phase_spans(trial: Trial) -> list[tuple[str, float, float | None]]:

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from dlbench.analysis.summary import UNSTABLE_REL_HALF_WIDTH, Summary
 from dlbench.report import model
-from dlbench.report.columns import HEADLINE, STARTUP, Column
+from dlbench.report.columns import GPU, HEADLINE, STARTUP, Column
 from dlbench.report.converge import converge_table, stall_table
 from dlbench.report.model import Config, Report
 from dlbench.results.store import Store, TrialRow
@@ -135,6 +135,20 @@ def startup_table(report: Report) -> Table:
     return table
 
 
+def gpu_table(report: Report) -> Table:
+    """GPU memory, utilisation beside MFU, power and energy (medians): every cell null with its
+    reason (in the notes) on a machine without a GPU or RAPL."""
+    table = Table(title="GPU and energy (medians; utilisation is nvidia-smi's, MFU the share of peak FLOP/s)")
+    for h in _lead_headers(report):
+        table.add_column(h)
+    for col in GPU:
+        table.add_column(col.header, justify="right")
+    for config in _headline_configs(report):
+        if config.ok:
+            table.add_row(*_lead_cells(report, config), *(_cell(col, config, with_ci=False) for col in GPU))
+    return table
+
+
 # --- row helpers for the scenario tables (report/inference.py, report/converge.py) -------------
 
 def _median(values: list[float | None]) -> float | None:
@@ -214,6 +228,7 @@ def print_report_tables(console: Console, report: Report, store: Store | None = 
             console.print(Text(f"  {n}"), soft_wrap=True)
         if any(c.ok for c in _headline_configs(report)):
             console.print(startup_table(report))
+            console.print(gpu_table(report))
     if store is None:
         return
     # Imported here: report/inference.py builds its cells with this module's helpers.

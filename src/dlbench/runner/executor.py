@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 
+from dlbench import precision
 from dlbench.analysis import efficiency, parity
 from dlbench.backends import get_backend
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
@@ -157,7 +158,8 @@ def judge_parity(trial: TrialSpec, result: TrialResult, path: Path, refs: dict[s
         verdict = inference.verdict(path, ref.init_logits, trial.workload.numerics.dtype, ref.label)
     else:
         loss, grads, _ = load_grads(path)
-        verdict = parity.compare_grads(loss, grads, ref.loss, ref.grads, trial.workload.numerics.dtype,
+        verdict = parity.compare_grads(loss, grads, ref.loss, ref.grads,
+                                       precision.parity_dtype(trial.precision, trial.workload.numerics.dtype),
                                        workload=trial.workload.name,
                                        reference=ref.label)
     result.parity = verdict.to_dict()
@@ -189,6 +191,9 @@ def judge_efficiency(trial: TrialSpec, result: TrialResult, ceilings: Ceilings) 
     result.metrics["mfu"] = value
     if value is None:
         result.notes["mfu"] = why
+    warning = efficiency.busy_but_idle(result.metrics.get("gpu_utilization_mean"), value)
+    if warning is not None:
+        result.warnings.append(warning)
     threads = len(result.policy_effective.get("cores") or []) or trial.policy.threads or len(os.sched_getaffinity(0))
     data, why = ceilings.get(threads) or ceiling.ceiling(threads)
     if data is None or gpus:

@@ -11,9 +11,10 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dlbench import workloads
+from dlbench import precision, workloads
 from dlbench.backends import get_backend
 from dlbench.backends.base import scenario_unsupported
+from dlbench.monitors.nvml import device_kind
 from dlbench.runner.inference import INFER_BATCHES
 from dlbench.spec import Policy, SpecError, TrialSpec, WorkloadSpec
 from dlbench.workloads.base import Preset
@@ -131,7 +132,7 @@ def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, p
         framework=f,
         policy=Policy(mode=mode, threads=sweep.threads, compile_cache=sweep.compile_cache,
                       ort_optimization=sweep.ort_optimization, loader_workers=sweep.loader_workers,
-                      data=data),
+                      data=data, matmul_precision="tf32" if prec == "tf32" else "highest"),
         scenario=scen,
         precision=prec,
         devices=dev,
@@ -192,6 +193,10 @@ def _planned(spec: TrialSpec, missing: str | None) -> PlannedTrial:
     reason = backend.modes().get(spec.policy.mode)
     if reason is not None:
         return PlannedTrial(spec, "unsupported", reason)
+    # The parent's device class (NVML sees a GPU or not); each Program checks its own again.
+    reason = precision.unsupported(spec.framework, device_kind(), spec.precision, spec.scenario)
+    if reason is not None:
+        return PlannedTrial(spec, "unsupported", f"{spec.precision} on {device_kind()}: {reason}")
     return PlannedTrial(spec)
 
 

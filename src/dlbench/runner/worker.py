@@ -26,6 +26,8 @@ from dlbench.backends import get_backend
 from dlbench.backends.base import Backend, Program, TimedBatches, Unsupported, scenario_unsupported
 from dlbench.monitors.memory import MemorySampler
 from dlbench.monitors.nvml import Nvml
+from dlbench.monitors.power import PowerMonitor
+from dlbench.monitors.rapl import Rapl
 from dlbench.results.records import TrialResult
 from dlbench.runner import converge, inference
 from dlbench.runner.probe import fixed_batch_grads, save_grads
@@ -54,6 +56,14 @@ RECORDED_VARS = THREAD_VARS + (
     "TF_CPP_MIN_LOG_LEVEL",
     "TF_XLA_FLAGS",
     "JAX_PLATFORMS",
+    # Allocator policy (Backend.environment): comparable device memory across frameworks.
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_ALLOCATOR",
+    "TF_FORCE_GPU_ALLOW_GROWTH",
+    "TF_GPU_ALLOCATOR",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_ALLOC_CONF",
     "JAX_ENABLE_COMPILATION_CACHE",
     "JAX_COMPILATION_CACHE_DIR",
     "TORCHINDUCTOR_CACHE_DIR",
@@ -144,9 +154,12 @@ def run_trial(
     reason = scenario_unsupported(trial.framework, backend.capabilities, trial.scenario)
     if reason is not None:
         raise Unsupported(reason)
-    nvml, nvml_reason = Nvml.open()
-    sampler = MemorySampler(nvml)
+    nvml, nvml_reason = Nvml.open(wanted=trial.devices)
+    power = PowerMonitor(nvml, nvml_reason, *Rapl.open())
+    power.idle_baseline()  # before the import: nothing of the trial runs yet
+    sampler = MemorySampler(nvml, companions=(power,))
     sampler.start()
+    power.start()
     try:
         m["rss_start_bytes"] = sampler.sample()[0]
         phases = Phases(log)
@@ -161,6 +174,7 @@ def run_trial(
             return
         program, state = _build_and_load(trial, backend, phases, m)
         result.numerics = program.numerics()
+        result.policy_effective["precision"] = {"precision": trial.precision, **program.precision()}
         if trial.scenario == "converge":
             converge.run(trial, backend, program, state, phases, log, sampler, created, result, parity_file)
             return
@@ -168,10 +182,12 @@ def run_trial(
         _parity(trial, backend, phases, m, parity_file)
         state = _timed_window(trial, backend, program, state, log, sampler, result)
         _evaluate(trial, program, state, phases, m)
-        m.update(backend.allocator_stats())
+        _allocator_metrics(backend, result)
     finally:
         sampler.stop()
+        power.stop()
         _memory_metrics(sampler, nvml, nvml_reason, result)
+        _power_metrics(power, result)
 
 
 def _build_and_load(
@@ -407,6 +423,27 @@ def _memory_metrics(
         m["vram_peak_bytes"] = summary["vram_peak"]
         result.series["vram_bytes"] = sampler.vram
         result.framework_info["gpus"] = nvml.devices()
+
+
+def _allocator_metrics(backend: Backend, result: TrialResult) -> None:
+    """The framework allocator's own peaks, named for what they are (Backend.allocator_stats);
+    `allocated_peak_bytes` is each one's peak of memory held by live tensors."""
+    stats = backend.allocator_stats()
+    result.metrics.update(stats)
+    if not stats:
+        result.metrics["allocated_peak_bytes"] = None
+        result.notes["allocated_peak_bytes"] = ("no GPU allocator: on the CPU the frameworks keep no"
+                                                " device counters (RSS covers host memory)")
+
+
+def _power_metrics(power: PowerMonitor, result: TrialResult) -> None:
+    m = result.metrics
+    samples_per_s, train_s = m.get("samples_per_s"), m.get("train_s")
+    samples = samples_per_s * train_s if samples_per_s is not None and train_s is not None else None
+    metrics, notes = power.finish(samples, samples_per_s)
+    m.update(metrics)
+    result.notes.update(notes)
+    result.series.update({k: v for k, v in power.series.items() if v})
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ from dlbench.backends import base
 from dlbench.spec import Policy, TrialSpec
 
 _DISTRIBUTIONS = ("jax", "jaxlib", "optax", "jax-cuda12-plugin", "jax-cuda12-pjrt")
+# Policy.matmul_precision -> jax_default_matmul_precision.
+MATMUL_PRECISION = {"highest": "highest", "tf32": "tensorfloat32"}
 _MODES: dict[str, str | None] = {
     "compiled": None,
     "eager": "JAX trains through jax.jit; op-by-op dispatch is not how anyone trains with JAX",
@@ -38,11 +40,14 @@ class JaxBackend:
         return base.installed_versions(_DISTRIBUTIONS)
 
     def environment(self, policy: Policy, cache_dir: str) -> dict[str, str]:
-        # The persistent compilation cache is switched on only for the warm policy (configure);
-        # its directory must be known before the first compile.
+        # JAX preallocates 75 % of a GPU's memory at its first use, which makes nvidia-smi and
+        # NVML read the same for every model: off, so device memory grows as needed, as torch's
+        # and TF's (with memory growth) do. The persistent compilation cache is switched on only
+        # for the warm policy (configure); its directory must be known before the first compile.
+        env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
         if policy.compile_cache == "warm":
-            return {"JAX_COMPILATION_CACHE_DIR": cache_dir}
-        return {}
+            env["JAX_COMPILATION_CACHE_DIR"] = cache_dir
+        return env
 
     def reference_environment(self) -> dict[str, str]:
         # float64 arrays exist only with x64 enabled before any array is created; without it
@@ -56,8 +61,9 @@ class JaxBackend:
     def configure(self, policy: Policy) -> dict[str, Any]:
         import jax
 
-        # "highest" is full fp32 in every matmul and convolution (no TF32 or bf16 passes on GPU).
-        jax.config.update("jax_default_matmul_precision", policy.matmul_precision)
+        # "highest" is full fp32 in every matmul and convolution (no TF32 or bf16 passes on GPU);
+        # tf32 is "tensorfloat32". Set explicitly both ways and read back below.
+        jax.config.update("jax_default_matmul_precision", MATMUL_PRECISION[policy.matmul_precision])
         # cold: compile from scratch in every trial; warm: use the persistent cache that the
         # worker points JAX_COMPILATION_CACHE_DIR at.
         jax.config.update("jax_enable_compilation_cache", policy.compile_cache == "warm")
@@ -103,8 +109,11 @@ class JaxBackend:
         stats = jax.devices()[0].memory_stats()
         if not isinstance(stats, dict):
             return {}
-        keys = ("peak_bytes_in_use", "bytes_in_use", "bytes_limit")
-        return {f"jax_{k}": float(stats[k]) for k in keys if k in stats}
+        keys = ("peak_bytes_in_use", "bytes_in_use", "bytes_limit", "pool_bytes", "peak_pool_bytes")
+        out = {f"jax_{k}": float(stats[k]) for k in keys if k in stats}
+        if "peak_bytes_in_use" in stats:  # live buffers at the peak, as allocated_peak_bytes means
+            out["allocated_peak_bytes"] = float(stats["peak_bytes_in_use"])
+        return out
 
 
 def _count_threads(name: str) -> int | None:

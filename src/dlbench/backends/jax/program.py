@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dlbench import workloads
+from dlbench import precision, workloads
 from dlbench.backends.base import Unsupported
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.workloads.base import numerics_readback
@@ -115,6 +115,10 @@ def build(trial: TrialSpec, model: Model) -> JaxProgram:
             "dtype 'float64' needs jax_enable_x64, which is off: set JAX_ENABLE_X64=1 before jax"
             " is imported (JaxBackend.reference_environment)"
         )
+    kind = "cuda" if jax.default_backend() == "gpu" else jax.default_backend()
+    reason = precision.unsupported(trial.framework, kind, trial.precision, trial.scenario)
+    if reason is not None:
+        raise Unsupported(f"{trial.framework} {trial.precision} on {kind}: {reason}")
     _listen_for_compiles()
     program = JaxProgram(trial, model)
     _check_numerics(trial, program.numerics())
@@ -153,7 +157,10 @@ class JaxProgram:
         self._x_dtype = self._dtype if np.issubdtype(x_dtype, np.floating) else np.dtype(x_dtype)
         self._tx = make_optimizer(spec.numerics)
         tx = self._tx
-        loss_fn = functools.partial(_loss, model)
+        # The compute dtype policy: parameters, buffers and optimizer state stay in the
+        # program's dtype; the model applies in bfloat16 (bf16) and the loss is float32.
+        self._compute = COMPUTE_DTYPES.get(trial.precision)
+        loss_fn = functools.partial(_loss, model, self._compute)
 
         def train_step(state: TrainState, x: jax.Array, y: jax.Array) -> tuple[TrainState, jax.Array]:
             (loss, buffers), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, state.buffers, x, y)
@@ -266,6 +273,15 @@ class JaxProgram:
         analysis = None if self._compiled is None else self._compiled.cost_analysis()
         return None if analysis is None else float(analysis["flops"])
 
+    def precision(self) -> dict[str, Any]:
+        """The compute dtype policy and JAX's matmul precision, as the step runs them."""
+        return {
+            "param_dtype": str(self._dtype),
+            "compute_dtype": str(np.dtype(self._compute)) if self._compute is not None else str(self._dtype),
+            "loss_dtype": "float32" if self._compute is not None else str(self._dtype),
+            "default_matmul_precision": jax.config.values["jax_default_matmul_precision"],
+        }
+
     def numerics(self) -> dict[str, Any]:
         """The workload's NUMERICS_FIELDS read back: the optimizer's own hyper-parameters and
         inner state (from an optimizer state for a one-element probe of the program's dtype, which
@@ -300,9 +316,26 @@ def _init_state(tx: optax.GradientTransformation, dtype: np.dtype[Any], params: 
     return TrainState(params, buffers, tx.init(params))
 
 
-def _loss(model: Model, params: Params, buffers: Params, x: jax.Array, y: jax.Array) -> tuple[jax.Array, Params]:
-    logits, new_buffers = model.apply(params, buffers, x, True)
-    return mean_cross_entropy(logits, y), new_buffers
+# Compute dtype per reduced precision (fp16 needs loss scaling: precision.py declares it
+# unsupported in JAX).
+COMPUTE_DTYPES = {"bf16": jnp.bfloat16}
+
+
+def _cast_floats(tree: Params, dtype: Any) -> Params:
+    return {k: v.astype(dtype) if jnp.issubdtype(v.dtype, jnp.floating) else v for k, v in tree.items()}
+
+
+def _loss(model: Model, compute: Any, params: Params, buffers: Params, x: jax.Array,
+          y: jax.Array) -> tuple[jax.Array, Params]:
+    if compute is None:
+        logits, new_buffers = model.apply(params, buffers, x, True)
+        return mean_cross_entropy(logits, y), new_buffers
+    # Casts inside the differentiated function: the gradients come back in the parameters'
+    # dtype through the casts' transposes; updated buffers return to their stored dtype.
+    x = x.astype(compute) if jnp.issubdtype(x.dtype, jnp.floating) else x
+    logits, new_buffers = model.apply(_cast_floats(params, compute), _cast_floats(buffers, compute), x, True)
+    stored = {k: v.astype(buffers[k].dtype) for k, v in new_buffers.items()}
+    return mean_cross_entropy(logits.astype(jnp.float32), y), stored
 
 
 def _logits(model: Model, params: Params, buffers: Params, x: jax.Array) -> jax.Array:

@@ -53,6 +53,8 @@ def keras_environment(keras_backend: str, native_env: dict[str, str], cache_dir:
         # per-trial directory keeps a user's file (channels_first, float16) out of the trial.
         "KERAS_HOME": os.path.join(cache_dir, "keras"),
         "TF_CPP_MIN_LOG_LEVEL": "2",
+        # Should Keras load TensorFlow for a utility, it must not map the whole GPU.
+        "TF_FORCE_GPU_ALLOW_GROWTH": "true",
     }
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import typing
 from typing import Any
 
-from keras import layers, ops
+from keras import backend, layers, ops
 
 
 @typing.final
@@ -22,6 +22,9 @@ class UnbiasedBatchNormalization(layers.BatchNormalization):
     def call(self, inputs: Any, training: Any = None, mask: Any = None) -> Any:
         if not training or not self.trainable or mask is not None or self.renorm:
             return super().call(inputs, training=training, mask=mask)
+        # As Keras's own layer does under a mixed policy: statistics and normalisation in float32
+        # (bfloat16 inputs met float32 variables in TF's AddV2 otherwise), the output cast back.
+        inputs = ops.cast(inputs, backend.result_type(inputs.dtype, "float32"))
         axes = [i for i in range(len(inputs.shape)) if i != self.axis % len(inputs.shape)]
         mean, variance = ops.moments(inputs, axes=axes)
         count = 1
@@ -31,8 +34,9 @@ class UnbiasedBatchNormalization(layers.BatchNormalization):
         m = self.momentum
         self.moving_mean.assign(self.moving_mean * m + mean * (1.0 - m))
         self.moving_variance.assign(self.moving_variance * m + unbiased * (1.0 - m))
-        return ops.batch_normalization(inputs, mean, variance, axis=self.axis, offset=self.beta,
-                                       scale=self.gamma, epsilon=self.epsilon)
+        outputs = ops.batch_normalization(inputs, mean, variance, axis=self.axis, offset=self.beta,
+                                          scale=self.gamma, epsilon=self.epsilon)
+        return ops.cast(outputs, self.compute_dtype)
 
 
 @typing.final

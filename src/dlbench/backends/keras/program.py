@@ -33,14 +33,19 @@ import keras
 import numpy as np
 from keras import layers, ops
 
-from dlbench import workloads
+from dlbench import precision, workloads
 from dlbench.backends.base import TimedBatches, Unsupported
 from dlbench.backends.keras.native import Native, Pipeline, native
+from dlbench.monitors.nvml import device_kind
 from dlbench.spec import Numerics, TrialSpec, WorkloadSpec
 from dlbench.workloads.base import numerics_readback
 from dlbench.workloads.data import Augment, Dataset
 
 LOSS = "mean_softmax_cross_entropy"
+# Keras's dtype policy per precision: "mixed_*" keeps variables in float32 and computes in the
+# reduced type; compile() wraps the optimizer in a LossScaleOptimizer for mixed_float16
+# (auto_scale_loss). tf32 is float32 storage with the native framework's TF32 switches.
+DTYPE_POLICIES = {"fp32": "float32", "tf32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 # For every kernel and bias: init() overwrites them with the canonical values, and Keras's
 # random initializers cost JAX a compile per op and shape (building 20 convolutions took 57 s
 # with glorot_uniform against 1.5 s with zeros on keras-jax, on this loaded 2-core machine).
@@ -140,7 +145,10 @@ def _shortest_float32(value: float) -> float:
 # it is installed, which would load it into keras-jax and keras-torch workers.
 
 
-def optimizer_numerics(optimizer: TorchFormulaAdam) -> dict[str, Any]:
+def optimizer_numerics(optimizer: keras.optimizers.Optimizer) -> dict[str, Any]:
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):  # fp16: the Adam inside
+        optimizer = optimizer.inner_optimizer
+    assert isinstance(optimizer, TorchFormulaAdam)
     return {
         "optimizer": "adam_amsgrad" if optimizer.amsgrad else "adam",
         "learning_rate": _shortest_float32(float(ops.convert_to_numpy(optimizer.learning_rate))),
@@ -170,8 +178,10 @@ def loss_numerics(loss: keras.losses.Loss) -> str:
 def model_numerics(model: keras.Model) -> dict[str, Any]:
     """dtype and dropout, from the model's variables and layers."""
     dtypes = sorted({v.dtype for v in model.trainable_variables})
-    compute = model.dtype_policy.compute_dtype
-    dtype = ",".join(dtypes) if dtypes == [compute] else f"{','.join(dtypes)} (compute {compute})"
+    compute, variable = model.dtype_policy.compute_dtype, model.dtype_policy.variable_dtype
+    # A mixed policy's compute dtype is the precision's (KerasProgram.precision records it); a
+    # layer computing in anything but its policy's dtype shows here.
+    dtype = ",".join(dtypes) if dtypes == [variable] else f"{','.join(dtypes)} (compute {compute})"
     rates = [float(layer.rate) for layer in model.layers if isinstance(layer, layers.Dropout)]
     rates += [float(layer.dropout) for layer in model.layers if isinstance(layer, layers.MultiHeadAttention)]
     return {"dtype": dtype, "dropout": max(rates, default=0.0)}
@@ -254,6 +264,12 @@ class KerasProgram:
         self._spec, self._mode = spec, trial.policy.mode
         self._workload = workloads.get(spec.name)
         self._native: Native = native()
+        kind = device_kind()
+        reason = precision.unsupported(trial.framework, kind, trial.precision, trial.scenario)
+        if reason is not None:
+            raise Unsupported(f"{trial.framework} {trial.precision} on {kind}: {reason}")
+        # Global in Keras, and set before any layer exists: every layer takes it when built.
+        keras.config.set_dtype_policy(DTYPE_POLICIES[trial.precision])
         self._net = make_net(spec, self._native.model_class)
         self._canonical_shapes = {**self._workload.param_shapes(spec), **self._workload.buffer_shapes(spec)}
         model = self._net.model
@@ -397,6 +413,15 @@ class KerasProgram:
         # Inference traces count only where the mode traces (eager runs the Python every call).
         infer = 0 if self._mode == "eager" else self._infer_traces
         return self._native.compilations(self._net.model, self._mode) + infer
+
+    def precision(self) -> dict[str, Any]:
+        model = self._net.model
+        return {
+            "keras_dtype_policy": model.dtype_policy.name,
+            "variable_dtype": model.dtype_policy.variable_dtype,
+            "compute_dtype": model.dtype_policy.compute_dtype,
+            "loss_scale_optimizer": isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer),
+        }
 
     def numerics(self) -> dict[str, Any]:
         model = self._net.model

@@ -218,6 +218,9 @@ class OrtProgram:
         """The canonical parameters the session's model was exported with."""
         return {k: np.array(v) for k, v in self._params.items()}
 
+    def precision(self) -> dict[str, Any]:
+        return {"graph_dtype": "float32"}  # the exported float32 graph (precision.py)
+
     def numerics(self) -> dict[str, Any]:
         """The torch program's numerics, read back when the model was exported (init)."""
         if self._numerics is None:

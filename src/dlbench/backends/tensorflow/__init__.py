@@ -53,6 +53,9 @@ class TensorFlowBackend:
             "TF_CPP_MIN_LOG_LEVEL": "2",  # TF logs on stderr, which the parent keeps as a tail
             # `import tensorflow` imports JAX too (through tf.lite): keep it off any GPU.
             "JAX_PLATFORMS": "cpu",
+            # TF maps nearly all of every visible GPU's memory at start-up unless memory growth
+            # is on: with growth, NVML's numbers follow what TF actually uses.
+            "TF_FORCE_GPU_ALLOW_GROWTH": "true",
         }
         if policy.compile_cache == "warm":
             # XLA executables of jit_compile functions persist here across trials. A cold
@@ -77,14 +80,15 @@ class TensorFlowBackend:
             tf.config.threading.set_inter_op_parallelism_threads(policy.threads)
         # "highest" means IEEE fp32: TF enables TF32 matmuls and convolutions on Ampere+ by
         # default, so it is switched off explicitly.
-        tf32 = policy.matmul_precision != "highest"
-        tf.config.experimental.enable_tensor_float_32_execution(tf32)
+        tf.config.experimental.enable_tensor_float_32_execution(policy.matmul_precision == "tf32")
+        gpus = tf.config.list_physical_devices("GPU")
         return {
             # 0 means "TF's own default" (one thread per schedulable core).
             "tf_intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
             "tf_inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
             "tf_tensor_float_32": tf.config.experimental.tensor_float_32_execution_enabled(),
             "tf_visible_devices": [d.name for d in tf.config.get_visible_devices()],
+            "tf_gpu_memory_growth": [tf.config.experimental.get_memory_growth(g) for g in gpus],
             "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
             "tf_onednn_enabled": _onednn_enabled(),
         }
@@ -133,6 +137,7 @@ class TensorFlowBackend:
         return {
             "tf_gpu_current_bytes": float(memory["current"]),
             "tf_gpu_peak_bytes": float(memory["peak"]),
+            "allocated_peak_bytes": float(memory["peak"]),  # TF's "peak": live tensors' bytes
         }
 
 

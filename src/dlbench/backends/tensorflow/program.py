@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 import tensorflow as tf
 
+from dlbench import precision
 from dlbench.backends.base import Program, Unsupported
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.workloads.base import numerics_readback
@@ -25,6 +26,9 @@ from dlbench.backends.tensorflow import pipeline
 from dlbench.workloads.data import Augment, Dataset
 
 DTYPES = {"float32": tf.float32, "float64": tf.float64}
+# Compute dtype per reduced precision: variables and the optimizer stay float32, the forward pass
+# runs on bfloat16 casts of them (fp16 needs Keras's loss scaler: precision.py).
+COMPUTE_DTYPES = {"bf16": tf.bfloat16}
 LOSS = "mean_softmax_cross_entropy"  # reduce_mean of sparse_softmax_cross_entropy_with_logits
 DROPOUT = 0.0  # no model has a dropout layer
 
@@ -176,6 +180,7 @@ class TensorFlowProgram:
         self._model = model
         self._fields: tuple[str, ...] = workload.NUMERICS_FIELDS
         self._dtype = DTYPES[spec.numerics.dtype]
+        self._compute: tf.DType | None = COMPUTE_DTYPES.get(trial.precision)
         shapes = model.layout.shapes(workload.param_shapes(spec))
         self._vars = {n: tf.Variable(tf.zeros(s, self._dtype), name=n) for n, s in shapes.items()}
         self._initial_buffers = {
@@ -219,12 +224,24 @@ class TensorFlowProgram:
     ) -> tuple[tf.Tensor, dict[str, tf.Tensor], dict[str, tf.Tensor]]:
         """Training-mode loss, gradients and buffer updates; nothing is assigned."""
         with tf.GradientTape() as tape:
-            logits, updates = self._model.forward(self._vars, self._buffers, x, True)
+            logits, updates = self._forward(x, True)
             losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
             loss = tf.reduce_mean(losses)
         grads = tape.gradient(loss, self._vars)
         # An embedding lookup's gradient is IndexedSlices: dense, as torch and JAX update it.
         return loss, {k: tf.convert_to_tensor(g) for k, g in grads.items()}, updates
+
+    def _forward(self, x: tf.Tensor, training: bool) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        """The model on the variables, or on their casts to the compute dtype (the cast is
+        differentiable: gradients reach the float32 variables); float32 logits and buffers."""
+        if self._compute is None:
+            return self._model.forward(self._vars, self._buffers, x, training)
+        c = self._compute
+        params = {k: tf.cast(v, c) for k, v in self._vars.items()}
+        buffers = {k: tf.cast(v, c) for k, v in self._buffers.items()}
+        x = tf.cast(x, c) if x.dtype.is_floating else x
+        logits, updates = self._model.forward(params, buffers, x, training)
+        return tf.cast(logits, self._dtype), {k: tf.cast(v, self._dtype) for k, v in updates.items()}
 
     def _train_step(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         loss, grads, updates = self._loss_grads_updates(x, y)
@@ -317,6 +334,13 @@ class TensorFlowProgram:
     def compilations(self) -> int:
         return int(self._tracing_count()) + int(self._logits_traces())
 
+    def precision(self) -> dict[str, Any]:
+        return {
+            "variable_dtype": self._dtype.name,
+            "compute_dtype": (self._compute or self._dtype).name,
+            "tensor_float_32": tf.config.experimental.tensor_float_32_execution_enabled(),
+        }
+
     def numerics(self) -> dict[str, Any]:
         adam = self._adam
         dtypes = sorted({var.dtype.name for var in (*self._vars.values(), *self._buffers.values())})
@@ -340,6 +364,10 @@ class TensorFlowProgram:
 def build(trial: TrialSpec, workload: ModuleType, model: Model) -> Program:
     """The Program, if it computes what the spec asks: every numerics field the workload uses
     is read back and compared; what this implementation does not parametrise must match."""
+    kind = "cuda" if tf.config.list_logical_devices("GPU") else "cpu"
+    reason = precision.unsupported(trial.framework, kind, trial.precision, trial.scenario)
+    if reason is not None:
+        raise Unsupported(f"{trial.framework} {trial.precision} on {kind}: {reason}")
     program = TensorFlowProgram(trial, workload, model)
     wanted = numerics_readback(trial.workload.numerics, workload.NUMERICS_FIELDS)
     got = program.numerics()

@@ -107,11 +107,13 @@ class TorchBackend:
                 torch.set_num_interop_threads(policy.threads)
             except RuntimeError:
                 pass  # allowed only once, before any inter-op work; the read-back shows the value
-        # fp32 means IEEE fp32: no TF32 in cuBLAS or cuDNN, "highest" for float32 matmuls.
-        tf32 = policy.matmul_precision != "highest"
+        # Every switch set explicitly, both ways: fp32 (and the float32 parts of bf16/fp16) is
+        # IEEE fp32, with no TF32 in cuBLAS or cuDNN and "highest" for float32 matmuls; tf32
+        # turns all three on ("high" is torch's name for TF32 matmuls).
+        tf32 = policy.matmul_precision == "tf32"
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
-        torch.set_float32_matmul_precision(policy.matmul_precision)
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")
         applied: dict[str, Any] = {
             "num_threads": torch.get_num_threads(),
             "num_interop_threads": torch.get_num_interop_threads(),
@@ -170,4 +172,6 @@ class TorchBackend:
             "torch_reserved_peak_bytes": float(torch.cuda.max_memory_reserved()),
             "torch_allocated_bytes": float(torch.cuda.memory_allocated()),
             "torch_reserved_bytes": float(torch.cuda.memory_reserved()),
+            # Bytes held by live tensors at the peak: what allocated_peak_bytes means everywhere.
+            "allocated_peak_bytes": float(torch.cuda.max_memory_allocated()),
         }

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dlbench import workloads
+from dlbench import precision, workloads
 from dlbench.backends.base import Unsupported
 from dlbench.backends.torch import COMPILE_OPTIONS, INFER_COMPILE_OPTIONS, device, pipeline
 from dlbench.spec import Numerics, TrialSpec
@@ -151,8 +151,32 @@ class Model(Protocol):
 # --- the step ----------------------------------------------------------------------------------
 
 
+# Autocast dtype per precision: float32 parameters and optimizer, reduced-precision compute.
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Amp:
+    """The trial's precision the idiomatic torch way: torch.autocast around forward and loss
+    (autocast runs the loss in float32 itself), and for fp16 a GradScaler (dynamic loss
+    scaling) created with each training state."""
+
+    device_type: str
+    dtype: torch.dtype | None  # None: no autocast (fp32, tf32)
+    scaled: bool
+
+    @staticmethod
+    def of(precision_name: str, device_type: str) -> Amp:
+        dtype = AUTOCAST.get(precision_name)
+        return Amp(device_type, dtype, dtype is torch.float16)
+
+    def scaler(self) -> torch.amp.GradScaler | None:
+        return torch.amp.GradScaler(self.device_type) if self.scaled else None
+
+
 def train_step(
-    model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module, x: torch.Tensor, y: torch.Tensor
+    model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module, x: torch.Tensor, y: torch.Tensor,
+    amp: Amp, scaler: torch.amp.GradScaler | None,
 ) -> torch.Tensor:
     """One training step; compiled whole in compiled mode. With torch 2.13 dynamo breaks the
     graph at zero_grad (never traced), at backward (AOTAutograd has already compiled the
@@ -161,15 +185,24 @@ def train_step(
     Measured on the cnn and rejected: compiled autograd (one more graph, no speed-up) and the
     traced foreach Adam (Inductor's code is slower on CPU than the fused kernel)."""
     optimizer.zero_grad(set_to_none=True)
-    loss = loss_fn(model(x), y)
-    loss.backward()
-    optimizer.step()
+    # Inlined, not a helper method: dynamo traces the autocast context in place.
+    with torch.autocast(amp.device_type, dtype=amp.dtype, enabled=amp.dtype is not None):
+        loss = loss_fn(model(x), y)
+    if scaler is None:
+        loss.backward()
+        optimizer.step()
+    else:  # fp16: the fused Adam unscales and skips steps with inf/NaN gradients itself
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
     return loss.detach()
 
 
-def forward_backward(model: nn.Module, loss_fn: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """The train step without the update: the gradients land in each parameter's .grad."""
-    loss = loss_fn(model(x), y)
+def forward_backward(model: nn.Module, loss_fn: nn.Module, x: torch.Tensor, y: torch.Tensor, amp: Amp) -> torch.Tensor:
+    """The train step without the update (and without loss scaling): the gradients land in each
+    parameter's .grad."""
+    with torch.autocast(amp.device_type, dtype=amp.dtype, enabled=amp.dtype is not None):
+        loss = loss_fn(model(x), y)
     loss.backward()
     return loss.detach()
 
@@ -206,6 +239,7 @@ class State:
 
     model: nn.Module
     optimizer: torch.optim.Adam
+    scaler: torch.amp.GradScaler | None = None  # fp16 only
 
 
 # --- the program -------------------------------------------------------------------------------
@@ -230,6 +264,11 @@ class TorchProgram:
         self._workload = workloads.get(spec.name)
         self._model = model
         self._device = device()
+        kind = "cuda" if self._device.type == "cuda" else "cpu"
+        reason = precision.unsupported(trial.framework, kind, trial.precision, trial.scenario)
+        if reason is not None:
+            raise Unsupported(f"{trial.framework} {trial.precision} on {kind}: {reason}")
+        self._amp = Amp.of(trial.precision, self._device.type)
         self._dtype: torch.dtype = getattr(torch, spec.numerics.dtype)
         shape, x_dtype = self._workload.input_spec(spec)
         # NHWC images become NCHW tensors (channels_last in memory where the model asks for it).
@@ -299,7 +338,7 @@ class TorchProgram:
             for name, a in params.items():
                 slot = slots_by_name[name]
                 tensors[slot.torch_name].copy_(torch.from_numpy(np.ascontiguousarray(slot.layout.to_torch(a))))
-        return State(module, make_optimizer(module, self._trial.workload.numerics))
+        return State(module, make_optimizer(module, self._trial.workload.numerics), self._amp.scaler())
 
     def _read(self, module: nn.Module, table: dict[str, Slot], grads: bool = False) -> dict[str, np.ndarray]:
         tensors = {**dict(module.named_parameters()), **dict(module.named_buffers())}
@@ -335,7 +374,7 @@ class TorchProgram:
 
     def train_chunk(self, state: State, batches: Iterator[Batch], n_steps: int) -> tuple[State, torch.Tensor]:
         losses = [
-            self._step(state.model, state.optimizer, self._loss_fn, x, y)
+            self._step(state.model, state.optimizer, self._loss_fn, x, y, self._amp, state.scaler)
             for x, y in itertools.islice(batches, n_steps)
         ]
         if len(losses) != n_steps:
@@ -378,7 +417,7 @@ class TorchProgram:
         model = state.model
         saved = [b.detach().clone() for b in model.buffers()]
         model.zero_grad(set_to_none=True)
-        loss = self._fwd_bwd(model, self._loss_fn, self._inputs(x), self._labels(y))
+        loss = self._fwd_bwd(model, self._loss_fn, self._inputs(x), self._labels(y), self._amp)
         grads = self._read(model, self._params, grads=True)
         model.zero_grad(set_to_none=True)
         with torch.no_grad():
@@ -401,6 +440,17 @@ class TorchProgram:
         from torch._dynamo.utils import counters
 
         return int(counters["stats"]["unique_graphs"])
+
+    def precision(self) -> dict[str, Any]:
+        """The precision policy as the training step runs it."""
+        module = self._meta_module()
+        return {
+            "param_dtype": str(next(module.parameters()).dtype).removeprefix("torch."),
+            "autocast": self._amp.dtype is not None,
+            "autocast_device_type": self._amp.device_type,
+            "autocast_dtype": None if self._amp.dtype is None else str(self._amp.dtype).removeprefix("torch."),
+            "grad_scaler": self._amp.scaled,
+        }
 
     def numerics(self) -> dict[str, Any]:
         """The workload's NUMERICS_FIELDS read back from objects built by the same factories as
