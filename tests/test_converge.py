@@ -8,6 +8,7 @@ import pytest
 
 from dlbench.analysis.convergence import input_stalls, seed_pairs
 from dlbench.cli.main import main
+from dlbench.report import model
 from dlbench.report.converge import converge_table, curve_text, pair_notes
 from dlbench.results.records import TrialResult
 from dlbench.results.store import Store
@@ -235,6 +236,9 @@ def test_cli_converge_and_pipeline_tables(tmp_path, capsys, monkeypatch):
     assert main(["run", *tiny, "--data", "pipeline,device", "--augment", "crop_flip"]) == 0
     out = capsys.readouterr().out
     assert "input pipeline" in out and "stall share" in out and "crop_flip" in out
+    # the headline's labels tell the two placements apart; what does not vary is not shown
+    axes = model.load(Store(store), [2]).label_axes
+    assert "data" in axes and "augment" not in axes and "workers" not in axes
     assert main(["run", *tiny, "--scenario", "converge"]) == 2
     assert "target accuracy must be a number" in capsys.readouterr().err
     pytest.importorskip("plotly")
