@@ -8,6 +8,7 @@ import pytest
 
 from dlbench.analysis.convergence import input_stalls, seed_pairs
 from dlbench.cli.main import main
+from dlbench.report import model
 from dlbench.report.converge import converge_table, curve_text, pair_notes
 from dlbench.results.records import TrialResult
 from dlbench.results.store import Store
@@ -181,6 +182,47 @@ def test_report_compares_seed_pairs_across_frameworks(tmp_path):
     assert pair_notes(store.trials(run))[0].startswith("seed pairs: 1 compared")
 
 
+def _seeded_converge_store(tmp_path, rows: list[tuple[str, str, int, float | None]]) -> tuple[Store, int]:
+    """A store with converge trials (framework, mode, seed, steps or None: not reached) and one
+    unsupported framework per seed, as `-f all` plans ONNX Runtime."""
+    store = Store(tmp_path / "s.sqlite")
+    run = store.create_run("test", {}, False)
+    seq = 0
+    for framework, mode, seed, steps in rows + [("ort", "compiled", s, None) for s in (0, 1)]:
+        spec = TrialSpec(workload=WorkloadSpec(seed=seed), framework=framework, policy=Policy(mode=mode),
+                         scenario="converge", target_accuracy=0.85, eval_every=32)
+        tid = store.add_trial(run, seq, spec)
+        seq += 1
+        if framework == "ort":
+            store.finish_trial(tid, TrialResult(status="unsupported", error="ort cannot train"))
+            continue
+        metrics = {"reached_target": float(steps is not None), "steps_to_target": steps, "accuracy": 0.9,
+                   "time_to_target_s": None if steps is None else steps / 10, "eval_s": 1.0}
+        store.finish_trial(tid, TrialResult(status="ok", metrics=metrics))
+    return store, run
+
+
+def test_converge_table_marks_pairs_names_the_target_and_notes_unsupported_once(tmp_path):
+    store, run = _seeded_converge_store(tmp_path, [("a", "compiled", 0, 64.0), ("b", "compiled", 0, 160.0),
+                                                   ("a", "compiled", 1, 64.0), ("b", "compiled", 1, 96.0)])
+    table, notes = converge_table(store, [run])
+    assert table is not None and table.row_count == 4
+    assert "time to accuracy 0.85" in str(table.title)
+    headers = [c.header for c in table.columns]
+    assert "mode" not in headers and "target" not in headers  # one mode: no column
+    steps = list(table.columns[headers.index("steps to target")].cells)
+    assert steps == ["64 !", "160 !", "64", "96"]  # seed 0 is 96 apart (> K), seed 1 is 32 apart
+    assert [n for n in notes if "ort" in n] == ["ort: unsupported: ort cannot train"]
+    assert any(n.startswith("seed pairs: 2 compared") and "1 differ by more than K" in n for n in notes)
+
+
+def test_converge_table_shows_the_mode_only_when_modes_differ(tmp_path):
+    store, run = _seeded_converge_store(tmp_path, [("a", "compiled", 0, 64.0), ("a", "eager", 0, None)])
+    table, notes = converge_table(store, [run])
+    assert table is not None and [c.header for c in table.columns][3] == "mode"
+    assert not any(n.startswith("!") for n in notes)  # different modes are different pairs
+
+
 def test_cli_converge_and_pipeline_tables(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("FAKE_BEHAVIOUR", "learn")
     monkeypatch.setenv("FAKE_LEARN_STEPS", "8")
@@ -194,8 +236,19 @@ def test_cli_converge_and_pipeline_tables(tmp_path, capsys, monkeypatch):
     assert main(["run", *tiny, "--data", "pipeline,device", "--augment", "crop_flip"]) == 0
     out = capsys.readouterr().out
     assert "input pipeline" in out and "stall share" in out and "crop_flip" in out
+    # the headline's labels tell the two placements apart; what does not vary is not shown
+    axes = model.load(Store(store), [2]).label_axes
+    assert "data" in axes and "augment" not in axes and "workers" not in axes
     assert main(["run", *tiny, "--scenario", "converge"]) == 2
     assert "target accuracy must be a number" in capsys.readouterr().err
+    pytest.importorskip("plotly")
+    html = tmp_path / "r.html"
+    assert main(["report", "all", "--store", store, "--html", str(html)]) == 0
+    page = html.read_text()
+    assert "id='chart-convergence'" in page and "id='chart-throughput'" in page
+    assert "<h2>time to accuracy 0.9 (converge" in page and "8:1.00</td>" in page
+    assert "<th>stall share</th>" in page and "<td>crop_flip</td>" in page
+    assert page.count("href='#table-") == 2  # both scenario tables in the navigation
 
 
 def test_keras_style_wrapper_is_unwrapped():

@@ -78,12 +78,13 @@ def _report_artifact(store: Store, run_ids: list[int], out_dir: Path) -> list[Pa
     """The HTML report of the exported runs, when plotly is installed."""
     try:
         from dlbench.report import figures, html, model
+        from dlbench.report.table import scenario_tables
     except ImportError:
         print("dlbench: note: no HTML report attached (pip install 'dlbench[report]')", file=sys.stderr)
         return []
     report = model.load(store, run_ids)
     path = out_dir / "dlbench-report.html"
-    html.write_report(report, figures.charts(report), path)
+    html.write_report(report, figures.charts(report), path, scenario_tables(store, run_ids))
     return [path]
 
 

@@ -9,7 +9,7 @@ from types import ModuleType
 
 from dlbench.cli.common import EXIT_OK, UsageError, add_store_argument, open_store
 from dlbench.report import model
-from dlbench.report.table import make_console, print_report_tables
+from dlbench.report.table import make_console, print_report_tables, scenario_tables
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -50,7 +50,7 @@ def main(args: argparse.Namespace) -> int:
     if html_path is not None:
         from dlbench.report.html import write_report
 
-        write_report(report, charts, html_path)
+        write_report(report, charts, html_path, scenario_tables(store, run_ids))
         console.print(f"wrote {html_path} ({len(charts)} charts: {', '.join(c.id for c in charts)})",
                       highlight=False, markup=False)
     if png_dir is not None:

@@ -22,7 +22,14 @@ from dlbench.backends import registered
 from dlbench.cli.common import UsageError, parse_size
 from dlbench.runner.plan import MAX_REPEATS
 from dlbench.runner.ray_executor import EXECUTORS
-from dlbench.spec import COMPILE_CACHES, MODES, PRECISIONS_SUPPORTED, SCENARIOS_SUPPORTED
+from dlbench.spec import (
+    AUGMENTATIONS,
+    COMPILE_CACHES,
+    DATA_PLACEMENTS,
+    MODES,
+    PRECISIONS_SUPPORTED,
+    SCENARIOS_SUPPORTED,
+)
 
 REPR_CHARS = 60
 
@@ -30,7 +37,7 @@ REPR_CHARS = 60
 @dataclass(frozen=True)
 class Key:
     """What one key takes. kind: names | ints (a sweep axis: a list, one value or a comma
-    list), name | int (one value), seconds, size, flag."""
+    list), name | int (one value), seconds, fraction (in (0, 1]), size, flag."""
 
     kind: str
     allowed: Callable[[], tuple[Any, ...]] | None = None
@@ -69,6 +76,14 @@ KEYS: dict[str, Key] = {
     "allow-concurrent": Key("flag"),
     "executor": Key("name", lambda: EXECUTORS),
     "address": Key("name"),
+    # time to accuracy and the input pipeline (issue 9)
+    "target-accuracy": Key("fraction"),
+    "eval-every": Key("int", minimum=1),
+    "max-steps": Key("int", minimum=1),
+    "max-time-s": Key("seconds"),
+    "data": Key("names", lambda: DATA_PLACEMENTS),
+    "loader-workers": Key("int", minimum=0),
+    "augment": Key("name", lambda: AUGMENTATIONS),
 }
 
 
@@ -123,6 +138,10 @@ def _convert(key: Key, value: Any) -> Any:
             if value > 0:  # false for nan; inf means no timeout
                 return float(value)
         raise _Bad(value, "a number of seconds > 0")
+    if key.kind == "fraction":
+        if (_is_int(value) or isinstance(value, float)) and 0 < value <= 1:
+            return float(value)
+        raise _Bad(value, "a number in (0, 1]")
     if key.kind == "size":
         return _size(value)
     if key.kind == "flag":

@@ -10,11 +10,13 @@ from typing import Any
 
 from rich.table import Table
 
-from dlbench.analysis.convergence import input_stalls, placement_key, seed_pairs
+from dlbench.analysis.convergence import SeedPair, input_stalls, placement_key, seed_pairs
 from dlbench.results.store import Store, TrialRow
 
 # Points of a curve shown in a cell (evenly spaced, the last always).
 CURVE_POINTS = 8
+# One row of the converge table: workload, seed, framework, mode and the ok trials (repeats).
+Row = tuple[str, int, str, str, list[TrialRow]]
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -46,28 +48,31 @@ def _converge_groups(trials: list[TrialRow]) -> dict[tuple[Any, ...], list[Trial
 
 def converge_table(store: Store, run_ids: list[int]) -> tuple[Table | None, list[str]]:
     """Steps and time to the target per workload x seed x framework (medians over repeats),
-    with the accuracy curves of the first ok repeat, and the seed-pair notes."""
+    with the accuracy curves of the first ok repeat, and the seed-pair notes; `!` marks the
+    steps of a framework in a pair more than K apart. Frameworks that cannot run the scenario
+    get one note, not a row per seed."""
     trials = [t for rid in run_ids for t in store.trials(rid)]
-    groups = _converge_groups(trials)
-    if not groups:
-        return None, []
-    table = Table(title="time to accuracy (converge; training time only, evaluation apart)")
-    for h in ("workload", "seed", "framework", "mode", "target", "reached", "steps to target",
-              "time to target s", "eval s", "accuracy", "accuracy by step", "accuracy by time s"):
-        table.add_column(h, justify="right" if h not in ("workload", "framework", "mode") else "left")
     notes: list[str] = []
-    for (w, seed, f, mode, _), group in sorted(groups.items()):
+    rows: list[Row] = []
+    for (w, seed, f, mode, _), group in sorted(_converge_groups(trials).items()):
         ok = [t for t in group if t.status == "ok"]
-        if not ok:
-            table.add_row(w, str(seed), f, mode, "", group[0].status, *["–"] * 6)
-            notes.extend(f"{w}/{f} seed {seed}: {t.status}: {t.error}" for t in group if t.error)
-            continue
+        notes.extend(_failure_note(w, seed, f, t) for t in group if t.status != "ok" and t.error)
+        if ok:
+            rows.append((w, seed, f, mode, ok))
+    if not rows:
+        return None, list(dict.fromkeys(notes))
+    pairs = seed_pairs([(t.spec, t.metrics.get("steps_to_target")) for *_, ok in rows for t in ok])
+    flagged = {(p.workload, p.seed, f) for p in pairs if p.flagged for f in (p.framework_a, p.framework_b)}
+    with_mode = len({mode for _, _, _, mode, _ in rows}) > 1
+    table = _converge_columns(rows, with_mode)
+    for w, seed, f, mode, ok in rows:
         m = [t.metrics for t in ok]
         reached = sum(int(x.get("reached_target") or 0) for x in m)
         series = store.series(ok[0].id)
+        flag = " !" if (w, seed, f) in flagged else ""
         table.add_row(
-            w, str(seed), f, mode, _fmt(ok[0].spec.get("target_accuracy"), ".2f"), f"{reached}/{len(ok)}",
-            _fmt(_median([x.get("steps_to_target") for x in m]), ".0f"),
+            w, str(seed), f, *([mode] if with_mode else []), f"{reached}/{len(ok)}",
+            _fmt(_median([x.get("steps_to_target") for x in m]), ".0f") + flag,
             _fmt(_median([x.get("time_to_target_s") for x in m]), ".2f"),
             _fmt(_median([x.get("eval_s") for x in m]), ".2f"),
             _fmt(_median([x.get("accuracy") for x in m]), ".3f"),
@@ -76,19 +81,46 @@ def converge_table(store: Store, run_ids: list[int]) -> tuple[Table | None, list
         )
         notes.extend(f"{w}/{f} seed {seed}: {reason}" for t in ok
                      if (reason := (t.data.get("notes") or {}).get("steps_to_target")))
-    return table, notes + pair_notes(trials)
+    return table, list(dict.fromkeys(notes)) + describe_pairs(pairs)
+
+
+def _failure_note(workload: str, seed: int, framework: str, t: TrialRow) -> str:
+    """A failed trial's cause with its workload and seed; an unsupported or skipped one's reason
+    names the framework only (the reason itself names a workload where it is about one), so a
+    framework that cannot run the scenario is one note however many workloads and seeds."""
+    if t.status in ("unsupported", "skipped"):
+        return f"{framework}: {t.status}: {t.error}"
+    return f"{workload}/{framework} seed {seed}: {t.status}: {t.error}"
+
+
+def _converge_columns(rows: list[Row], with_mode: bool) -> Table:
+    """The empty table, its title naming the target(s); a mode column only when modes differ."""
+    targets = sorted({f"{t.spec['target_accuracy']:g}" for *_, ok in rows for t in ok})
+    table = Table(title=f"time to accuracy {', '.join(targets)} (converge; training time only, evaluation"
+                        " apart; medians over repeats)")
+    for h in ("workload", "seed", "framework", *(["mode"] if with_mode else []), "reached",
+              "steps to target", "time to target s", "eval s", "accuracy", "accuracy by step",
+              "accuracy by time s"):
+        table.add_column(h, justify="left" if h in ("workload", "framework", "mode") else "right")
+    return table
 
 
 def pair_notes(trials: list[TrialRow]) -> list[str]:
     """Seed pairs across frameworks whose steps to the target differ by more than K."""
     converge = [(t.spec, t.metrics.get("steps_to_target")) for t in trials
                 if t.status == "ok" and t.spec.get("scenario") == "converge"]
-    pairs = seed_pairs(converge)
+    return describe_pairs(seed_pairs(converge))
+
+
+def describe_pairs(pairs: list[SeedPair]) -> list[str]:
+    """The count of pairs compared, then one `!` line per pair more than K apart, saying what
+    that points to."""
     if not pairs:
         return []
     flagged = [p for p in pairs if p.flagged]
     out = [f"seed pairs: {len(pairs)} compared (same weights, data and order; steps are seen every K"
-           f" steps, so a difference up to K is one evaluation); {len(flagged)} differ by more than K"]
+           f" steps, so a difference up to K is one evaluation); {len(flagged)} differ by more than K"
+           + (" (marked ! in steps to target)" if flagged else "")]
     out += [f"! {p.describe()}: more than K apart, which points to a numerical difference between the"
             " two frameworks (dlbench check compares their loss trajectories)" for p in flagged]
     return out

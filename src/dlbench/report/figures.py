@@ -148,7 +148,10 @@ def _bar_figure(report: Report, traces: Callable[[list[Config]], list[_Bars]], s
 
 
 def _with_metric(report: Report, metric: str) -> list[Config]:
-    return [c for c in report.configs if c.summary(metric).median is not None]
+    # Converge trials have a chart of their own (convergence): their samples/s include the
+    # first step's compile and their accuracy is the one at the stop, not after a timed window.
+    return [c for c in report.configs if c.summary(metric).median is not None
+            and c.axes.get("scenario") != "converge"]
 
 
 def throughput(report: Report) -> Chart | None:
@@ -378,8 +381,33 @@ def _curves(report: Report, axis: str, metric: str) -> list[Curve]:
     return out
 
 
+def convergence(report: Report) -> Chart | None:
+    """Held-out accuracy at each evaluation of the converge scenario, by step and by training
+    seconds (evaluation excluded), one line per process, the target dashed."""
+    pairs = [(c, t) for c, t in report.trials() if t.series.get("accuracy_by_time")]
+    if not pairs:
+        return None
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.05,
+                        subplot_titles=["by step", "by wall-clock time (training only)"])
+    for c, t in pairs:
+        name, color = _t(report.trial_label(c, t)), _color(c.axes["framework"])
+        for col, series in enumerate(("accuracy", "accuracy_by_time"), start=1):
+            points = t.series.get(series) or []
+            fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines+markers",
+                                     name=name, legendgroup=name, showlegend=col == 1,
+                                     line={"color": color, "width": 1.5}), row=1, col=col)
+    for target in sorted({float(t.spec["target_accuracy"]) for _, t in pairs if t.spec.get("target_accuracy")}):
+        fig.add_hline(y=target, line_dash="dash", line_color="#555555", line_width=1)
+    fig.update_xaxes(title_text="training step", row=1, col=1)
+    fig.update_xaxes(title_text="seconds of training (first step's compile included)", row=1, col=2)
+    fig.update_yaxes(title_text="held-out accuracy", row=1, col=1)
+    return Chart("convergence", "Time to accuracy: curves", _layout(fig, height=460),
+                 "Held-out accuracy after every K steps of each converge process, against steps and "
+                 "against training seconds (the clock stops while evaluating); dashed: the target.")
+
+
 CHARTS: tuple[Callable[[Report], Chart | None], ...] = (
-    throughput, step_times, startup, memory, loss, accuracy, latency, efficiency, scaling)
+    throughput, step_times, startup, memory, loss, accuracy, convergence, latency, efficiency, scaling)
 
 
 def charts(report: Report) -> list[Chart]:

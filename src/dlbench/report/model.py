@@ -35,6 +35,10 @@ AXES: dict[str, Callable[[dict[str, Any]], object]] = {
     "dataset": lambda s: s["workload"]["dataset_size"],
     "epochs": lambda s: s.get("epochs"),
     "seed": lambda s: s["workload"]["seed"],
+    # the input pipeline (--data, --augment, --loader-workers); older stores lack them
+    "data": lambda s: s["policy"].get("data", "pipeline"),
+    "augment": lambda s: s["workload"].get("augment", "none"),
+    "workers": lambda s: s["policy"].get("loader_workers", 0),
 }
 ALWAYS_SHOWN = ("framework", "mode")
 

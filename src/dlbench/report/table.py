@@ -72,7 +72,8 @@ def _lead_cells(report: Report, config: Config) -> list[Text]:
     return [Text(v) for v in run + [str(config.axes[a]) for a in report.label_axes]]
 
 
-def _headline_configs(report: Report) -> list[Config]:
+def headline_configs(report: Report) -> list[Config]:
+    """The configurations of the headline table: every scenario without a table of its own."""
     return [c for c in report.configs if c.trials[0].spec.get("scenario") not in OWN_TABLES]
 
 
@@ -89,7 +90,7 @@ def headline_table(report: Report) -> tuple[Table, list[str]]:
     table.add_column("status")
     unstable = False
     flagged = False
-    for config in _headline_configs(report):
+    for config in headline_configs(report):
         cells = [_cell(col, config) for col in HEADLINE]
         unstable = unstable or any(UNSTABLE_MARK in c.plain for c in cells)
         parity = model.parity(config.trials)
@@ -129,7 +130,7 @@ def startup_table(report: Report) -> Table:
         table.add_column(h)
     for col in STARTUP:
         table.add_column(col.header, justify="right")
-    for config in _headline_configs(report):
+    for config in headline_configs(report):
         if config.ok:
             table.add_row(*_lead_cells(report, config), *(_cell(col, config, with_ci=False) for col in STARTUP))
     return table
@@ -226,21 +227,25 @@ def print_report_tables(console: Console, report: Report, store: Store | None = 
         console.print(table)
         for n in notes:
             console.print(Text(f"  {n}"), soft_wrap=True)
-        if any(c.ok for c in _headline_configs(report)):
+        if any(c.ok for c in headline_configs(report)):
             console.print(startup_table(report))
             console.print(gpu_table(report))
     if store is None:
         return
+    for extra, extra_notes in scenario_tables(store, [r.id for r in report.runs]):
+        console.print(extra)
+        for n in extra_notes:
+            console.print(Text(f"  {n}"), soft_wrap=True)
+
+
+def scenario_tables(store: Store, run_ids: list[int]) -> list[tuple[Table, list[str]]]:
+    """The scenario tables that have rows (converge, input stall, inference), each with its
+    notes: printed in the terminal and rendered into the HTML report."""
     # Imported here: report/inference.py builds its cells with this module's helpers.
     from dlbench.report.inference import infer_table
 
-    run_ids = [r.id for r in report.runs]
-    for extra, extra_notes in (converge_table(store, run_ids), stall_table(store, run_ids),
-                               infer_table(store, run_ids)):
-        if extra is not None:
-            console.print(extra)
-            for n in extra_notes:
-                console.print(Text(f"  {n}"), soft_wrap=True)
+    made = (converge_table(store, run_ids), stall_table(store, run_ids), infer_table(store, run_ids))
+    return [(table, notes) for table, notes in made if table is not None]
 
 
 def print_run_tables(console: Console, store: Store, run_ids: list[int]) -> None:
