@@ -144,7 +144,7 @@ def gpu_table(report: Report) -> Table:
         table.add_column(h)
     for col in GPU:
         table.add_column(col.header, justify="right")
-    for config in _headline_configs(report):
+    for config in headline_configs(report):
         if config.ok:
             table.add_row(*_lead_cells(report, config), *(_cell(col, config, with_ci=False) for col in GPU))
     return table
