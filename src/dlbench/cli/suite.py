@@ -21,7 +21,7 @@ from dlbench import workloads
 from dlbench.backends import registered
 from dlbench.cli.common import UsageError, parse_size
 from dlbench.runner.plan import MAX_REPEATS
-from dlbench.spec import COMPILE_CACHES, MODES, PRECISIONS_SUPPORTED, SCENARIOS_SUPPORTED
+from dlbench.spec import COMPILE_CACHES, MODES, PRECISIONS_SUPPORTED, SCALINGS, SCENARIOS_SUPPORTED
 
 REPR_CHARS = 60
 
@@ -53,7 +53,8 @@ KEYS: dict[str, Key] = {
     "seed": Key("ints", minimum=0),
     "precision": Key("names", lambda: PRECISIONS_SUPPORTED),
     "scenario": Key("names", lambda: SCENARIOS_SUPPORTED),
-    "devices": Key("ints", lambda: (1,), minimum=1),
+    "devices": Key("ints", minimum=1),
+    "scaling": Key("name", lambda: SCALINGS),
     "repeats": Key("int", minimum=1, maximum=lambda: MAX_REPEATS),
     "order-seed": Key("int", minimum=0),
     "preset": Key("name", _presets),

@@ -18,7 +18,7 @@ import plotly.offline
 from markdown_it import MarkdownIt
 
 import dlbench
-from dlbench.report import model
+from dlbench.report import model, scaling
 from dlbench.report.columns import HEADLINE, Column
 from dlbench.report.figures import Chart
 from dlbench.report.model import Config, Report
@@ -67,6 +67,7 @@ def render(report: Report, charts: list[Chart], method_markdown: str | None) -> 
     body = "\n".join([
         _header(report, charts),
         _headline(report),
+        _scaling(report),
         *(_chart_section(c) for c in charts),
         _environment(report),
         _method(method_markdown),
@@ -135,6 +136,18 @@ def _headline(report: Report) -> str:
             f"* compile estimated as first step minus a median step.</p>"
             f"<table class='headline'><thead><tr>{heads}</tr></thead><tbody>{''.join(rows)}</tbody>"
             f"</table><ul class='notes'>{items}</ul></section>")
+
+
+def _scaling(report: Report) -> str:
+    """The data-parallel scaling table (report/scaling.py), where the runs have one."""
+    found = scaling.rows(report)
+    if not found:
+        return ""
+    heads = "".join(f"<th>{_e(h)}</th>" for h in ("configuration", *scaling.HEADERS))
+    body = "".join("<tr>" + f"<td>{_e(report.label(r.config))}</td>"
+                   + "".join(f"<td>{_e(c)}</td>" for c in r.cells) + "</tr>" for r in found)
+    return (f"<section id='scaling'><h2>Data-parallel scaling</h2><p class='note'>{_e(scaling.NOTE)}</p>"
+            f"<table class='headline'><thead><tr>{heads}</tr></thead><tbody>{body}</tbody></table></section>")
 
 
 def _chart_section(chart: Chart) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 from dlbench import workloads
 from dlbench.backends import get_backend
-from dlbench.backends.base import scenario_unsupported
+from dlbench.backends.base import data_parallel_unsupported, scenario_unsupported
 from dlbench.runner.inference import INFER_BATCHES
 from dlbench.spec import Policy, SpecError, TrialSpec, WorkloadSpec
 from dlbench.workloads.base import Preset
@@ -39,6 +39,10 @@ class Sweep:
     precisions: tuple[str, ...] = ("fp32",)
     scenarios: tuple[str, ...] = ("train",)
     devices: tuple[int, ...] = (1,)
+    # Data parallelism: "weak" multiplies the batch (per device) by the device count, "strong"
+    # keeps it as the global batch; the BatchNorm mode is recorded with each trial.
+    scaling: str = "weak"
+    bn_sync: str = "per-replica"
     repeats: int = 3
     preset: str = "cpu"
     dataset_size: int | None = None
@@ -126,6 +130,8 @@ def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, p
            scen: str, dev: int, data: str, repeat: int) -> TrialSpec:
     p = preset(w, sweep.preset)
     spec = replace(workload_spec(w, sweep.preset, seed, bs, sweep.dataset_size), augment=sweep.augment)
+    if sweep.scaling == "weak":  # the batch given (or the preset's) is each device's
+        spec = replace(spec, batch_size=spec.batch_size * dev)
     return TrialSpec(
         workload=spec,
         framework=f,
@@ -135,6 +141,8 @@ def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, p
         scenario=scen,
         precision=prec,
         devices=dev,
+        scaling=sweep.scaling,
+        bn_sync=sweep.bn_sync,
         epochs=sweep.epochs if sweep.epochs is not None else p.epochs,
         warmup_epochs=sweep.warmup_epochs if sweep.warmup_epochs is not None else p.warmup_epochs,
         chunk_steps=sweep.chunk_steps,
@@ -190,6 +198,9 @@ def _planned(spec: TrialSpec, missing: str | None) -> PlannedTrial:
     if reason is not None:
         return PlannedTrial(spec, "unsupported", reason)
     reason = backend.modes().get(spec.policy.mode)
+    if reason is not None:
+        return PlannedTrial(spec, "unsupported", reason)
+    reason = data_parallel_unsupported(backend.data_parallel, spec)
     if reason is not None:
         return PlannedTrial(spec, "unsupported", reason)
     return PlannedTrial(spec)
