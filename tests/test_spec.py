@@ -36,9 +36,10 @@ def test_rejections_name_the_value(t, msg):
 
 
 def test_single_device_pairs_weak_and_strong_trials_with_their_one_device_twin():
-    one = trial(workload=WorkloadSpec(batch_size=64))
-    weak = trial(workload=WorkloadSpec(batch_size=128), devices=2)
-    strong = trial(workload=WorkloadSpec(batch_size=64), devices=2, scaling="strong")
+    def sized(batch: int, **kw: object) -> TrialSpec:
+        return TrialSpec(workload=WorkloadSpec(batch_size=batch), framework="torch", **kw)  # type: ignore[arg-type]
+
+    one, weak, strong = sized(64), sized(128, devices=2), sized(64, devices=2, scaling="strong")
     assert weak.per_device_batch == 64 and strong.per_device_batch == 32
     assert weak.single_device().config_key() == one.config_key() == strong.single_device().config_key()
     # one device: scaling and bn_sync are moot and leave the configuration key unchanged

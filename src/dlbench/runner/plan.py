@@ -130,7 +130,7 @@ def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, p
            scen: str, dev: int, data: str, repeat: int) -> TrialSpec:
     p = preset(w, sweep.preset)
     spec = replace(workload_spec(w, sweep.preset, seed, bs, sweep.dataset_size), augment=sweep.augment)
-    if sweep.scaling == "weak":  # the batch given (or the preset's) is each device's
+    if sweep.scaling == "weak" and dev > 1:  # the batch given (or the preset's) is each device's
         spec = replace(spec, batch_size=spec.batch_size * dev)
     return TrialSpec(
         workload=spec,
