@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from dlbench.backends.base import Capabilities, Unsupported
+from dlbench.backends.base import Capabilities, SingleDevice, Unsupported
 from dlbench.spec import Policy, TrialSpec
 from dlbench.workloads.data import Augment, Dataset, crop_flip
 
@@ -246,9 +246,27 @@ def fake_logits(x: np.ndarray, num_classes: int, dtype: np.dtype[Any]) -> np.nda
 
 
 @typing.final
+class FakeDataParallel:
+    """Any device count, 'made' on the CPU; the gradient communication time is not exposed."""
+
+    def unsupported(self, trial: TrialSpec) -> str | None:
+        return None
+
+    def environment(self, trial: TrialSpec) -> dict[str, str]:
+        return {"FAKE_DEVICES": str(trial.devices)}
+
+    def setup(self, trial: TrialSpec) -> dict[str, Any]:
+        return {"mechanism": "fake", "platform": "cpu"}
+
+    def comm_s(self) -> float | None:
+        return None
+
+
+@typing.final
 class FakeBackend:
     name = "fake"
     capabilities = Capabilities(train=True, infer=True, grads=True)
+    data_parallel = FakeDataParallel()
 
     def __init__(self) -> None:
         self.device = _AsyncDevice()
@@ -303,6 +321,7 @@ class MissingBackend:
 
     name = "missing"
     capabilities = Capabilities()
+    data_parallel = SingleDevice("missing is not installed")
 
     def available(self) -> tuple[bool, str]:
         return False, "missing is not installed (pip install 'dlbench[missing]')"

@@ -16,7 +16,10 @@ def trial(**kw: object) -> TrialSpec:
 @pytest.mark.parametrize("t,msg", [
     (lambda: trial(precision="fp8"), "precision 'fp8' is not one of: fp32, tf32, bf16, fp16"),
     (lambda: trial(scenario="serve"), "scenario 'serve' is not supported yet"),
-    (lambda: trial(devices=2), "devices 2"),
+    (lambda: trial(devices=0), "devices must be an integer >= 1, got 0"),
+    (lambda: trial(devices=3), "devices 3 must divide the global batch size 128 and the parity batch of 8"),
+    (lambda: trial(devices=2, scaling="diagonal"), "scaling 'diagonal' is not one of: weak, strong"),
+    (lambda: trial(devices=2, bn_sync="global"), "bn sync 'global' is not one of: per-replica, synchronised"),
     (lambda: trial(epochs=0), "epochs must be an integer >= 1, got 0"),
     (lambda: trial(policy=Policy(mode="fast")), "mode 'fast' is not one of: eager, graph, compiled"),
     (lambda: trial(policy=Policy(compile_cache="hot")), "compile cache 'hot'"),
@@ -30,6 +33,17 @@ def test_rejections_name_the_value(t, msg):
         t().validate()
     assert msg in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_single_device_pairs_weak_and_strong_trials_with_their_one_device_twin():
+    def sized(batch: int, **kw: object) -> TrialSpec:
+        return TrialSpec(workload=WorkloadSpec(batch_size=batch), framework="torch", **kw)  # type: ignore[arg-type]
+
+    one, weak, strong = sized(64), sized(128, devices=2), sized(64, devices=2, scaling="strong")
+    assert weak.per_device_batch == 64 and strong.per_device_batch == 32
+    assert weak.single_device().config_key() == one.config_key() == strong.single_device().config_key()
+    # one device: scaling and bn_sync are moot and leave the configuration key unchanged
+    assert trial(scaling="strong").config_key() == trial().config_key()
 
 
 def test_json_round_trip():

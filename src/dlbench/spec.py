@@ -38,6 +38,16 @@ MATMUL_PRECISIONS = ("highest", "tf32")
 ORT_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
 # Inference (scenario "infer"): a p99 needs at least 100 requests to be more than the maximum.
 MIN_INFER_REQUESTS = 100
+# Data parallelism (docs/methodology.md, multi-device scaling): "weak" keeps the per-device
+# batch (global batch = per-device batch x devices), "strong" keeps the global batch.
+SCALINGS = ("weak", "strong")
+# BatchNorm under data parallelism: statistics per replica's shard, or synchronised over the
+# global batch. Recorded with every multi-device trial; no workload with BatchNorm runs on
+# several devices yet (backends/base.py: data_parallel_unsupported).
+BN_SYNCS = ("per-replica", "synchronised")
+# The parity phase splits the canonical fixed batch (runner/probe.py FIXED_BATCH_SIZE) into one
+# equal shard per device, so the device count must divide it.
+PARITY_BATCH = 8
 
 Mode = Literal["eager", "graph", "compiled"]
 
@@ -193,7 +203,11 @@ class TrialSpec:
     policy: Policy = field(default_factory=Policy)
     scenario: str = "train"
     precision: str = "fp32"
+    # Data-parallel devices; the workload's batch_size is the global batch, split into `devices`
+    # contiguous shards in rank order. `scaling` and `bn_sync` matter only with devices > 1.
     devices: int = 1
+    scaling: str = "weak"
+    bn_sync: str = "per-replica"
     epochs: int = 3
     warmup_epochs: int = 1
     chunk_steps: int = 16
@@ -235,8 +249,7 @@ class TrialSpec:
         if self.policy.matmul_precision != wanted:
             raise SpecError(f"matmul precision {self.policy.matmul_precision!r} does not match precision"
                             f" {self.precision!r}: allowed is {wanted!r}")
-        if self.devices != 1:
-            raise SpecError(f"devices {self.devices!r} is not supported yet: allowed is 1")
+        self._validate_devices()
         _check_positive_int("epochs", self.epochs)
         _check_positive_int("warm-up epochs", self.warmup_epochs, minimum=0)
         _check_positive_int("chunk steps", self.chunk_steps)
@@ -249,6 +262,27 @@ class TrialSpec:
         if not self.infer_budget_s > 0:
             raise SpecError(f"infer budget must be > 0 seconds, got {self.infer_budget_s!r}")
         self._validate_converge()
+
+    def _validate_devices(self) -> None:
+        _check_positive_int("devices", self.devices)
+        _check_choice("scaling", self.scaling, SCALINGS)
+        _check_choice("bn sync", self.bn_sync, BN_SYNCS)
+        batch = self.workload.batch_size
+        if batch % self.devices or PARITY_BATCH % self.devices:
+            raise SpecError(f"devices {self.devices} must divide the global batch size {batch} and the"
+                            f" parity batch of {PARITY_BATCH} (equal shards per device)")
+
+    @property
+    def per_device_batch(self) -> int:
+        return self.workload.batch_size // self.devices
+
+    def single_device(self) -> TrialSpec:
+        """The one-device trial this one's scaling is measured against: the same configuration
+        on one device with the per-device batch (weak scaling) or the same global batch
+        (strong); its config_key() pairs the two."""
+        batch = self.per_device_batch if self.scaling == "weak" else self.workload.batch_size
+        return dataclasses.replace(self, devices=1, scaling="weak", bn_sync="per-replica",
+                                   workload=dataclasses.replace(self.workload, batch_size=batch))
 
     def _validate_converge(self) -> None:
         _check_positive_int("eval every", self.eval_every)
@@ -272,6 +306,9 @@ class TrialSpec:
         d = to_dict(self)
         for k in ("repeat", "run_id", "trial_id", "interpreter", "timeout_s", "memory_limit_bytes"):
             d.pop(k, None)
+        if self.devices == 1:  # nothing to scale: keys stay those of stores made before them
+            d.pop("scaling")
+            d.pop("bn_sync")
         d["workload_digest"] = self.workload.digest()
         blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
@@ -281,6 +318,7 @@ class TrialSpec:
         extra = [v for v, default in ((self.scenario, "train"), (self.policy.data, "pipeline"),
                                       (self.precision, "fp32")) if v != default]
         extra += [f"seed{self.workload.seed}"] if self.workload.seed else []
+        extra += [f"{self.devices}dev-{self.scaling}"] if self.devices > 1 else []
         return "/".join([self.workload.name, self.framework, self.policy.mode, *extra]) + f"#{self.repeat}"
 
 

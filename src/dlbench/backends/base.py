@@ -55,6 +55,78 @@ def scenario_unsupported(framework: str, capabilities: Capabilities, scenario: s
     return f"{framework} cannot run the {scenario} scenario: it lacks the {needed} capability (has: {has})"
 
 
+class DataParallel(Protocol):
+    """One framework's data-parallel training over `trial.devices` devices, with its own
+    mechanism (torch DistributedDataParallel ranks, JAX sharding over a device mesh, TF
+    MirroredStrategy). Every rank or replica consumes its contiguous shard of each global batch
+    (shard_slice), so data order and canonical weights stay the spec's."""
+
+    def unsupported(self, trial: TrialSpec) -> str | None:
+        """None when this backend trains `trial` on trial.devices devices, else the reason (one
+        line). Parent side: never imports the framework."""
+        ...
+
+    def environment(self, trial: TrialSpec) -> dict[str, str]:
+        """Variables to set before the import (XLA's host device count); a variable a user may
+        have set is extended, read from os.environ."""
+        ...
+
+    def setup(self, trial: TrialSpec) -> dict[str, Any]:
+        """After configure(), before build: make the devices (logical CPU devices, rank
+        processes and their process group) and return what was set up, recorded with the trial;
+        `platform` ("cpu" or "gpu") says whether the devices are real accelerators."""
+        ...
+
+    def comm_s(self) -> float | None:
+        """Seconds spent in gradient all-reduce so far in this process, None where the framework
+        does not expose it (the worker then reports the metric null with a reason)."""
+        ...
+
+
+@typing.final
+class SingleDevice:
+    """The DataParallel of a backend that trains on one device only; `reason` says why."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def unsupported(self, trial: TrialSpec) -> str | None:
+        return None if trial.devices == 1 else self.reason
+
+    def environment(self, trial: TrialSpec) -> dict[str, str]:
+        return {}
+
+    def setup(self, trial: TrialSpec) -> dict[str, Any]:
+        return {}
+
+    def comm_s(self) -> float | None:
+        return None
+
+
+def data_parallel_unsupported(dp: DataParallel, trial: TrialSpec) -> str | None:
+    """Why `trial` cannot run on trial.devices devices here, or None. What no framework runs is
+    decided here, once: scenarios other than train, and workloads with BatchNorm (per-replica
+    statistics would need a per-replica float64 reference; not implemented)."""
+    if trial.devices == 1:
+        return None
+    if trial.scenario != "train":
+        return f"devices {trial.devices}: data parallelism runs the train scenario only, not {trial.scenario!r}"
+    from dlbench import workloads
+
+    if workloads.get(trial.workload.name).buffer_shapes(trial.workload):
+        return (f"devices {trial.devices}: {trial.workload.name} has BatchNorm, and {trial.bn_sync} BatchNorm"
+                " under data parallelism (with its matching parity reference) is not implemented")
+    return dp.unsupported(trial)
+
+
+def shard_slice(global_rows: int, devices: int, rank: int) -> slice:
+    """Rank `rank`'s contiguous rows of a global batch of `global_rows` (equal shards)."""
+    if global_rows % devices:
+        raise ValueError(f"a batch of {global_rows} does not split into {devices} equal shards")
+    n = global_rows // devices
+    return slice(rank * n, (rank + 1) * n)
+
+
 class Program(Protocol):
     """One framework's implementation of one workload, built for one policy.
 
@@ -148,6 +220,11 @@ class Program(Protocol):
 class Backend(Protocol):
     name: str
     capabilities: Capabilities
+
+    @property
+    def data_parallel(self) -> DataParallel:
+        """How this backend trains on several devices (SingleDevice where it does not)."""
+        ...
 
     def available(self) -> tuple[bool, str]:
         """Installed? Never imports the framework. (ok, reason or version string)."""

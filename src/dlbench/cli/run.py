@@ -36,7 +36,7 @@ from dlbench.report.table import make_console, print_run_tables
 from dlbench.results import environment
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
 from dlbench.results.store import Store, machine_lock
-from dlbench.runner import ray_executor, resume
+from dlbench.runner import parallel, ray_executor, resume
 from dlbench.runner.executor import Outcome, Progress, execute, register, warm_imports
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
 from dlbench.runner.plan import Plan, PlannedTrial, Sweep, estimate_s, make_plan
@@ -46,7 +46,7 @@ from dlbench.spec import SpecError
 # command line can be told from one left out: command line > suite file > these.
 SWEEP_DEFAULTS: dict[str, Any] = {
     "workload": ("cnn",), "framework": None, "batch_size": (), "mode": ("compiled",),
-    "precision": ("fp32",), "scenario": ("train",), "devices": (1,), "seed": (0,), "repeats": 3,
+    "precision": ("fp32",), "scenario": ("train",), "devices": (1,), "scaling": "weak", "seed": (0,), "repeats": 3,
     "preset": "cpu", "epochs": None, "warmup_epochs": None, "dataset_size": None,
     "chunk_steps": 16, "threads": None, "compile_cache": "cold", "timeout": 1800.0,
     "memory_limit": None, "allow_concurrent": False, "order_seed": None,
@@ -73,7 +73,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--mode", type=comma_list("mode"), help="eager, graph, compiled (default: compiled)")
     p.add_argument("--precision", type=comma_list("precision"), help="default: fp32")
     p.add_argument("--scenario", type=comma_list("scenario"), help="train, infer, converge (default: train)")
-    p.add_argument("--devices", type=int_list("devices"), help="default: 1")
+    p.add_argument("--devices", type=int_list("devices"),
+                   help="data-parallel devices per trial, e.g. 1,2,4 (default: 1)")
+    p.add_argument("--scaling", help="with --devices: weak (batch per device, the default) or strong"
+                                     " (the batch is the global batch)")
     p.add_argument("--seed", type=int_list("seed"), help="default: 0")
     p.add_argument("--repeats", type=int,
                    help="fresh processes per configuration, interleaved in rounds (default: 3)")
@@ -142,7 +145,7 @@ def sweep_from_options(o: dict[str, Any]) -> Sweep:
         # `-f all`: every registered framework, the ones not installed skipped with a note
         frameworks_explicit=o["framework"] is not None and not every_framework,
         modes=o["mode"], batch_sizes=o["batch_size"], seeds=o["seed"],
-        precisions=o["precision"], scenarios=o["scenario"], devices=o["devices"],
+        precisions=o["precision"], scenarios=o["scenario"], devices=o["devices"], scaling=o["scaling"],
         repeats=o["repeats"], preset=o["preset"], dataset_size=o["dataset_size"],
         epochs=o["epochs"], warmup_epochs=o["warmup_epochs"], chunk_steps=o["chunk_steps"],
         threads=o["threads"], compile_cache=o["compile_cache"], timeout_s=o["timeout"],
@@ -337,6 +340,7 @@ def _print_resumption(console: Console, r: resume.Resumption) -> None:
 
 def _finish_run(store: Store, run_id: int, outcome: Outcome) -> None:
     """The run's status over all its trials (a resumed run includes those finished before)."""
+    parallel.annotate_run(store, run_id)  # scaling efficiency from the paired trials
     failed = any(s in FAILURE_STATUSES for s in store.statuses(run_id))
     store.finish_run(run_id, "interrupted" if outcome.interrupted else ("failed" if failed else "ok"))
 

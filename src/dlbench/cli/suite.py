@@ -28,6 +28,7 @@ from dlbench.spec import (
     DATA_PLACEMENTS,
     MODES,
     PRECISIONS_SUPPORTED,
+    SCALINGS,
     SCENARIOS_SUPPORTED,
 )
 
@@ -61,7 +62,8 @@ KEYS: dict[str, Key] = {
     "seed": Key("ints", minimum=0),
     "precision": Key("names", lambda: PRECISIONS_SUPPORTED),
     "scenario": Key("names", lambda: SCENARIOS_SUPPORTED),
-    "devices": Key("ints", lambda: (1,), minimum=1),
+    "devices": Key("ints", minimum=1),
+    "scaling": Key("name", lambda: SCALINGS),
     "repeats": Key("int", minimum=1, maximum=lambda: MAX_REPEATS),
     "order-seed": Key("int", minimum=0),
     "preset": Key("name", _presets),

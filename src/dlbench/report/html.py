@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 import dlbench
-from dlbench.report import model
+from dlbench.report import model, scaling
 from dlbench.report.columns import HEADLINE, Column
 from dlbench.report.figures import Chart
 from dlbench.report.model import Config, Report
@@ -76,6 +76,7 @@ def render(report: Report, charts: list[Chart], method_markdown: str | None,
         _header(report, charts, tables or []),
         _headline(report),
         *(_scenario_table(i, t, n) for i, (t, n) in enumerate(tables or [])),
+        _scaling(report),
         *(_chart_section(c) for c in charts),
         _environment(report),
         _method(method_markdown),
@@ -170,6 +171,18 @@ def _scenario_table(index: int, table: Table, notes: list[str]) -> str:
     items = "".join(f"<li>{_e(n)}</li>" for n in notes)
     return (f"<section id='table-{index}'><h2>{_e(title)}</h2><table class='scenario'><thead><tr>{heads}"
             f"</tr></thead><tbody>{rows}</tbody></table><ul class='notes'>{items}</ul></section>")
+
+
+def _scaling(report: Report) -> str:
+    """The data-parallel scaling table (report/scaling.py), where the runs have one."""
+    found = scaling.rows(report)
+    if not found:
+        return ""
+    heads = "".join(f"<th>{_e(h)}</th>" for h in ("configuration", *scaling.HEADERS))
+    body = "".join("<tr>" + f"<td>{_e(report.label(r.config))}</td>"
+                   + "".join(f"<td>{_e(c)}</td>" for c in r.cells) + "</tr>" for r in found)
+    return (f"<section id='scaling'><h2>Data-parallel scaling</h2><p class='note'>{_e(scaling.NOTE)}</p>"
+            f"<table class='headline'><thead><tr>{heads}</tr></thead><tbody>{body}</tbody></table></section>")
 
 
 def _chart_section(chart: Chart) -> str:

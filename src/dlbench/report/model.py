@@ -30,6 +30,7 @@ AXES: dict[str, Callable[[dict[str, Any]], object]] = {
     "precision": lambda s: s.get("precision"),
     "scenario": lambda s: s.get("scenario"),
     "devices": lambda s: s.get("devices"),
+    "scaling": lambda s: s.get("scaling") if s.get("devices", 1) > 1 else "–",
     "threads": lambda s: s["policy"].get("threads"),
     "cache": lambda s: s["policy"].get("compile_cache"),
     "dataset": lambda s: s["workload"]["dataset_size"],

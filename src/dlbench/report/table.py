@@ -16,6 +16,7 @@ from dlbench.report import model
 from dlbench.report.columns import GPU, HEADLINE, STARTUP, Column
 from dlbench.report.converge import converge_table, stall_table
 from dlbench.report.model import Config, Report
+from dlbench.report.scaling import scaling_table
 from dlbench.results.store import Store, TrialRow
 
 # Scenarios with a table of their own (report/converge.py, report/inference.py), left out of the
@@ -230,6 +231,11 @@ def print_report_tables(console: Console, report: Report, store: Store | None = 
         if any(c.ok for c in headline_configs(report)):
             console.print(startup_table(report))
             console.print(gpu_table(report))
+        scaling, scaling_notes = scaling_table(report)
+        if scaling is not None:
+            console.print(scaling)
+            for n in scaling_notes:
+                console.print(Text(f"  {n}"), soft_wrap=True)
     if store is None:
         return
     for extra, extra_notes in scenario_tables(store, [r.id for r in report.runs]):

@@ -87,6 +87,11 @@ UNITS = {
     "infer_batches": "1",
     "infer_batch_size": "1",
     "latency_p99_ci_level": "1",
+    # data parallelism (runner/parallel.py)
+    "grad_comm_s_per_step": "s",
+    "grad_comm_share": "1",
+    "scaling_efficiency": "1",
+    "scaling_baseline_samples_per_s": "1/s",
 }
 
 

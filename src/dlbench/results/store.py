@@ -203,6 +203,18 @@ class Store:
                 [(trial_id, name, t, v) for name, pts in result.series.items() for t, v in pts],
             )
 
+    def add_metrics(self, trial_id: int, metrics: dict[str, float | None], notes: dict[str, str]) -> None:
+        """Metrics derived after the trial finished (scaling efficiency from paired trials), with
+        their notes merged into the trial's; one transaction."""
+        with self._db:
+            row = self._db.execute("SELECT notes FROM trials WHERE id=?", (trial_id,)).fetchone()
+            merged = {**(json.loads(row[0]) if row and row[0] else {}), **notes}
+            self._db.execute("UPDATE trials SET notes=? WHERE id=?", (json.dumps(merged), trial_id))
+            self._db.executemany(
+                "INSERT OR REPLACE INTO metrics (trial_id, name, value, unit) VALUES (?, ?, ?, ?)",
+                [(trial_id, k, v, UNITS.get(k, _unit_from_name(k))) for k, v in metrics.items()],
+            )
+
     def finish_run(self, run_id: int, status: str) -> None:
         with self._db:
             self._db.execute("UPDATE runs SET status=?, finished_at=? WHERE id=?",

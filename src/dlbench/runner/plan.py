@@ -13,7 +13,7 @@ from typing import Any
 
 from dlbench import precision, workloads
 from dlbench.backends import get_backend
-from dlbench.backends.base import scenario_unsupported
+from dlbench.backends.base import data_parallel_unsupported, scenario_unsupported
 from dlbench.monitors.nvml import device_kind
 from dlbench.runner.inference import INFER_BATCHES
 from dlbench.spec import Policy, SpecError, TrialSpec, WorkloadSpec
@@ -40,6 +40,10 @@ class Sweep:
     precisions: tuple[str, ...] = ("fp32",)
     scenarios: tuple[str, ...] = ("train",)
     devices: tuple[int, ...] = (1,)
+    # Data parallelism: "weak" multiplies the batch (per device) by the device count, "strong"
+    # keeps it as the global batch; the BatchNorm mode is recorded with each trial.
+    scaling: str = "weak"
+    bn_sync: str = "per-replica"
     repeats: int = 3
     preset: str = "cpu"
     dataset_size: int | None = None
@@ -127,6 +131,8 @@ def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, p
            scen: str, dev: int, data: str, repeat: int) -> TrialSpec:
     p = preset(w, sweep.preset)
     spec = replace(workload_spec(w, sweep.preset, seed, bs, sweep.dataset_size), augment=sweep.augment)
+    if sweep.scaling == "weak" and dev > 1:  # the batch given (or the preset's) is each device's
+        spec = replace(spec, batch_size=spec.batch_size * dev)
     return TrialSpec(
         workload=spec,
         framework=f,
@@ -136,6 +142,8 @@ def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, p
         scenario=scen,
         precision=prec,
         devices=dev,
+        scaling=sweep.scaling,
+        bn_sync=sweep.bn_sync,
         epochs=sweep.epochs if sweep.epochs is not None else p.epochs,
         warmup_epochs=sweep.warmup_epochs if sweep.warmup_epochs is not None else p.warmup_epochs,
         chunk_steps=sweep.chunk_steps,
@@ -197,6 +205,9 @@ def _planned(spec: TrialSpec, missing: str | None) -> PlannedTrial:
     reason = precision.unsupported(spec.framework, device_kind(), spec.precision, spec.scenario)
     if reason is not None:
         return PlannedTrial(spec, "unsupported", f"{spec.precision} on {device_kind()}: {reason}")
+    reason = data_parallel_unsupported(backend.data_parallel, spec)
+    if reason is not None:
+        return PlannedTrial(spec, "unsupported", reason)
     return PlannedTrial(spec)
 
 

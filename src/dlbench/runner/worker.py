@@ -29,7 +29,7 @@ from dlbench.monitors.nvml import Nvml
 from dlbench.monitors.power import PowerMonitor
 from dlbench.monitors.rapl import Rapl
 from dlbench.results.records import TrialResult
-from dlbench.runner import converge, inference
+from dlbench.runner import converge, inference, parallel
 from dlbench.runner.probe import fixed_batch_grads, save_grads
 from dlbench.runner.timing import (
     EventLog,
@@ -101,7 +101,8 @@ def setup_environment(trial: TrialSpec, backend: Backend) -> tuple[dict[str, Any
     else:
         cache_dir = WARM_CACHE_ROOT / "compile-cache" / trial.framework
         cache_dir.mkdir(parents=True, exist_ok=True)
-    for key, value in backend.environment(trial.policy, str(cache_dir)).items():
+    env = {**backend.environment(trial.policy, str(cache_dir)), **backend.data_parallel.environment(trial)}
+    for key, value in env.items():
         os.environ[key] = value
     recorded = {
         "cores": cores,
@@ -168,6 +169,7 @@ def run_trial(
         m["import_s"] = phases.end("import", t)
         m["rss_after_import_bytes"] = sampler.sample()[0]
         result.policy_effective["framework"] = backend.configure(trial.policy)
+        parallel.setup(trial, backend, result)
         result.framework_info = backend.info()
         if trial.scenario == "infer":
             inference.run(trial, backend, phases, sampler, created, result, parity_file)
@@ -180,7 +182,9 @@ def run_trial(
             return
         state = _warmup(trial, backend, program, state, phases, sampler, created, m)
         _parity(trial, backend, phases, m, parity_file)
+        comm_before_s = backend.data_parallel.comm_s()
         state = _timed_window(trial, backend, program, state, log, sampler, result)
+        parallel.comm_metrics(trial, backend, comm_before_s, result)
         _evaluate(trial, program, state, phases, m)
         _allocator_metrics(backend, result)
     finally:

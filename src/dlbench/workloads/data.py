@@ -71,6 +71,10 @@ class Augment:
         """The parameters of steps [start, stop)."""
         return Augment(self.offsets[start:stop], self.flips[start:stop], self.pad)
 
+    def shard(self, rows: slice) -> Augment:
+        """The parameters of one data-parallel shard (`rows` of every step's batch)."""
+        return Augment(self.offsets[:, rows], self.flips[:, rows], self.pad)
+
 
 def epoch_augment(spec: WorkloadSpec, epoch: int) -> Augment | None:
     """The augmentation parameters of one epoch's steps, or None for `augment = "none"`. One

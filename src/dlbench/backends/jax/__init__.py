@@ -21,10 +21,45 @@ _MODES: dict[str, str | None] = {
 }
 
 
+# XLA:CPU makes this many host devices (one otherwise); they share the process's thread pool.
+HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
+
+
+@typing.final
+class JaxDataParallel:
+    """The batch sharded over a one-axis Mesh of local devices, parameters replicated; jit
+    inserts the gradient all-reduce (backends/jax/program.py)."""
+
+    def unsupported(self, trial: TrialSpec) -> str | None:
+        return None
+
+    def environment(self, trial: TrialSpec) -> dict[str, str]:
+        if trial.devices == 1:
+            return {}
+        # Only the host platform reads it: on a GPU machine the mesh takes the GPUs.
+        flags = os.environ.get("XLA_FLAGS", "")
+        return {"XLA_FLAGS": f"{flags} {HOST_DEVICES_FLAG}={trial.devices}".strip()}
+
+    def setup(self, trial: TrialSpec) -> dict[str, Any]:
+        import jax
+
+        devices = jax.local_devices()
+        if len(devices) < trial.devices:
+            raise base.Unsupported(f"devices {trial.devices}: JAX sees only {len(devices)} local device(s)")
+        return {"mechanism": "jax.jit over a Mesh, batch sharded with NamedSharding, parameters replicated",
+                "mesh_devices": [str(d) for d in devices[: trial.devices]],
+                "platform": "cpu" if devices[0].platform == "cpu" else "gpu",
+                "xla_flags": os.environ.get("XLA_FLAGS", "")}
+
+    def comm_s(self) -> float | None:
+        return None  # the all-reduce is inside the compiled step
+
+
 @typing.final
 class JaxBackend:
     name = "jax"
     capabilities = base.Capabilities(train=True, infer=True, grads=True)
+    data_parallel = JaxDataParallel()
 
     def available(self) -> tuple[bool, str]:
         missing = [m for m in ("jax", "jaxlib", "optax") if not base.module_installed(m)]

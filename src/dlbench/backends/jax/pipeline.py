@@ -37,15 +37,16 @@ def _host_batch(x: np.ndarray, y: np.ndarray, order: np.ndarray, augment: Augmen
 
 
 def host_batches(x: np.ndarray, y: np.ndarray, order: np.ndarray, augment: Augment | None,
-                 workers: int) -> Iterator[Batch]:
+                 workers: int, sharding: jax.sharding.Sharding | None = None) -> Iterator[Batch]:
     """NumPy batching with device prefetch; the host batches built inline, or by `workers`
-    threads (NumPy's copies release the GIL for large arrays)."""
+    threads (NumPy's copies release the GIL for large arrays). With a sharding (data
+    parallelism), each batch goes to the devices in shards."""
     make: Callable[[int], HostBatch] = functools.partial(_host_batch, x, y, order, augment)
     if workers == 0:
-        yield from _prefetch(make(i) for i in range(len(order)))
+        yield from _prefetch((make(i) for i in range(len(order))), sharding)
         return
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dlbench-loader") as pool:
-        yield from _prefetch(f.result() for f in _ahead(pool, make, len(order), workers + PREFETCH_DEPTH))
+        yield from _prefetch((f.result() for f in _ahead(pool, make, len(order), workers + PREFETCH_DEPTH)), sharding)
 
 
 def _ahead(pool: ThreadPoolExecutor, make: Callable[[int], HostBatch], n: int, depth: int) -> Iterator[Future[HostBatch]]:
@@ -59,10 +60,10 @@ def _ahead(pool: ThreadPoolExecutor, make: Callable[[int], HostBatch], n: int, d
         yield pending.popleft()
 
 
-def _prefetch(host: Iterator[HostBatch]) -> Iterator[Batch]:
+def _prefetch(host: Iterator[HostBatch], sharding: jax.sharding.Sharding | None) -> Iterator[Batch]:
     queue: collections.deque[Batch] = collections.deque()
     for batch in host:
-        queue.append(jax.device_put(batch))
+        queue.append(jax.device_put(batch, sharding))
         if len(queue) == PREFETCH_DEPTH:
             yield queue.popleft()
     while queue:

@@ -156,6 +156,7 @@ class JaxProgram:
         # Float inputs follow the program's dtype (float64 for the reference); token ids do not.
         self._x_dtype = self._dtype if np.issubdtype(x_dtype, np.floating) else np.dtype(x_dtype)
         self._tx = make_optimizer(spec.numerics)
+        self._mesh = _Mesh(trial.devices)
         tx = self._tx
         # The compute dtype policy: parameters, buffers and optimizer state stay in the
         # program's dtype; the model applies in bfloat16 (bf16) and the loss is float32.
@@ -175,7 +176,9 @@ class JaxProgram:
         self._step: Any = self._jitted
         self._compiled: jax.stages.Compiled | None = None
         self._value_and_grad = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
-        self._init = jax.jit(functools.partial(_init_state, tx, self._dtype))
+        init = functools.partial(_init_state, tx, self._dtype)
+        # The state replicated over the mesh (data parallelism), else on the default device.
+        self._init = jax.jit(init) if self._mesh.replicated is None else jax.jit(init, out_shardings=self._mesh.replicated)
         self._predict = jax.jit(functools.partial(_logits, model))
 
         def infer(params: Params, buffers: Params, x: jax.Array) -> jax.Array:
@@ -208,9 +211,9 @@ class JaxProgram:
     def batches(self, order: np.ndarray, augment: Augment | None = None) -> Iterator[Batch]:
         x, y = self._x, self._y
         if isinstance(x, jax.Array) and isinstance(y, jax.Array):
-            return pipeline.device_batches(x, y, order, augment)
+            return self._mesh.shard(pipeline.device_batches(x, y, order, augment))
         if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
-            return pipeline.host_batches(x, y, order, augment, self._policy.loader_workers)
+            return pipeline.host_batches(x, y, order, augment, self._policy.loader_workers, self._mesh.batch)
         raise RuntimeError("load(dataset) must come before batches(order)")
 
     def compile(self, state: TrainState, batch: Batch) -> float:
@@ -244,9 +247,8 @@ class JaxProgram:
 
     def loss_and_grads(self, state: TrainState, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
         # Training mode (batch statistics in BatchNorm); the buffers it would update are dropped.
-        (loss, _), grads = self._value_and_grad(
-            state.params, state.buffers, np.asarray(x, self._x_dtype), np.asarray(y, np.int32)
-        )
+        batch = jax.device_put((np.asarray(x, self._x_dtype), np.asarray(y, np.int32)), self._mesh.batch)
+        (loss, _), grads = self._value_and_grad(state.params, state.buffers, *batch)
         return float(loss), {k: np.array(g) for k, g in grads.items()}
 
     def params(self, state: TrainState) -> dict[str, np.ndarray]:
@@ -347,3 +349,26 @@ def _shortest_float(value: jax.Array) -> float:
     0.0010000000475 for a float32): compares equal to the spec's value."""
     array = np.asarray(value)
     return float(np.format_float_positional(array.dtype.type(array), unique=True, trim="-"))
+
+
+@typing.final
+class _Mesh:
+    """Data parallelism over `devices` local devices: a one-axis Mesh ("data"), each global batch
+    split along its rows into contiguous shards in device order, parameters and optimizer state
+    replicated; jit partitions the step and inserts the gradient all-reduce. With one device,
+    nothing is placed (JAX's default device)."""
+
+    def __init__(self, devices: int) -> None:
+        self.devices = devices
+        self.batch: jax.sharding.Sharding | None = None
+        self.replicated: jax.sharding.Sharding | None = None
+        if devices > 1:
+            mesh = jax.sharding.Mesh(np.array(jax.local_devices()[:devices]), ("data",))
+            self.batch = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+            self.replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+    def shard(self, batches: Iterator[Batch]) -> Iterator[Batch]:
+        """Device-resident batches resharded over the mesh (gathered on one device first)."""
+        if self.batch is None:
+            return batches
+        return (jax.device_put(b, self.batch) for b in batches)

@@ -21,6 +21,7 @@ from dlbench.backends.base import (
     Backend,
     Capabilities,
     Program,
+    SingleDevice,
     Unsupported,
     build_program,
     installed_versions,
@@ -34,6 +35,11 @@ from dlbench.spec import Policy, TrialSpec
 
 PACKAGE = "dlbench.backends.keras"
 CAPABILITIES = Capabilities(train=True, infer=True, grads=True)
+# Keras 3's own data parallelism (keras.distribution.DataParallel) exists for the JAX backend
+# only, and a Keras-on-TF MirroredStrategy or Keras-on-torch DDP would be the native backends'
+# code again; none is wired up here.
+DATA_PARALLEL = SingleDevice("the Keras backends train on one device: data parallelism is measured with the"
+                             " native torch, tensorflow and jax backends")
 
 
 def keras_available(keras_backend: str, modules: tuple[str, ...], distributions: tuple[str, ...]) -> tuple[bool, str]:
@@ -114,6 +120,7 @@ def keras_info(native: Backend) -> dict[str, Any]:
 class KerasJax:
     name = "keras-jax"
     capabilities = CAPABILITIES
+    data_parallel = DATA_PARALLEL
 
     def __init__(self) -> None:
         self._native = JaxBackend()
@@ -162,6 +169,7 @@ class KerasJax:
 class KerasTorch:
     name = "keras-torch"
     capabilities = CAPABILITIES
+    data_parallel = DATA_PARALLEL
 
     def __init__(self) -> None:
         self._native = TorchBackend()
@@ -215,6 +223,7 @@ class KerasTorch:
 class KerasTensorFlow:
     name = "keras-tensorflow"
     capabilities = CAPABILITIES
+    data_parallel = DATA_PARALLEL
 
     def __init__(self) -> None:
         self._native = TensorFlowBackend()

@@ -15,6 +15,7 @@ from typing import Any
 from dlbench.backends.base import (
     Capabilities,
     Program,
+    SingleDevice,
     Unsupported,
     build_program,
     installed_versions,
@@ -71,6 +72,7 @@ def providers() -> list[str]:
 class OnnxRuntimeBackend:
     name = "onnxruntime"
     capabilities = Capabilities(train=False, infer=True, grads=False)
+    data_parallel = SingleDevice("onnxruntime runs inference only: no data-parallel training")
 
     def available(self) -> tuple[bool, str]:
         missing = [m for m in _NEEDED if not module_installed(m)]

@@ -26,9 +26,30 @@ DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos
 
 
 @typing.final
+class TensorFlowDataParallel:
+    """tf.distribute.MirroredStrategy over GPUs or logical CPU devices
+    (backends/tensorflow/mirrored.py); the loss is scaled by the global batch."""
+
+    def unsupported(self, trial: TrialSpec) -> str | None:
+        return None
+
+    def environment(self, trial: TrialSpec) -> dict[str, str]:
+        return {}
+
+    def setup(self, trial: TrialSpec) -> dict[str, Any]:
+        from dlbench.backends.tensorflow import mirrored
+
+        return mirrored.setup(trial.devices)
+
+    def comm_s(self) -> float | None:
+        return None  # the all-reduce runs inside the step's graph
+
+
+@typing.final
 class TensorFlowBackend:
     name = "tensorflow"
     capabilities = Capabilities(train=True, infer=True, grads=True)
+    data_parallel = TensorFlowDataParallel()
 
     def __init__(self) -> None:
         self._first_elements: Any = None  # sync's traced fetch, made once TF is imported

@@ -10,6 +10,7 @@ tf.function(jit_compile=True) (XLA).
 
 from __future__ import annotations
 
+import contextlib
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
@@ -22,7 +23,7 @@ from dlbench import precision
 from dlbench.backends.base import Program, Unsupported
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.workloads.base import numerics_readback
-from dlbench.backends.tensorflow import pipeline
+from dlbench.backends.tensorflow import mirrored, pipeline
 from dlbench.workloads.data import Augment, Dataset
 
 DTYPES = {"float32": tf.float32, "float64": tf.float64}
@@ -181,16 +182,9 @@ class TensorFlowProgram:
         self._fields: tuple[str, ...] = workload.NUMERICS_FIELDS
         self._dtype = DTYPES[spec.numerics.dtype]
         self._compute: tf.DType | None = COMPUTE_DTYPES.get(trial.precision)
-        shapes = model.layout.shapes(workload.param_shapes(spec))
-        self._vars = {n: tf.Variable(tf.zeros(s, self._dtype), name=n) for n, s in shapes.items()}
-        self._initial_buffers = {
-            n: initial_buffer(n, s) for n, s in workload.buffer_shapes(spec).items()
-        }
-        self._buffers = {
-            n: tf.Variable(v, dtype=self._dtype, trainable=False, name=n)
-            for n, v in self._initial_buffers.items()
-        }
-        self._adam = Adam(self._vars, spec.numerics, self._dtype)
+        self._strategy = mirrored.strategy() if trial.devices > 1 else None
+        with self._strategy.scope() if self._strategy is not None else contextlib.nullcontext():
+            self._make_variables(spec, workload, model)
         sample_shape, sample_dtype = workload.input_spec(spec)
         # Images and vectors follow the program's dtype (float64 for the parity reference);
         # token ids stay integers.
@@ -202,12 +196,17 @@ class TensorFlowProgram:
             tf.TensorSpec((spec.batch_size,), tf.int32),
         ]
         mode = trial.policy.mode
-        self._step = _in_mode(self._train_step, mode, signature)
+        # Data parallelism: XLA compiles each replica's forward and backward (jit_compile on
+        # the replica function); the step around strategy.run, with the cross-replica sum and
+        # the update, is a graph: one XLA cluster cannot span the replicas' devices.
+        outer = mode if self._strategy is None else ("graph" if mode == "compiled" else mode)
+        self._shard_grads = _in_mode(self._shard_loss_grads, "compiled") if mode == "compiled" else self._shard_loss_grads
+        self._step = _in_mode(self._train_step, outer, signature)
         self._tracing_count: Callable[[], int] = (
             (lambda: 0) if mode == "eager" else self._step.experimental_get_tracing_count
         )
         # Checks and evaluation run under the trial's mode too (their own traces, not counted).
-        self._grads = _in_mode(self._loss_grads_updates, mode)
+        self._grads = _in_mode(self._loss_grads_updates, outer)
         # Evaluation and inference (infer_fn): one trace per input shape (batch size), counted.
         self._logits = _in_mode(self._predict, mode)
         self._logits_traces: Callable[[], int] = (
@@ -218,11 +217,30 @@ class TensorFlowProgram:
         self._policy = trial.policy
         self._device_gather: pipeline.DeviceGather | None = None
 
+    def _make_variables(self, spec: Any, workload: ModuleType, model: Model) -> None:
+        shapes = model.layout.shapes(workload.param_shapes(spec))
+        self._vars = {n: tf.Variable(tf.zeros(s, self._dtype), name=n) for n, s in shapes.items()}
+        self._initial_buffers = {
+            n: initial_buffer(n, s) for n, s in workload.buffer_shapes(spec).items()
+        }
+        self._buffers = {
+            n: tf.Variable(v, dtype=self._dtype, trainable=False, name=n)
+            for n, v in self._initial_buffers.items()
+        }
+        self._adam = Adam(self._vars, spec.numerics, self._dtype)
+
     # -- steps --------------------------------------------------------------------------------
     def _loss_grads_updates(
         self, x: tf.Tensor, y: tf.Tensor
     ) -> tuple[tf.Tensor, dict[str, tf.Tensor], dict[str, tf.Tensor]]:
-        """Training-mode loss, gradients and buffer updates; nothing is assigned."""
+        """Training-mode loss, gradients and buffer updates; nothing is assigned. With several
+        replicas: each replica's shard, its loss summed and divided by the global batch (so
+        that the cross-replica sums are the global batch's mean loss and gradients)."""
+        if self._strategy is not None:
+            per_replica = self._strategy.run(self._replica_loss_grads, args=(x, y))
+            loss, grads = tf.nest.map_structure(
+                lambda v: self._strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None), per_replica)
+            return loss, grads, {}
         with tf.GradientTape() as tape:
             logits, updates = self._forward(x, True)
             losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
@@ -242,6 +260,28 @@ class TensorFlowProgram:
         x = tf.cast(x, c) if x.dtype.is_floating else x
         logits, updates = self._model.forward(params, buffers, x, training)
         return tf.cast(logits, self._dtype), {k: tf.cast(v, self._dtype) for k, v in updates.items()}
+
+    def _replica_loss_grads(self, x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        """One replica (in its replica context): its contiguous rows of the global batch, in
+        rank order. Sliced here, outside the compiled function, so that one trace serves every
+        replica."""
+        ctx = tf.distribute.get_replica_context()
+        global_rows = tf.shape(x)[0]
+        rows = global_rows // ctx.num_replicas_in_sync
+        start = ctx.replica_id_in_sync_group * rows
+        return self._shard_grads(x[start : start + rows], y[start : start + rows], global_rows)
+
+    def _shard_loss_grads(
+        self, x: tf.Tensor, y: tf.Tensor, global_rows: tf.Tensor
+    ) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        """A shard's loss as sum / global batch (tf.nn.compute_average_loss), and its gradients:
+        summed over the replicas they are the global batch's mean loss and gradients."""
+        with tf.GradientTape() as tape:
+            logits, _ = self._forward(x, True)
+            losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+            loss = tf.nn.compute_average_loss(losses, global_batch_size=global_rows)
+        grads = tape.gradient(loss, self._vars)
+        return loss, {k: tf.convert_to_tensor(g) for k, g in grads.items()}
 
     def _train_step(self, x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         loss, grads, updates = self._loss_grads_updates(x, y)

@@ -60,9 +60,31 @@ def device() -> Any:
 
 
 @typing.final
+class TorchDataParallel:
+    """DistributedDataParallel over rank processes (backends/torch/ddp.py)."""
+
+    def unsupported(self, trial: TrialSpec) -> str | None:
+        return None
+
+    def environment(self, trial: TrialSpec) -> dict[str, str]:
+        return {}
+
+    def setup(self, trial: TrialSpec) -> dict[str, Any]:
+        from dlbench.backends.torch import ddp
+
+        return ddp.launch(trial)
+
+    def comm_s(self) -> float | None:
+        from dlbench.backends.torch import ddp
+
+        return ddp.COMM.seconds
+
+
+@typing.final
 class TorchBackend:
     name = "torch"
     capabilities = Capabilities(train=True, infer=True, grads=True)
+    data_parallel = TorchDataParallel()
 
     def available(self) -> tuple[bool, str]:
         if not module_installed("torch"):

@@ -26,8 +26,8 @@ import torch
 from torch import nn
 
 from dlbench import precision, workloads
-from dlbench.backends.base import Unsupported
-from dlbench.backends.torch import COMPILE_OPTIONS, INFER_COMPILE_OPTIONS, device, pipeline
+from dlbench.backends.base import Unsupported, shard_slice
+from dlbench.backends.torch import COMPILE_OPTIONS, INFER_COMPILE_OPTIONS, ddp, device, pipeline
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.workloads.base import numerics_readback
 from dlbench.workloads.data import Augment, Dataset
@@ -239,6 +239,8 @@ class State:
 
     model: nn.Module
     optimizer: torch.optim.Adam
+    # What the step calls: the model, or the model under DistributedDataParallel (devices > 1).
+    forward: nn.Module
     scaler: torch.amp.GradScaler | None = None  # fp16 only
 
 
@@ -285,6 +287,9 @@ class TorchProgram:
         # The dataset as load() placed it: host memory for the DataLoader, or the device.
         self._data: Batch | None = None
         self._compiled = trial.policy.mode == "compiled"
+        # Data parallelism: this rank's contiguous shard of every global batch (ddp.launch has
+        # made the process group before any Program is built).
+        self._rank, self._world = ddp.rank_and_world() if trial.devices > 1 else (0, 1)
         # torch.compile is lazy: each function compiles inside its first call. The two are
         # separate code objects, so the fixed-batch check's batch size never makes the train
         # step's shapes dynamic.
@@ -338,7 +343,11 @@ class TorchProgram:
             for name, a in params.items():
                 slot = slots_by_name[name]
                 tensors[slot.torch_name].copy_(torch.from_numpy(np.ascontiguousarray(slot.layout.to_torch(a))))
-        return State(module, make_optimizer(module, self._trial.workload.numerics), self._amp.scaler())
+        forward = ddp.wrap(module) if self._world > 1 else module
+        return State(module, make_optimizer(module, self._trial.workload.numerics), forward, self._amp.scaler())
+
+    def _shard(self, rows: int) -> slice:
+        return shard_slice(rows, self._world, self._rank)
 
     def _read(self, module: nn.Module, table: dict[str, Slot], grads: bool = False) -> dict[str, np.ndarray]:
         tensors = {**dict(module.named_parameters()), **dict(module.named_buffers())}
@@ -365,6 +374,9 @@ class TorchProgram:
             raise RuntimeError("load(dataset) must come before batches(order)")
         x, y = self._data
         fmt = self._model.memory_format
+        if self._world > 1:
+            rows = self._shard(order.shape[1])
+            order, augment = order[:, rows], None if augment is None else augment.shard(rows)
         if self._trial.policy.data == "device":
             return pipeline.device_batches(x, y, order, augment, fmt)
         return pipeline.loader_batches(x, y, order, augment, self._trial.policy.loader_workers, self._device, fmt)
@@ -374,12 +386,14 @@ class TorchProgram:
 
     def train_chunk(self, state: State, batches: Iterator[Batch], n_steps: int) -> tuple[State, torch.Tensor]:
         losses = [
-            self._step(state.model, state.optimizer, self._loss_fn, x, y, self._amp, state.scaler)
+            self._step(state.forward, state.optimizer, self._loss_fn, x, y, self._amp, state.scaler)
             for x, y in itertools.islice(batches, n_steps)
         ]
         if len(losses) != n_steps:
             raise RuntimeError(f"batches ran out after {len(losses)} of {n_steps} steps")
-        return state, torch.stack(losses)
+        stacked = torch.stack(losses)
+        # Each rank's loss is its shard's mean: one all-reduce per chunk gives the global one.
+        return state, ddp.mean_over_ranks(stacked) if self._world > 1 else stacked
 
     def predict(self, state: State, x: np.ndarray) -> np.ndarray:
         """Evaluation mode: BatchNorm uses its running statistics."""
@@ -417,7 +431,10 @@ class TorchProgram:
         model = state.model
         saved = [b.detach().clone() for b in model.buffers()]
         model.zero_grad(set_to_none=True)
-        loss = self._fwd_bwd(model, self._loss_fn, self._inputs(x), self._labels(y), self._amp)
+        rows = self._shard(len(x))  # all rows on one device; DDP averages the shards' gradients
+        loss = self._fwd_bwd(state.forward, self._loss_fn, self._inputs(x[rows]), self._labels(y[rows]), self._amp)
+        if self._world > 1:
+            loss = ddp.mean_over_ranks(loss)
         grads = self._read(model, self._params, grads=True)
         model.zero_grad(set_to_none=True)
         with torch.no_grad():

@@ -1,0 +1,71 @@
+"""Data parallelism around the trial: the worker's hooks (device setup, gradient communication
+time) and the parent's scaling efficiency, written to the store after a sweep."""
+
+from __future__ import annotations
+
+from dlbench.analysis import scaling
+from dlbench.backends.base import Backend, Unsupported, data_parallel_unsupported
+from dlbench.results.records import TrialResult
+from dlbench.results.store import Store
+from dlbench.spec import trial_from_dict, TrialSpec
+
+
+def setup(trial: TrialSpec, backend: Backend, result: TrialResult) -> None:
+    """Worker, after configure(): the backend makes its devices; what it made is recorded with
+    the trial, and the trial's data says whether its scaling is measured or functional."""
+    if trial.devices == 1:
+        return
+    reason = data_parallel_unsupported(backend.data_parallel, trial)
+    if reason is not None:
+        raise Unsupported(reason)
+    info = backend.data_parallel.setup(trial)
+    result.policy_effective["data_parallel"] = {
+        **info, "devices": trial.devices, "scaling": trial.scaling, "bn_sync": trial.bn_sync,
+        "per_device_batch": trial.per_device_batch, "global_batch": trial.workload.batch_size,
+    }
+    cores = len(result.policy_effective.get("cores") or []) or 1
+    result.notes["scaling_kind"] = scaling.scaling_kind(info.get("platform"), trial.devices, cores)
+
+
+def comm_metrics(trial: TrialSpec, backend: Backend, before_s: float | None, result: TrialResult) -> None:
+    """Seconds per step in gradient all-reduce over the timed window (it overlaps the backward
+    pass where the framework buckets it, so it is time spent, not time added), and its share of
+    the window; null with the reason where the framework does not expose it."""
+    if trial.devices == 1:
+        return
+    after_s = backend.data_parallel.comm_s()
+    steps = len(result.series.get("loss") or [])
+    train_s = result.metrics.get("train_s")
+    if before_s is None or after_s is None or not steps or not train_s:
+        result.metrics["grad_comm_s_per_step"] = result.metrics["grad_comm_share"] = None
+        result.notes["grad_comm_s_per_step"] = (
+            f"not measurable: {trial.framework} runs its gradient all-reduce inside the compiled"
+            " step, with no hook to time it")
+        return
+    result.metrics["grad_comm_s_per_step"] = (after_s - before_s) / steps
+    result.metrics["grad_comm_share"] = (after_s - before_s) / train_s
+
+
+def annotate_run(store: Store, run_id: int) -> int:
+    """Parent, after a sweep (or a resumed one): scaling_efficiency of every successful
+    multi-device trial of the run against its paired one-device trials. Returns how many
+    trials got a value."""
+    rows = store.trials(run_id)
+    specs = {row.id: trial_from_dict(row.spec) for row in rows}
+    singles: dict[str, dict[int, float]] = {}
+    for row in rows:
+        thr = row.metrics.get("samples_per_s")
+        if row.status == "ok" and specs[row.id].devices == 1 and thr:
+            singles.setdefault(specs[row.id].config_key(), {})[specs[row.id].repeat] = thr
+    done = 0
+    for row in rows:
+        spec = specs[row.id]
+        thr = row.metrics.get("samples_per_s")
+        if row.status != "ok" or spec.devices == 1 or not thr:
+            continue
+        base, how = scaling.baseline(spec.repeat, singles.get(spec.single_device().config_key(), {}))
+        value = None if base is None else scaling.efficiency(thr, spec.devices, base)
+        store.add_metrics(row.id, {"scaling_efficiency": value, "scaling_baseline_samples_per_s": base},
+                          {"scaling_efficiency": how})
+        done += value is not None
+    return done
