@@ -116,41 +116,32 @@ def keras_info(native: Backend) -> dict[str, Any]:
     return {**native.info(), "keras_version": keras.__version__, "keras_backend": keras.backend.backend()}
 
 
-@typing.final
-class KerasJax:
-    name = "keras-jax"
+class _Keras:
+    """What the three Keras frameworks share: Keras's own part around the native Backend
+    (`_native`); each subclass says which framework, what it can run and its environment."""
+
+    name: str
     capabilities = CAPABILITIES
     data_parallel = DATA_PARALLEL
-
-    def __init__(self) -> None:
-        self._native = JaxBackend()
-
-    def available(self) -> tuple[bool, str]:
-        return keras_available("jax", ("jax", "jaxlib"), ("jax", "jaxlib"))
+    _native: Backend
+    _keras_backend: str
+    # Keras's torch trainer refuses steps_per_execution > 1; the others run a whole chunk.
+    _steps_per_execution = "chunk steps"
 
     def modes(self) -> dict[str, str | None]:
-        return {
-            "eager": None,  # run_eagerly=True: the train step op by op
-            "graph": "Keras on JAX has no graph mode: without jit_compile it runs op by op (eager)",
-            "compiled": None,  # jit_compile=True: the train step under jax.jit
-        }
+        raise NotImplementedError
 
     def distributions(self) -> dict[str, str]:
         return {**installed_versions(("keras",)), **self._native.distributions()}
-
-    def environment(self, policy: Policy, cache_dir: str) -> dict[str, str]:
-        # Keras on JAX imports neither TensorFlow nor torch (checked in sys.modules), so nothing
-        # else can take the device.
-        return keras_environment("jax", self._native.environment(policy, cache_dir), cache_dir)
 
     def reference_environment(self) -> dict[str, str]:
         return {}  # float32 only: build refuses float64
 
     def import_framework(self) -> None:
-        keras_import("jax")
+        keras_import(self._keras_backend)
 
     def configure(self, policy: Policy) -> dict[str, Any]:
-        return keras_configure(self._native, policy, "chunk steps")
+        return keras_configure(self._native, policy, self._steps_per_execution)
 
     def build(self, trial: TrialSpec) -> Program:
         return keras_build(self.name, self.modes(), trial)
@@ -166,10 +157,34 @@ class KerasJax:
 
 
 @typing.final
-class KerasTorch:
+class KerasJax(_Keras):
+    name = "keras-jax"
+    _keras_backend = "jax"
+
+    def __init__(self) -> None:
+        self._native = JaxBackend()
+
+    def available(self) -> tuple[bool, str]:
+        return keras_available("jax", ("jax", "jaxlib"), ("jax", "jaxlib"))
+
+    def modes(self) -> dict[str, str | None]:
+        return {
+            "eager": None,  # run_eagerly=True: the train step op by op
+            "graph": "Keras on JAX has no graph mode: without jit_compile it runs op by op (eager)",
+            "compiled": None,  # jit_compile=True: the train step under jax.jit
+        }
+
+    def environment(self, policy: Policy, cache_dir: str) -> dict[str, str]:
+        # Keras on JAX imports neither TensorFlow nor torch (checked in sys.modules), so nothing
+        # else can take the device.
+        return keras_environment("jax", self._native.environment(policy, cache_dir), cache_dir)
+
+
+@typing.final
+class KerasTorch(_Keras):
     name = "keras-torch"
-    capabilities = CAPABILITIES
-    data_parallel = DATA_PARALLEL
+    _keras_backend = "torch"
+    _steps_per_execution = "1"
 
     def __init__(self) -> None:
         self._native = TorchBackend()
@@ -188,42 +203,16 @@ class KerasTorch:
             "compiled": compiled,
         }
 
-    def distributions(self) -> dict[str, str]:
-        return {**installed_versions(("keras",)), **self._native.distributions()}
-
     def environment(self, policy: Policy, cache_dir: str) -> dict[str, str]:
         # Keras imports JAX whenever it is installed: keep it off any GPU.
         env = keras_environment("torch", self._native.environment(policy, cache_dir), cache_dir)
         return {**env, "JAX_PLATFORMS": "cpu"}
 
-    def reference_environment(self) -> dict[str, str]:
-        return {}  # float32 only: build refuses float64
-
-    def import_framework(self) -> None:
-        keras_import("torch")
-
-    def configure(self, policy: Policy) -> dict[str, Any]:
-        # Keras's torch trainer refuses steps_per_execution > 1.
-        return keras_configure(self._native, policy, "1")
-
-    def build(self, trial: TrialSpec) -> Program:
-        return keras_build(self.name, self.modes(), trial)
-
-    def sync(self, *outputs: Any) -> None:
-        keras_sync(self._native, outputs)
-
-    def info(self) -> dict[str, Any]:
-        return keras_info(self._native)
-
-    def allocator_stats(self) -> dict[str, float]:
-        return self._native.allocator_stats()
-
 
 @typing.final
-class KerasTensorFlow:
+class KerasTensorFlow(_Keras):
     name = "keras-tensorflow"
-    capabilities = CAPABILITIES
-    data_parallel = DATA_PARALLEL
+    _keras_backend = "tensorflow"
 
     def __init__(self) -> None:
         self._native = TensorFlowBackend()
@@ -235,30 +224,6 @@ class KerasTensorFlow:
         # run_eagerly=True / jit_compile=False (tf.function) / jit_compile=True (XLA).
         return {"eager": None, "graph": None, "compiled": None}
 
-    def distributions(self) -> dict[str, str]:
-        return {**installed_versions(("keras",)), **self._native.distributions()}
-
     def environment(self, policy: Policy, cache_dir: str) -> dict[str, str]:
         # TensorFlow's own environment already keeps JAX (which it imports) off any GPU.
         return keras_environment("tensorflow", self._native.environment(policy, cache_dir), cache_dir)
-
-    def reference_environment(self) -> dict[str, str]:
-        return {}  # float32 only: build refuses float64
-
-    def import_framework(self) -> None:
-        keras_import("tensorflow")
-
-    def configure(self, policy: Policy) -> dict[str, Any]:
-        return keras_configure(self._native, policy, "chunk steps")
-
-    def build(self, trial: TrialSpec) -> Program:
-        return keras_build(self.name, self.modes(), trial)
-
-    def sync(self, *outputs: Any) -> None:
-        keras_sync(self._native, outputs)
-
-    def info(self) -> dict[str, Any]:
-        return keras_info(self._native)
-
-    def allocator_stats(self) -> dict[str, float]:
-        return self._native.allocator_stats()
