@@ -71,12 +71,20 @@ TOLERANCES: dict[str, Tolerance] = {
 ZERO_BY_CONSTRUCTION = 1e-12
 
 
-# Workloads whose float32 rounding alone exceeds the default: full-width ResNet-18's BatchNorm
-# scale and bias gradients (20 BatchNorms, sums over 32x32x64 maps) differ from float64 by
-# 2.9e-3 in JAX and 3.4e-3 in torch eager on the same weights, the same in both frameworks:
-# float32 itself, not an implementation difference. 1e-2 still fails a wrong padding, layout or
-# BatchNorm mode (errors of order 1).
-GRAD_REL_ERR_BY_WORKLOAD: dict[tuple[str, str], float] = {("resnet", "float32"): 1e-2}
+# Workloads whose float32 rounding alone exceeds the defaults, measured:
+# - gradients: full-width ResNet-18's BatchNorm scale and bias gradients (20 BatchNorms, sums over
+#   32x32x64 maps) differ from float64 by 2.9e-3 in JAX and 3.4e-3 in torch eager on the same
+#   weights: float32 itself, not an implementation difference;
+# - the 10-step trajectory and the eval logits after it (dlbench check, tiny resnet): Adam turns
+#   float32 rounding of near-zero gradients into updates of order lr, and BatchNorm amplifies them.
+#   JAX float32 against JAX float64, one implementation, gives 4.2e-3 (losses) and 8.8e-3 (eval
+#   logits); the six implementations lie at 1.4e-3..7.3e-3 and 8.1e-3..3.3e-2.
+# Each bound still fails a real difference by a wide margin: a wrong padding, layout or BatchNorm
+# mode errs by order 1 in the gradients, and BatchNorm momentum read the wrong way round (0.9 for
+# 0.1) errs by 1.34 in the eval logits (measured, JAX float32).
+BY_WORKLOAD: dict[tuple[str, str], dict[str, float]] = {
+    ("resnet", "float32"): {"rel_err": 1e-2, "trajectory_rel_err": 2e-2, "logits_rel_err": 1e-1},
+}
 
 
 # (workload, dtype) pairs whose rounding alone makes a fixed-batch verdict meaningless: the verdict
@@ -94,8 +102,7 @@ def tolerance(dtype: str, workload: str | None = None) -> Tolerance:
         tol = TOLERANCES[dtype]
     except KeyError:
         raise ValueError(f"no parity tolerance for dtype {dtype!r}: known are {', '.join(TOLERANCES)}") from None
-    special = GRAD_REL_ERR_BY_WORKLOAD.get((workload or "", dtype))
-    return dataclasses.replace(tol, rel_err=special) if special is not None else tol
+    return dataclasses.replace(tol, **BY_WORKLOAD.get((workload or "", dtype), {}))
 
 
 def rel_err(a: np.ndarray, ref: np.ndarray) -> float:
@@ -193,23 +200,23 @@ def _fail_reason(per: Mapping[str, tuple[float, float]], loss_err: float, tol: T
     return f"over tolerance (rel_err <= {tol.rel_err:g}, cosine >= {tol.cosine}): " + "; ".join(bad[:4])
 
 
-def compare_losses(losses: np.ndarray, ref: np.ndarray, dtype: str) -> tuple[bool, float]:
+def compare_losses(losses: np.ndarray, ref: np.ndarray, dtype: str, workload: str | None = None) -> tuple[bool, float]:
     """K-step loss trajectories from the same start: (within tolerance?, worst relative
     difference over the steps)."""
     a, r = np.asarray(losses, np.float64), np.asarray(ref, np.float64)
     if a.shape != r.shape or not np.all(np.isfinite(a)):
         return False, math.inf
     worst = float(np.max(np.abs(a - r) / np.maximum(np.abs(r), 1e-12)))
-    return worst <= tolerance(dtype).trajectory_rel_err, worst
+    return worst <= tolerance(dtype, workload).trajectory_rel_err, worst
 
 
-def compare_logits(logits: np.ndarray, ref: np.ndarray, dtype: str) -> tuple[bool, float]:
+def compare_logits(logits: np.ndarray, ref: np.ndarray, dtype: str, workload: str | None = None) -> tuple[bool, float]:
     """Eval-mode logits after K steps (BatchNorm running statistics included)."""
     a, r = np.asarray(logits, np.float64), np.asarray(ref, np.float64)
     if a.shape != r.shape or not np.all(np.isfinite(a)):
         return False, math.inf
     err = rel_err(a, r)
-    return err <= tolerance(dtype).logits_rel_err, err
+    return err <= tolerance(dtype, workload).logits_rel_err, err
 
 
 def compare_infer_logits(
@@ -244,3 +251,23 @@ def compare_infer_logits(
                   + "; ".join(bad))
     return Verdict("pass" if ok else "fail", worst_rel_err=per[worst][0], worst_tensor=worst,
                    min_cosine=min_cos, tolerance=tol_d, reference=reference, reason=reason, per_tensor=per)
+
+
+# Two float32 results of a gradient that is zero in exact arithmetic are both rounding noise
+# (2e-9 and 3e-10 of the whole gradient's norm measured in TF and JAX): between frameworks such a
+# tensor is judged against the whole gradient's norm, as against the reference.
+ROUNDING_NOISE_32 = 1e-6
+
+
+def pairwise_grad_err(g1: Mapping[str, np.ndarray], g2: Mapping[str, np.ndarray]) -> float:
+    """Worst normwise difference between two frameworks' gradients, relative to the second's
+    tensor, or to its whole gradient where both tensors are rounding noise of a zero."""
+    total = math.sqrt(sum(float(np.sum(np.asarray(v, np.float64) ** 2)) for v in g2.values()))
+    worst = 0.0
+    for k in g1:
+        a, b = np.asarray(g1[k], np.float64), np.asarray(g2[k], np.float64)
+        if max(float(np.linalg.norm(a)), float(np.linalg.norm(b))) <= ROUNDING_NOISE_32 * total:
+            worst = max(worst, float(np.linalg.norm(a - b)) / total)
+        else:
+            worst = max(worst, rel_err(a, b))
+    return worst
