@@ -125,30 +125,29 @@ def _parity_notes(report: Report) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def startup_table(report: Report) -> Table:
-    table = Table(title="start-up and efficiency (medians; * compile estimated as first step minus a step)")
+def _medians_table(report: Report, title: str, columns: list[Column]) -> Table:
+    """One row per ok configuration: its lead cells, then `columns` as medians (no intervals)."""
+    table = Table(title=title)
     for h in _lead_headers(report):
         table.add_column(h)
-    for col in STARTUP:
+    for col in columns:
         table.add_column(col.header, justify="right")
     for config in headline_configs(report):
         if config.ok:
-            table.add_row(*_lead_cells(report, config), *(_cell(col, config, with_ci=False) for col in STARTUP))
+            table.add_row(*_lead_cells(report, config), *(_cell(col, config, with_ci=False) for col in columns))
     return table
+
+
+def startup_table(report: Report) -> Table:
+    return _medians_table(report, "start-up and efficiency (medians; * compile estimated as first step minus a step)",
+                          STARTUP)
 
 
 def gpu_table(report: Report) -> Table:
     """GPU memory, utilisation beside MFU, power and energy (medians): every cell null with its
     reason (in the notes) on a machine without a GPU or RAPL."""
-    table = Table(title="GPU and energy (medians; utilisation is nvidia-smi's, MFU the share of peak FLOP/s)")
-    for h in _lead_headers(report):
-        table.add_column(h)
-    for col in GPU:
-        table.add_column(col.header, justify="right")
-    for config in headline_configs(report):
-        if config.ok:
-            table.add_row(*_lead_cells(report, config), *(_cell(col, config, with_ci=False) for col in GPU))
-    return table
+    return _medians_table(report, "GPU and energy (medians; utilisation is nvidia-smi's, MFU the share of peak"
+                          " FLOP/s)", GPU)
 
 
 # --- row helpers for the scenario tables (report/inference.py, report/converge.py) -------------

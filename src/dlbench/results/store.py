@@ -385,7 +385,7 @@ def _open(path: Path) -> sqlite3.Connection:
     except sqlite3.Error as e:
         raise StoreError(f"{path} cannot be opened as a store: {e}") from None
     try:
-        _prepare(db, path)
+        _prepare_retrying(db, path)
     except sqlite3.DatabaseError as e:
         db.close()
         raise StoreError(f"{path} cannot be used as a store: {e}") from None
@@ -393,6 +393,29 @@ def _open(path: Path) -> sqlite3.Connection:
         db.close()
         raise
     return db
+
+
+# Switching to WAL and upgrading a read lock to a write lock can return SQLITE_BUSY at once,
+# without the busy handler (SQLite avoids a deadlock that way), when other processes open or
+# migrate the same store at the same moment: seen with 4 writers racing a migration on a machine
+# at load 8. Each attempt is a complete, idempotent _prepare, so retrying it is safe.
+PREPARE_RETRY_S = 60.0
+
+
+def _prepare_retrying(db: sqlite3.Connection, path: Path) -> None:
+    deadline = time.monotonic() + PREPARE_RETRY_S
+    delay_s = 0.01
+    while True:
+        try:
+            _prepare(db, path)
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            if db.in_transaction:
+                db.rollback()
+            time.sleep(delay_s)
+            delay_s = min(delay_s * 2, 0.5)
 
 
 def _prepare(db: sqlite3.Connection, path: Path) -> None:
