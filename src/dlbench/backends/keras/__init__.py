@@ -12,6 +12,7 @@ inside the methods the worker calls.
 
 from __future__ import annotations
 
+import abc
 import importlib
 import os
 import typing
@@ -116,7 +117,7 @@ def keras_info(native: Backend) -> dict[str, Any]:
     return {**native.info(), "keras_version": keras.__version__, "keras_backend": keras.backend.backend()}
 
 
-class _Keras:
+class _Keras(abc.ABC):
     """What the three Keras frameworks share: Keras's own part around the native Backend
     (`_native`); each subclass says which framework, what it can run and its environment."""
 
@@ -128,8 +129,9 @@ class _Keras:
     # Keras's torch trainer refuses steps_per_execution > 1; the others run a whole chunk.
     _steps_per_execution = "chunk steps"
 
+    @abc.abstractmethod
     def modes(self) -> dict[str, str | None]:
-        raise NotImplementedError
+        """Each mode of this Keras backend: None where it runs, else why not."""
 
     def distributions(self) -> dict[str, str]:
         return {**installed_versions(("keras",)), **self._native.distributions()}
