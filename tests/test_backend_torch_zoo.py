@@ -208,16 +208,34 @@ def probe_numerics(backend: Any) -> list[dict[str, Any]]:
     return found
 
 
-def run_checks(out_dir: Path, plan: dict[str, list[str]]) -> None:
+def compiler_state_after_build(backend: Any) -> dict[str, bool]:
+    """Does build() start from dynamo's fresh state, as a worker's one program does? A function
+    compiled at two shapes is served at a third by the dynamic-shape graph automatic dynamic
+    shapes made; after a build it must compile again (a static graph), as in a new process."""
     import torch
+    from torch._dynamo.testing import CompileCounter
 
+    counter = CompileCounter()
+    double = torch.compile(lambda x: x * 2, backend=counter)
+    for n in (2, 3):
+        double(torch.ones(n))
+    before = counter.frame_count
+    double(torch.ones(4))
+    served = counter.frame_count == before
+    backend.build(TrialSpec(workload=tiny("mlp"), framework=FRAMEWORK, policy=Policy(mode="eager")))
+    double(torch.ones(5))
+    return {"dynamic_graph_served_before": served, "compiled_again_after_build": counter.frame_count == before + 1}
+
+
+def run_checks(out_dir: Path, plan: dict[str, list[str]]) -> None:
     from dlbench.runner.worker import setup_environment
 
     backend = get_backend(FRAMEWORK)
     setup_environment(TrialSpec(workload=tiny("mlp"), framework=FRAMEWORK), backend)
     backend.import_framework()
     backend.configure(Policy())
-    facts: dict[str, Any] = {"modes": backend.modes(), "workloads": {}, "numerics_probes": probe_numerics(backend)}
+    facts: dict[str, Any] = {"modes": backend.modes(), "workloads": {}, "numerics_probes": probe_numerics(backend),
+                             "compiler_state_after_build": compiler_state_after_build(backend)}
     for name, modes in plan.items():
         t0 = time.perf_counter()
         f64 = check_float64(backend, name)
@@ -226,9 +244,8 @@ def run_checks(out_dir: Path, plan: dict[str, list[str]]) -> None:
         found: dict[str, Any] = {"float64": f64}
         for mode in modes:
             if facts["modes"][mode] is None:
-                # Each compiled program compiles in isolation, as in a worker: dynamo's caches
-                # and automatic dynamic shapes never see another workload's step.
-                torch._dynamo.reset()
+                # No reset here: build() itself must give each program dynamo's fresh state
+                # (the compiles-once test below and compiler_state_after_build check it).
                 found[mode] = check_mode(backend, name, mode, grads64)
         facts["workloads"][name] = found
     (out_dir / "facts.json").write_text(json.dumps(facts, default=str))
@@ -326,6 +343,13 @@ def test_data_order_and_state_round_trip(facts, name):
         assert f["reset_exact"], f"{mode}: params(init(p)) is not p"
         assert f["logits_shape"] == [8, tiny(name).num_classes], mode
         assert f["predict_batch_independence"] < 1e-5, mode
+
+
+def test_each_build_starts_from_a_fresh_compiler_state(facts):
+    # dlbench check builds every workload in one process; each must compile as in a worker.
+    found = facts["compiler_state_after_build"]
+    assert found["dynamic_graph_served_before"], found  # the probe itself works
+    assert found["compiled_again_after_build"], found
 
 
 @pytest.mark.parametrize("name", WORKLOADS)

@@ -31,7 +31,7 @@ from dlbench.backends.base import (
 from dlbench.backends.jax import JaxBackend
 from dlbench.backends.tensorflow import DISTRIBUTIONS as TF_DISTRIBUTIONS
 from dlbench.backends.tensorflow import TensorFlowBackend
-from dlbench.backends.torch import TorchBackend, cxx_compiler
+from dlbench.backends.torch import TorchBackend, cxx_compiler, fresh_compiler
 from dlbench.spec import Policy, TrialSpec
 
 PACKAGE = "dlbench.backends.keras"
@@ -204,6 +204,11 @@ class KerasTorch(_Keras):
             # parameters' .grad go from None to tensors), inside the worker's warm-up.
             "compiled": compiled,
         }
+
+    def build(self, trial: TrialSpec) -> Program:
+        # Keras's train step is one code object for every model, as the torch backend's is.
+        fresh_compiler()
+        return super().build(trial)
 
     def environment(self, policy: Policy, cache_dir: str) -> dict[str, str]:
         # Keras imports JAX whenever it is installed: keep it off any GPU.
