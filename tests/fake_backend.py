@@ -52,6 +52,14 @@ def _repeat() -> int:
         return 0
 
 
+def _event(what: str) -> None:
+    """Append a line to FAKE_EVENTS (when set): which backend calls a process made, in order."""
+    path = os.environ.get("FAKE_EVENTS")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{os.getpid()} {what}\n")
+
+
 def behaviour() -> str:
     choices = os.environ.get("FAKE_BEHAVIOUR", "ok").split(",")
     return choices[_repeat() % len(choices)] if len(choices) > 1 else choices[0]
@@ -297,7 +305,11 @@ class FakeBackend:
     def build(self, trial: TrialSpec) -> FakeProgram:
         if self.modes().get(trial.policy.mode) is not None:
             raise Unsupported(str(self.modes()[trial.policy.mode]))
+        _event(f"build {trial.workload.name}")
         return FakeProgram(trial, self.device)
+
+    def forget_compiled(self) -> None:
+        _event("forget")
 
     def sync(self, *outputs: Any) -> None:
         if behaviour() == "nosync":

@@ -161,6 +161,31 @@ def test_check_prints_the_matrix_and_passes(tmp_path, capsys):
     assert cell["passed"] and len(cell["losses"]) == 3
 
 
+def _events(path) -> list[list[str]]:
+    """FAKE_EVENTS lines grouped by process, in order."""
+    by_pid: dict[str, list[str]] = {}
+    for line in path.read_text().splitlines():
+        pid, what = line.split(" ", 1)
+        by_pid.setdefault(pid, []).append(what)
+    return list(by_pid.values())
+
+
+def test_check_forgets_compiled_state_before_each_workload(tmp_path, monkeypatch):
+    # One probe process builds every workload; each must compile as in its own worker.
+    monkeypatch.setenv("FAKE_EVENTS", str(tmp_path / "events"))
+    assert main(["check", "-w", "cnn,mlp", "-f", "fake", "--mode", "eager", "-k", "2"]) == 0
+    assert ["forget", "build cnn", "forget", "build mlp"] in _events(tmp_path / "events")
+
+
+def test_a_trial_worker_never_forgets_its_compiled_step(tmp_path, monkeypatch):
+    # The parity Program is built after the warm-up: a reset there would recompile the train
+    # step inside the timed window.
+    monkeypatch.setenv("FAKE_EVENTS", str(tmp_path / "events"))
+    assert main(["run", "-f", "fake", "--mode", "eager", *TINY, "--store", str(tmp_path / "s.sqlite")]) == 0
+    # The worker's whole record: the training Program, then the parity one, and no reset.
+    assert ["build cnn", "build cnn"] in _events(tmp_path / "events")
+
+
 def test_check_exits_1_on_a_wrong_framework(tmp_path, capsys, monkeypatch):
     assert main(["check", "-w", "cnn", "-f", "fake", "--mode", "eager", "-k", "2"]) == 0  # reference cached
     monkeypatch.setenv("FAKE_BEHAVIOUR", "wrong")

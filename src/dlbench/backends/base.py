@@ -266,6 +266,13 @@ class Backend(Protocol):
         """Build the workload's Program for this trial; raises Unsupported with a reason."""
         ...
 
+    def forget_compiled(self) -> None:
+        """Drop compiled state that would make the next build() compile differently than in a
+        fresh process. Called by processes that build several workloads (`dlbench check`, the
+        float64 reference) before each build; never by a trial worker, whose parity Program must
+        leave the warmed-up train step compiled (a reset there recompiles in the timed window)."""
+        ...
+
     def sync(self, *outputs: Any) -> None:
         """Wait until the given outputs are computed (block_until_ready, cuda.synchronize, a
         value fetch). A sync that waits on nothing is a bug: JAX dispatches asynchronously."""

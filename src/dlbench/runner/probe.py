@@ -97,6 +97,8 @@ def probe_one(backend: Backend, trial: TrialSpec, k_steps: int, out: Path) -> di
     if not backend.capabilities.grads:
         raise Unsupported(f"{trial.framework} computes no gradients (capabilities: "
                           f"{', '.join(backend.capabilities.names())})")
+    # One process probes every workload: each must compile as it would in its trial's worker.
+    backend.forget_compiled()
     program = backend.build(trial)
     loss, grads = fixed_batch_grads(program, trial.workload)
     extra: dict[str, np.ndarray] = {"init_logits": fixed_batch_logits(program, trial.workload)}

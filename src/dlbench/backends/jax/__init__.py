@@ -122,6 +122,11 @@ class JaxBackend:
             raise base.Unsupported(reason)
         return base.build_program("dlbench.backends.jax", trial)
 
+    def forget_compiled(self) -> None:
+        # jax.jit caches by function and argument shapes, and never turns a shape dynamic: a new
+        # workload compiles as it would in a fresh process.
+        return None
+
     def sync(self, *outputs: Any) -> None:
         import jax
 

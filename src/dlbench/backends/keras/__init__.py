@@ -31,7 +31,7 @@ from dlbench.backends.base import (
 from dlbench.backends.jax import JaxBackend
 from dlbench.backends.tensorflow import DISTRIBUTIONS as TF_DISTRIBUTIONS
 from dlbench.backends.tensorflow import TensorFlowBackend
-from dlbench.backends.torch import TorchBackend, cxx_compiler, fresh_compiler
+from dlbench.backends.torch import TorchBackend, cxx_compiler
 from dlbench.spec import Policy, TrialSpec
 
 PACKAGE = "dlbench.backends.keras"
@@ -148,6 +148,11 @@ class _Keras(abc.ABC):
     def build(self, trial: TrialSpec) -> Program:
         return keras_build(self.name, self.modes(), trial)
 
+    def forget_compiled(self) -> None:
+        # Keras compiles through the native framework (its train step is one code object for
+        # every model on torch, as the torch backend's is).
+        self._native.forget_compiled()
+
     def sync(self, *outputs: Any) -> None:
         keras_sync(self._native, outputs)
 
@@ -204,11 +209,6 @@ class KerasTorch(_Keras):
             # parameters' .grad go from None to tensors), inside the worker's warm-up.
             "compiled": compiled,
         }
-
-    def build(self, trial: TrialSpec) -> Program:
-        # Keras's train step is one code object for every model, as the torch backend's is.
-        fresh_compiler()
-        return super().build(trial)
 
     def environment(self, policy: Policy, cache_dir: str) -> dict[str, str]:
         # Keras imports JAX whenever it is installed: keep it off any GPU.

@@ -118,6 +118,11 @@ class OnnxRuntimeBackend:
                               " (the float64 parity reference comes from the native frameworks)")
         return build_program(PACKAGE, trial)
 
+    def forget_compiled(self) -> None:
+        # Each Program loads an InferenceSession of its own from a model exported with its batch
+        # axis declared dynamic: no implicit compile state carries over.
+        return None
+
     def sync(self, *outputs: Any) -> None:
         # InferenceSession.run returns host NumPy arrays once the graph has run (the CUDA
         # provider copies its outputs back inside run): nothing is left to wait for.

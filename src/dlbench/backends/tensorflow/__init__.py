@@ -120,6 +120,10 @@ class TensorFlowBackend:
             raise Unsupported(f"tensorflow mode {trial.policy.mode!r}: {reason}")
         return build_program("dlbench.backends.tensorflow", trial)
 
+    def forget_compiled(self) -> None:
+        # Each Program traces tf.functions of its own: nothing compiled carries over to the next.
+        return None
+
     def sync(self, *outputs: Any) -> None:
         import tensorflow as tf
 

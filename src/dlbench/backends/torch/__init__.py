@@ -36,17 +36,6 @@ COMPILE_OPTIONS: dict[str, Any] = {
 INFER_COMPILE_OPTIONS: dict[str, Any] = {**COMPILE_OPTIONS, "dynamic": False}
 
 
-def fresh_compiler() -> None:
-    """Start the next program from dynamo's state of a fresh process. A worker builds one program,
-    but `dlbench check` and the parity reference build one per workload in a single process, and
-    the train step is the same code object in all of them: without this, the second workload's
-    shapes would fail the first one's guards and automatic dynamic shapes would compile it as a
-    dynamic-shape graph, which no trial runs. Costs nothing on an empty cache."""
-    import torch
-
-    torch.compiler.reset()
-
-
 _DISTRIBUTIONS = ("torch", "triton", "numpy")
 # Compilers Inductor tries on CPU when CXX is unset (torch._inductor.config.cpp.cxx).
 _CXX_CANDIDATES = ("g++", "c++", "clang++")
@@ -168,8 +157,15 @@ class TorchBackend:
         reason = self.modes().get(trial.policy.mode, f"unknown mode {trial.policy.mode!r}")
         if reason is not None:
             raise Unsupported(reason)
-        fresh_compiler()
         return build_program("dlbench.backends.torch", trial)
+
+    def forget_compiled(self) -> None:
+        # The train step is one code object for every workload: the second workload's shapes
+        # would fail the first one's guards, and automatic dynamic shapes would compile it as a
+        # dynamic-shape graph, which no trial runs. Costs nothing on an empty cache.
+        import torch
+
+        torch.compiler.reset()
 
     def sync(self, *outputs: Any) -> None:
         import torch
