@@ -107,6 +107,17 @@ class Numerics:
     # Neural ODE: fixed-step classic Runge-Kutta 4, gradients by backpropagating through the
     # solver's operations (discretise-then-optimise, no adjoint).
     ode_solver: str = "rk4"
+    # A workload's own numerics beyond the shared fields above (GroupNorm groups, focal-loss
+    # alpha, PPO's clip range, ...): name -> number, string or bool. Plugins put theirs here too,
+    # so a new workload never adds a field to this class. Left out of the serialised spec while
+    # empty, so configuration keys of workloads without extras stay what they were.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def value(self, name: str) -> Any:
+        """A numeric by name: a shared field, else an entry of `extra` (KeyError if neither)."""
+        if name != "extra" and name in self.__dataclass_fields__:
+            return getattr(self, name)
+        return self.extra[name]
 
 
 @dataclass(frozen=True)
@@ -161,7 +172,7 @@ class WorkloadSpec:
 
     def digest(self) -> str:
         """Hash of the workload spec: part of the configuration key used by comparisons."""
-        blob = json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+        blob = json.dumps(to_dict(self), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
@@ -323,7 +334,18 @@ class TrialSpec:
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
-    return dataclasses.asdict(obj)
+    """The dataclass as plain JSON-able data; an empty `Numerics.extra` is left out (see there)."""
+    d = dataclasses.asdict(obj)
+    _drop_empty_extra(d)
+    return d
+
+
+def _drop_empty_extra(d: dict[str, Any]) -> None:
+    for value in d.values():
+        if isinstance(value, dict):
+            _drop_empty_extra(value)
+    if d.get("extra") == {} and "ode_solver" in d:  # a Numerics dict
+        del d["extra"]
 
 
 def trial_from_dict(d: dict[str, Any]) -> TrialSpec:

@@ -90,4 +90,4 @@ class Workload(Protocol):
 
 def numerics_readback(numerics: Numerics, fields: tuple[str, ...]) -> dict[str, Any]:
     """The spec's values of `fields`: what a backend's Program.numerics() must read back."""
-    return {f: getattr(numerics, f) for f in fields}
+    return {f: numerics.value(f) for f in fields}
