@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from dlbench.backends.base import Capabilities, SingleDevice, Unsupported
+from dlbench.backends.base import Capabilities, Option, SingleDevice
+from dlbench.backends.precision import NATIVE, Support, fp32_only
 from dlbench.spec import Policy, TrialSpec
 from dlbench.workloads.data import Augment, Dataset, crop_flip
 
@@ -275,6 +276,11 @@ class FakeBackend:
     name = "fake"
     capabilities = Capabilities(train=True, infer=True, grads=True)
     data_parallel = FakeDataParallel()
+    precisions: Support = dict(NATIVE)
+    # An option to prove options reach the worker's policy (FakeBackend.configure reads it back).
+    options = {"flavour": Option(allowed=("plain", "spicy"), default="plain", help="a fake option")}
+    recorded_environment: tuple[str, ...] = ("FAKE_CACHE_DIR",)
+    allocator_units: dict[str, str] = {}
 
     def __init__(self) -> None:
         self.device = _AsyncDevice()
@@ -300,11 +306,12 @@ class FakeBackend:
         time.sleep(0.01)
 
     def configure(self, policy: Policy) -> dict[str, Any]:
-        return {"threads": policy.threads}
+        return {"threads": policy.threads, "flavour": policy.options.get("flavour", "plain")}
+
+    def device_kind(self) -> str:
+        return "cpu"
 
     def build(self, trial: TrialSpec) -> FakeProgram:
-        if self.modes().get(trial.policy.mode) is not None:
-            raise Unsupported(str(self.modes()[trial.policy.mode]))
         _event(f"build {trial.workload.name}")
         return FakeProgram(trial, self.device)
 
@@ -334,6 +341,10 @@ class MissingBackend:
     name = "missing"
     capabilities = Capabilities()
     data_parallel = SingleDevice("missing is not installed")
+    precisions: Support = fp32_only("missing runs nothing")
+    options: dict[str, Option] = {}
+    recorded_environment: tuple[str, ...] = ()
+    allocator_units: dict[str, str] = {}
 
     def available(self) -> tuple[bool, str]:
         return False, "missing is not installed (pip install 'dlbench[missing]')"

@@ -20,9 +20,10 @@ from dlbench.backends import get_backend
 from dlbench.monitors.memory import MemorySampler
 from dlbench.results.records import TrialResult
 from dlbench.runner import inference
+from dlbench.runner.context import TrialContext
 from dlbench.runner.plan import workload_spec
 from dlbench.runner.timing import EventLog, Phases
-from dlbench.runner.worker import setup_environment
+from dlbench.runner.child import setup_environment
 from dlbench.spec import Policy, TrialSpec
 
 # Kept short for CI: the budget rule itself is tested with the fake backend.
@@ -50,8 +51,8 @@ def main() -> int:
         sampler = MemorySampler(None)
         sampler.start()
         try:
-            inference.run(trial, backend, Phases(log), sampler, time.monotonic(), result,
-                          out_dir / f"{name}-{w}.parity.npz")
+            inference.run(TrialContext(trial, backend, log, Phases(log), sampler, time.monotonic(), result,
+                                       out_dir / f"{name}-{w}.parity.npz"))
             result.status = "ok"
         finally:
             sampler.stop()

@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 from dlbench import workloads
-from dlbench.backends import get_backend
+from dlbench.backends import get_backend, support
 from dlbench.backends.base import Unsupported
 from dlbench.spec import Policy, TrialSpec, WorkloadSpec
 from dlbench.workloads import reference_ops
@@ -188,7 +188,8 @@ def refusals(backend: Any, framework: str) -> dict[str, str]:
         spec = tiny_spec(name)
         spec = dataclasses.replace(spec, numerics=dataclasses.replace(spec.numerics, **changes))
         try:
-            backend.build(TrialSpec(workload=spec, framework=framework, policy=Policy(mode="eager")))
+            trial = TrialSpec(workload=spec, framework=framework, policy=Policy(mode="eager"))
+            support.init(trial, support.build(trial, backend))
             said[f"{name} {changes}"] = "built"
         except Unsupported as e:
             said[f"{name} {changes}"] = str(e)
@@ -219,7 +220,7 @@ def adam_against_numpy() -> float:
 
 
 def main() -> int:
-    from dlbench.runner.worker import setup_environment
+    from dlbench.runner.child import setup_environment
 
     framework, out_dir = sys.argv[1], Path(sys.argv[2])
     plan = {w: m.split(",") for w, _, m in (a.partition("=") for a in sys.argv[3:])}

@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 
 from dlbench import workloads
-from dlbench.backends import get_backend
+from dlbench.backends import get_backend, support
 from dlbench.spec import Policy, TrialSpec, WorkloadSpec
 from dlbench.workloads.base import numerics_readback
 from dlbench.workloads.data import batch_indices, epoch_order
@@ -201,7 +201,9 @@ def probe_numerics(backend: Any) -> list[dict[str, Any]]:
         spec = tiny(name)
         spec = dataclasses.replace(spec, numerics=dataclasses.replace(spec.numerics, **{field: value}))
         try:
-            program = backend.build(TrialSpec(workload=spec, framework=FRAMEWORK, policy=Policy(mode="eager")))
+            trial = TrialSpec(workload=spec, framework=FRAMEWORK, policy=Policy(mode="eager"))
+            program = support.build(trial, backend)
+            support.init(trial, program)
             found.append({"read_back": program.numerics()[field]})
         except Unsupported as e:
             found.append({"unsupported": str(e)})
@@ -233,7 +235,7 @@ def compiler_state_after_forget(backend: Any) -> dict[str, bool]:
 
 
 def run_checks(out_dir: Path, plan: dict[str, list[str]]) -> None:
-    from dlbench.runner.worker import setup_environment
+    from dlbench.runner.child import setup_environment
 
     backend = get_backend(FRAMEWORK)
     setup_environment(TrialSpec(workload=tiny("mlp"), framework=FRAMEWORK), backend)

@@ -19,7 +19,8 @@ import pytest
 
 from dlbench.cli.main import main
 from dlbench.results.store import Store
-from dlbench.runner import processes, spawn
+from dlbench import processes
+from dlbench.runner import spawn
 from dlbench.spec import Policy, TrialSpec, WorkloadSpec
 
 pytestmark = pytest.mark.usefixtures("fake_env")

@@ -19,7 +19,7 @@ def test_core_and_cli_import_no_framework():
         "from dlbench.backends import get_backend, REGISTRY\n"
         "from dlbench.results.environment import capture\n"
         "for n in REGISTRY: b = get_backend(n); b.available(); b.modes(); b.distributions()\n"
-        "capture()\n"
+        "from dlbench.backends import installed; capture(installed())\n"
         "from dlbench.cli.main import main\n"
         "main(['list'])\n"
         f"print(json.dumps([m for m in {FRAMEWORK_MODULES!r} if m in sys.modules]))\n"

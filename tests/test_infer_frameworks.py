@@ -20,7 +20,7 @@ import pytest
 from dlbench.backends import REGISTRY, get_backend
 from dlbench.results.records import TrialResult
 from dlbench.runner import reference
-from dlbench.runner.executor import judge_parity
+from dlbench.runner.verdicts import judge_parity
 from dlbench.runner.plan import workload_spec
 from dlbench.spec import TrialSpec
 

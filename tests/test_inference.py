@@ -14,11 +14,12 @@ import pytest
 from scipy import stats as sps
 
 from dlbench.analysis import parity, stats
-from dlbench.backends import get_backend
-from dlbench.backends.base import Capabilities, scenario_unsupported
+from dlbench.backends import get_backend, support
+from dlbench.backends.base import Capabilities
+from dlbench.backends.support import scenario_unsupported
 from dlbench.cli.main import main
 from dlbench.runner import reference, spawn
-from dlbench.runner.executor import judge_parity
+from dlbench.runner.verdicts import judge_parity
 from dlbench.runner.inference import INFER_BATCHES
 from dlbench.runner.plan import Sweep, make_plan
 from dlbench.runner.timing import parity_path
@@ -79,13 +80,18 @@ def test_quantile_is_an_order_statistic():
 def test_spec_validation_names_the_bad_value():
     spec = WorkloadSpec(batch_size=8, dataset_size=64, eval_size=16)
     base = TrialSpec(workload=spec, framework="torch", scenario="infer")
-    base.validate()
+    support.validate(base)
+    ort = replace(base, framework="onnxruntime")
     for bad, match in ((replace(base, infer_requests=10), "infer requests must be an integer >= 100, got 10"),
                        (replace(base, infer_budget_s=0.0), "infer budget must be > 0 seconds, got 0.0"),
-                       (replace(base, policy=Policy(ort_optimization="max")),
-                        "onnxruntime optimization 'max' is not one of: disable, basic, extended, all")):
+                       (replace(ort, policy=Policy(options={"optimization": "max"})),
+                        "onnxruntime option optimization 'max' is not one of: disable, basic, extended, all"),
+                       (replace(ort, policy=Policy(options={"level": "all"})),
+                        r"onnxruntime has no option 'level' \(its options: optimization\)"),
+                       (replace(base, policy=Policy(options={"optimization": "all"})),
+                        r"torch has no option 'optimization' \(its options: none\)")):
         with pytest.raises(SpecError, match=match):
-            bad.validate()
+            support.validate(bad)
 
 
 def test_capabilities_decide_the_scenarios():

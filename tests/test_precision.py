@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlbench import precision
 from dlbench.analysis import parity
-from dlbench.backends import get_backend
+from dlbench.backends import REGISTRY, get_backend, precision
 from dlbench.runner import reference
+from dlbench.runner.fixedbatch import load_grads
 from dlbench.runner.plan import Sweep, make_plan, workload_spec
-from dlbench.runner.probe import load_grads
-from dlbench.spec import Policy, SpecError, TrialSpec, to_dict
+from dlbench.runner.probe_client import run_probe
+from dlbench.spec import PRECISIONS, Policy, SpecError, TrialSpec, to_dict
 
 # One probe process per framework, 9-38 s each here: the Keras backends (one shared program over a
 # global dtype policy) run under the slow marker, the native three in CI.
@@ -27,24 +27,29 @@ FRAMEWORKS = ("torch", "jax", "tensorflow", *(pytest.param(k, marks=pytest.mark.
 WORKLOADS = ("mlp", "cnn")
 
 
+def _row(name: str) -> precision.Support:
+    return get_backend(name).precisions
+
+
 def test_table_covers_every_framework_device_and_precision():
-    for name, row in precision.TABLE.items():
-        assert set(row) == {(d, p) for d in precision.DEVICES for p in precision.PRECISIONS}, name
+    for name in REGISTRY:
+        row = _row(name)
+        assert set(row) == {(d, p) for d in precision.DEVICES for p in PRECISIONS}, name
         assert row[("cpu", "fp32")] is None and row[("cuda", "fp32")] is None
-    assert "TF32" in (precision.unsupported("torch", "cpu", "tf32") or "")
-    assert precision.unsupported("torch", "cpu", "bf16") is None
-    assert precision.unsupported("torch", "cuda", "fp16") is None
-    assert "loss scaling" in (precision.unsupported("jax", "cuda", "fp16") or "")
-    assert "fp32 only" in (precision.unsupported("torch", "cpu", "bf16", scenario="infer") or "")
-    assert precision.unsupported("somebody-else", "cpu", "fp32") is None
-    assert "no precision policy" in (precision.unsupported("somebody-else", "cpu", "bf16") or "")
+    assert "TF32" in (precision.unsupported(_row("torch"), "cpu", "tf32") or "")
+    assert precision.unsupported(_row("torch"), "cpu", "bf16") is None
+    assert precision.unsupported(_row("torch"), "cuda", "fp16") is None
+    assert "loss scaling" in (precision.unsupported(_row("jax"), "cuda", "fp16") or "")
+    assert "fp32 only" in (precision.unsupported(_row("torch"), "cpu", "bf16", scenario="infer") or "")
+    assert "float32 graph" in (precision.unsupported(_row("onnxruntime"), "cpu", "bf16") or "")
+    assert "unknown device" in (precision.unsupported(_row("torch"), "tpu", "fp32") or "")
 
 
 def test_parity_dtype_follows_the_compute_dtype():
     assert precision.parity_dtype("fp32", "float32") == "float32"
     assert precision.parity_dtype("fp32", "float64") == "float64"
     assert precision.parity_dtype("bf16", "float32") == "bfloat16"
-    for p in precision.PRECISIONS:
+    for p in PRECISIONS:
         parity.tolerance(precision.parity_dtype(p, "float32"))  # every one has a tolerance
     assert parity.tolerance("bfloat16").rel_err > parity.tolerance("float32").rel_err
     # resnet's bf16 BatchNorm gradients: n/a with the measured reason, not a stretched pass
@@ -94,7 +99,7 @@ def test_bf16_tiny_models_match_the_float64_reference_within_the_bf16_tolerance(
     with tempfile.TemporaryDirectory() as tmp:
         request = Path(tmp) / "request.json"
         request.write_text(json.dumps({"trials": [to_dict(t) for t in trials], "k_steps": 0}))
-        assert reference.run_probe(request, Path(tmp)) is None
+        assert run_probe(request, Path(tmp)) is None
         statuses = [json.loads((Path(tmp) / f"{i}.json").read_text()) for i in range(len(trials))]
         assert statuses[-1]["status"] == "unsupported" and "TF32" in statuses[-1]["error"]
         for i, trial in enumerate(trials[:-1]):

@@ -141,7 +141,7 @@ def test_keras_and_batchnorm_workloads_are_unsupported_on_several_devices(tmp_pa
 def test_every_backend_says_whether_it_trains_on_several_devices_without_importing_it():
     """Parent side, instant: data as the plan sees it."""
     from dlbench.backends import REGISTRY
-    from dlbench.backends.base import data_parallel_unsupported
+    from dlbench.backends.support import data_parallel_unsupported
     from dlbench.spec import TrialSpec, WorkloadSpec
 
     for name in REGISTRY:

@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from dlbench.spec import Policy, SpecError, TrialSpec, WorkloadSpec, to_dict, trial_from_dict
+from dlbench.backends import support
+from dlbench.spec import Numerics, Policy, SpecError, TrialSpec, WorkloadSpec, to_dict, trial_from_dict
 
 
 def trial(**kw: object) -> TrialSpec:
@@ -15,7 +16,7 @@ def trial(**kw: object) -> TrialSpec:
 
 @pytest.mark.parametrize("t,msg", [
     (lambda: trial(precision="fp8"), "precision 'fp8' is not one of: fp32, tf32, bf16, fp16"),
-    (lambda: trial(scenario="serve"), "scenario 'serve' is not supported yet"),
+    (lambda: trial(scenario="serve"), "scenario 'serve' is not one of: train, infer, converge"),
     (lambda: trial(devices=0), "devices must be an integer >= 1, got 0"),
     (lambda: trial(devices=3), "devices 3 must divide the global batch size 128 and the parity batch of 8"),
     (lambda: trial(devices=2, scaling="diagonal"), "scaling 'diagonal' is not one of: weak, strong"),
@@ -29,8 +30,10 @@ def trial(**kw: object) -> TrialSpec:
     (lambda: TrialSpec(workload=WorkloadSpec(batch_size=512, dataset_size=256), framework="torch"), "smaller than batch size"),
 ])
 def test_rejections_name_the_value(t, msg):
+    """Through backends.support.validate: the spec's own checks, its workload's and its
+    framework's (spec.py alone knows no registry)."""
     with pytest.raises(SpecError) as e:
-        t().validate()
+        support.validate(t())
     assert msg in str(e.value)
     assert "\n" not in str(e.value)
 
@@ -63,3 +66,31 @@ def test_numerics_pin_the_adam_formula():
     assert (n.eps, n.eps_placement, n.bias_correction, n.padding, n.flatten_order) == (
         1e-8, "outside_sqrt", True, "VALID", "HWC")
     assert dataclasses.is_dataclass(n)
+
+
+def test_the_ground_floor_checks_what_it_can_know_alone():
+    """spec.py imports no registry: an unknown workload or framework passes its own validate()
+    and is refused by backends.support.validate."""
+    t = TrialSpec(workload=WorkloadSpec(name="gan"), framework="mxnet")
+    t.validate()
+    with pytest.raises(SpecError, match="workload 'gan'"):
+        support.validate(t)
+
+
+def test_empty_extras_and_options_leave_the_serialised_spec_and_its_keys_unchanged():
+    t = trial()
+    d = to_dict(t)
+    assert "extra" not in d["workload"]["numerics"] and "options" not in d["policy"]
+    with_extra = TrialSpec(workload=WorkloadSpec(numerics=Numerics(extra={"groups": 4})), framework="torch",
+                           policy=Policy(options={"flavour": "spicy"}))
+    back = trial_from_dict(to_dict(with_extra))
+    assert back == with_extra and back.workload.numerics.value("groups") == 4
+    assert with_extra.config_key() != t.config_key()
+
+
+def test_a_stored_policy_with_the_old_onnxruntime_field_reads_as_an_option():
+    d = to_dict(trial())
+    d["policy"]["ort_optimization"] = "all"  # every trial stored before backend options had it
+    assert trial_from_dict(d) == trial()
+    d["policy"]["ort_optimization"] = "basic"
+    assert trial_from_dict(d).policy.options == {"optimization": "basic"}

@@ -1,7 +1,9 @@
 """Frozen, framework-neutral specifications that cross process boundaries as JSON.
 
 These classes validate and never act: environment variables, affinity and device setup are the
-worker's job (runner/worker.py), done before any framework is imported.
+worker's job (runner/worker.py), done before any framework is imported. This module is the ground
+floor: it validates what it can know alone; what depends on a workload is checked by
+`workloads.validate`, what depends on a framework by `backends.support`.
 """
 
 from __future__ import annotations
@@ -14,12 +16,11 @@ from typing import Any, Literal
 
 SCHEMA_VERSION = 1
 
-FRAMEWORKS = ("torch", "tensorflow", "jax", "keras-jax", "keras-torch", "keras-tensorflow", "onnxruntime")
 MODES = ("eager", "graph", "compiled")
-# Which framework runs which on which device is data: precision.py.
-PRECISIONS_SUPPORTED = ("fp32", "tf32", "bf16", "fp16")
-SCENARIOS_SUPPORTED = ("train", "infer", "converge")
-SCENARIOS_PLANNED = ("train", "infer", "converge")
+# Which framework runs which on which device is data in each backend (backends/precision.py).
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+# What a trial measures; each workload says which it runs and how (workloads: SCENARIOS).
+SCENARIOS = ("train", "infer", "converge")
 COMPILE_CACHES = ("cold", "warm")
 LABELS = ("learnable", "random")
 # Where the training data lives: "pipeline", the framework's idiomatic loader (DataLoader,
@@ -33,9 +34,6 @@ DTYPES = ("float32", "float64")
 # Matmul precision of float32 matmuls and convolutions: "highest" (IEEE fp32, every TF32 switch
 # off) or "tf32" (TF32 tensor cores), which precision tf32 and only it selects.
 MATMUL_PRECISIONS = ("highest", "tf32")
-# ONNX Runtime's graph optimisation levels (onnxruntime.GraphOptimizationLevel ORT_DISABLE_ALL,
-# ORT_ENABLE_BASIC, ORT_ENABLE_EXTENDED, ORT_ENABLE_ALL), by their short names.
-ORT_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
 # Inference (scenario "infer"): a p99 needs at least 100 requests to be more than the maximum.
 MIN_INFER_REQUESTS = 100
 # Data parallelism (docs/methodology.md, multi-device scaling): "weak" keeps the per-device
@@ -45,8 +43,9 @@ SCALINGS = ("weak", "strong")
 # global batch. Recorded with every multi-device trial; no workload with BatchNorm runs on
 # several devices yet (backends/base.py: data_parallel_unsupported).
 BN_SYNCS = ("per-replica", "synchronised")
-# The parity phase splits the canonical fixed batch (runner/probe.py FIXED_BATCH_SIZE) into one
-# equal shard per device, so the device count must divide it.
+# The canonical fixed batch of every parity check (loss and gradients, logits) has this many
+# samples; the parity phase splits it into one equal shard per device, so the device count must
+# divide it.
 PARITY_BATCH = 8
 
 Mode = Literal["eager", "graph", "compiled"]
@@ -142,19 +141,12 @@ class WorkloadSpec:
     numerics: Numerics = field(default_factory=Numerics)
 
     def validate(self) -> None:
-        from dlbench.workloads import WORKLOADS
-
-        _check_choice("workload", self.name, tuple(WORKLOADS))
-        _check_choice(f"{self.name} model size", self.model_size, tuple(WORKLOADS[self.name].MODEL_SIZES))
+        """What the spec can check alone; `workloads.validate` adds the workload's own checks
+        (a known name and model size, augmentation only for images)."""
+        if not isinstance(self.name, str) or not self.name:
+            raise SpecError(f"workload must be a name, got {self.name!r}")
         _check_choice("labels", self.labels, LABELS)
         _check_choice("augment", self.augment, AUGMENTATIONS)
-        if self.augment != "none":
-            shape, dtype = WORKLOADS[self.name].input_spec(self)
-            if len(shape) != 3 or dtype != "float32":
-                raise SpecError(
-                    f"augment {self.augment!r} needs NHWC images; {self.name} takes {shape} {dtype}:"
-                    " allowed is none"
-                )
         _check_choice("dtype", self.numerics.dtype, DTYPES)
         _check_positive_int("batch size", self.batch_size)
         _check_positive_int("dataset size", self.dataset_size)
@@ -190,12 +182,15 @@ class Policy:
     data: str = "pipeline"
     # Matmul precision: fp32 everywhere by default (no TF32, JAX "highest").
     matmul_precision: str = "highest"
-    # ONNX Runtime's graph optimisation level (its default, and what a deployment uses: "all").
-    ort_optimization: str = "all"
+    # The trial's framework's own options (ONNX Runtime's graph optimisation level, ...): name ->
+    # value, each declared and validated by its backend (Backend.options); empty for the
+    # framework's defaults, and then left out of the serialised spec.
+    options: dict[str, str] = field(default_factory=dict)
 
     def validate(self) -> None:
         _check_choice("mode", self.mode, MODES)
-        _check_choice("onnxruntime optimization", self.ort_optimization, ORT_OPTIMIZATIONS)
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.options.items()):
+            raise SpecError(f"options must map names to strings, got {self.options!r}")
         _check_choice("compile cache", self.compile_cache, COMPILE_CACHES)
         _check_choice("matmul precision", self.matmul_precision, MATMUL_PRECISIONS)
         if self.threads is not None:
@@ -245,17 +240,14 @@ class TrialSpec:
     schema_version: int = SCHEMA_VERSION
 
     def validate(self) -> None:
+        """What the spec can check alone; `backends.support.validate` adds the registries (a
+        known workload and framework, the framework's options)."""
         self.workload.validate()
         self.policy.validate()
-        from dlbench.backends import registered
-
-        _check_choice("framework", self.framework, tuple(registered()))
-        if self.scenario not in SCENARIOS_SUPPORTED:
-            raise SpecError(
-                f"scenario {self.scenario!r} is not supported yet: allowed is "
-                f"{', '.join(SCENARIOS_SUPPORTED)} (planned: {', '.join(SCENARIOS_PLANNED)})"
-            )
-        _check_choice("precision", self.precision, PRECISIONS_SUPPORTED)
+        if not isinstance(self.framework, str) or not self.framework:
+            raise SpecError(f"framework must be a name, got {self.framework!r}")
+        _check_choice("scenario", self.scenario, SCENARIOS)
+        _check_choice("precision", self.precision, PRECISIONS)
         wanted = "tf32" if self.precision == "tf32" else "highest"
         if self.policy.matmul_precision != wanted:
             raise SpecError(f"matmul precision {self.policy.matmul_precision!r} does not match precision"
@@ -346,6 +338,8 @@ def _drop_empty_extra(d: dict[str, Any]) -> None:
             _drop_empty_extra(value)
     if d.get("extra") == {} and "ode_solver" in d:  # a Numerics dict
         del d["extra"]
+    if d.get("options") == {} and "compile_cache" in d:  # a Policy dict
+        del d["options"]
 
 
 def trial_from_dict(d: dict[str, Any]) -> TrialSpec:
@@ -358,5 +352,15 @@ def trial_from_dict(d: dict[str, Any]) -> TrialSpec:
     w = dict(d.pop("workload"))
     w["numerics"] = Numerics(**w.get("numerics", {}))
     d["workload"] = WorkloadSpec(**w)
-    d["policy"] = Policy(**d.get("policy", {}))
+    d["policy"] = Policy(**_policy_fields(d.get("policy", {})))
     return TrialSpec(**d)
+
+
+def _policy_fields(policy: dict[str, Any]) -> dict[str, Any]:
+    """A stored policy in today's fields. Stores before backend options kept ONNX Runtime's
+    optimisation level as `ort_optimization` in every trial's policy ("all" = the default)."""
+    p = dict(policy)
+    legacy = p.pop("ort_optimization", "all")
+    if legacy != "all":
+        p["options"] = {"optimization": legacy, **p.get("options", {})}
+    return p

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import importlib
 import os
+from typing import Any
 
 from dlbench.backends.base import Backend
-from dlbench.spec import FRAMEWORKS, SpecError
+from dlbench.spec import SpecError
 
 # framework name -> "module:class"
 REGISTRY: dict[str, str] = {
@@ -22,7 +23,10 @@ REGISTRY: dict[str, str] = {
     "keras-tensorflow": "dlbench.backends.keras:KerasTensorFlow",
     "onnxruntime": "dlbench.backends.onnxruntime:OnnxRuntimeBackend",
 }
-assert tuple(REGISTRY) == FRAMEWORKS
+# Frameworks that can compute the float64 parity reference, in order of preference: JAX's
+# implementations use the canonical layouts natively (nothing permuted), torch's need conversions.
+# DLBENCH_REFERENCE_FRAMEWORK names another (it must implement float64).
+REFERENCE_PREFERENCE = ("jax", "torch")
 
 
 def registered() -> dict[str, str]:
@@ -45,3 +49,14 @@ def get_backend(name: str) -> Backend:
     module_name, cls_name = target.split(":")
     backend: Backend = getattr(importlib.import_module(module_name), cls_name)()
     return backend
+
+
+def installed() -> dict[str, dict[str, Any]]:
+    """Every registered framework: installed?, the detail (version or what is missing) and its
+    distributions' versions, from package metadata (no framework is imported)."""
+    out = {}
+    for name in registered():
+        backend = get_backend(name)
+        ok, detail = backend.available()
+        out[name] = {"installed": ok, "detail": detail, "distributions": backend.distributions()}
+    return out

@@ -6,14 +6,14 @@ A backend package (`backends/<framework>/`) has the same file names in every fra
   cnn.py       `build(trial) -> Program` (one module per workload, same builder name).
 
 Only the worker process (runner/worker.py) calls the methods that import a framework; the
-parent process calls `available()`, `modes()` and `distributions()` only.
+parent process calls `available()`, `modes()` and `distributions()` only. What a backend can run
+is data on the class (capabilities, modes, precisions, options); `backends/support.py` reads it
+to answer "can this run?" in one place for the planner, the worker and the probe.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
-import importlib.util
 import time
 import typing
 from collections.abc import Callable, Iterator
@@ -22,8 +22,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from dlbench.backends.precision import Support
+from dlbench.packages import installed_versions, module_installed  # noqa: F401 (for the backends)
 from dlbench.spec import Policy, TrialSpec
 from dlbench.workloads.data import Augment, Dataset
+# Variables that change speed or numerics in every framework: recorded with every trial, next to
+# the backend's own (Backend.recorded_environment).
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+               "NUMEXPR_NUM_THREADS")
+COMMON_RECORDED_VARS = THREAD_VARS + ("CUDA_VISIBLE_DEVICES", "KMP_AFFINITY", "OMP_PROC_BIND")
 
 
 class Unsupported(Exception):
@@ -45,14 +52,14 @@ class Capabilities:
         return [name for name, has in (("train", self.train), ("infer", self.infer), ("grads", self.grads)) if has]
 
 
-def scenario_unsupported(framework: str, capabilities: Capabilities, scenario: str) -> str | None:
-    """None when the capabilities cover the scenario, else the reason (one line). Every
-    scenario but `infer` trains."""
-    needed, has_it = ("infer", capabilities.infer) if scenario == "infer" else ("train", capabilities.train)
-    if has_it:
-        return None
-    has = ", ".join(capabilities.names()) or "none"
-    return f"{framework} cannot run the {scenario} scenario: it lacks the {needed} capability (has: {has})"
+@dataclass(frozen=True)
+class Option:
+    """One framework option a user may set (`--option FRAMEWORK.NAME=VALUE`, Policy.options):
+    the values it takes, the framework's own default, and what it does."""
+
+    allowed: tuple[str, ...]
+    default: str
+    help: str
 
 
 class DataParallel(Protocol):
@@ -101,22 +108,6 @@ class SingleDevice:
 
     def comm_s(self) -> float | None:
         return None
-
-
-def data_parallel_unsupported(dp: DataParallel, trial: TrialSpec) -> str | None:
-    """Why `trial` cannot run on trial.devices devices here, or None. What no framework runs is
-    decided here, once: scenarios other than train, and workloads with BatchNorm (per-replica
-    statistics would need a per-replica float64 reference; not implemented)."""
-    if trial.devices == 1:
-        return None
-    if trial.scenario != "train":
-        return f"devices {trial.devices}: data parallelism runs the train scenario only, not {trial.scenario!r}"
-    from dlbench import workloads
-
-    if workloads.get(trial.workload.name).buffer_shapes(trial.workload):
-        return (f"devices {trial.devices}: {trial.workload.name} has BatchNorm, and {trial.bn_sync} BatchNorm"
-                " under data parallelism (with its matching parity reference) is not implemented")
-    return dp.unsupported(trial)
 
 
 def shard_slice(global_rows: int, devices: int, rank: int) -> slice:
@@ -218,8 +209,21 @@ class Program(Protocol):
 
 
 class Backend(Protocol):
+    """One framework. The class attributes are data the parent reads without importing the
+    framework: what it can run (capabilities, precisions, options), and what of the
+    environment and of the allocator is worth recording."""
+
     name: str
     capabilities: Capabilities
+    # (device, precision) -> None when supported, else why not (backends/precision.py: NATIVE)
+    precisions: Support
+    # The framework's own options (Policy.options): name -> Option; empty for most.
+    options: dict[str, Option]
+    # Environment variables that change this framework's speed or numerics, recorded with every
+    # trial (beside COMMON_RECORDED_VARS).
+    recorded_environment: tuple[str, ...]
+    # allocator_stats() metric name -> unit; the trial result carries these units.
+    allocator_units: dict[str, str]
 
     @property
     def data_parallel(self) -> DataParallel:
@@ -262,8 +266,15 @@ class Backend(Protocol):
         them as read back from the framework: recorded as the trial's effective policy."""
         ...
 
+    def device_kind(self) -> str:
+        """After the import: "cuda" where the framework runs on an NVIDIA GPU, else "cpu" (the
+        key of `precisions`)."""
+        ...
+
     def build(self, trial: TrialSpec) -> Program:
-        """Build the workload's Program for this trial; raises Unsupported with a reason."""
+        """Build the workload's Program for this trial; raises Unsupported with a reason. Called
+        through backends.support.build, which has checked mode, precision and scenario and checks
+        the Program's numerics read-back."""
         ...
 
     def forget_compiled(self) -> None:
@@ -305,24 +316,6 @@ class TimedBatches(Iterator[Any]):
         self.wait_s += time.perf_counter() - t0
         self.pulls += 1
         return batch
-
-
-def module_installed(module: str) -> bool:
-    """True when the top-level module can be found, without importing it."""
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def installed_versions(names: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for name in names:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return out
 
 
 def build_program(package: str, trial: TrialSpec) -> Program:

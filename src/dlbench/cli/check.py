@@ -20,14 +20,15 @@ from typing import Any
 import numpy as np
 from rich.table import Table
 
-from dlbench import workloads
+from dlbench import processes, workloads
 from dlbench.analysis import parity
-from dlbench.backends import get_backend, registered
+from dlbench.backends import get_backend, registered, support
 from dlbench.cli.common import EXIT_OK, EXIT_PARITY_FAILED, UsageError, comma_list
 from dlbench.report.table import make_console
 from dlbench.runner import reference
+from dlbench.runner.fixedbatch import load_grads
 from dlbench.runner.plan import workload_spec
-from dlbench.runner.probe import load_grads
+from dlbench.runner.probe_client import run_probe
 from dlbench.spec import Policy, TrialSpec, to_dict
 
 
@@ -84,12 +85,14 @@ def main(args: argparse.Namespace) -> int:
     console = make_console()
     trials = {(w, f): _trial(w, f, args) for w in wls for f in fws}
     for t in trials.values():
-        t.validate()
+        support.validate(t)
     cells: dict[tuple[str, str], Cell] = {}
-    refs = reference.ensure([trials[(w, fws[0])].workload for w in wls], args.steps,
-                            lambda m: console.print(m, style="dim"))
-    for f in fws:
-        cells.update(_probe_framework(f, [(w, trials[(w, f)]) for w in wls], args, console))
+    # SIGTERM (timeout, a CI runner) stops check like Ctrl-C: the running probe's group is killed.
+    with processes.stop_signals_interrupt():
+        refs = reference.ensure([trials[(w, fws[0])].workload for w in wls], args.steps,
+                                lambda m: console.print(m, style="dim"))
+        for f in fws:
+            cells.update(_probe_framework(f, [(w, trials[(w, f)]) for w in wls], args, console))
     for (w, f), cell in cells.items():
         ref = refs.get(reference.key(trials[(w, f)].workload, args.steps))
         _judge(cell, ref, w)
@@ -116,7 +119,7 @@ def _probe_framework(f: str, items: list[tuple[str, TrialSpec]], args: argparse.
     with tempfile.TemporaryDirectory(prefix=f"dlbench-check-{f}-") as tmp:
         req = Path(tmp) / "request.json"
         req.write_text(json.dumps({"trials": [to_dict(t) for _, t in items], "k_steps": args.steps}))
-        error = reference.run_probe(req, Path(tmp))
+        error = run_probe(req, Path(tmp))
         for i, (w, _) in enumerate(items):
             out[(w, f)] = _read_cell(Path(tmp), i, error)
     return out

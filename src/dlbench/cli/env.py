@@ -8,6 +8,7 @@ import os
 
 from rich.table import Table
 
+from dlbench.backends import installed
 from dlbench.report.table import make_console
 from dlbench.results.environment import capture
 from dlbench.runner.ceiling import ceiling
@@ -19,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def main(args: argparse.Namespace) -> int:
-    env = capture()
+    env = capture(installed())
     env["matmul_ceiling"] = ceiling(len(os.sched_getaffinity(0)))[0]
     if args.json:
         print(json.dumps(env, indent=2))
@@ -29,6 +30,7 @@ def main(args: argparse.Namespace) -> int:
     table.add_column("value")
     for key in ("os", "python", "cpu_model", "dlbench", "git_commit"):
         table.add_row(key, str(env[key]))
+    table.add_row("cpu_isa", " ".join(env["cpu_isa"]) or "–")
     table.add_row("cpus", f"{env['cpu_logical']} logical, {env['cpu_physical']} physical, "
                   f"{env['cpu_affinity']} in this process's affinity mask")
     table.add_row("ram", f"{env['ram_bytes'] / 1024**3:.1f} GiB")

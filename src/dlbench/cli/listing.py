@@ -6,12 +6,13 @@ import argparse
 
 from rich.table import Table
 
-from dlbench import precision, workloads
-from dlbench.backends import get_backend, registered
-from dlbench.backends.base import Capabilities, module_installed, scenario_unsupported
+from dlbench import workloads
+from dlbench.backends import get_backend, precision, registered
+from dlbench.backends.base import Capabilities, module_installed
+from dlbench.backends.support import scenario_unsupported
 from dlbench.monitors.nvml import device_kind
 from dlbench.report.table import make_console
-from dlbench.spec import MODES, SCENARIOS_SUPPORTED
+from dlbench.spec import MODES, PRECISIONS, SCENARIOS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -45,15 +46,16 @@ def main(args: argparse.Namespace) -> int:
 
 
 def precision_table() -> Table:
-    """Framework x device x precision (precision.py), this machine's device first."""
+    """Framework x device x precision (each backend's precisions), this machine's device first."""
     here = device_kind()
     table = Table(title=f"precisions (--precision) for training; this machine: {here}")
-    for h in ("framework", "device", *precision.PRECISIONS):
+    for h in ("framework", "device", *PRECISIONS):
         table.add_column(h)
     devices = sorted(precision.DEVICES, key=lambda d: d != here)
     for name in registered():
+        row = get_backend(name).precisions
         for device in devices:
-            cells = [precision.unsupported(name, device, p) for p in precision.PRECISIONS]
+            cells = [precision.unsupported(row, device, p) for p in PRECISIONS]
             table.add_row(name, device + (" (here)" if device == here else ""),
                           *("yes" if r is None else f"no: {r}" for r in cells))
     return table
@@ -61,7 +63,7 @@ def precision_table() -> Table:
 
 def _scenarios(name: str, capabilities: Capabilities) -> str:
     """The scenarios the backend's capabilities allow, and why not the others."""
-    reasons = {s: scenario_unsupported(name, capabilities, s) for s in SCENARIOS_SUPPORTED}
+    reasons = {s: scenario_unsupported(name, capabilities, s) for s in SCENARIOS}
     runs = [s for s, r in reasons.items() if r is None]
     text = ", ".join(runs) or "none"
     if len(runs) < len(reasons):

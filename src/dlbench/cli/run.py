@@ -9,16 +9,14 @@ import functools
 import os
 import random
 import shlex
-import signal
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
 
-from dlbench import workloads
-from dlbench.backends import registered
+from dlbench import processes, workloads
+from dlbench.backends import installed, registered
 from dlbench.cli import suite
 from dlbench.cli.common import (
     EXIT_INTERRUPTED,
@@ -50,15 +48,13 @@ SWEEP_DEFAULTS: dict[str, Any] = {
     "preset": "cpu", "epochs": None, "warmup_epochs": None, "dataset_size": None,
     "chunk_steps": 16, "threads": None, "compile_cache": "cold", "timeout": 1800.0,
     "memory_limit": None, "allow_concurrent": False, "order_seed": None,
-    "infer_requests": 1000, "infer_budget_s": 20.0, "ort_optimization": "all",
+    "infer_requests": 1000, "infer_budget_s": 20.0, "option": (),
     "target_accuracy": None, "eval_every": 32, "max_steps": 2000, "max_time_s": 600.0,
     "data": ("pipeline",), "loader_workers": 0, "augment": "none",
     "executor": "local", "address": None,
 }
 # Options that say how to run, not what: --resume takes them too.
 HOW_OPTIONS = ("allow_concurrent", "executor", "address")
-# A terminal closed (SIGHUP) or a polite kill (SIGTERM) stops a sweep like Ctrl-C does.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -96,8 +92,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="infer: batch-1 requests timed, unless the budget runs out first (default 1000)")
     p.add_argument("--infer-budget-s", type=float,
                    help="infer: seconds each timed loop (latency, throughput) may take (default 20)")
-    p.add_argument("--ort-optimization",
-                   help="ONNX Runtime graph optimisation: disable, basic, extended, all (default: all)")
+    p.add_argument("--option", type=comma_list("option"), metavar="FRAMEWORK.NAME=VALUE",
+                   help="a framework's own option, e.g. onnxruntime.optimization=basic (dlbench list"
+                        " --long shows each framework's options); part of that framework's policy")
     p.add_argument("--target-accuracy", type=float,
                    help="converge: held-out accuracy to reach (required by --scenario converge)")
     p.add_argument("--eval-every", type=int, help="converge: steps between evaluations, K (default 32)")
@@ -134,6 +131,16 @@ def sweep_options(args: argparse.Namespace) -> dict[str, Any]:
     return {**SWEEP_DEFAULTS, **from_file, **given}
 
 
+def parse_option(text: str) -> tuple[str, str, str]:
+    """`FRAMEWORK.NAME=VALUE` -> (framework, name, value); the framework checks name and value."""
+    target, sep, value = text.partition("=")
+    framework, dot, name = target.rpartition(".")
+    if not sep or not dot or not framework or not name or not value:
+        raise UsageError(f"option {text!r} is not of the form FRAMEWORK.NAME=VALUE"
+                         " (e.g. onnxruntime.optimization=basic)")
+    return framework.strip(), name.strip(), value.strip()
+
+
 def sweep_from_options(o: dict[str, Any]) -> Sweep:
     cores = len(os.sched_getaffinity(0))
     if o["threads"] is not None and not 1 <= o["threads"] <= cores:
@@ -151,7 +158,7 @@ def sweep_from_options(o: dict[str, Any]) -> Sweep:
         threads=o["threads"], compile_cache=o["compile_cache"], timeout_s=o["timeout"],
         memory_limit_bytes=o["memory_limit"],
         infer_requests=o["infer_requests"], infer_budget_s=o["infer_budget_s"],
-        ort_optimization=o["ort_optimization"],
+        options=tuple(parse_option(text) for text in o["option"]),
         data=o["data"], loader_workers=o["loader_workers"], augment=o["augment"],
         target_accuracy=o["target_accuracy"], eval_every=o["eval_every"], max_steps=o["max_steps"],
         max_time_s=o["max_time_s"],
@@ -252,12 +259,12 @@ def main(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     print_plan(console, plan, store.durations_by_config())
     progress = ConsoleProgress(console)
-    with machine_lock(allow_concurrent, on_wait=lambda: _waiting(console)), _stop_signals_interrupt():
+    with machine_lock(allow_concurrent, on_wait=lambda: _waiting(console)), processes.stop_signals_interrupt():
         if plan.pending:
             warm_imports(plan, progress)
         with executor(options, bool(plan.pending)) as run_trials:
             command = "dlbench " + shlex.join(args.argv)
-            run_id = store.create_run(command, environment.capture(), allow_concurrent,
+            run_id = store.create_run(command, environment.capture(installed()), allow_concurrent,
                                       order_seed=plan.order_seed)
             outcome = run_trials(store, run_id, register(store, run_id, plan), progress)
             _finish_run(store, run_id, outcome)
@@ -276,7 +283,7 @@ def resume_main(args: argparse.Namespace) -> int:
     store = open_store(args.store, must_exist=True)
     progress = ConsoleProgress(console)
     with machine_lock(bool(args.allow_concurrent), on_wait=lambda: _waiting(console)), \
-            _stop_signals_interrupt():
+            processes.stop_signals_interrupt():
         run_id = resume.select_run(store, args.resume, args.retry_failed)
         if run_id is None:
             console.print(f"dlbench: nothing to resume: no run in {args.store} has"
@@ -357,27 +364,3 @@ def _report(console: Console, store: Store, run_id: int, store_path: str, outcom
         return EXIT_TRIALS_FAILED
     parity_failed = any((t.data.get("parity") or {}).get("verdict") == "fail" for t in store.trials(run_id))
     return EXIT_PARITY_FAILED if parity_failed else EXIT_OK
-
-
-@contextlib.contextmanager
-def _stop_signals_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise KeyboardInterrupt like Ctrl-C: the running trial's group is
-    killed and marked `interrupted`, the run is marked too. An ignored signal (nohup) stays
-    ignored."""
-
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread may set handlers (an embedding caller's thread)
-        return
-    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
-    for sig, old in previous.items():
-        if old is not signal.SIG_IGN and old is not None:
-            signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            if old is not None:
-                signal.signal(sig, old)

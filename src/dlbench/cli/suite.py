@@ -27,9 +27,9 @@ from dlbench.spec import (
     COMPILE_CACHES,
     DATA_PLACEMENTS,
     MODES,
-    PRECISIONS_SUPPORTED,
+    PRECISIONS,
     SCALINGS,
-    SCENARIOS_SUPPORTED,
+    SCENARIOS,
 )
 
 REPR_CHARS = 60
@@ -60,8 +60,8 @@ KEYS: dict[str, Key] = {
     "mode": Key("names", lambda: MODES),
     "batch-size": Key("ints", minimum=1),
     "seed": Key("ints", minimum=0),
-    "precision": Key("names", lambda: PRECISIONS_SUPPORTED),
-    "scenario": Key("names", lambda: SCENARIOS_SUPPORTED),
+    "precision": Key("names", lambda: PRECISIONS),
+    "scenario": Key("names", lambda: SCENARIOS),
     "devices": Key("ints", minimum=1),
     "scaling": Key("name", lambda: SCALINGS),
     "repeats": Key("int", minimum=1, maximum=lambda: MAX_REPEATS),
@@ -86,6 +86,8 @@ KEYS: dict[str, Key] = {
     "data": Key("names", lambda: DATA_PLACEMENTS),
     "loader-workers": Key("int", minimum=0),
     "augment": Key("name", lambda: AUGMENTATIONS),
+    # framework options: "FRAMEWORK.NAME=VALUE" each, checked by the framework's backend
+    "option": Key("names"),
 }
 
 
@@ -185,6 +187,8 @@ def _check_one(key: Key, value: Any, listed: bool) -> None:
 def _expected(key: Key, listed: bool) -> str:
     if key.allowed is not None:
         what = f"one of: {', '.join(map(str, key.allowed()))}"
+    elif key.kind in ("names", "name"):
+        what = "a string"
     elif key.maximum is not None:
         what = f"an integer from {key.minimum} to {key.maximum()}"
     else:

@@ -1,5 +1,6 @@
 """The machine a run happened on: recorded with every run, compared (not required equal) by
-`compare`. Never imports a framework: versions come from package metadata."""
+`compare`. Never imports a framework: the frameworks' installed versions are handed in by the
+caller (backends.installed: package metadata)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from typing import Any
 import psutil
 
 import dlbench
-from dlbench.backends import get_backend, registered
-from dlbench.backends.base import installed_versions
 from dlbench.monitors.nvml import Nvml
+from dlbench.packages import installed_versions
+
+# CPU features that decide which kernels a framework picks (oneDNN, XLA:CPU, Eigen, MLAS): the
+# vector width, fused multiply-add, and the reduced-precision and matrix extensions.
+ISA_PREFIXES = ("avx", "fma", "f16c", "amx", "sse4", "neon", "asimd", "sve")
 
 
 def cpu_model() -> str:
@@ -43,6 +47,19 @@ def git_commit() -> str | None:
     return out.stdout.strip() + ("+dirty" if dirty else "")
 
 
+def cpu_isa() -> list[str]:
+    """The CPU's instruction-set extensions that matter for numeric kernels (AVX2, AVX-512 and its
+    BF16/VNNI parts, AMX, FMA, ...), from /proc/cpuinfo's flags; empty where unreadable."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                flags = line.split(":", 1)[1].split()
+                return sorted({f for f in flags if f.startswith(ISA_PREFIXES)})
+    except OSError:
+        pass
+    return []
+
+
 def gpu_info() -> dict[str, Any]:
     nvml, reason = Nvml.open()
     if nvml is None:
@@ -50,16 +67,9 @@ def gpu_info() -> dict[str, Any]:
     return {"gpus": nvml.devices(), "driver": nvml.driver_version()}
 
 
-def frameworks() -> dict[str, Any]:
-    out = {}
-    for name in registered():
-        backend = get_backend(name)
-        ok, reason = backend.available()
-        out[name] = {"installed": ok, "detail": reason, "distributions": backend.distributions()}
-    return out
-
-
-def capture() -> dict[str, Any]:
+def capture(frameworks: dict[str, Any]) -> dict[str, Any]:
+    """The environment, with `frameworks` (name -> installed?, detail, distributions) as the
+    caller found them (backends.installed)."""
     vm = psutil.virtual_memory()
     return {
         "python": sys.version.split()[0],
@@ -68,13 +78,14 @@ def capture() -> dict[str, Any]:
         "kernel": platform.release(),
         "hostname": platform.node(),
         "cpu_model": cpu_model(),
+        "cpu_isa": cpu_isa(),
         "cpu_logical": psutil.cpu_count(logical=True),
         "cpu_physical": psutil.cpu_count(logical=False),
         "cpu_affinity": len(os.sched_getaffinity(0)),
         "ram_bytes": vm.total,
         "gpu": gpu_info(),
         "packages": installed_versions(("numpy", "psutil", "scipy", "nvidia-ml-py")),
-        "frameworks": frameworks(),
+        "frameworks": frameworks,
         "dlbench": dlbench.__version__,
         "git_commit": git_commit(),
     }

@@ -101,6 +101,9 @@ class TrialResult:
     error: str | None = None
     # name -> value (None with a reason in `notes` when it cannot be measured here)
     metrics: dict[str, float | None] = field(default_factory=dict)
+    # Units of metrics whose producer declares them (a backend's allocator counters); the
+    # neutral metrics' units come from the metric registry.
+    units: dict[str, str] = field(default_factory=dict)
     # series name -> list of (t, value); t is a step index or seconds, per series
     series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)

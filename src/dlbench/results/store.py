@@ -125,7 +125,7 @@ class ResumableTrial:
     process_created_at: float | None
 
 
-# (pid, creation time) -> is that process still running? (runner/processes.is_alive)
+# (pid, creation time) -> is that process still running? (dlbench/processes.is_alive)
 AliveCheck = Callable[[int, "float | None"], bool]
 
 

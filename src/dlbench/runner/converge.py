@@ -21,17 +21,16 @@ import time
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dlbench import workloads
 from dlbench.backends.base import Backend, Program
-from dlbench.monitors.memory import MemorySampler
 from dlbench.results.records import TrialResult
-from dlbench.runner.probe import fixed_batch_grads, save_grads
-from dlbench.runner.timing import EventLog, Phases, split_steps
+from dlbench.runner import fixedbatch, train
+from dlbench.runner.context import TrialContext, allocator_metrics
+from dlbench.runner.timing import EventLog, split_steps
 from dlbench.spec import TrialSpec
 from dlbench.workloads.data import Dataset, epoch_steps
 
@@ -80,28 +79,26 @@ class Feed:
         return next(iter(self._program.batches(rows[:1], None if augment is None else augment.steps(0, 1))))
 
 
-def run(
-    trial: TrialSpec, backend: Backend, program: Program, state: Any, phases: Phases, log: EventLog,
-    sampler: MemorySampler, created: float, result: TrialResult, parity_file: Path,
-) -> None:
-    """Every phase of a converge trial after build and data; fills `result` as it goes."""
-    m = result.metrics
+def run(ctx: TrialContext) -> None:
+    """Every phase of a converge trial after the framework import."""
+    trial, m = ctx.trial, ctx.metrics
+    program, state = train.build_and_load(ctx)
     spec = trial.workload
     eval_data = workloads.get(spec.name).make_eval_dataset(spec)  # untimed, before the clock
-    m["rss_initial_bytes"], m["vram_initial_bytes"] = sampler.sample()
-    sampler.begin_window()
-    log.emit("phase", name="converge", state="start")
-    curve = train_to_target(trial, backend, program, state, log, eval_data, created, m)
-    log.emit("phase", name="converge", state="end", seconds=curve.train_s + curve.eval_s)
-    window = sampler.end_window()
+    m["rss_initial_bytes"], m["vram_initial_bytes"] = ctx.sampler.sample()
+    ctx.sampler.begin_window()
+    ctx.log.emit("phase", name="converge", state="start")
+    curve = train_to_target(trial, ctx.backend, program, state, ctx.log, eval_data, ctx.created, m)
+    ctx.log.emit("phase", name="converge", state="end", seconds=curve.train_s + curve.eval_s)
+    window = ctx.sampler.end_window()
     m["rss_window_peak_bytes"], m["vram_window_peak_bytes"] = window["rss"], window["vram"]
     m["recompiles_in_window"] = curve.recompiles
-    converge_metrics(trial, curve, result)
-    t = phases.start("parity")  # after training: its own compile must not shorten the first step's
-    loss, grads = fixed_batch_grads(program, spec)
-    save_grads(parity_file, loss, grads)
-    m["parity_s"] = phases.end("parity", t)
-    m.update(backend.allocator_stats())
+    converge_metrics(trial, curve, ctx.result)
+    t = ctx.phases.start("parity")  # after training: its own compile must not shorten the first step's
+    loss, grads = fixedbatch.grads(trial, program)
+    fixedbatch.save_grads(ctx.parity_file, loss, grads)
+    m["parity_s"] = ctx.phases.end("parity", t)
+    allocator_metrics(ctx)
 
 
 def train_to_target(
@@ -125,7 +122,7 @@ def train_to_target(
             state = _chunk(backend, program, state, feed, n, curve)
             log.emit("chunk", epoch=feed.epoch, steps=n, seconds=curve.chunks[-1][1])
         curve.train_s += time.perf_counter() - t0
-        accuracy = _accuracy(program, state, eval_data, trial.workload.batch_size, curve)
+        accuracy = _quality(program, state, eval_data, trial, curve)
         curve.points.append((curve.steps, curve.train_s, accuracy))
         log.emit("eval", step=curve.steps, accuracy=accuracy, train_s=curve.train_s)
         if _stop(trial, curve, accuracy):
@@ -164,16 +161,13 @@ def _per_step(values: np.ndarray, n: int) -> np.ndarray:
     raise RuntimeError(f"train_chunk returned {len(values)} losses for {n} steps")
 
 
-def _accuracy(program: Program, state: Any, data: Dataset, batch_size: int, curve: Curve) -> float:
-    """Held-out accuracy with the clock stopped (its seconds go to curve.eval_s), in slices of
-    the training batch size so every call has the shape of the first one."""
+def _quality(program: Program, state: Any, data: Dataset, trial: TrialSpec, curve: Curve) -> float:
+    """The workload's held-out quality (accuracy for a classifier) with the clock stopped (its
+    seconds go to curve.eval_s)."""
     t0 = time.perf_counter()
-    correct = 0
-    for i in range(0, len(data), batch_size):
-        logits = program.predict(state, data.x[i : i + batch_size])
-        correct += int(np.sum(np.argmax(logits, axis=1) == data.y[i : i + batch_size]))
+    value = train.held_out_score(program, state, trial.workload, data)
     curve.eval_s += time.perf_counter() - t0
-    return correct / len(data)
+    return value
 
 
 def _stop(trial: TrialSpec, curve: Curve, accuracy: float) -> bool:

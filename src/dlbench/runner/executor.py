@@ -17,20 +17,16 @@ from typing import Any
 
 import psutil
 
-from dlbench import precision
-from dlbench.analysis import efficiency, parity
 from dlbench.backends import get_backend
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
 from dlbench.results.store import Store
-from dlbench.runner import ceiling, inference, reference, spawn
+from dlbench.runner import reference, spawn
 from dlbench.runner.plan import Plan, PlannedTrial, with_ids
-from dlbench.runner.probe import load_grads
 from dlbench.runner.timing import parity_path
+from dlbench.runner.verdicts import Ceilings, ceilings, judge_efficiency, judge_parity
 from dlbench.spec import Policy, TrialSpec
 
 WARM_IMPORT_TIMEOUT_S = 600
-# threads -> (the matmul ceiling measured with that many, or None, and why)
-Ceilings = dict[int, tuple[dict[str, Any] | None, str]]
 
 
 class Progress:
@@ -66,11 +62,11 @@ def settled(trials: list[tuple[int, PlannedTrial]]) -> tuple[Outcome, list[tuple
 
 
 def finish(store: Store, tid: int, spec: TrialSpec, result: TrialResult, parity_file: Path,
-           refs: dict[str, reference.Reference | str], ceilings: Ceilings, outcome: Outcome) -> None:
+           refs: dict[str, reference.Reference | str], limits: Ceilings, outcome: Outcome) -> None:
     """Judge a finished trial (parity, efficiency), store it in one transaction, count it."""
     if result.status == "ok":
         judge_parity(spec, result, parity_file, refs)
-        judge_efficiency(spec, result, ceilings)
+        judge_efficiency(spec, result, limits)
         if result.parity.get("verdict") == "fail":
             outcome.parity_failures += 1
     store.finish_trial(tid, result)
@@ -122,7 +118,7 @@ def execute(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]],
             progress: Progress, workdir: Path | None = None) -> Outcome:
     outcome, pending = settled(trials)
     refs = reference.ensure([p.spec.workload for _, p in pending], 0, progress.message) if pending else {}
-    ceilings = _ceilings(pending, progress)
+    limits = ceilings([p.spec for _, p in pending], progress.message)
     tmp = workdir or Path(tempfile.mkdtemp(prefix="dlbench-run-"))
     try:
         for i, (tid, planned) in enumerate(pending):
@@ -138,68 +134,9 @@ def execute(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]],
                 outcome.count("interrupted")
                 outcome.interrupted = True
                 return outcome
-            finish(store, tid, spec, result, parity_path(spawn.out_path_for(spec, tmp)), refs, ceilings, outcome)
+            finish(store, tid, spec, result, parity_path(spawn.out_path_for(spec, tmp)), refs, limits, outcome)
             progress.trial_finished(i, len(pending), planned, result)
     finally:
         if workdir is None:
             shutil.rmtree(tmp, ignore_errors=True)
     return outcome
-
-
-def judge_parity(trial: TrialSpec, result: TrialResult, path: Path, refs: dict[str, reference.Reference | str]) -> None:
-    """The trial's fixed-batch loss and gradients (an inference trial's logits) against the
-    float64 reference: the verdict goes into result.parity, the worst numbers into its metrics."""
-    ref = refs.get(reference.key(trial.workload, 0), "no reference was computed for this workload")
-    if isinstance(ref, str):
-        verdict = parity.not_available(ref)
-    elif not path.exists():
-        verdict = parity.not_available("the worker wrote no fixed-batch gradients")
-    elif trial.scenario == "infer":  # eval-mode logits through the timed paths
-        verdict = inference.verdict(path, ref.init_logits, trial.workload.numerics.dtype, ref.label)
-    else:
-        loss, grads, _ = load_grads(path)
-        verdict = parity.compare_grads(loss, grads, ref.loss, ref.grads,
-                                       precision.parity_dtype(trial.precision, trial.workload.numerics.dtype),
-                                       workload=trial.workload.name,
-                                       reference=ref.label)
-    result.parity = verdict.to_dict()
-    result.metrics["parity_rel_err"] = verdict.worst_rel_err
-    result.metrics["parity_min_cosine"] = verdict.min_cosine
-    if verdict.verdict == "fail":
-        result.warnings.append(f"parity FAILED: {verdict.reason}")
-
-
-def _ceilings(pending: list[tuple[int, PlannedTrial]], progress: Progress) -> Ceilings:
-    """The CPU matmul ceiling for every thread count in the sweep (cached per machine)."""
-    out = {}
-    for threads in sorted({p.spec.policy.threads or len(os.sched_getaffinity(0)) for _, p in pending}):
-        cached, _ = ceiling.ceiling(threads, measure_if_missing=False)
-        if cached is None:
-            progress.message(f"measuring this machine's float32 matmul ceiling with {threads} thread(s), once")
-        out[threads] = (cached, "") if cached is not None else ceiling.ceiling(threads)
-    return out
-
-
-def judge_efficiency(trial: TrialSpec, result: TrialResult, ceilings: Ceilings) -> None:
-    """mfu on accelerators in the peak table; matmul_ceiling_share against the measured CPU
-    ceiling for the trial's thread count; each null with its reason otherwise."""
-    achieved = result.metrics.get("achieved_flops_per_s")
-    if achieved is None:
-        return
-    gpus = [g["name"] for g in result.framework_info.get("gpus", [])]
-    value, why = efficiency.mfu(achieved, gpus, trial.precision)
-    result.metrics["mfu"] = value
-    if value is None:
-        result.notes["mfu"] = why
-    warning = efficiency.busy_but_idle(result.metrics.get("gpu_utilization_mean"), value)
-    if warning is not None:
-        result.warnings.append(warning)
-    threads = len(result.policy_effective.get("cores") or []) or trial.policy.threads or len(os.sched_getaffinity(0))
-    data, why = ceilings.get(threads) or ceiling.ceiling(threads)
-    if data is None or gpus:
-        result.metrics["matmul_ceiling_share"] = None
-        result.notes["matmul_ceiling_share"] = why or "on an accelerator: see mfu"
-        return
-    result.metrics["matmul_ceiling_share"] = achieved / data["flops_per_s"]
-    result.metrics["matmul_ceiling_flops_per_s"] = data["flops_per_s"]
-    result.notes["matmul_ceiling"] = f"{data['library']}, {data['threads']} thread(s), {data['size']}^2 float32 GEMM"

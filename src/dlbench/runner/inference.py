@@ -25,20 +25,22 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dlbench import workloads
-from dlbench.analysis import parity, stats
+from dlbench.analysis import stats
+from dlbench.backends import support
 from dlbench.backends.base import Backend, Program
 from dlbench.monitors.memory import MemorySampler
 from dlbench.results.records import TrialResult
-from dlbench.runner.probe import FIXED_BATCH_SIZE
+from dlbench.runner import fixedbatch
+from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.runner.timing import Phases
-from dlbench.spec import TrialSpec
+from dlbench.spec import PARITY_BATCH, TrialSpec
 
 # Large-batch calls timed for throughput (fewer when the budget runs out first).
 INFER_BATCHES = 100
@@ -49,18 +51,15 @@ WARMUP_BATCHES = 3
 REQUEST_POOL = 64
 BATCH_POOL = 4
 QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
-LOGITS_PREFIX = "logits/"
 
 Metrics = dict[str, float | None]
 
 
-def run(
-    trial: TrialSpec, backend: Backend, phases: Phases, sampler: MemorySampler, created: float,
-    result: TrialResult, parity_file: Path,
-) -> None:
+def run(ctx: TrialContext) -> None:
     """Every phase of an inference trial after the framework import; fills `result` as it goes,
     so that a failure keeps every metric measured before it."""
-    m = result.metrics
+    trial, backend, phases, sampler, result = ctx.trial, ctx.backend, ctx.phases, ctx.sampler, ctx.result
+    created, parity_file, m = ctx.created, ctx.parity_file, ctx.metrics
     program, forward = _build(trial, backend, phases, m)
     result.numerics = program.numerics()
     # After build, a backend can report what building did (ONNX Runtime: the export cache).
@@ -80,15 +79,15 @@ def run(
     m["recompiles_in_window"] = program.compilations() - compiles
     m["rss_window_peak_bytes"], m["vram_window_peak_bytes"] = window["rss"], window["vram"]
     infer_metrics(trial, result, latency_s, batch_s)
-    m.update(backend.allocator_stats())
+    allocator_metrics(ctx)
 
 
 def _build(trial: TrialSpec, backend: Backend, phases: Phases, m: Metrics) -> tuple[Program, Callable[[Any], Any]]:
     """The Program, its state from the canonical parameters and its inference function (an
     ONNX export or a cached one is loaded here): build_s."""
     t = phases.start("build")
-    program = backend.build(trial)
-    state = program.init(workloads.get(trial.workload.name).init_params(trial.workload))
+    program = support.build(trial, backend)
+    state = support.init(trial, program)
     forward = program.infer_fn(state)
     m["build_s"] = phases.end("build", t)
     return program, forward
@@ -138,11 +137,11 @@ def _parity(
     size. The parent judges the logits against the float64 reference."""
     spec = trial.workload
     t = phases.start("parity")
-    x = workloads.get(spec.name).fixed_batch(spec, FIXED_BATCH_SIZE).x
+    x = workloads.get(spec.name).fixed_batch(spec, PARITY_BATCH).x
     single = np.concatenate([np.asarray(forward(program.infer_input(x[i : i + 1]))) for i in range(len(x))])
     rows = np.arange(spec.batch_size) % len(x)
     large = np.asarray(forward(program.infer_input(x[rows])))
-    save_logits(path, {"batch 1": single, f"batch {spec.batch_size}": large})
+    fixedbatch.save_logits(path, {"batch 1": single, f"batch {spec.batch_size}": large})
     m["parity_s"] = phases.end("parity", t)
 
 
@@ -198,22 +197,3 @@ def infer_metrics(trial: TrialSpec, result: TrialResult, latency_s: list[float],
     if recompiles:
         result.warnings.append(
             f"recompiled {recompiles:g} time(s) inside the timed loops: latencies include compiles")
-
-
-def save_logits(path: Path, outputs: Mapping[str, np.ndarray]) -> None:
-    arrays: dict[str, Any] = {LOGITS_PREFIX + k: np.asarray(v) for k, v in outputs.items()}
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **arrays)
-    tmp.replace(path)
-
-
-def load_logits(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path) as f:
-        return {k.removeprefix(LOGITS_PREFIX): f[k] for k in f.files if k.startswith(LOGITS_PREFIX)}
-
-
-def verdict(path: Path, ref_logits: np.ndarray | None, dtype: str, reference: str) -> parity.Verdict:
-    """The parent's judgement of an inference trial's fixed-batch logits."""
-    if ref_logits is None:
-        return parity.not_available("the float64 reference has no eval-mode logits")
-    return parity.compare_infer_logits(load_logits(path), ref_logits, dtype, reference=reference)

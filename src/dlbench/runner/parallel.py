@@ -4,7 +4,7 @@ time) and the parent's scaling efficiency, written to the store after a sweep.""
 from __future__ import annotations
 
 from dlbench.analysis import scaling
-from dlbench.backends.base import Backend, Unsupported, data_parallel_unsupported
+from dlbench.backends.base import Backend
 from dlbench.results.records import TrialResult
 from dlbench.results.store import Store
 from dlbench.spec import trial_from_dict, TrialSpec
@@ -13,11 +13,8 @@ from dlbench.spec import trial_from_dict, TrialSpec
 def setup(trial: TrialSpec, backend: Backend, result: TrialResult) -> None:
     """Worker, after configure(): the backend makes its devices; what it made is recorded with
     the trial, and the trial's data says whether its scaling is measured or functional."""
-    if trial.devices == 1:
+    if trial.devices == 1:  # backends.support.unsupported has said yes to more devices
         return
-    reason = data_parallel_unsupported(backend.data_parallel, trial)
-    if reason is not None:
-        raise Unsupported(reason)
     info = backend.data_parallel.setup(trial)
     result.policy_effective["data_parallel"] = {
         **info, "devices": trial.devices, "scaling": trial.scaling, "bn_sync": trial.bn_sync,

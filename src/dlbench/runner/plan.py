@@ -11,12 +11,12 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dlbench import precision, workloads
-from dlbench.backends import get_backend
-from dlbench.backends.base import data_parallel_unsupported, scenario_unsupported
+from dlbench import workloads
+from dlbench.backends import get_backend, support
 from dlbench.monitors.nvml import device_kind
 from dlbench.runner.inference import INFER_BATCHES
 from dlbench.spec import Policy, SpecError, TrialSpec, WorkloadSpec
+from dlbench.backends.base import Backend
 from dlbench.workloads.base import Preset
 
 DEFAULT_FRAMEWORKS = ("torch", "tensorflow", "jax")
@@ -57,7 +57,9 @@ class Sweep:
     order_seed: int = 0
     infer_requests: int = 1000
     infer_budget_s: float = 20.0
-    ort_optimization: str = "all"
+    # Framework options (`--option FRAMEWORK.NAME=VALUE`): (framework, name, value); each trial's
+    # policy carries only its own framework's.
+    options: tuple[tuple[str, str, str], ...] = ()
     # Input pipeline: data placements (an axis), loader workers and augmentation (policy).
     data: tuple[str, ...] = ("pipeline",)
     loader_workers: int = 0
@@ -137,7 +139,7 @@ def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, p
         workload=spec,
         framework=f,
         policy=Policy(mode=mode, threads=sweep.threads, compile_cache=sweep.compile_cache,
-                      ort_optimization=sweep.ort_optimization, loader_workers=sweep.loader_workers,
+                      options={n: v for fw, n, v in sweep.options if fw == f}, loader_workers=sweep.loader_workers,
                       data=data, matmul_precision="tf32" if prec == "tf32" else "highest"),
         scenario=scen,
         precision=prec,
@@ -175,6 +177,7 @@ def make_plan(sweep: Sweep) -> Plan:
         raise SpecError(f"repeats must be an integer >= 1, got {sweep.repeats!r}")
     if sweep.repeats > MAX_REPEATS:
         raise SpecError(f"repeats {sweep.repeats!r} is over the maximum of {MAX_REPEATS}")
+    _check_options(sweep)
     missing = {f: _framework_status(f, sweep.frameworks_explicit, plan.notes) for f in sweep.frameworks}
     batch_sizes: tuple[int | None, ...] = sweep.batch_sizes or (None,)
     axes = list(itertools.product(sweep.workloads, sweep.frameworks, sweep.modes, batch_sizes,
@@ -186,29 +189,25 @@ def make_plan(sweep: Sweep) -> Plan:
         if sweep.repeats > 1:
             rng.shuffle(round_)
         for spec in round_:
-            spec.validate()
-            plan.trials.append(_planned(spec, missing[spec.framework]))
+            backend = support.validate(spec)
+            plan.trials.append(_planned(spec, backend, missing[spec.framework]))
     return plan
 
 
-def _planned(spec: TrialSpec, missing: str | None) -> PlannedTrial:
+def _check_options(sweep: Sweep) -> None:
+    """Every --option names a framework of the sweep (a typo must not pass silently)."""
+    for framework, name, value in sweep.options:
+        if framework not in sweep.frameworks:
+            raise SpecError(f"option {framework}.{name}={value} names a framework not in this sweep"
+                            f" (frameworks: {', '.join(sweep.frameworks)})")
+
+
+def _planned(spec: TrialSpec, backend: Backend, missing: str | None) -> PlannedTrial:
     if missing is not None:
         return PlannedTrial(spec, "skipped", "framework not installed (see the note above)")
-    backend = get_backend(spec.framework)
-    reason = scenario_unsupported(spec.framework, backend.capabilities, spec.scenario)
-    if reason is not None:
-        return PlannedTrial(spec, "unsupported", reason)
-    reason = backend.modes().get(spec.policy.mode)
-    if reason is not None:
-        return PlannedTrial(spec, "unsupported", reason)
-    # The parent's device class (NVML sees a GPU or not); each Program checks its own again.
-    reason = precision.unsupported(spec.framework, device_kind(), spec.precision, spec.scenario)
-    if reason is not None:
-        return PlannedTrial(spec, "unsupported", f"{spec.precision} on {device_kind()}: {reason}")
-    reason = data_parallel_unsupported(backend.data_parallel, spec)
-    if reason is not None:
-        return PlannedTrial(spec, "unsupported", reason)
-    return PlannedTrial(spec)
+    # The parent's device class (NVML sees a GPU or not); the worker asks again after the import.
+    reason = support.unsupported(spec, backend, device_kind())
+    return PlannedTrial(spec) if reason is None else PlannedTrial(spec, "unsupported", reason)
 
 
 def estimate_s(trial: TrialSpec, history: dict[str, float]) -> tuple[float, bool]:

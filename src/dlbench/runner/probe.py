@@ -1,16 +1,17 @@
 """Numerical probes of Programs, in a child process: `python -m dlbench.runner.probe REQUEST OUT`.
 
-Used three ways, always in a fresh process per framework (the parent never imports one):
+Used two ways, always in a fresh process per framework (the parent never imports one), started
+by runner/probe_client.py:
 - the float64 parity reference of a workload (runner/reference.py);
-- `dlbench check`: one process per framework probes every requested workload;
-- the worker's per-trial parity phase calls `fixed_batch_grads` and `save_grads` directly.
+- `dlbench check`: one process per framework probes every requested workload.
+(A trial's own parity phase runs inside its worker: runner/fixedbatch.py.)
 
 REQUEST is JSON {"trials": [TrialSpec dicts, one framework], "k_steps": K}. For trial i the probe
 writes OUT/i.npz (the fixed batch's loss and gradients in canonical names, and the eval-mode
 logits on the fixed batch from the canonical parameters (`init_logits`, what inference trials are
 judged against); with K > 0 also the K-step loss trajectory from the canonical parameters and the
-eval-mode logits on the fixed batch after those steps) and OUT/i.json ({"status", "error", "numerics"}). A failure of one workload
-is recorded and the probe goes on with the next.
+eval-mode logits on the fixed batch after those steps) and OUT/i.json ({"status", "error",
+"numerics"}). A failure of one workload is recorded and the probe goes on with the next.
 """
 
 from __future__ import annotations
@@ -26,49 +27,17 @@ from typing import Any
 import numpy as np
 
 from dlbench import workloads
-from dlbench.backends import get_backend
+from dlbench.backends import get_backend, support
 from dlbench.backends.base import Backend, Program, Unsupported
-from dlbench.spec import TrialSpec, WorkloadSpec, trial_from_dict
+from dlbench.runner import fixedbatch
+from dlbench.runner.child import setup_environment
+from dlbench.spec import PARITY_BATCH, TrialSpec, trial_from_dict
 from dlbench.workloads.data import batch_indices, epoch_order
 
-FIXED_BATCH_SIZE = 8
-GRAD_PREFIX = "grad/"
 
-
-def fixed_batch_grads(program: Program, spec: WorkloadSpec) -> tuple[float, dict[str, np.ndarray]]:
-    """Loss and gradients on the canonical fixed batch from the canonical initial parameters, in
-    a state of their own (the trial's training state is left alone)."""
-    wl = workloads.get(spec.name)
-    state = program.init(wl.init_params(spec))
-    batch = wl.fixed_batch(spec, FIXED_BATCH_SIZE)
-    return program.loss_and_grads(state, batch.x, batch.y)
-
-
-def fixed_batch_logits(program: Program, spec: WorkloadSpec) -> np.ndarray:
-    """Eval-mode logits on the canonical fixed batch from the canonical initial parameters."""
-    wl = workloads.get(spec.name)
-    state = program.init(wl.init_params(spec))
-    return np.asarray(program.predict(state, wl.fixed_batch(spec, FIXED_BATCH_SIZE).x), np.float64)
-
-
-def save_grads(path: Path, loss: float, grads: dict[str, np.ndarray], **extra: np.ndarray) -> None:
-    arrays: dict[str, Any] = {GRAD_PREFIX + k: np.asarray(v) for k, v in grads.items()}
-    arrays.update(extra, loss=np.float64(loss))
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
-
-
-def load_grads(path: Path) -> tuple[float, dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """(loss, gradients, the other arrays) from a file written by save_grads."""
-    with np.load(path) as f:
-        grads = {k.removeprefix(GRAD_PREFIX): f[k] for k in f.files if k.startswith(GRAD_PREFIX)}
-        extra = {k: f[k] for k in f.files if k != "loss" and not k.startswith(GRAD_PREFIX)}
-        return float(f["loss"]), grads, extra
-
-
-def trajectory_rows(spec: WorkloadSpec, k_steps: int) -> np.ndarray:
+def trajectory_rows(trial: TrialSpec, k_steps: int) -> np.ndarray:
     """The first K steps' index rows of the spec's order, across epochs when K exceeds one."""
+    spec = trial.workload
     rows: list[np.ndarray] = []
     epoch = 0
     while sum(len(r) for r in rows) < k_steps:
@@ -77,19 +46,20 @@ def trajectory_rows(spec: WorkloadSpec, k_steps: int) -> np.ndarray:
     return np.concatenate(rows)[:k_steps]
 
 
-def trajectory(backend: Backend, program: Program, spec: WorkloadSpec, k_steps: int) -> tuple[np.ndarray, np.ndarray]:
+def trajectory(backend: Backend, program: Program, trial: TrialSpec, k_steps: int) -> tuple[np.ndarray, np.ndarray]:
     """K training steps from the canonical parameters, one step per chunk so every framework
     reports per-step losses; then eval-mode logits on the fixed batch."""
+    spec = trial.workload
     wl = workloads.get(spec.name)
-    state = program.init(wl.init_params(spec))
+    state = support.init(trial, program)
     program.load(wl.make_dataset(spec))
-    batches = program.batches(trajectory_rows(spec, k_steps))
+    batches = program.batches(trajectory_rows(trial, k_steps))
     losses = []
     for _ in range(k_steps):
         state, chunk = program.train_chunk(state, batches, 1)
         backend.sync(state, chunk)
         losses.append(program.losses_to_numpy(chunk)[-1])
-    logits = program.predict(state, wl.fixed_batch(spec, FIXED_BATCH_SIZE).x)
+    logits = program.predict(state, wl.fixed_batch(spec, PARITY_BATCH).x)
     return np.asarray(losses, np.float64), np.asarray(logits, np.float64)
 
 
@@ -99,12 +69,12 @@ def probe_one(backend: Backend, trial: TrialSpec, k_steps: int, out: Path) -> di
                           f"{', '.join(backend.capabilities.names())})")
     # One process probes every workload: each must compile as it would in its trial's worker.
     backend.forget_compiled()
-    program = backend.build(trial)
-    loss, grads = fixed_batch_grads(program, trial.workload)
-    extra: dict[str, np.ndarray] = {"init_logits": fixed_batch_logits(program, trial.workload)}
+    program = support.build(trial, backend)
+    loss, grads = fixedbatch.grads(trial, program)
+    extra: dict[str, np.ndarray] = {"init_logits": fixedbatch.logits(trial, program)}
     if k_steps > 0:
-        extra["losses"], extra["logits"] = trajectory(backend, program, trial.workload, k_steps)
-    save_grads(out, loss, grads, **extra)
+        extra["losses"], extra["logits"] = trajectory(backend, program, trial, k_steps)
+    fixedbatch.save_grads(out, loss, grads, **extra)
     return {"status": "ok", "numerics": program.numerics()}
 
 
@@ -113,8 +83,6 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2:
         print("usage: python -m dlbench.runner.probe REQUEST OUT_DIR", file=sys.stderr)
         return 2
-    from dlbench.runner.worker import setup_environment
-
     request = json.loads(Path(args[0]).read_text())
     out_dir = Path(args[1])
     trials = [trial_from_dict(d) for d in request["trials"]]
@@ -135,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _probe_safely(backend: Backend, trial: TrialSpec, request: dict[str, Any], out: Path) -> dict[str, Any]:
     try:
-        trial.validate()
+        support.validate(trial)
         return probe_one(backend, trial, int(request.get("k_steps", 0)), out)
     except Unsupported as e:
         return {"status": "unsupported", "error": str(e)}

@@ -12,24 +12,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from dlbench.backends import get_backend
-from dlbench.runner.probe import load_grads
+from dlbench import paths
+from dlbench.backends import REFERENCE_PREFERENCE, get_backend
+from dlbench.runner.fixedbatch import load_grads
+from dlbench.runner.probe_client import run_probe
 from dlbench.spec import Policy, TrialSpec, WorkloadSpec, to_dict
 
-# Frameworks that can compute the reference, in order of preference: JAX's implementations use
-# the canonical layouts natively (nothing permuted), torch's need conversions.
-REFERENCE_FRAMEWORKS = ("jax", "torch")
 # Bump when what a reference file contains changes.
 REFERENCE_FORMAT = 2  # 2: adds the eval-mode logits from the canonical parameters
-PROBE_TIMEOUT_S = 1800.0
 
 
 @dataclass(frozen=True)
@@ -47,14 +43,8 @@ class Reference:
         return f"{self.framework} float64"
 
 
-def cache_base() -> Path:
-    """dlbench's cache directory: DLBENCH_CACHE_DIR, else ~/.cache/dlbench."""
-    base = os.environ.get("DLBENCH_CACHE_DIR")
-    return Path(base) if base else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dlbench"
-
-
 def cache_root() -> Path:
-    return cache_base() / "reference"
+    return paths.reference_cache()
 
 
 def float64(spec: WorkloadSpec) -> WorkloadSpec:
@@ -77,7 +67,7 @@ def choose_framework() -> tuple[str | None, str]:
     DLBENCH_REFERENCE_FRAMEWORK (it must implement float64)."""
     reasons = []
     forced = os.environ.get("DLBENCH_REFERENCE_FRAMEWORK")
-    for name in (forced,) if forced else REFERENCE_FRAMEWORKS:
+    for name in (forced,) if forced else REFERENCE_PREFERENCE:
         ok, reason = get_backend(name).available()
         if ok:
             return name, ""
@@ -159,19 +149,3 @@ def _status(path: Path, error: str | None) -> dict[str, object]:
         return loaded
     except (OSError, ValueError):
         return {"status": "failed", "error": error or "the probe wrote no result"}
-
-
-def run_probe(request: Path, out_dir: Path, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
-    """Run a probe process; None when it exited normally, else what went wrong (per-workload
-    results may still exist)."""
-    cmd = [sys.executable, "-m", "dlbench.runner.probe", str(request), str(out_dir)]
-    try:
-        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
-                              start_new_session=True, check=False)
-    except subprocess.TimeoutExpired:
-        return f"the probe did not finish within {timeout_s:g} s"
-    if proc.returncode != 0:
-        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
-        return f"the probe exited with code {proc.returncode}: {tail[0]}"
-    return None
-

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dlbench.results.store import RESUMABLE_STATUSES, RETRYABLE_STATUSES, Store, StoreError
-from dlbench.runner import processes
+from dlbench import processes
 from dlbench.runner.plan import PlannedTrial
 from dlbench.spec import SpecError, TrialSpec, trial_from_dict
 

@@ -17,6 +17,11 @@ from dlbench.spec import Numerics, WorkloadSpec
 from dlbench.workloads.data import Dataset
 
 
+# A supervised workload's scenarios: user-facing name (`--scenario`) -> the runner's scenario that
+# runs it (runner/worker.py: SCENARIOS). A workload with a loop of its own (reinforcement learning,
+# diffusion sampling) maps a name to a runner scenario written for it.
+SUPERVISED_SCENARIOS: dict[str, str] = {"train": "train", "infer": "infer", "converge": "converge"}
+
 # The numerics every workload uses (optimizer, loss, dtype, no dropout): the start of each
 # module's NUMERICS_FIELDS.
 COMMON_NUMERICS_FIELDS = ("optimizer", "learning_rate", "beta1", "beta2", "eps", "eps_placement",
@@ -40,6 +45,11 @@ class Workload(Protocol):
     """The module interface, written as a Protocol for the type checker and the reader."""
 
     NAME: str
+    # --scenario name -> runner scenario (SUPERVISED_SCENARIOS for a classifier)
+    SCENARIOS: dict[str, str]
+    # The name of the held-out quality metric `score` returns ("accuracy"); converge trains
+    # until it reaches the target.
+    QUALITY: str
     # model size name -> the workload's own frozen dataclass of dimensions
     MODEL_SIZES: dict[str, Any]
     PRESETS: dict[str, Preset]
@@ -87,7 +97,17 @@ class Workload(Protocol):
         """The training-mode loss in float64 NumPy, straight from the definition."""
         ...
 
+    def score(self, spec: WorkloadSpec, outputs: np.ndarray, data: Dataset) -> float:
+        """The quality metric QUALITY of Program.predict's outputs on the held-out split `data`
+        (all of it, in order): accuracy for a classifier."""
+        ...
+
 
 def numerics_readback(numerics: Numerics, fields: tuple[str, ...]) -> dict[str, Any]:
     """The spec's values of `fields`: what a backend's Program.numerics() must read back."""
     return {f: numerics.value(f) for f in fields}
+
+
+def accuracy(spec: WorkloadSpec, outputs: np.ndarray, data: Dataset) -> float:
+    """A classifier's `score`: the share of samples whose largest logit is the label's."""
+    return float(np.mean(np.argmax(outputs, axis=1) == data.y[: len(outputs)]))

@@ -9,8 +9,8 @@ from typing import final
 import numpy as np
 
 from dlbench.spec import Numerics, WorkloadSpec
-from dlbench.workloads import reference_ops as ops
-from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, Preset
+import dlbench.workloads.reference_ops as ops
+from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, SUPERVISED_SCENARIOS, Preset, accuracy
 from dlbench.workloads.data import (
     Dataset,
     dataset_makers,
@@ -20,6 +20,9 @@ from dlbench.workloads.data import (
 from dlbench.workloads.params import dense_inits, dense_shapes, draw_params
 
 NAME = "mlp"
+SCENARIOS = SUPERVISED_SCENARIOS
+QUALITY = "accuracy"
+score = accuracy
 
 
 @final

@@ -11,9 +11,9 @@ from typing import final
 import numpy as np
 
 from dlbench.spec import Numerics, WorkloadSpec
-from dlbench.workloads import cnn
-from dlbench.workloads import reference_ops as ops
-from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, Preset
+import dlbench.workloads.cnn as cnn
+import dlbench.workloads.reference_ops as ops
+from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, SUPERVISED_SCENARIOS, Preset, accuracy
 from dlbench.workloads.data import (
     Dataset,
     dataset_makers,
@@ -22,6 +22,9 @@ from dlbench.workloads.data import (
 from dlbench.workloads.params import ONES, ZEROS, Init, dense_inits, draw_params, fan_in_uniform
 
 NAME = "resnet"
+SCENARIOS = SUPERVISED_SCENARIOS
+QUALITY = "accuracy"
+score = accuracy
 INPUT_SHAPE = cnn.INPUT_SHAPE
 
 

@@ -10,8 +10,8 @@ from typing import final
 import numpy as np
 
 from dlbench.spec import Numerics, WorkloadSpec
-from dlbench.workloads import reference_ops as ops
-from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, Preset
+import dlbench.workloads.reference_ops as ops
+from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, SUPERVISED_SCENARIOS, Preset, accuracy
 from dlbench.workloads.data import (
     STREAM_TEACHER,
     Dataset,
@@ -22,6 +22,9 @@ from dlbench.workloads.data import (
 from dlbench.workloads.params import EMBEDDING, ONES, ZEROS, Init, dense_inits, draw_params
 
 NAME = "transformer"
+SCENARIOS = SUPERVISED_SCENARIOS
+QUALITY = "accuracy"
+score = accuracy
 
 
 @final

@@ -9,6 +9,7 @@ import typing
 from typing import Any
 
 from dlbench.backends import base
+from dlbench.backends.precision import NATIVE, Support
 from dlbench.spec import Policy, TrialSpec
 
 _DISTRIBUTIONS = ("jax", "jaxlib", "optax", "jax-cuda12-plugin", "jax-cuda12-pjrt")
@@ -21,6 +22,12 @@ _MODES: dict[str, str | None] = {
 }
 
 
+# Variables that change XLA's speed, memory or numerics (Backend.recorded_environment).
+RECORDED_ENVIRONMENT = ("XLA_FLAGS", "JAX_PLATFORMS", "JAX_ENABLE_X64", "XLA_PYTHON_CLIENT_PREALLOCATE",
+                        "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_ALLOCATOR",
+                        "JAX_ENABLE_COMPILATION_CACHE", "JAX_COMPILATION_CACHE_DIR")
+# The BFC allocator's counters of a GPU device (Device.memory_stats), recorded as jax_<key>.
+_ALLOCATOR_KEYS = ("peak_bytes_in_use", "bytes_in_use", "bytes_limit", "pool_bytes", "peak_pool_bytes")
 # XLA:CPU makes this many host devices (one otherwise); they share the process's thread pool.
 HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
 
@@ -60,6 +67,12 @@ class JaxBackend:
     name = "jax"
     capabilities = base.Capabilities(train=True, infer=True, grads=True)
     data_parallel = JaxDataParallel()
+    precisions: Support = {**NATIVE, ("cuda", "fp16"): (
+        "JAX has no built-in dynamic loss scaling (it lives in the separate jmp library) and fp16"
+        " without it underflows gradients; use bf16")}
+    options: dict[str, base.Option] = {}
+    recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
+    allocator_units = {f"jax_{k}": "B" for k in _ALLOCATOR_KEYS} | {"allocated_peak_bytes": "B"}
 
     def available(self) -> tuple[bool, str]:
         missing = [m for m in ("jax", "jaxlib", "optax") if not base.module_installed(m)]
@@ -116,10 +129,12 @@ class JaxBackend:
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
         }
 
+    def device_kind(self) -> str:
+        import jax
+
+        return "cuda" if jax.default_backend() == "gpu" else "cpu"
+
     def build(self, trial: TrialSpec) -> base.Program:
-        reason = _MODES.get(trial.policy.mode, f"unknown mode {trial.policy.mode!r}")
-        if reason is not None:
-            raise base.Unsupported(reason)
         return base.build_program("dlbench.backends.jax", trial)
 
     def forget_compiled(self) -> None:
@@ -149,8 +164,7 @@ class JaxBackend:
         stats = jax.devices()[0].memory_stats()
         if not isinstance(stats, dict):
             return {}
-        keys = ("peak_bytes_in_use", "bytes_in_use", "bytes_limit", "pool_bytes", "peak_pool_bytes")
-        out = {f"jax_{k}": float(stats[k]) for k in keys if k in stats}
+        out = {f"jax_{k}": float(stats[k]) for k in _ALLOCATOR_KEYS if k in stats}
         if "peak_bytes_in_use" in stats:  # live buffers at the peak, as allocated_peak_bytes means
             out["allocated_peak_bytes"] = float(stats["peak_bytes_in_use"])
         return out

@@ -21,6 +21,7 @@ from typing import Any
 from dlbench.backends.base import (
     Backend,
     Capabilities,
+    Option,
     Program,
     SingleDevice,
     Unsupported,
@@ -29,6 +30,7 @@ from dlbench.backends.base import (
     module_installed,
 )
 from dlbench.backends.jax import JaxBackend
+from dlbench.backends.precision import NATIVE, Support
 from dlbench.backends.tensorflow import DISTRIBUTIONS as TF_DISTRIBUTIONS
 from dlbench.backends.tensorflow import TensorFlowBackend
 from dlbench.backends.torch import TorchBackend, cxx_compiler
@@ -88,10 +90,7 @@ def keras_configure(native: Backend, policy: Policy, steps_per_execution: str) -
     }
 
 
-def keras_build(name: str, modes: dict[str, str | None], trial: TrialSpec) -> Program:
-    reason = modes.get(trial.policy.mode, f"unknown mode {trial.policy.mode!r}")
-    if reason is not None:
-        raise Unsupported(f"{name} mode {trial.policy.mode!r}: {reason}")
+def keras_build(name: str, trial: TrialSpec) -> Program:
     if trial.workload.numerics.dtype != "float32":
         raise Unsupported(f"{name} runs float32 only, not {trial.workload.numerics.dtype!r}"
                           " (the float64 parity reference comes from the native frameworks)")
@@ -124,6 +123,8 @@ class _Keras(abc.ABC):
     name: str
     capabilities = CAPABILITIES
     data_parallel = DATA_PARALLEL
+    precisions: Support = dict(NATIVE)
+    options: dict[str, Option] = {}
     _native: Backend
     _keras_backend: str
     # Keras's torch trainer refuses steps_per_execution > 1; the others run a whole chunk.
@@ -132,6 +133,14 @@ class _Keras(abc.ABC):
     @abc.abstractmethod
     def modes(self) -> dict[str, str | None]:
         """Each mode of this Keras backend: None where it runs, else why not."""
+
+    @property
+    def recorded_environment(self) -> tuple[str, ...]:
+        return (*self._native.recorded_environment, "KERAS_BACKEND", "KERAS_HOME")
+
+    @property
+    def allocator_units(self) -> dict[str, str]:
+        return self._native.allocator_units
 
     def distributions(self) -> dict[str, str]:
         return {**installed_versions(("keras",)), **self._native.distributions()}
@@ -145,8 +154,11 @@ class _Keras(abc.ABC):
     def configure(self, policy: Policy) -> dict[str, Any]:
         return keras_configure(self._native, policy, self._steps_per_execution)
 
+    def device_kind(self) -> str:
+        return self._native.device_kind()
+
     def build(self, trial: TrialSpec) -> Program:
-        return keras_build(self.name, self.modes(), trial)
+        return keras_build(self.name, trial)
 
     def forget_compiled(self) -> None:
         # Keras compiles through the native framework (its train step is one code object for

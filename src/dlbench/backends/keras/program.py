@@ -33,12 +33,10 @@ import keras
 import numpy as np
 from keras import layers, ops
 
-from dlbench import precision, workloads
+from dlbench import workloads
 from dlbench.backends.base import TimedBatches, Unsupported
 from dlbench.backends.keras.native import Native, Pipeline, native
-from dlbench.monitors.nvml import device_kind
 from dlbench.spec import Numerics, TrialSpec, WorkloadSpec
-from dlbench.workloads.base import numerics_readback
 from dlbench.workloads.data import Augment, Dataset
 
 LOSS = "mean_softmax_cross_entropy"
@@ -187,12 +185,6 @@ def model_numerics(model: keras.Model) -> dict[str, Any]:
     return {"dtype": dtype, "dropout": max(rates, default=0.0)}
 
 
-def same_value(got: Any, wanted: Any) -> bool:
-    if isinstance(wanted, float) and isinstance(got, (int, float)):
-        return math.isclose(got, wanted, rel_tol=1e-6)
-    return bool(got == wanted)
-
-
 # --- the data order ----------------------------------------------------------------------------
 
 
@@ -245,16 +237,8 @@ class State:
 
 
 def build(trial: TrialSpec, make_net: NetFactory) -> KerasProgram:
-    """The program for the workload's model; Unsupported where the spec asks for numerics it
-    does not run (refused, never ignored)."""
-    program = KerasProgram(trial, make_net)
-    spec = trial.workload
-    wanted = numerics_readback(spec.numerics, workloads.get(spec.name).NUMERICS_FIELDS)
-    got = program.numerics()
-    differ = [f"{k} {got[k]!r} (spec: {v!r})" for k, v in wanted.items() if not same_value(got[k], v)]
-    if differ:
-        raise Unsupported(f"the Keras {spec.name} ({keras.backend.backend()}) computes {', '.join(differ)}")
-    return program
+    """The program for the workload's model (backends.support checks its numerics read-back)."""
+    return KerasProgram(trial, make_net)
 
 
 @typing.final
@@ -264,10 +248,6 @@ class KerasProgram:
         self._spec, self._mode = spec, trial.policy.mode
         self._workload = workloads.get(spec.name)
         self._native: Native = native()
-        kind = device_kind()
-        reason = precision.unsupported(trial.framework, kind, trial.precision, trial.scenario)
-        if reason is not None:
-            raise Unsupported(f"{trial.framework} {trial.precision} on {kind}: {reason}")
         # Global in Keras, and set before any layer exists: every layer takes it when built.
         keras.config.set_dtype_policy(DTYPE_POLICIES[trial.precision])
         self._net = make_net(spec, self._native.model_class)

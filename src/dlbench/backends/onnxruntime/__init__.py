@@ -8,7 +8,6 @@ and torch only inside build on an export-cache miss (program.py).
 
 from __future__ import annotations
 
-import os
 import typing
 from typing import Any
 
@@ -21,6 +20,8 @@ from dlbench.backends.base import (
     installed_versions,
     module_installed,
 )
+from dlbench.backends.onnxruntime.session import OPTIONS, providers, session_options
+from dlbench.backends.precision import Support, fp32_only
 from dlbench.spec import Policy, TrialSpec
 
 PACKAGE = "dlbench.backends.onnxruntime"
@@ -28,44 +29,14 @@ PACKAGE = "dlbench.backends.onnxruntime"
 _NEEDED = ("onnxruntime", "onnx", "onnxscript", "torch")
 _DISTRIBUTIONS = ("onnxruntime", "onnxruntime-gpu", "onnx", "onnxscript", "onnx-ir", "torch")
 _MODES: dict[str, str | None] = {
-    "compiled": None,  # an exported graph, optimised by the session at --ort-optimization
+    "compiled": None,  # an exported graph, optimised by the session at its optimization option
     "eager": "ONNX Runtime runs an exported graph; it has no eager mode",
-    "graph": "ONNX Runtime's one mode is its optimised graph: use compiled (and --ort-optimization)",
+    "graph": "ONNX Runtime's one mode is its optimised graph: use compiled (and --option onnxruntime.optimization)",
 }
-# GraphOptimizationLevel member per Policy.ort_optimization.
-OPTIMIZATION_LEVELS = {
-    "disable": "ORT_DISABLE_ALL",
-    "basic": "ORT_ENABLE_BASIC",
-    "extended": "ORT_ENABLE_EXTENDED",
-    "all": "ORT_ENABLE_ALL",
-}
+# Variables that change ONNX Runtime's threads or providers (Backend.recorded_environment).
+RECORDED_ENVIRONMENT = ("ORT_DISABLE_ALL_OPTIMIZATION", "CUDA_MODULE_LOADING")
 
 
-def intra_op_threads(policy: Policy) -> int:
-    """The policy's threads, else every core of the worker's affinity mask (ONNX Runtime's own
-    default counts physical cores, which ignores the mask)."""
-    return policy.threads if policy.threads is not None else len(os.sched_getaffinity(0))
-
-
-def session_options(policy: Policy) -> Any:
-    """The session settings of a policy, every one set explicitly."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = intra_op_threads(policy)
-    # One request at a time through a sequential graph: the inter-op pool would stay idle.
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, OPTIMIZATION_LEVELS[policy.ort_optimization])
-    return options
-
-
-def providers() -> list[str]:
-    """CUDA where this onnxruntime build has it (onnxruntime-gpu), with the CPU as fallback."""
-    import onnxruntime as ort
-
-    available = ort.get_available_providers()
-    return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
 
 
 @typing.final
@@ -73,6 +44,10 @@ class OnnxRuntimeBackend:
     name = "onnxruntime"
     capabilities = Capabilities(train=False, infer=True, grads=False)
     data_parallel = SingleDevice("onnxruntime runs inference only: no data-parallel training")
+    precisions: Support = fp32_only("ONNX Runtime runs the exported float32 graph only")
+    options = OPTIONS
+    recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
+    allocator_units: dict[str, str] = {}
 
     def available(self) -> tuple[bool, str]:
         missing = [m for m in _NEEDED if not module_installed(m)]
@@ -109,10 +84,10 @@ class OnnxRuntimeBackend:
             "ort_providers": providers(),
         }
 
+    def device_kind(self) -> str:
+        return "cuda" if providers()[0] == "CUDAExecutionProvider" else "cpu"
+
     def build(self, trial: TrialSpec) -> Program:
-        reason = _MODES.get(trial.policy.mode, f"unknown mode {trial.policy.mode!r}")
-        if reason is not None:
-            raise Unsupported(f"onnxruntime mode {trial.policy.mode!r}: {reason}")
         if trial.workload.numerics.dtype != "float32":
             raise Unsupported(f"onnxruntime runs float32 only, not {trial.workload.numerics.dtype!r}"
                               " (the float64 parity reference comes from the native frameworks)")

@@ -13,16 +13,20 @@ from typing import Any
 
 from dlbench.backends.base import (
     Capabilities,
+    Option,
     Program,
-    Unsupported,
     build_program,
     installed_versions,
     module_installed,
 )
+from dlbench.backends.precision import NATIVE, Support
 from dlbench.spec import Policy, TrialSpec
 
 # Every distribution that installs the `tensorflow` module.
 DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos")
+# Variables that change TensorFlow's speed, memory or numerics (Backend.recorded_environment).
+RECORDED_ENVIRONMENT = ("TF_ENABLE_ONEDNN_OPTS", "TF_CPP_MIN_LOG_LEVEL", "TF_XLA_FLAGS", "XLA_FLAGS",
+                        "TF_FORCE_GPU_ALLOW_GROWTH", "TF_GPU_ALLOCATOR", "JAX_PLATFORMS")
 
 
 @typing.final
@@ -50,6 +54,12 @@ class TensorFlowBackend:
     name = "tensorflow"
     capabilities = Capabilities(train=True, infer=True, grads=True)
     data_parallel = TensorFlowDataParallel()
+    precisions: Support = {**NATIVE, ("cuda", "fp16"): (
+        "TensorFlow's loss scaler is Keras's LossScaleOptimizer; the raw-TF backend has none (run"
+        " keras-tensorflow for fp16)")}
+    options: dict[str, Option] = {}
+    recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
+    allocator_units = {"tf_gpu_current_bytes": "B", "tf_gpu_peak_bytes": "B", "allocated_peak_bytes": "B"}
 
     def __init__(self) -> None:
         self._first_elements: Any = None  # sync's traced fetch, made once TF is imported
@@ -114,10 +124,14 @@ class TensorFlowBackend:
             "tf_onednn_enabled": _onednn_enabled(),
         }
 
+    def device_kind(self) -> str:
+        import tensorflow as tf
+
+        # Physical, not logical: listing logical devices initialises them, and MirroredStrategy
+        # must still be able to split the CPU into virtual devices afterwards.
+        return "cuda" if tf.config.list_physical_devices("GPU") else "cpu"
+
     def build(self, trial: TrialSpec) -> Program:
-        reason = self.modes().get(trial.policy.mode, f"unknown mode {trial.policy.mode!r}")
-        if reason is not None:
-            raise Unsupported(f"tensorflow mode {trial.policy.mode!r}: {reason}")
         return build_program("dlbench.backends.tensorflow", trial)
 
     def forget_compiled(self) -> None:

@@ -19,16 +19,14 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 import tensorflow as tf
 
-from dlbench import precision
-from dlbench.backends.base import Program, Unsupported
+from dlbench.backends.base import Program
 from dlbench.spec import Numerics, TrialSpec
-from dlbench.workloads.base import numerics_readback
 from dlbench.backends.tensorflow import mirrored, pipeline
 from dlbench.workloads.data import Augment, Dataset
 
 DTYPES = {"float32": tf.float32, "float64": tf.float64}
 # Compute dtype per reduced precision: variables and the optimizer stay float32, the forward pass
-# runs on bfloat16 casts of them (fp16 needs Keras's loss scaler: precision.py).
+# runs on bfloat16 casts of them (fp16 needs Keras's loss scaler: TensorFlowBackend.precisions).
 COMPUTE_DTYPES = {"bf16": tf.bfloat16}
 LOSS = "mean_softmax_cross_entropy"  # reduce_mean of sparse_softmax_cross_entropy_with_logits
 DROPOUT = 0.0  # no model has a dropout layer
@@ -402,16 +400,6 @@ class TensorFlowProgram:
 
 
 def build(trial: TrialSpec, workload: ModuleType, model: Model) -> Program:
-    """The Program, if it computes what the spec asks: every numerics field the workload uses
-    is read back and compared; what this implementation does not parametrise must match."""
-    kind = "cuda" if tf.config.list_logical_devices("GPU") else "cpu"
-    reason = precision.unsupported(trial.framework, kind, trial.precision, trial.scenario)
-    if reason is not None:
-        raise Unsupported(f"{trial.framework} {trial.precision} on {kind}: {reason}")
-    program = TensorFlowProgram(trial, workload, model)
-    wanted = numerics_readback(trial.workload.numerics, workload.NUMERICS_FIELDS)
-    got = program.numerics()
-    differ = [f"{k}={got[k]!r} (spec: {v!r})" for k, v in wanted.items() if got[k] != v]
-    if differ:
-        raise Unsupported(f"tensorflow {workload.NAME} computes {', '.join(differ)}")
-    return program
+    """The Program (backends.support compares every numerics field the workload uses, as read
+    back, with the spec: what this implementation does not parametrise must match)."""
+    return TensorFlowProgram(trial, workload, model)

@@ -11,12 +11,13 @@ from typing import Any
 
 from dlbench.backends.base import (
     Capabilities,
+    Option,
     Program,
-    Unsupported,
     build_program,
     installed_versions,
     module_installed,
 )
+from dlbench.backends.precision import NATIVE, Support
 from dlbench.spec import Policy, TrialSpec
 
 # torch.compile's options in `compiled` mode, passed explicitly and recorded with every trial.
@@ -37,6 +38,12 @@ INFER_COMPILE_OPTIONS: dict[str, Any] = {**COMPILE_OPTIONS, "dynamic": False}
 
 
 _DISTRIBUTIONS = ("torch", "triton", "numpy")
+# Variables that change torch's speed, memory or compiled code (Backend.recorded_environment).
+RECORDED_ENVIRONMENT = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "TORCHINDUCTOR_CACHE_DIR",
+                        "TRITON_CACHE_DIR", "TORCHINDUCTOR_FREEZING", "TORCH_COMPILE_DEBUG")
+# allocator_stats() on a GPU: the caching allocator's counters.
+ALLOCATOR_UNITS = {"torch_allocated_peak_bytes": "B", "torch_reserved_peak_bytes": "B",
+                   "torch_allocated_bytes": "B", "torch_reserved_bytes": "B", "allocated_peak_bytes": "B"}
 # Compilers Inductor tries on CPU when CXX is unset (torch._inductor.config.cpp.cxx).
 _CXX_CANDIDATES = ("g++", "c++", "clang++")
 
@@ -86,6 +93,10 @@ class TorchBackend:
     name = "torch"
     capabilities = Capabilities(train=True, infer=True, grads=True)
     data_parallel = TorchDataParallel()
+    precisions: Support = dict(NATIVE)
+    options: dict[str, Option] = {}
+    recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
+    allocator_units = ALLOCATOR_UNITS
 
     def available(self) -> tuple[bool, str]:
         if not module_installed("torch"):
@@ -153,10 +164,10 @@ class TorchBackend:
             applied["compile_cxx"] = cxx_compiler()
         return applied
 
+    def device_kind(self) -> str:
+        return str(device().type)
+
     def build(self, trial: TrialSpec) -> Program:
-        reason = self.modes().get(trial.policy.mode, f"unknown mode {trial.policy.mode!r}")
-        if reason is not None:
-            raise Unsupported(reason)
         return build_program("dlbench.backends.torch", trial)
 
     def forget_compiled(self) -> None:

@@ -33,7 +33,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from dlbench.runner import processes
+from dlbench import processes
 from dlbench.spec import TrialSpec, to_dict
 
 # Set by rank 0 for the ranks it starts: a worker that finds it joins instead of launching.

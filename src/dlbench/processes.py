@@ -7,10 +7,12 @@ comes from /proc through psutil, in seconds since the epoch at clock-tick resolu
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 
 import psutil
 
@@ -19,6 +21,9 @@ import psutil
 SAME_PROCESS_TOLERANCE_S = 1e-3
 KILL_WAIT_S = 5.0
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# A terminal closed (SIGHUP) or a polite kill (SIGTERM, as `timeout` and CI runners send) stops a
+# command like Ctrl-C does.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def created_at(pid: int) -> float | None:
@@ -91,3 +96,28 @@ def _group_of(p: psutil.Process) -> int | None:
         return os.getpgid(p.pid)
     except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
         return None
+
+
+@contextlib.contextmanager
+def stop_signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt like Ctrl-C, so that whatever a command runs
+    in its `finally` (killing a child's process group, marking a run interrupted) runs for them
+    too. An ignored signal (nohup) stays ignored; only the main thread may set handlers (an
+    embedding caller's thread leaves them alone)."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig, old in previous.items():
+        if old is not signal.SIG_IGN and old is not None:
+            signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            if old is not None:
+                signal.signal(sig, old)

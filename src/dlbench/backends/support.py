@@ -1,0 +1,114 @@
+"""Can this trial run, and is what was built what the spec asks? One answer for the planner (in
+the parent, before anything starts), the worker and the probe (in the child, after the import,
+on the device the framework actually found). Imports no framework.
+
+`validate` checks a trial against the registries (a known workload and framework, the
+framework's options); `unsupported` says why a valid trial cannot run here (the workload's
+scenarios, the backend's capabilities, modes, precisions and data parallelism); `build` and
+`init` are the one way a child builds a Program and its first state: the same checks, then the
+build, then the numerics read-back compared with the spec (after init: a runtime that runs an
+exported model knows its numerics once it has found the export).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from dlbench import workloads
+from dlbench.backends import get_backend
+from dlbench.backends import precision as precisions
+from dlbench.backends.base import Backend, Capabilities, DataParallel, Program, Unsupported
+from dlbench.spec import SpecError, TrialSpec
+from dlbench.workloads.base import numerics_readback
+
+
+def validate(trial: TrialSpec) -> Backend:
+    """The trial's own checks, its workload's, then its framework's (known, options valid).
+    Returns the backend; raises SpecError with one line."""
+    workloads.validate(trial.workload)
+    trial.validate()
+    backend = get_backend(trial.framework)
+    for name, value in trial.policy.options.items():
+        option = backend.options.get(name)
+        if option is None:
+            known = ", ".join(backend.options) or "none"
+            raise SpecError(f"{trial.framework} has no option {name!r} (its options: {known})")
+        if value not in option.allowed:
+            raise SpecError(f"{trial.framework} option {name} {value!r} is not one of: {', '.join(option.allowed)}")
+    return backend
+
+
+def scenario_unsupported(framework: str, capabilities: Capabilities, scenario: str) -> str | None:
+    """None when the capabilities cover the scenario, else the reason (one line). Every
+    scenario but `infer` trains."""
+    needed, has_it = ("infer", capabilities.infer) if scenario == "infer" else ("train", capabilities.train)
+    if has_it:
+        return None
+    has = ", ".join(capabilities.names()) or "none"
+    return f"{framework} cannot run the {scenario} scenario: it lacks the {needed} capability (has: {has})"
+
+
+def data_parallel_unsupported(dp: DataParallel, trial: TrialSpec) -> str | None:
+    """Why `trial` cannot run on trial.devices devices here, or None. What no framework runs is
+    decided here, once: scenarios other than train, and workloads with BatchNorm (per-replica
+    statistics would need a per-replica float64 reference; not implemented)."""
+    if trial.devices == 1:
+        return None
+    if trial.scenario != "train":
+        return f"devices {trial.devices}: data parallelism runs the train scenario only, not {trial.scenario!r}"
+    if workloads.get(trial.workload.name).buffer_shapes(trial.workload):
+        return (f"devices {trial.devices}: {trial.workload.name} has BatchNorm, and {trial.bn_sync} BatchNorm"
+                " under data parallelism (with its matching parity reference) is not implemented")
+    return dp.unsupported(trial)
+
+
+def unsupported(trial: TrialSpec, backend: Backend, device: str) -> str | None:
+    """None when `backend` runs the (valid) `trial` on `device` ("cpu" or "cuda"), else the
+    reason, one line: the first of the workload's scenarios, the backend's capability, its
+    modes, its precisions on that device, and data parallelism that says no."""
+    reason = workloads.scenario_unsupported(trial.workload.name, trial.scenario)
+    if reason is None:
+        reason = scenario_unsupported(trial.framework, backend.capabilities, trial.scenario)
+    if reason is None:
+        reason = backend.modes().get(trial.policy.mode, f"unknown mode {trial.policy.mode!r}")
+    if reason is None:
+        why = precisions.unsupported(backend.precisions, device, trial.precision, trial.scenario)
+        reason = None if why is None else f"{trial.framework} {trial.precision} on {device}: {why}"
+    if reason is None:
+        reason = data_parallel_unsupported(backend.data_parallel, trial)
+    return reason
+
+
+def build(trial: TrialSpec, backend: Backend) -> Program:
+    """In a child after the import: the trial's Program, or Unsupported with the reason."""
+    reason = unsupported(trial, backend, backend.device_kind())
+    if reason is not None:
+        raise Unsupported(reason)
+    return backend.build(trial)
+
+
+def init(trial: TrialSpec, program: Program) -> Any:
+    """The Program's state from the canonical parameters; the Program must then read back every
+    numerics field its workload uses as the spec asks (refused, never ignored)."""
+    state = program.init(workloads.get(trial.workload.name).init_params(trial.workload))
+    check_numerics(trial, program.numerics())
+    return state
+
+
+def same_value(got: Any, wanted: Any) -> bool:
+    """The one equality of a numerics read-back: floats to 1e-6 relative (a framework may hold
+    an eps as float32), everything else exactly."""
+    if isinstance(wanted, float) and isinstance(got, (int, float)) and not isinstance(got, bool):
+        return math.isclose(got, wanted, rel_tol=1e-6)
+    return bool(got == wanted)
+
+
+def check_numerics(trial: TrialSpec, got: dict[str, Any]) -> None:
+    """Every numerics field the workload uses, as read back from the framework objects, must be
+    the spec's; raises Unsupported naming each difference."""
+    spec = trial.workload
+    wanted = numerics_readback(spec.numerics, workloads.get(spec.name).NUMERICS_FIELDS)
+    differ = [f"{k} {got.get(k)!r} (spec: {v!r})" for k, v in wanted.items() if not same_value(got.get(k), v)]
+    if differ:
+        raise Unsupported(f"the {trial.framework} {spec.name} computes {', '.join(differ)}")

@@ -1,0 +1,103 @@
+"""The parent's judgement of a finished trial: its parity arrays against the float64 reference,
+and its achieved FLOP/s against the device's peak (MFU) or the CPU's measured matmul ceiling.
+Runs in the one process that writes the store (the local or Ray executor's driver); reads only
+files and NumPy arrays, never imports a framework.
+
+Which arrays a trial leaves, and so how they are judged, follows the runner scenario that ran it
+(workloads: SCENARIOS): the training scenarios leave the fixed batch's loss and gradients, the
+inference scenario its eval-mode logits through the timed paths (runner/fixedbatch.py).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dlbench import workloads
+from dlbench.analysis import efficiency, parity
+from dlbench.backends import precision
+from dlbench.results.records import TrialResult
+from dlbench.runner import ceiling, fixedbatch, reference
+from dlbench.spec import TrialSpec
+
+# threads -> (the matmul ceiling measured with that many, or None, and why)
+Ceilings = dict[int, tuple[dict[str, Any] | None, str]]
+Judge = Callable[[TrialSpec, Path, reference.Reference], parity.Verdict]
+
+
+def grads_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> parity.Verdict:
+    """A training scenario's fixed-batch loss and gradients, under the dtype of its precision."""
+    loss, grads, _ = fixedbatch.load_grads(path)
+    return parity.compare_grads(loss, grads, ref.loss, ref.grads,
+                                precision.parity_dtype(trial.precision, trial.workload.numerics.dtype),
+                                workload=trial.workload.name, reference=ref.label)
+
+
+def logits_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> parity.Verdict:
+    """The inference scenario's eval-mode logits of the fixed batch through the timed paths."""
+    if ref.init_logits is None:
+        return parity.not_available("the float64 reference has no eval-mode logits")
+    return parity.compare_infer_logits(fixedbatch.load_logits(path), ref.init_logits,
+                                       trial.workload.numerics.dtype, reference=ref.label)
+
+
+# runner scenario (workloads: SCENARIOS) -> how its parity arrays are judged
+JUDGES: dict[str, Judge] = {"train": grads_verdict, "converge": grads_verdict, "infer": logits_verdict}
+
+
+def judge_parity(trial: TrialSpec, result: TrialResult, path: Path, refs: dict[str, reference.Reference | str]) -> None:
+    """The trial's fixed-batch loss and gradients (an inference trial's logits) against the
+    float64 reference: the verdict goes into result.parity, the worst numbers into its metrics."""
+    ref = refs.get(reference.key(trial.workload, 0), "no reference was computed for this workload")
+    judge = JUDGES.get(workloads.get(trial.workload.name).SCENARIOS[trial.scenario])
+    if isinstance(ref, str):
+        verdict = parity.not_available(ref)
+    elif not path.exists():
+        verdict = parity.not_available("the worker wrote no fixed-batch arrays")
+    elif judge is None:
+        verdict = parity.not_available(f"no parity judgement for the {trial.scenario} scenario of {trial.workload.name}")
+    else:
+        verdict = judge(trial, path, ref)
+    result.parity = verdict.to_dict()
+    result.metrics["parity_rel_err"] = verdict.worst_rel_err
+    result.metrics["parity_min_cosine"] = verdict.min_cosine
+    if verdict.verdict == "fail":
+        result.warnings.append(f"parity FAILED: {verdict.reason}")
+
+
+def ceilings(specs: list[TrialSpec], on_message: Callable[[str], None]) -> Ceilings:
+    """The CPU matmul ceiling for every thread count in the sweep (cached per machine)."""
+    out = {}
+    for threads in sorted({t.policy.threads or len(os.sched_getaffinity(0)) for t in specs}):
+        cached, _ = ceiling.ceiling(threads, measure_if_missing=False)
+        if cached is None:
+            on_message(f"measuring this machine's float32 matmul ceiling with {threads} thread(s), once")
+        out[threads] = (cached, "") if cached is not None else ceiling.ceiling(threads)
+    return out
+
+
+def judge_efficiency(trial: TrialSpec, result: TrialResult, ceilings: Ceilings) -> None:
+    """mfu on accelerators in the peak table; matmul_ceiling_share against the measured CPU
+    ceiling for the trial's thread count; each null with its reason otherwise."""
+    achieved = result.metrics.get("achieved_flops_per_s")
+    if achieved is None:
+        return
+    gpus = [g["name"] for g in result.framework_info.get("gpus", [])]
+    value, why = efficiency.mfu(achieved, gpus, trial.precision)
+    result.metrics["mfu"] = value
+    if value is None:
+        result.notes["mfu"] = why
+    warning = efficiency.busy_but_idle(result.metrics.get("gpu_utilization_mean"), value)
+    if warning is not None:
+        result.warnings.append(warning)
+    threads = len(result.policy_effective.get("cores") or []) or trial.policy.threads or len(os.sched_getaffinity(0))
+    data, why = ceilings.get(threads) or ceiling.ceiling(threads)
+    if data is None or gpus:
+        result.metrics["matmul_ceiling_share"] = None
+        result.notes["matmul_ceiling_share"] = why or "on an accelerator: see mfu"
+        return
+    result.metrics["matmul_ceiling_share"] = achieved / data["flops_per_s"]
+    result.metrics["matmul_ceiling_flops_per_s"] = data["flops_per_s"]
+    result.notes["matmul_ceiling"] = f"{data['library']}, {data['threads']} thread(s), {data['size']}^2 float32 GEMM"
