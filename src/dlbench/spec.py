@@ -312,17 +312,9 @@ class TrialSpec:
 
 
     def config_key(self) -> str:
-        """The configuration key: this spec without repeat index and ids, plus the workload
-        digest. Trials with equal keys are repetitions of one configuration."""
-        d = to_dict(self)
-        for k in ("repeat", "run_id", "trial_id", "interpreter", "timeout_s", "memory_limit_bytes"):
-            d.pop(k, None)
-        if self.devices == 1:  # nothing to scale: keys stay those of stores made before them
-            d.pop("scaling")
-            d.pop("bn_sync")
-        d["workload_digest"] = self.workload.digest()
-        blob = json.dumps(d, sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        """The configuration key (`configuration_key` below): trials with equal keys are
+        repetitions of one configuration."""
+        return configuration_key(to_dict(self))
 
     def label(self) -> str:
         # Scenario, data placement, precision and seed only where they differ from the defaults.
@@ -360,3 +352,43 @@ def trial_from_dict(d: dict[str, Any]) -> TrialSpec:
     d["workload"] = WorkloadSpec(**w)
     d["policy"] = Policy(**d.get("policy", {}))
     return TrialSpec(**d)
+
+
+# Spec fields that never make two trials different configurations: ids, the repeat index, the
+# interpreter, and the limits that decide whether a trial finishes, never what it measures.
+NOT_CONFIGURATION = ("repeat", "run_id", "trial_id", "interpreter", "timeout_s", "memory_limit_bytes")
+
+
+def configuration_key(spec: dict[str, Any], drop: tuple[str, ...] = (), drop_policy: tuple[str, ...] = ()) -> str:
+    """The one configuration key, over a spec as stored (DESIGN §4): the spec without the
+    fields of NOT_CONFIGURATION, plus the workload's digest. Fields an older store lacks take
+    their defaults, so a store keeps its keys as fields are added; a field this version does not
+    know is kept (never an error). `drop` and `drop_policy` name what a caller pairs across:
+    the policy for compare (it must match separately, so that a difference can be named), the
+    framework for seed pairs, `data` for pipeline/device pairs."""
+    d = _with_defaults(spec, _default_spec())
+    _drop_empty_extra(d)
+    for k in (*NOT_CONFIGURATION, *drop):
+        d.pop(k, None)
+    if d.get("devices", 1) == 1:  # nothing to scale: keys stay those of stores made before them
+        d.pop("scaling", None)
+        d.pop("bn_sync", None)
+    if isinstance(d.get("policy"), dict):
+        d["policy"] = {k: v for k, v in d["policy"].items() if k not in drop_policy}
+    workload = d.get("workload", {})
+    d["workload_digest"] = hashlib.sha256(json.dumps(workload, sort_keys=True).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _default_spec() -> dict[str, Any]:
+    return to_dict(TrialSpec(workload=WorkloadSpec(), framework=""))
+
+
+def _with_defaults(d: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """`d` over `defaults`, nested dicts merged key by key (the workload, its numerics, the
+    policy); `d`'s values win, its unknown keys stay."""
+    out = dict(defaults)
+    for k, v in d.items():
+        base = defaults.get(k)
+        out[k] = _with_defaults(v, base) if isinstance(v, dict) and isinstance(base, dict) else v
+    return out
