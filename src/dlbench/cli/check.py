@@ -24,7 +24,7 @@ from dlbench import workloads
 from dlbench.analysis import parity
 from dlbench.backends import get_backend, registered
 from dlbench.cli.common import EXIT_OK, EXIT_PARITY_FAILED, UsageError, comma_list
-from dlbench.report.table import make_console
+from dlbench.report.terminal import make_console
 from dlbench.runner import reference
 from dlbench.runner.plan import workload_spec
 from dlbench.runner.probe import load_grads

@@ -10,7 +10,7 @@ from dlbench import precision, workloads
 from dlbench.backends import get_backend, registered
 from dlbench.backends.base import Capabilities, module_installed, scenario_unsupported
 from dlbench.monitors.nvml import device_kind
-from dlbench.report.table import make_console
+from dlbench.report.terminal import make_console
 from dlbench.spec import MODES, SCENARIOS_SUPPORTED
 
 
