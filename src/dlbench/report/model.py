@@ -219,7 +219,7 @@ def trial_notes(labelled: Iterable[tuple[str, Trial]]) -> list[str]:
 
 def parity_notes(trials: Iterable[Trial], checked: str) -> list[str]:
     """What a parity verdict means (what was `checked`, against which reference, the
-    tolerance), why one is n/a, and the reason of a failure, once each."""
+    tolerance) and why one is n/a, once each. A failure's reason is the trial's warning."""
     out = []
     for t in trials:
         p = t.data.get("parity") or {}
@@ -229,8 +229,6 @@ def parity_notes(trials: Iterable[Trial], checked: str) -> list[str]:
             tol = p["tolerance"]
             out.append(f"parity: {checked} against the {p.get('reference')} reference; pass = normwise"
                        f" relative error <= {tol['rel_err']:g} and cosine >= {tol['cosine']}")
-        if p.get("verdict") == "fail" and p.get("reason"):
-            out.append(f"parity FAILED: {p['reason']}")
     return list(dict.fromkeys(out))
 
 
