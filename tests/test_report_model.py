@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import html
 import io
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -24,9 +26,9 @@ from dlbench.results.store import Store
 from dlbench.spec import Policy, TrialSpec, WorkloadSpec, configuration_key, to_dict
 
 HOSTILE_ERROR = "RuntimeError: bad \x1b]0;pwned\x07 title and \x1b[31mred\x1b[0m text"
-PASS = {"verdict": "pass", "worst_rel_err": 2e-7, "reference": "float64",
+PASS: dict[str, Any] = {"verdict": "pass", "worst_rel_err": 2e-7, "reference": "float64",
         "tolerance": {"rel_err": 1e-3, "cosine": 0.99999}}
-NA = {"verdict": "n/a", "reason": "no reference for this workload"}
+NA: dict[str, Any] = {"verdict": "n/a", "reason": "no reference for this workload"}
 ALL_TABLES = ["results", "startup", "gpu", "scaling", "converge", "stall", "inference"]
 
 
@@ -41,9 +43,9 @@ def _add(store: Store, run: int, spec: TrialSpec, result: TrialResult) -> None:
     store.finish_trial(store.add_trial(run, seq, spec), result)
 
 
-def _train(value: float, parity: dict[str, object] | None = None, **extra: float) -> TrialResult:
-    m = {"samples_per_s": value, "train_s": 1000 / value, "time_to_first_step_s": 1.5, "import_s": 0.5, **extra}
-    return TrialResult(status="ok", metrics=m, parity=parity or {})  # type: ignore[arg-type]
+def _train(value: float, parity: dict[str, Any] | None = None, **extra: float) -> TrialResult:
+    m: dict[str, float | None] = {"samples_per_s": value, "train_s": 1000 / value, "time_to_first_step_s": 1.5, "import_s": 0.5, **extra}
+    return TrialResult(status="ok", metrics=m, parity=parity or {})
 
 
 def _store_with_every_table(path: Path) -> Store:
@@ -126,7 +128,7 @@ def test_metric_units_come_from_the_producer_then_the_registry_then_the_name(tmp
     [row] = store.trials(run)
     assert store.metric_units(row.id) == {"samples_per_s": "1/s", "fw_pool_peak": "B", "new_tokens_per_s": "1/s",
                                           "new_wait_s": "s", "mystery": "1"}
-    assert TrialResult.from_dict(__import__("json").loads(result.to_json())).units == {"fw_pool_peak": "B"}
+    assert TrialResult.from_dict(json.loads(result.to_json())).units == {"fw_pool_peak": "B"}
 
 
 def test_direction_and_labels_are_the_registrys():
