@@ -179,10 +179,11 @@ def test_report_compares_seed_pairs_across_frameworks(tmp_path):
                                                    "time_to_target_s": steps / 10, "eval_s": 1.0, "accuracy": 0.91})
         result.series["accuracy"] = [(32.0 * i, 0.3 * i) for i in range(1, int(steps) // 32 + 1)]
         store.finish_trial(tid, result)
-    table, notes = converge_table(store, [run])
-    assert table is not None and table.row_count == 2
-    assert any("a 96 steps vs b 192 steps (K = 32): more than K apart" in n for n in notes)
-    assert pair_notes(store.trials(run))[0].startswith("seed pairs: 1 compared")
+    report = model.load(store, [run])
+    table = converge_table(report)
+    assert table is not None and len(table.rows) == 2
+    assert any("a 96 steps vs b 192 steps (K = 32): more than K apart" in n for n in table.notes)
+    assert pair_notes([t for _, t in report.trials()])[0].startswith("seed pairs: 1 compared")
 
 
 def _seeded_converge_store(tmp_path, rows: list[tuple[str, str, int, float | None]]) -> tuple[Store, int]:
@@ -208,22 +209,22 @@ def _seeded_converge_store(tmp_path, rows: list[tuple[str, str, int, float | Non
 def test_converge_table_marks_pairs_names_the_target_and_notes_unsupported_once(tmp_path):
     store, run = _seeded_converge_store(tmp_path, [("a", "compiled", 0, 64.0), ("b", "compiled", 0, 160.0),
                                                    ("a", "compiled", 1, 64.0), ("b", "compiled", 1, 96.0)])
-    table, notes = converge_table(store, [run])
-    assert table is not None and table.row_count == 4
-    assert "time to accuracy 0.85" in str(table.title)
+    table = converge_table(model.load(store, [run]))
+    assert table is not None and len(table.rows) == 4
+    assert "time to accuracy 0.85" in table.title
     headers = [c.header for c in table.columns]
     assert "mode" not in headers and "target" not in headers  # one mode: no column
-    steps = list(table.columns[headers.index("steps to target")].cells)
+    steps = [c.text for c in table.column("steps to target")]
     assert steps == ["64 !", "160 !", "64", "96"]  # seed 0 is 96 apart (> K), seed 1 is 32 apart
-    assert [n for n in notes if "ort" in n] == ["ort: unsupported: ort cannot train"]
-    assert any(n.startswith("seed pairs: 2 compared") and "1 differ by more than K" in n for n in notes)
+    assert [n for n in table.notes if "ort" in n] == ["ort: unsupported: ort cannot train"]
+    assert any(n.startswith("seed pairs: 2 compared") and "1 differ by more than K" in n for n in table.notes)
 
 
 def test_converge_table_shows_the_mode_only_when_modes_differ(tmp_path):
     store, run = _seeded_converge_store(tmp_path, [("a", "compiled", 0, 64.0), ("a", "eager", 0, None)])
-    table, notes = converge_table(store, [run])
+    table = converge_table(model.load(store, [run]))
     assert table is not None and [c.header for c in table.columns][3] == "mode"
-    assert not any(n.startswith("!") for n in notes)  # different modes are different pairs
+    assert not any(n.startswith("!") for n in table.notes)  # different modes are different pairs
 
 
 def test_cli_converge_and_pipeline_tables(tmp_path, capsys, monkeypatch):
@@ -251,7 +252,7 @@ def test_cli_converge_and_pipeline_tables(tmp_path, capsys, monkeypatch):
     assert "id='chart-convergence'" in page and "id='chart-throughput'" in page
     assert "<h2>time to accuracy 0.9 (converge" in page and "8:1.00</td>" in page
     assert "<th>stall share</th>" in page and "<td>crop_flip</td>" in page
-    assert page.count("href='#table-") == 2  # both scenario tables in the navigation
+    assert "href='#table-converge'" in page and "href='#table-stall'" in page  # both in the navigation
 
 
 def test_keras_style_wrapper_is_unwrapped():

@@ -15,7 +15,7 @@ def test_core_and_cli_import_no_framework():
         "import sys, json\n"
         "import dlbench, dlbench.cli.main, dlbench.runner.plan, dlbench.runner.spawn, "
         "dlbench.runner.executor, dlbench.runner.ray_executor, dlbench.results.environment,"
-        " dlbench.report.table\n"
+        " dlbench.report.terminal\n"
         "from dlbench.backends import get_backend, REGISTRY\n"
         "from dlbench.results.environment import capture\n"
         "for n in REGISTRY: b = get_backend(n); b.available(); b.modes(); b.distributions()\n"

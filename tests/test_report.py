@@ -157,7 +157,7 @@ def test_html_report_in_headless_chromium(store, tmp_path, capsys):
     assert requested == [out.as_uri()]  # the page itself, nothing from any host
     assert {k for k, n in rendered.items() if n > 0} == expected, rendered
     assert text.count(HOSTILE) >= 3 and HOSTILE in chart_text  # shown as written, never as markup
-    assert "fail 3.0e-02" in text
+    assert "FAIL 3.0e-02" in text  # as in the terminal: one parity text for both
     assert injected == 2  # the page's own two scripts; no element from a stored string
     assert pixels["colors"] > 50 and pixels["non_white"] > 0.05, pixels
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -49,6 +50,9 @@ BN_SYNCS = ("per-replica", "synchronised")
 PARITY_BATCH = 8
 
 Mode = Literal["eager", "graph", "compiled"]
+# Field metadata of a field added after stores existed: left out of the serialised spec while it
+# holds its default, so every configuration key made before it stays what it was (to_dict).
+OMIT_DEFAULT = {"omit_default": True}
 
 
 class SpecError(ValueError):
@@ -110,7 +114,7 @@ class Numerics:
     # alpha, PPO's clip range, ...): name -> number, string or bool. Plugins put theirs here too,
     # so a new workload never adds a field to this class. Left out of the serialised spec while
     # empty, so configuration keys of workloads without extras stay what they were.
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict, metadata=OMIT_DEFAULT)
 
     def value(self, name: str) -> Any:
         """A numeric by name: a shared field, else an entry of `extra` (KeyError if neither)."""
@@ -185,7 +189,7 @@ class Policy:
     # The trial's framework's own options (ONNX Runtime's graph optimisation level, ...): name ->
     # value, each declared and validated by its backend (Backend.options); empty for the
     # framework's defaults, and then left out of the serialised spec.
-    options: dict[str, str] = field(default_factory=dict)
+    options: dict[str, str] = field(default_factory=dict, metadata=OMIT_DEFAULT)
 
     def validate(self) -> None:
         _check_choice("mode", self.mode, MODES)
@@ -304,17 +308,9 @@ class TrialSpec:
 
 
     def config_key(self) -> str:
-        """The configuration key: this spec without repeat index and ids, plus the workload
-        digest. Trials with equal keys are repetitions of one configuration."""
-        d = to_dict(self)
-        for k in ("repeat", "run_id", "trial_id", "interpreter", "timeout_s", "memory_limit_bytes"):
-            d.pop(k, None)
-        if self.devices == 1:  # nothing to scale: keys stay those of stores made before them
-            d.pop("scaling")
-            d.pop("bn_sync")
-        d["workload_digest"] = self.workload.digest()
-        blob = json.dumps(d, sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        """The configuration key (`configuration_key` below): trials with equal keys are
+        repetitions of one configuration."""
+        return configuration_key(to_dict(self))
 
     def label(self) -> str:
         # Scenario, data placement, precision and seed only where they differ from the defaults.
@@ -326,20 +322,30 @@ class TrialSpec:
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
-    """The dataclass as plain JSON-able data; an empty `Numerics.extra` is left out (see there)."""
+    """The dataclass as plain JSON-able data; fields marked OMIT_DEFAULT are left out while they
+    hold their default (see there)."""
     d = dataclasses.asdict(obj)
-    _drop_empty_extra(d)
+    _omit_defaults(d, type(obj))
     return d
 
 
-def _drop_empty_extra(d: dict[str, Any]) -> None:
-    for value in d.values():
-        if isinstance(value, dict):
-            _drop_empty_extra(value)
-    if d.get("extra") == {} and "ode_solver" in d:  # a Numerics dict
-        del d["extra"]
-    if d.get("options") == {} and "compile_cache" in d:  # a Policy dict
-        del d["options"]
+def _omit_defaults(d: dict[str, Any], cls: type) -> None:
+    """Remove from `d` (a serialised `cls`) the OMIT_DEFAULT fields at their default, in nested
+    spec dataclasses too."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name not in d:
+            continue
+        if dataclasses.is_dataclass(hints[f.name]) and isinstance(d[f.name], dict):
+            _omit_defaults(d[f.name], hints[f.name])
+        elif f.metadata.get("omit_default") and d[f.name] == _default_of(f):
+            del d[f.name]
+
+
+def _default_of(f: dataclasses.Field[Any]) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
 
 
 def trial_from_dict(d: dict[str, Any]) -> TrialSpec:
@@ -352,11 +358,11 @@ def trial_from_dict(d: dict[str, Any]) -> TrialSpec:
     w = dict(d.pop("workload"))
     w["numerics"] = Numerics(**w.get("numerics", {}))
     d["workload"] = WorkloadSpec(**w)
-    d["policy"] = Policy(**_policy_fields(d.get("policy", {})))
+    d["policy"] = Policy(**policy_fields(d.get("policy", {})))
     return TrialSpec(**d)
 
 
-def _policy_fields(policy: dict[str, Any]) -> dict[str, Any]:
+def policy_fields(policy: dict[str, Any]) -> dict[str, Any]:
     """A stored policy in today's fields. Stores before backend options kept ONNX Runtime's
     optimisation level as `ort_optimization` in every trial's policy ("all" = the default)."""
     p = dict(policy)
@@ -364,3 +370,43 @@ def _policy_fields(policy: dict[str, Any]) -> dict[str, Any]:
     if legacy != "all":
         p["options"] = {"optimization": legacy, **p.get("options", {})}
     return p
+
+
+# Spec fields that never make two trials different configurations: ids, the repeat index, the
+# interpreter, and the limits that decide whether a trial finishes, never what it measures.
+NOT_CONFIGURATION = ("repeat", "run_id", "trial_id", "interpreter", "timeout_s", "memory_limit_bytes")
+
+
+def configuration_key(spec: dict[str, Any], drop: tuple[str, ...] = (), drop_policy: tuple[str, ...] = ()) -> str:
+    """The one configuration key, over a spec as stored (DESIGN §4): the spec without the
+    fields of NOT_CONFIGURATION, plus the workload's digest. Fields an older store lacks take
+    their defaults, so a store keeps its keys as fields are added; a field this version does not
+    know is kept (never an error). `drop` and `drop_policy` name what a caller pairs across:
+    the policy for compare (it must match separately, so that a difference can be named), the
+    framework for seed pairs, `data` for pipeline/device pairs."""
+    d = _with_defaults({**spec, "policy": policy_fields(spec.get("policy", {}))}, _default_spec())
+    _omit_defaults(d, TrialSpec)
+    for k in (*NOT_CONFIGURATION, *drop):
+        d.pop(k, None)
+    if d.get("devices", 1) == 1:  # nothing to scale: keys stay those of stores made before them
+        d.pop("scaling", None)
+        d.pop("bn_sync", None)
+    if isinstance(d.get("policy"), dict):
+        d["policy"] = {k: v for k, v in d["policy"].items() if k not in drop_policy}
+    workload = d.get("workload", {})
+    d["workload_digest"] = hashlib.sha256(json.dumps(workload, sort_keys=True).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _default_spec() -> dict[str, Any]:
+    return to_dict(TrialSpec(workload=WorkloadSpec(), framework=""))
+
+
+def _with_defaults(d: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """`d` over `defaults`, nested dicts merged key by key (the workload, its numerics, the
+    policy); `d`'s values win, its unknown keys stay."""
+    out = dict(defaults)
+    for k, v in d.items():
+        base = defaults.get(k)
+        out[k] = _with_defaults(v, base) if isinstance(v, dict) and isinstance(base, dict) else v
+    return out

@@ -3,7 +3,6 @@ trial dicts in the export format (spec, status, metrics {name: {value, unit}}, p
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterable
@@ -11,11 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlbench.analysis import stats
+from dlbench.analysis.metrics import higher_is_better
+from dlbench.spec import configuration_key
 
 # "median" in a --fail rule means the headline metric.
 HEADLINE_METRIC = "samples_per_s"
-HIGHER_IS_BETTER = ("samples_per_s", "accuracy", "achieved_flops_per_s", "mfu", "matmul_ceiling_share",
-                    "scaling_efficiency", "samples_per_s_per_w", "infer_samples_per_s")
 # Environment keys whose difference means other hardware (needs --force).
 HARDWARE_KEYS = ("cpu_model", "cpu_logical", "cpu_affinity", "ram_bytes", "gpu")
 _FAIL_RE = re.compile(r"^(?P<metric>[a-z0-9_]+):(?P<pct>[0-9]+(\.[0-9]+)?)%$")
@@ -44,16 +43,10 @@ def parse_fail(text: str) -> FailRule:
     return FailRule(metric, float(m["pct"]) / 100)
 
 
-def higher_is_better(metric: str) -> bool:
-    return metric in HIGHER_IS_BETTER
-
-
 def pairing_key(spec: dict[str, Any]) -> str:
-    """The configuration key without the policy (which must match separately, so that a
-    difference in it can be named) and without repeat index and ids."""
-    d = {k: v for k, v in spec.items()
-         if k not in ("repeat", "run_id", "trial_id", "interpreter", "timeout_s", "policy")}
-    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+    """The configuration key without the policy, which must match separately, so that a
+    difference in it can be named."""
+    return configuration_key(spec, drop=("policy",))
 
 
 def label(spec: dict[str, Any]) -> str:

@@ -12,19 +12,11 @@ dicts (the TrialSpec as stored) and metric values; the report shows what they re
 from __future__ import annotations
 
 import itertools
-import json
 import statistics
 from dataclasses import dataclass
 from typing import Any
 
-# Spec fields that never make two trials different configurations.
-_ID_FIELDS = ("repeat", "run_id", "trial_id", "interpreter", "timeout_s")
-
-
-def _key(spec: dict[str, Any], drop_policy: tuple[str, ...] = (), drop: tuple[str, ...] = ()) -> str:
-    d = {k: v for k, v in spec.items() if k not in _ID_FIELDS + drop}
-    d["policy"] = {k: v for k, v in spec.get("policy", {}).items() if k not in drop_policy}
-    return json.dumps(d, sort_keys=True)
+from dlbench.spec import configuration_key
 
 
 @dataclass(frozen=True)
@@ -61,7 +53,7 @@ def seed_pairs(trials: list[tuple[dict[str, Any], float | None]]) -> list[SeedPa
     groups: dict[str, dict[str, list[float | None]]] = {}
     first: dict[str, dict[str, Any]] = {}
     for spec, steps in trials:
-        key = _key(spec, drop=("framework",))
+        key = configuration_key(spec, drop=("framework",))
         groups.setdefault(key, {}).setdefault(spec["framework"], []).append(steps)
         first.setdefault(key, spec)
     out = []
@@ -105,7 +97,7 @@ class Stall:
 
 def placement_key(spec: dict[str, Any]) -> str:
     """The configuration without the data placement: pipeline and device trials pair on it."""
-    return _key(spec, drop_policy=("data",))
+    return configuration_key(spec, drop_policy=("data",))
 
 
 def input_stalls(trials: list[tuple[dict[str, Any], float]]) -> list[Stall]:

@@ -24,7 +24,7 @@ from dlbench import processes, workloads
 from dlbench.analysis import parity
 from dlbench.backends import get_backend, registered, support
 from dlbench.cli.common import EXIT_OK, EXIT_PARITY_FAILED, UsageError, comma_list
-from dlbench.report.table import make_console
+from dlbench.report.terminal import make_console
 from dlbench.runner import reference
 from dlbench.runner.fixedbatch import load_grads
 from dlbench.runner.plan import workload_spec

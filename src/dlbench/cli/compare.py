@@ -17,7 +17,8 @@ from rich.table import Table
 from dlbench.analysis import compare as cmp
 from dlbench.cli.common import EXIT_OK, EXIT_REGRESSION, EXIT_TRIALS_FAILED, UsageError, add_store_argument, open_store
 from dlbench.cli.export import export_json
-from dlbench.report.table import make_console
+from dlbench.report.terminal import make_console
+from dlbench.text import printable
 
 FORMATS = ("text", "markdown")
 
@@ -86,11 +87,11 @@ def main(args: argparse.Namespace) -> int:
               f" (median {r.base.median:.4g} -> {r.new.median:.4g}, p={r.p_value:.3g})"
               for r, rule in bad]
     if args.format == "markdown":
-        print(markdown(results, notes))
+        print(printable(markdown(results, notes)))
     else:
         console.print(table(results))
         for n in notes:
-            console.print(f"  {n}", soft_wrap=True, highlight=False)
+            console.print(printable(f"  {n}"), soft_wrap=True, highlight=False)
     if bad:
         return EXIT_REGRESSION
     return EXIT_TRIALS_FAILED if failed else EXIT_OK
@@ -99,7 +100,7 @@ def main(args: argparse.Namespace) -> int:
 def _row(r: cmp.PairResult) -> list[str]:
     fmt = "{:.4g}"
     verdict = {"worse": "slower", "better": "faster"}.get(r.verdict, r.verdict) if r.metric == cmp.HEADLINE_METRIC else r.verdict
-    return [r.label, r.metric, f"{fmt.format(r.base.median)} (n={r.base.n})", f"{fmt.format(r.new.median)} (n={r.new.n})",
+    return [printable(r.label), printable(r.metric), f"{fmt.format(r.base.median)} (n={r.base.n})", f"{fmt.format(r.new.median)} (n={r.new.n})",
             f"{r.ratio:.3f} [{r.ratio_low:.3f}, {r.ratio_high:.3f}] ≥{r.ratio_level:.0%}", f"{r.p_value:.3g}", verdict]
 
 

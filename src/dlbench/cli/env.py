@@ -9,7 +9,7 @@ import os
 from rich.table import Table
 
 from dlbench.backends import installed
-from dlbench.report.table import make_console
+from dlbench.report.terminal import make_console
 from dlbench.results.environment import capture
 from dlbench.runner.ceiling import ceiling
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench.cli.common import UsageError, add_store_argument, open_store
-from dlbench.report.table import make_console
+from dlbench.report.terminal import make_console
 from dlbench.results.store import Store
 from dlbench.results.tidy import METRIC_COLUMNS, metric_rows
 
@@ -78,13 +78,12 @@ def _report_artifact(store: Store, run_ids: list[int], out_dir: Path) -> list[Pa
     """The HTML report of the exported runs, when plotly is installed."""
     try:
         from dlbench.report import figures, html, model
-        from dlbench.report.table import scenario_tables
     except ImportError:
         print("dlbench: note: no HTML report attached (pip install 'dlbench[report]')", file=sys.stderr)
         return []
     report = model.load(store, run_ids)
     path = out_dir / "dlbench-report.html"
-    html.write_report(report, figures.charts(report), path, scenario_tables(store, run_ids))
+    html.write_report(report, figures.charts(report), path)
     return [path]
 
 

@@ -11,7 +11,7 @@ from dlbench.backends import get_backend, precision, registered
 from dlbench.backends.base import Capabilities, module_installed
 from dlbench.backends.support import scenario_unsupported
 from dlbench.monitors.nvml import device_kind
-from dlbench.report.table import make_console
+from dlbench.report.terminal import make_console
 from dlbench.spec import MODES, PRECISIONS, SCENARIOS
 
 

@@ -9,7 +9,7 @@ from types import ModuleType
 
 from dlbench.cli.common import EXIT_OK, UsageError, add_store_argument, open_store
 from dlbench.report import model
-from dlbench.report.table import make_console, print_report_tables, scenario_tables
+from dlbench.report.terminal import make_console, print_report_tables
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -42,7 +42,7 @@ def main(args: argparse.Namespace) -> int:
     run_ids = list(dict.fromkeys(i for selector in args.runs for i in store.resolve_runs(selector)))
     report = model.load(store, run_ids)
     if args.html is None and args.png is None:
-        print_report_tables(console, report, store)
+        print_report_tables(console, report)
         return EXIT_OK
     html_path = _output_path(args.html, "--html") if args.html else None
     png_dir = _output_path(args.png, "--png") if args.png else None
@@ -50,7 +50,7 @@ def main(args: argparse.Namespace) -> int:
     if html_path is not None:
         from dlbench.report.html import write_report
 
-        write_report(report, charts, html_path, scenario_tables(store, run_ids))
+        write_report(report, charts, html_path)
         console.print(f"wrote {html_path} ({len(charts)} charts: {', '.join(c.id for c in charts)})",
                       highlight=False, markup=False)
     if png_dir is not None:
@@ -58,5 +58,5 @@ def main(args: argparse.Namespace) -> int:
 
         written, reason = write_pngs(charts, png_dir)
         console.print(f"wrote {len(written)} PNG files to {png_dir}" if reason is None
-                      else f"--png: no images written: {reason}", highlight=False, markup=False)
+                      else f"--png: no images written: {reason}", highlight=False, markup=False, soft_wrap=True)
     return EXIT_OK

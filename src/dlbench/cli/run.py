@@ -30,7 +30,7 @@ from dlbench.cli.common import (
     open_store,
     size_argument,
 )
-from dlbench.report.table import make_console, print_run_tables
+from dlbench.report.terminal import make_console, print_run_tables
 from dlbench.results import environment
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
 from dlbench.results.store import Store, machine_lock

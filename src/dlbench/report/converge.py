@@ -1,27 +1,29 @@
-"""Terminal tables for time to accuracy (scenario converge: steps and time to the target per
-workload x seed x framework, the curves, seed pairs compared across frameworks) and for the
-input pipeline (stall share of paired pipeline/device trials)."""
+"""Tables for time to accuracy (scenario converge: steps and time to the target per workload x
+seed x framework, the curves, seed pairs compared across frameworks) and for the input pipeline
+(stall share of paired pipeline/device trials), from the report model."""
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
-from typing import Any
 
-from rich.table import Table
-
-from dlbench.analysis.convergence import SeedPair, input_stalls, placement_key, seed_pairs
-from dlbench.results.store import Store, TrialRow
+from dlbench.analysis.convergence import (
+    SeedPair,
+    input_stalls,
+    placement_key,
+    seed_pairs,
+)
+from dlbench.analysis.summary import summarize
+from dlbench.report import model
+from dlbench.report.cells import label_cells, label_columns
+from dlbench.report.model import Config, Report, Trial
+from dlbench.report.tabledata import Cell, Column, Table, cells
 
 # Points of a curve shown in a cell (evenly spaced, the last always).
 CURVE_POINTS = 8
-# One row of the converge table: workload, seed, framework, mode and the ok trials (repeats).
-Row = tuple[str, int, str, str, list[TrialRow]]
-
-
-def _median(values: list[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return statistics.median(vals) if vals else None
+# The label axes a converge row always shows; others follow where they vary.
+CONVERGE_AXES = ("workload", "seed", "framework")
+CONVERGE_HEADERS = ("reached", "steps to target", "time to target s", "eval s", "accuracy", "accuracy by step",
+                    "accuracy by time s")
 
 
 def _fmt(value: float | None, fmt: str) -> str:
@@ -36,76 +38,59 @@ def curve_text(points: list[tuple[float, float]], x_fmt: str) -> str:
     return " ".join(f"{format(x, x_fmt)}:{a:.2f}" for x, a in points)
 
 
-def _converge_groups(trials: list[TrialRow]) -> dict[tuple[Any, ...], list[TrialRow]]:
-    groups: dict[tuple[Any, ...], list[TrialRow]] = defaultdict(list)
-    for t in trials:
-        s = t.spec
-        if s.get("scenario") == "converge":
-            w = s["workload"]
-            groups[(w["name"], w["seed"], s["framework"], s["policy"]["mode"], w["batch_size"])].append(t)
-    return groups
+def _order(c: Config) -> tuple[str, int, str, str, int, int]:
+    a = c.axes
+    return (str(a["workload"]), int(str(a["seed"])), str(a["framework"]), str(a["mode"]), int(str(a["batch"])),
+            c.run_id)
 
 
-def converge_table(store: Store, run_ids: list[int]) -> tuple[Table | None, list[str]]:
+def _trial_label(config: Config, t: Trial) -> str:
+    """A trial's cause with its workload and seed; an unsupported or skipped one's reason
+    names the framework only (the reason itself names a workload where it is about one), so a
+    framework that cannot run the scenario is one note however many workloads and seeds."""
+    a = config.axes
+    if t.status in ("unsupported", "skipped"):
+        return str(a["framework"])
+    return f"{a['workload']}/{a['framework']} seed {a['seed']}"
+
+
+def _converge_row(report: Report, c: Config, axes: tuple[str, ...], flagged: set[tuple[str, int, str]]) -> list[Cell]:
+    ok = c.ok
+    reached = sum(int(t.metrics.get("reached_target") or 0) for t in ok)
+    series = ok[0].series
+    flag = " !" if (c.axes["workload"], c.axes["seed"], c.axes["framework"]) in flagged else ""
+    return [*label_cells(report, c, axes), *cells(
+        f"{reached}/{len(ok)}", _fmt(c.summary("steps_to_target").median, ".0f") + flag,
+        _fmt(c.summary("time_to_target_s").median, ".2f"), _fmt(c.summary("eval_s").median, ".2f"),
+        _fmt(c.summary("accuracy").median, ".3f"), curve_text(series.get("accuracy", []), ".0f"),
+        curve_text(series.get("accuracy_by_time", []), ".1f"))]
+
+
+def converge_table(report: Report) -> Table | None:
     """Steps and time to the target per workload x seed x framework (medians over repeats),
     with the accuracy curves of the first ok repeat, and the seed-pair notes; `!` marks the
     steps of a framework in a pair more than K apart. Frameworks that cannot run the scenario
-    get one note, not a row per seed."""
-    trials = [t for rid in run_ids for t in store.trials(rid)]
-    notes: list[str] = []
-    rows: list[Row] = []
-    for (w, seed, f, mode, _), group in sorted(_converge_groups(trials).items()):
-        ok = [t for t in group if t.status == "ok"]
-        notes.extend(_failure_note(w, seed, f, t) for t in group if t.status != "ok" and t.error)
-        if ok:
-            rows.append((w, seed, f, mode, ok))
-    if not rows:
-        return None, list(dict.fromkeys(notes))
-    pairs = seed_pairs([(t.spec, t.metrics.get("steps_to_target")) for *_, ok in rows for t in ok])
+    get one note, not a row per seed. None when no converge trial finished."""
+    configs = sorted((c for c in report.configs if c.scenario == "converge"), key=_order)
+    shown = [c for c in configs if c.ok]
+    if not shown:
+        return None
+    pairs = seed_pairs([(t.spec, t.metrics.get("steps_to_target")) for c in shown for t in c.ok])
     flagged = {(p.workload, p.seed, f) for p in pairs if p.flagged for f in (p.framework_a, p.framework_b)}
-    with_mode = len({mode for _, _, _, mode, _ in rows}) > 1
-    table = _converge_columns(rows, with_mode)
-    for w, seed, f, mode, ok in rows:
-        m = [t.metrics for t in ok]
-        reached = sum(int(x.get("reached_target") or 0) for x in m)
-        series = store.series(ok[0].id)
-        flag = " !" if (w, seed, f) in flagged else ""
-        table.add_row(
-            w, str(seed), f, *([mode] if with_mode else []), f"{reached}/{len(ok)}",
-            _fmt(_median([x.get("steps_to_target") for x in m]), ".0f") + flag,
-            _fmt(_median([x.get("time_to_target_s") for x in m]), ".2f"),
-            _fmt(_median([x.get("eval_s") for x in m]), ".2f"),
-            _fmt(_median([x.get("accuracy") for x in m]), ".3f"),
-            curve_text(series.get("accuracy", []), ".0f"),
-            curve_text(series.get("accuracy_by_time", []), ".1f"),
-        )
-        notes.extend(f"{w}/{f} seed {seed}: {reason}" for t in ok
-                     if (reason := (t.data.get("notes") or {}).get("steps_to_target")))
-    return table, list(dict.fromkeys(notes)) + describe_pairs(pairs)
+    axes = report.varying(shown, CONVERGE_AXES)
+    rows = [_converge_row(report, c, axes, flagged) for c in shown]
+    notes = model.trial_notes((_trial_label(c, t), t) for c in configs for t in c.trials)
+    notes += [f"{_trial_label(c, t)}: {why}" for c in shown for t in c.ok
+              if (why := (t.data.get("notes") or {}).get("steps_to_target"))]
+    targets = sorted({f"{t.spec['target_accuracy']:g}" for c in shown for t in c.ok})
+    columns = [*label_columns(report, axes), *(Column(h, "right") for h in CONVERGE_HEADERS)]
+    return Table("converge", "Time to accuracy",
+                 f"time to accuracy {', '.join(targets)} (converge; training time only, evaluation apart;"
+                 " medians over repeats)", tuple(columns), tuple(map(tuple, rows)),
+                 tuple(notes + describe_pairs(pairs)))
 
 
-def _failure_note(workload: str, seed: int, framework: str, t: TrialRow) -> str:
-    """A failed trial's cause with its workload and seed; an unsupported or skipped one's reason
-    names the framework only (the reason itself names a workload where it is about one), so a
-    framework that cannot run the scenario is one note however many workloads and seeds."""
-    if t.status in ("unsupported", "skipped"):
-        return f"{framework}: {t.status}: {t.error}"
-    return f"{workload}/{framework} seed {seed}: {t.status}: {t.error}"
-
-
-def _converge_columns(rows: list[Row], with_mode: bool) -> Table:
-    """The empty table, its title naming the target(s); a mode column only when modes differ."""
-    targets = sorted({f"{t.spec['target_accuracy']:g}" for *_, ok in rows for t in ok})
-    table = Table(title=f"time to accuracy {', '.join(targets)} (converge; training time only, evaluation"
-                        " apart; medians over repeats)")
-    for h in ("workload", "seed", "framework", *(["mode"] if with_mode else []), "reached",
-              "steps to target", "time to target s", "eval s", "accuracy", "accuracy by step",
-              "accuracy by time s"):
-        table.add_column(h, justify="left" if h in ("workload", "framework", "mode") else "right")
-    return table
-
-
-def pair_notes(trials: list[TrialRow]) -> list[str]:
+def pair_notes(trials: list[Trial]) -> list[str]:
     """Seed pairs across frameworks whose steps to the target differ by more than K."""
     converge = [(t.spec, t.metrics.get("steps_to_target")) for t in trials
                 if t.status == "ok" and t.spec.get("scenario") == "converge"]
@@ -126,33 +111,38 @@ def describe_pairs(pairs: list[SeedPair]) -> list[str]:
     return out
 
 
-def stall_table(store: Store, run_ids: list[int]) -> tuple[Table | None, list[str]]:
-    """Input stall share per configuration run with both data placements."""
-    trials = [t for rid in run_ids for t in store.trials(rid)]
-    ok = [t for t in trials if t.status == "ok" and t.spec.get("scenario", "train") == "train"
+STALL_LABELS = ("workload", "framework", "mode", "batch", "workers", "augment")
+STALL_HEADERS = ("pipeline samples/s", "device samples/s", "stall share", "stall ms/step", "wait ms/step")
+STALL_NOTES = (
+    "stall share = 1 - samples/s(pipeline) / samples/s(device), same spec otherwise; negative:"
+    " the loader overlaps work that device-resident data does in the training thread",
+    "wait ms/step: time the training loop spent in next() on the pipeline (– where the framework"
+    " pulls batches inside its own loop, Keras's fit); on JAX part of it overlaps the device",
+    "on a 2-core CPU, loader threads and processes compete with the step's own threads")
+
+
+def stall_table(report: Report) -> Table | None:
+    """Input stall share per configuration run with both data placements; None without such
+    pairs."""
+    ok = [t for _, t in report.trials() if t.status == "ok" and t.spec.get("scenario", "train") == "train"
           and t.metrics.get("samples_per_s") is not None]
     stalls = input_stalls([(t.spec, float(t.metrics["samples_per_s"] or 0.0)) for t in ok])
     if not stalls:
-        return None, []
+        return None
     waits: dict[str, list[float | None]] = defaultdict(list)
     for t in ok:
         if t.spec["policy"].get("data", "pipeline") == "pipeline":
             waits[placement_key(t.spec)].append(t.metrics.get("input_wait_per_step_s"))
-    table = Table(title="input pipeline: idiomatic loader vs the whole dataset on the device (medians)")
-    for h in ("workload", "framework", "mode", "batch", "workers", "augment", "pipeline samples/s",
-              "device samples/s", "stall share", "stall ms/step", "wait ms/step"):
-        table.add_column(h, justify="left" if h in ("workload", "framework", "mode", "augment") else "right")
+    rows = []
     for s in stalls:
-        spec = s.spec
-        wait = _median(waits[placement_key(spec)])
-        table.add_row(spec["workload"]["name"], spec["framework"], spec["policy"]["mode"],
-                      str(spec["workload"]["batch_size"]), str(spec["policy"].get("loader_workers", 0)),
-                      spec["workload"].get("augment", "none"), f"{s.pipeline_samples_per_s:.1f}",
-                      f"{s.device_samples_per_s:.1f}", f"{s.share:+.1%}", f"{s.per_step_s * 1e3:+.2f}",
-                      _fmt(None if wait is None else wait * 1e3, ".2f"))
-    notes = ["stall share = 1 - samples/s(pipeline) / samples/s(device), same spec otherwise; negative:"
-             " the loader overlaps work that device-resident data does in the training thread",
-             "wait ms/step: time the training loop spent in next() on the pipeline (– where the framework"
-             " pulls batches inside its own loop, Keras's fit); on JAX part of it overlaps the device",
-             "on a 2-core CPU, loader threads and processes compete with the step's own threads"]
-    return table, notes
+        spec, wait = s.spec, summarize(waits[placement_key(s.spec)]).median
+        rows.append(tuple(cells(
+            spec["workload"]["name"], spec["framework"], spec["policy"]["mode"], spec["workload"]["batch_size"],
+            spec["policy"].get("loader_workers", 0), spec["workload"].get("augment", "none"),
+            f"{s.pipeline_samples_per_s:.1f}", f"{s.device_samples_per_s:.1f}", f"{s.share:+.1%}",
+            f"{s.per_step_s * 1e3:+.2f}", _fmt(None if wait is None else wait * 1e3, ".2f"))))
+    columns = [*(Column(h, "left" if h in ("workload", "framework", "mode", "augment") else "right")
+                 for h in STALL_LABELS), *(Column(h, "right") for h in STALL_HEADERS)]
+    return Table("stall", "Input pipeline",
+                 "input pipeline: idiomatic loader vs the whole dataset on the device (medians)",
+                 tuple(columns), tuple(rows), STALL_NOTES)

@@ -21,9 +21,10 @@ from dlbench.report import model
 from dlbench.report.model import Config, Report, Trial
 
 GIB = 1024**3
-# One color per framework in every chart; other frameworks take the palette in order.
-FRAMEWORK_COLORS = {"torch": "#ee4c2c", "tensorflow": "#ff8f00", "jax": "#1a73e8", "keras": "#d00000"}
-PALETTE = ("#2a9d8f", "#8e44ad", "#6c757d", "#b5838d", "#264653", "#e9c46a")
+# Colours of frameworks (in the order they first appear in the report, so one framework has one
+# colour in every chart of a report) and of runs compared side by side.
+PALETTE = ("#ee4c2c", "#ff8f00", "#1a73e8", "#2a9d8f", "#8e44ad", "#d00000", "#6c757d", "#b5838d",
+           "#264653", "#e9c46a")
 # Start-up segments in the order a process goes through them (DESIGN §4).
 STARTUP_SEGMENTS = ("process start", "import", "build", "data", "compile / first step", "warm-up")
 PHASE_COLORS = {"import": "#1f77b4", "build": "#9467bd", "data": "#8c564b", "compile": "#d62728",
@@ -45,10 +46,12 @@ def _t(text: object) -> str:
     return html.escape(str(text))
 
 
-def _color(framework: object) -> str:
-    """The framework's color, the same in every chart and report (a fixed pick for others)."""
+def _color(report: Report, framework: object) -> str:
+    """The framework's colour: by its place among the report's frameworks, the same in every
+    chart of the report (no framework is named here: report/ knows none)."""
+    frameworks = report.frameworks
     name = str(framework)
-    return FRAMEWORK_COLORS.get(name) or PALETTE[sum(map(ord, name)) % len(PALETTE)]
+    return PALETTE[frameworks.index(name) % len(PALETTE)] if name in frameworks else PALETTE[-1]
 
 
 def _layout(fig: go.Figure, height: int = 420, **kwargs: Any) -> go.Figure:
@@ -116,7 +119,7 @@ def _by_run_or_framework(report: Report, configs: list[Config], metric: str) -> 
     groups: dict[str, list[Config]] = {}
     for c in configs:
         groups.setdefault(f"run {c.run_id}" if report.multi_run else str(c.axes["framework"]), []).append(c)
-    return [_Bars(name, PALETTE[i % len(PALETTE)] if report.multi_run else _color(name), cs,
+    return [_Bars(name, PALETTE[i % len(PALETTE)] if report.multi_run else _color(report, name), cs,
                   _summary_of(metric), False) for i, (name, cs) in enumerate(groups.items())]
 
 
@@ -220,12 +223,12 @@ def step_times(report: Report) -> Chart | None:
                                         "across processes (one median per process)"])
     for c, t in pairs:
         fig.add_trace(go.Box(y=[v * 1e3 for _, v in t.series["step_s"]], name=_t(report.trial_label(c, t)),
-                             marker_color=_color(c.axes["framework"]), boxpoints="outliers",
+                             marker_color=_color(report, c.axes["framework"]), boxpoints="outliers",
                              showlegend=False), row=1, col=1)
     for c in {id(c): c for c, _ in pairs}.values():
         values = [t.metrics.get("step_s_median") for t in c.ok]
         fig.add_trace(go.Box(y=[v * 1e3 for v in values if v is not None], name=_t(report.label(c)),
-                             marker_color=_color(c.axes["framework"]), boxpoints="all",
+                             marker_color=_color(report, c.axes["framework"]), boxpoints="all",
                              jitter=0.3, pointpos=0, showlegend=False), row=1, col=2)
     fig.update_yaxes(title_text="ms per step", row=1, col=1)
     return Chart("step-times", "Step-time distributions", _layout(fig, height=460),
@@ -282,7 +285,7 @@ def loss(report: Report) -> Chart | None:
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.05,
                         subplot_titles=["by step", "by wall-clock time"])
     for c, t in pairs:
-        name, color = _t(report.trial_label(c, t)), _color(c.axes["framework"])
+        name, color = _t(report.trial_label(c, t)), _color(report, c.axes["framework"])
         steps = t.series["loss"]
         fig.add_trace(go.Scatter(x=[p[0] for p in steps], y=[p[1] for p in steps], mode="lines",
                                  name=name, legendgroup=name, line={"color": color, "width": 1.5}),
@@ -350,7 +353,7 @@ def scaling(report: Report) -> Chart | None:
     cols = {axis: i for i, axis in enumerate(dict.fromkeys(axis for axis, *_ in curves), start=1)}
     for axis, metric, name, framework, xs, summaries in curves:
         fig.add_trace(go.Scatter(x=xs, y=[s.median for s in summaries], mode="lines+markers",
-                                 name=_t(name), line={"color": _color(framework)},
+                                 name=_t(name), line={"color": _color(report, framework)},
                                  error_y=_error_bars(summaries, 1.0),
                                  hovertext=[_hover(s, 1.0, metric) for s in summaries]),
                       row=1, col=cols[axis])
@@ -390,7 +393,7 @@ def convergence(report: Report) -> Chart | None:
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.05,
                         subplot_titles=["by step", "by wall-clock time (training only)"])
     for c, t in pairs:
-        name, color = _t(report.trial_label(c, t)), _color(c.axes["framework"])
+        name, color = _t(report.trial_label(c, t)), _color(report, c.axes["framework"])
         for col, series in enumerate(("accuracy", "accuracy_by_time"), start=1):
             points = t.series.get(series) or []
             fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines+markers",

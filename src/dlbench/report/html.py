@@ -16,15 +16,13 @@ from typing import Any
 import plotly.io
 import plotly.offline
 from markdown_it import MarkdownIt
-from rich.table import Table
-from rich.text import Text
 
 import dlbench
-from dlbench.report import model, scaling
-from dlbench.report.columns import HEADLINE, Column
 from dlbench.report.figures import Chart
-from dlbench.report.model import Config, Report
-from dlbench.report.table import UNSTABLE_NOTE, cell_summary, headline_configs
+from dlbench.report.headline import UNSTABLE_NOTE
+from dlbench.report.model import Report
+from dlbench.report.tabledata import Cell, Column, Table
+from dlbench.report.tables import report_tables
 from dlbench.results.tidy import flatten
 
 METHODOLOGY = Path(__file__).resolve().parents[3] / "docs" / "methodology.md"
@@ -37,8 +35,7 @@ h1 { margin: 24px 0 4px; } h2 { margin-top: 36px; border-bottom: 1px solid #ddd;
 nav a { margin-right: 14px; } .runs { color: #555; margin: 0; padding-left: 18px; }
 table { border-collapse: collapse; margin: 8px 0; }
 th, td { padding: 4px 8px; border-bottom: 1px solid #eee; vertical-align: top; text-align: left; }
-table.headline td.num { text-align: right; white-space: nowrap; }
-table.scenario td { white-space: nowrap; font-size: 13px; }
+table.data td.num { text-align: right; white-space: nowrap; }
 td .ci { display: block; color: #777; font-size: 12px; }
 .unstable { color: #b8860b; font-weight: bold; } .fail { color: #c0392b; font-weight: bold; }
 .pass { color: #1e8449; } .note { color: #555; margin: 4px 0 8px; }
@@ -65,18 +62,14 @@ def data_text(text: str) -> str:
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
-# A scenario table and its notes (report/table.py: scenario_tables), as the terminal shows them.
-ScenarioTable = tuple[Table, list[str]]
-
-
-def render(report: Report, charts: list[Chart], method_markdown: str | None,
-           tables: list[ScenarioTable] | None = None) -> str:
-    """The whole page as a string."""
+def render(report: Report, charts: list[Chart], method_markdown: str | None) -> str:
+    """The whole page as a string: every table of the terminal report (report/tables.py), then
+    the charts, the environment and the method."""
+    tables = report_tables(report)
     body = "\n".join([
-        _header(report, charts, tables or []),
-        _headline(report),
-        *(_scenario_table(i, t, n) for i, (t, n) in enumerate(tables or [])),
-        _scaling(report),
+        _header(report, charts, tables),
+        *([] if any(t.id == "results" for t in tables) else [NO_HEADLINE]),
+        *(_table(t) for t in tables),
         *(_chart_section(c) for c in charts),
         _environment(report),
         _method(method_markdown),
@@ -93,6 +86,11 @@ def render(report: Report, charts: list[Chart], method_markdown: str | None,
     )
 
 
+# A converge- or infer-only report has no headline table: its scenario tables follow.
+NO_HEADLINE = ("<section id='table-results'><h2>Results</h2><p class='note'>No training-throughput"
+               " configuration in these runs; the scenario tables follow.</p></section>")
+
+
 def _title(report: Report) -> str:
     return "dlbench report: " + ", ".join(f"run {r.id}" for r in report.runs)
 
@@ -103,86 +101,38 @@ def _when(ts: object) -> str:
     return datetime.datetime.fromtimestamp(ts).isoformat(sep=" ", timespec="seconds")
 
 
-def _header(report: Report, charts: list[Chart], tables: list[ScenarioTable]) -> str:
+def _header(report: Report, charts: list[Chart], tables: list[Table]) -> str:
     runs = "".join(
         f"<li>run {r.id} ({_e(_when(r.info.get('created_at')))}, {_e(r.info.get('status'))}, "
         f"{len(r.trials)} trials): <code>{_e(r.info.get('command'))}</code></li>"
         for r in report.runs)
-    links = [("results", "Results"), *((f"table-{i}", _short_title(t)) for i, (t, _) in enumerate(tables)),
-             *((f"chart-{c.id}", c.title) for c in charts),
+    links = [*((f"table-{t.id}", t.name) for t in tables), *((f"chart-{c.id}", c.title) for c in charts),
              ("environment", "Environment and policy"), ("method", "Method")]
     nav = "".join(f"<a href='#{_e(a)}'>{_e(t)}</a>" for a, t in links)
     return f"<h1>{_e(_title(report))}</h1><ul class='runs'>{runs}</ul><nav>{nav}</nav>"
 
 
-def _short_title(table: Table) -> str:
-    """A table's title up to its parenthesis: `time to accuracy 0.9`, `input pipeline: ...`."""
-    return _cell_text(table.title or "").split(" (")[0]
-
-
-def _headline_cell(col: Column, config: Config) -> str:
-    s, estimated = cell_summary(col, config)
-    text = _e(col.render(s.median)) + ("*" if estimated and s.median is not None else "")
-    if s.unstable:
+def _td(cell: Cell, column: Column) -> str:
+    """A cell: its marked text, `!` where unstable, its interval in the column's units under it;
+    a parity verdict coloured."""
+    classes = [c for c in ("num" if column.align == "right" else "", *sorted(cell.flags & {"pass", "fail"})) if c]
+    text = _e(cell.shown())
+    if "unstable" in cell.flags:
         text += f" <span class='unstable' title='{_e(UNSTABLE_NOTE)}'>!</span>"
-    ci = col.render_ci(s)
-    if ci is not None:
-        text += f"<span class='ci'>{_e(ci)}</span>"
-    return f"<td class='num'>{text}</td>"
+    if cell.interval:
+        text += f"<span class='ci'>{_e(cell.interval)}</span>"
+    return f"<td class='{' '.join(classes)}'>{text}</td>" if classes else f"<td>{text}</td>"
 
 
-def _headline(report: Report) -> str:
-    lead = (["run"] if report.multi_run else []) + list(report.label_axes)
-    heads = "".join(f"<th>{_e(h)}</th>" for h in [*lead, *(c.header for c in HEADLINE), "parity", "status"])
-    rows = []
-    for config in headline_configs(report):
-        cells = ([str(config.run_id)] if report.multi_run else []) + [str(config.axes[a]) for a in report.label_axes]
-        par = model.parity(config.trials)
-        rows.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells)
-                    + "".join(_headline_cell(col, config) for col in HEADLINE)
-                    + f"<td class='{_e(par.verdict.replace('/', ''))}'>{_e(par.text())}</td>"
-                    + f"<td>{_e(model.status_text(config.trials))}</td></tr>")
-    notes = model.notes(report)
-    if any("class='unstable'" in r for r in rows):
-        notes.insert(0, UNSTABLE_NOTE)
-    items = "".join(f"<li>{_e(n)}</li>" for n in notes)
-    if not rows:  # a converge- or infer-only report: its scenario tables (and notes) follow
-        return ("<section id='results'><h2>Results</h2><p class='note'>No training-throughput"
-                " configuration in these runs; the scenario tables follow.</p></section>")
-    return (f"<section id='results'><h2>Results</h2><p class='note'>Medians over processes; under "
-            f"each, the median's confidence interval from order statistics and its true level. "
-            f"* compile estimated as first step minus a median step.</p>"
-            f"<table class='headline'><thead><tr>{heads}</tr></thead><tbody>{''.join(rows)}</tbody>"
-            f"</table><ul class='notes'>{items}</ul></section>")
-
-
-def _cell_text(cell: object) -> str:
-    return cell.plain if isinstance(cell, Text) else str(cell)
-
-
-def _scenario_table(index: int, table: Table, notes: list[str]) -> str:
-    """A terminal scenario table (time to accuracy, input stall, inference) as HTML, its cells
-    escaped; the title names the section."""
-    title = _cell_text(table.title or "")
-    heads = "".join(f"<th>{_e(_cell_text(c.header))}</th>" for c in table.columns)
-    columns = [list(c.cells) for c in table.columns]
-    rows = "".join("<tr>" + "".join(f"<td>{_e(_cell_text(col[r]))}</td>" for col in columns) + "</tr>"
-                   for r in range(table.row_count))
-    items = "".join(f"<li>{_e(n)}</li>" for n in notes)
-    return (f"<section id='table-{index}'><h2>{_e(title)}</h2><table class='scenario'><thead><tr>{heads}"
-            f"</tr></thead><tbody>{rows}</tbody></table><ul class='notes'>{items}</ul></section>")
-
-
-def _scaling(report: Report) -> str:
-    """The data-parallel scaling table (report/scaling.py), where the runs have one."""
-    found = scaling.rows(report)
-    if not found:
-        return ""
-    heads = "".join(f"<th>{_e(h)}</th>" for h in ("configuration", *scaling.HEADERS))
-    body = "".join("<tr>" + f"<td>{_e(report.label(r.config))}</td>"
-                   + "".join(f"<td>{_e(c)}</td>" for c in r.cells) + "</tr>" for r in found)
-    return (f"<section id='scaling'><h2>Data-parallel scaling</h2><p class='note'>{_e(scaling.NOTE)}</p>"
-            f"<table class='headline'><thead><tr>{heads}</tr></thead><tbody>{body}</tbody></table></section>")
+def _table(table: Table) -> str:
+    """A table of the report with its notes; every stored string escaped."""
+    heads = "".join(f"<th>{_e(c.header)}</th>" for c in table.columns)
+    rows = "".join("<tr>" + "".join(_td(c, col) for c, col in zip(row, table.columns, strict=True)) + "</tr>"
+                   for row in table.rows)
+    about = f"<p class='note'>{_e(table.description)}</p>" if table.description else ""
+    items = "".join(f"<li>{_e(n)}</li>" for n in table.notes)
+    return (f"<section id='table-{_e(table.id)}'><h2>{_e(table.title)}</h2>{about}<table class='data'><thead><tr>"
+            f"{heads}</tr></thead><tbody>{rows}</tbody></table><ul class='notes'>{items}</ul></section>")
 
 
 def _chart_section(chart: Chart) -> str:
@@ -231,5 +181,5 @@ def methodology_markdown() -> str | None:
     return METHODOLOGY.read_text() if METHODOLOGY.is_file() else None
 
 
-def write_report(report: Report, charts: list[Chart], path: Path, tables: list[ScenarioTable] | None = None) -> None:
-    path.write_text(render(report, charts, methodology_markdown(), tables), encoding="utf-8")
+def write_report(report: Report, charts: list[Chart], path: Path) -> None:
+    path.write_text(render(report, charts, methodology_markdown()), encoding="utf-8")

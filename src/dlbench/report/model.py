@@ -1,20 +1,22 @@
 """What a report shows, read once from the store: runs, trials with their raw series and
-events, and the configurations (trials sharing a configuration key) with their summaries.
+events, and the configurations (trials of one run sharing the configuration key) with their
+summaries, statuses and parity verdicts.
 
-Terminal tables, the HTML report and the exports all read this model; every summary of a
-metric comes from analysis.summary.summarize.
+Every table (report/tables.py), chart (report/figures.py) and the HTML report read this model;
+status, parity and the notes under a table are defined here once; every summary of a metric
+comes from analysis.summary.summarize.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from dlbench.analysis.summary import Summary, summarize
 from dlbench.report.columns import compile_value
 from dlbench.results.store import Store
-from dlbench.spec import trial_from_dict
+from dlbench.spec import policy_fields, configuration_key
 
 Series = list[tuple[float, float]]
 
@@ -40,8 +42,15 @@ AXES: dict[str, Callable[[dict[str, Any]], object]] = {
     "data": lambda s: s["policy"].get("data", "pipeline"),
     "augment": lambda s: s["workload"].get("augment", "none"),
     "workers": lambda s: s["policy"].get("loader_workers", 0),
+    # a framework's own options (--option; stores before them kept one as ort_optimization)
+    "options": lambda s: _options_text(s["policy"]),
 }
 ALWAYS_SHOWN = ("framework", "mode")
+
+
+def _options_text(policy: dict[str, Any]) -> str:
+    options = policy_fields(policy).get("options") or {}
+    return ",".join(f"{k}={v}" for k, v in sorted(options.items())) or "–"
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,15 @@ class Config:
     def ok(self) -> list[Trial]:
         return [t for t in self.trials if t.status == "ok"]
 
+    @property
+    def spec(self) -> dict[str, Any]:
+        """The spec of the configuration's first trial (its repeats differ only in ids)."""
+        return self.trials[0].spec
+
+    @property
+    def scenario(self) -> str:
+        return str(self.spec.get("scenario", "train"))
+
     def summary(self, metric: str) -> Summary:
         """The metric over the configuration's successful trials: one value per process."""
         return summarize(t.metrics.get(metric) for t in self.ok)
@@ -115,9 +133,17 @@ class Report:
     def trials(self) -> list[tuple[Config, Trial]]:
         return [(c, t) for c in self.configs for t in c.trials]
 
+    @property
+    def frameworks(self) -> tuple[str, ...]:
+        """The frameworks in the order they first appear: a chart's colours follow it."""
+        return tuple(dict.fromkeys(str(c.axes["framework"]) for c in self.configs))
 
-def _config_key(spec: dict[str, Any]) -> str:
-    return trial_from_dict(spec).config_key()
+    def varying(self, configs: Iterable[Config], shown: tuple[str, ...] = (),
+                hidden: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """`shown`, then the other axes whose values differ among `configs`, in AXES order, but
+        those `hidden` (a table that shows them as a column of its own)."""
+        made = list(configs)
+        return shown + tuple(a for a in AXES if a not in shown + hidden and len({c.axes[a] for c in made}) > 1)
 
 
 def load(store: Store, run_ids: list[int]) -> Report:
@@ -132,7 +158,7 @@ def load(store: Store, run_ids: list[int]) -> Report:
             for row in store.trials(rid))
         runs.append(Run(rid, store.run(rid), trials))
         for t in trials:
-            configs.setdefault((rid, _config_key(t.spec)), []).append(t)
+            configs.setdefault((rid, configuration_key(t.spec)), []).append(t)
     made = tuple(Config(rid, key, {a: f(ts[0].spec) for a, f in AXES.items()}, tuple(ts))
                  for (rid, key), ts in configs.items())
     return Report(tuple(runs), made, _label_axes(made))
@@ -160,9 +186,9 @@ class Parity:
     worst_rel_err: float | None
 
     def text(self) -> str:
-        if self.worst_rel_err is None:
-            return self.verdict
-        return f"{self.verdict} {self.worst_rel_err:.1e}"
+        """`pass 2.0e-07`; a failure in capitals, so that it stands out: `FAIL 3.0e-02`."""
+        verdict = "FAIL" if self.verdict == "fail" else self.verdict
+        return verdict if self.worst_rel_err is None else f"{verdict} {self.worst_rel_err:.1e}"
 
 
 def parity(trials: tuple[Trial, ...] | list[Trial]) -> Parity:
@@ -177,18 +203,37 @@ def parity(trials: tuple[Trial, ...] | list[Trial]) -> Parity:
     return Parity(verdict, max(errs) if errs else None)
 
 
-def notes(report: Report) -> list[str]:
-    """Causes of failed trials, warnings and the reasons for missing values, once each."""
+def notes(report: Report, configs: Iterable[Config]) -> list[str]:
+    """The notes under a table of these configurations, each trial's after the label of its
+    configuration (the same reason for every repeat is one line)."""
+    return trial_notes((report.label(c), t) for c in configs for t in c.trials)
+
+
+def trial_notes(labelled: Iterable[tuple[str, Trial]]) -> list[str]:
+    """Causes of failed trials and warnings (after their label), and the reasons for missing
+    values, once each."""
     out: list[str] = []
-    for config, t in report.trials():
-        # per configuration: the same reason for every repeat is one line
-        label = report.label(config)
+    for label, t in labelled:
         if t.status != "ok" and t.error:
             out.append(f"{label}: {t.status}: {t.error}")
-        for w in t.data.get("warnings") or []:
-            out.append(f"{label}: warning: {w}")
+        out += [f"{label}: warning: {w}" for w in t.data.get("warnings") or []]
         trial_notes = t.data.get("notes") or {}
         out += [f"{what}: {trial_notes[metric]}" for metric, what in NOTED_METRICS.items() if metric in trial_notes]
+    return list(dict.fromkeys(out))
+
+
+def parity_notes(trials: Iterable[Trial], checked: str) -> list[str]:
+    """What a parity verdict means (what was `checked`, against which reference, the
+    tolerance) and why one is n/a, once each. A failure's reason is the trial's warning."""
+    out = []
+    for t in trials:
+        p = t.data.get("parity") or {}
+        if p.get("verdict") == "n/a" and p.get("reason"):
+            out.append(f"parity n/a: {p['reason']}")
+        elif p.get("verdict") in ("pass", "fail") and p.get("tolerance"):
+            tol = p["tolerance"]
+            out.append(f"parity: {checked} against the {p.get('reference')} reference; pass = normwise"
+                       f" relative error <= {tol['rel_err']:g} and cosine >= {tol['cosine']}")
     return list(dict.fromkeys(out))
 
 

@@ -1,29 +1,18 @@
 """The data-parallel scaling table: throughput per device count, scaling_efficiency against the
 paired one-device trial and the gradient communication time, each row labelled with what its
 number means here (`measured` on accelerators, `functional (CPU, ...)` where the devices share
-the same cores). Shown only when a run has a trial with devices > 1; the terminal table and the
-HTML report read the same rows."""
+the same cores). Shown only when a run has a trial with devices > 1."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from rich.table import Table
-from rich.text import Text
-
 from dlbench.report.model import Config, Report
+from dlbench.report.tabledata import Cell, Column, Table, cells
 
 HEADERS = ("devices", "scaling", "global batch", "samples/s", "scaling efficiency", "grad comm ms/step", "kind")
 NOTE = ("scaling efficiency = samples/s on N devices / (N x samples/s of the paired one-device trial:"
         " per-device batch under weak scaling, same global batch under strong); functional = the N"
         " devices share this machine's cores, so the run checks data parallelism, it does not"
         " measure scaling")
-
-
-@dataclass(frozen=True)
-class Row:
-    config: Config
-    cells: tuple[str, ...]
 
 
 def _fmt(value: float | None, fmt: str) -> str:
@@ -36,42 +25,36 @@ def _kind(config: Config) -> str:
     return ", ".join(sorted(kinds)) or "–"
 
 
-def rows(report: Report) -> list[Row]:
-    """Every train configuration, when any of them ran on several devices; else none."""
-    train = [c for c in report.configs if c.trials[0].spec.get("scenario", "train") == "train"]
-    if not any(int(c.trials[0].spec.get("devices", 1)) > 1 for c in train):
-        return []
-    out = []
-    for c in train:
-        spec = c.trials[0].spec
-        devices = int(spec.get("devices", 1))
-        comm = c.summary("grad_comm_s_per_step").median
-        out.append(Row(c, (
-            str(devices), str(spec.get("scaling", "weak")) if devices > 1 else "–",
-            str(spec["workload"]["batch_size"]),
-            _fmt(c.summary("samples_per_s").median, ".1f"),
-            _fmt(c.summary("scaling_efficiency").median, ".2f") if devices > 1 else "1 (baseline)",
-            _fmt(None if comm is None else comm * 1e3, ".2f") if devices > 1 else "–",
-            _kind(c) if devices > 1 else "–",
-        )))
-    return out
+def _row(report: Report, c: Config) -> tuple[Cell, ...]:
+    spec = c.spec
+    devices = int(spec.get("devices", 1))
+    several = devices > 1
+    comm = c.summary("grad_comm_s_per_step").median
+    return tuple(cells(
+        report.label(c), devices, spec.get("scaling", "weak") if several else "–", spec["workload"]["batch_size"],
+        _fmt(c.summary("samples_per_s").median, ".1f"),
+        _fmt(c.summary("scaling_efficiency").median, ".2f") if several else "1 (baseline)",
+        _fmt(None if comm is None else comm * 1e3, ".2f") if several else "–",
+        _kind(c) if several else "–"))
 
 
-def scaling_table(report: Report) -> tuple[Table | None, list[str]]:
-    found = rows(report)
-    if not found:
-        return None, []
-    table = Table(title="data-parallel scaling (medians over repeats)")
-    table.add_column("configuration")
-    for h in HEADERS:
-        table.add_column(h, justify="left" if h in ("scaling", "kind") else "right")
-    for r in found:
-        table.add_row(Text(report.label(r.config)), *(Text(c) for c in r.cells))
+def _notes(report: Report, configs: list[Config]) -> list[str]:
+    """The definition, then why an efficiency or a communication time is missing."""
     notes = [NOTE]
-    for r in found:
-        for t in r.config.trials:
+    for c in configs:
+        for t in c.trials:
             for key in ("scaling_efficiency", "grad_comm_s_per_step"):
                 why = (t.data.get("notes") or {}).get(key)
                 if why and t.metrics.get(key) is None:
-                    notes.append(f"{report.label(r.config)}: {key}: {why}")
-    return table, list(dict.fromkeys(notes))
+                    notes.append(f"{report.label(c)}: {key}: {why}")
+    return notes
+
+
+def scaling_table(report: Report) -> Table | None:
+    """Every train configuration, when any of them ran on several devices; else None."""
+    train = [c for c in report.configs if c.scenario == "train"]
+    if not any(int(c.spec.get("devices", 1)) > 1 for c in train):
+        return None
+    columns = [Column("configuration"), *(Column(h, "left" if h in ("scaling", "kind") else "right") for h in HEADERS)]
+    return Table("scaling", "Data-parallel scaling", "data-parallel scaling (medians over repeats)",
+                 tuple(columns), tuple(_row(report, c) for c in train), tuple(_notes(report, train)))

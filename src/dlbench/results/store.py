@@ -20,7 +20,8 @@ from typing import Any
 
 import psutil
 
-from dlbench.results.records import UNITS, TrialResult
+from dlbench.analysis import metrics as metric_registry
+from dlbench.results.records import TrialResult
 from dlbench.spec import TrialSpec, to_dict
 
 STORE_SCHEMA_VERSION = 3
@@ -195,7 +196,7 @@ class Store:
             )
             self._db.executemany(
                 "INSERT OR REPLACE INTO metrics (trial_id, name, value, unit) VALUES (?, ?, ?, ?)",
-                [(trial_id, k, v, UNITS.get(k, _unit_from_name(k)))
+                [(trial_id, k, v, metric_registry.unit(k, result.units.get(k)))
                  for k, v in result.metrics.items()],
             )
             self._db.executemany(
@@ -212,7 +213,7 @@ class Store:
             self._db.execute("UPDATE trials SET notes=? WHERE id=?", (json.dumps(merged), trial_id))
             self._db.executemany(
                 "INSERT OR REPLACE INTO metrics (trial_id, name, value, unit) VALUES (?, ?, ?, ?)",
-                [(trial_id, k, v, UNITS.get(k, _unit_from_name(k))) for k, v in metrics.items()],
+                [(trial_id, k, v, metric_registry.unit(k)) for k, v in metrics.items()],
             )
 
     def finish_run(self, run_id: int, status: str) -> None:
@@ -342,13 +343,6 @@ class Store:
         for key, d in rows:
             by_key.setdefault(key, []).append(d)
         return {k: sorted(v)[len(v) // 2] for k, v in by_key.items()}
-
-
-def _unit_from_name(name: str) -> str:
-    for suffix, unit in (("_bytes", "B"), ("_s", "s"), ("_w", "W"), ("_j", "J")):
-        if name.endswith(suffix):
-            return unit
-    return "1"
 
 
 def _this_process() -> tuple[int, float]:

@@ -1,0 +1,134 @@
+"""The metric registry: one place that says, per neutral metric, its unit, which way is better
+and the name a table shows for it. The store writes units from here (results/store.py), compare
+reads directions from here (analysis/compare.py), the report's columns read names from here
+(report/columns.py).
+
+Metrics that only one framework produces (its allocator's counters) are not listed: a backend
+declares their units itself (`TrialResult.units`). A name found nowhere still stores, with the
+unit its suffix says (`_bytes`, `_s`, `_per_s`, `_w`, `_j`) or none: `unit` never raises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Direction = Literal["higher", "lower", "none"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    unit: str  # SI, as stored: "s", "B", "1/s", "W", "J", "FLOP", "1" for a ratio or a count
+    better: Direction = "none"  # "none": a count, a setting or a diagnostic, never a regression
+    label: str = ""  # the column header a report table shows (in the units it displays)
+
+
+def _s(label: str = "") -> Metric:
+    return Metric("s", "lower", label)
+
+
+def _b(label: str = "") -> Metric:
+    return Metric("B", "lower", label)
+
+
+def _ratio(better: Direction = "none", label: str = "") -> Metric:
+    return Metric("1", better, label)
+
+
+METRICS: dict[str, Metric] = {
+    # phases (DESIGN §4)
+    "import_s": _s("import s"),
+    "data_s": _s("data s"),
+    "build_s": _s("build s"),
+    "compile_s": _s("compile s"),
+    "compile_estimate_s": _s(),
+    "first_step_s": _s("first step s"),
+    "time_to_first_step_s": _s("time to first step s"),
+    "warmup_s": _s(),
+    # training
+    "train_s": _s("training time s"),
+    "samples_per_s": Metric("1/s", "higher", "samples/s"),
+    "step_s_median": _s("median step ms"),
+    "epoch_s_median": _s(),
+    "final_loss": _ratio(),
+    "accuracy": _ratio("higher", "accuracy"),
+    "eval_s": _s("eval s"),
+    "recompiles_in_window": _ratio("lower"),
+    # memory
+    "rss_start_bytes": _b(),
+    "rss_after_import_bytes": _b(),
+    "rss_initial_bytes": _b("initial RAM GiB"),
+    "rss_peak_bytes": _b("max RAM GiB"),
+    "rss_window_peak_bytes": _b(),
+    "vram_initial_bytes": _b("initial VRAM GiB"),
+    "vram_peak_bytes": _b("max VRAM GiB"),
+    "vram_window_peak_bytes": _b(),
+    "vram_process_peak_bytes": _b("process VRAM GiB"),
+    "vram_process_window_peak_bytes": _b(),
+    "allocated_peak_bytes": _b("allocated peak GiB"),
+    # parity against the float64 reference
+    "parity_s": _s(),
+    "parity_rel_err": _ratio("lower"),
+    "parity_min_cosine": _ratio("higher"),
+    # FLOPs and efficiency
+    "flops_per_sample": Metric("FLOP"),
+    "achieved_flops_per_s": Metric("FLOP/s", "higher", "achieved GFLOP/s"),
+    "mfu": _ratio("higher", "MFU"),
+    "matmul_ceiling_share": _ratio("higher", "of matmul ceiling"),
+    "matmul_ceiling_flops_per_s": Metric("FLOP/s"),
+    # GPU and energy (monitors/power.py, monitors/rapl.py)
+    "gpu_utilization_mean": _ratio("none", "GPU util"),
+    "gpu_power_mean_w": Metric("W", "lower", "power W"),
+    "gpu_power_peak_w": Metric("W", "lower"),
+    "gpu_idle_power_w": Metric("W", "none", "idle W"),
+    "cpu_idle_power_w": Metric("W"),
+    "energy_j": Metric("J", "lower", "energy J"),
+    "cpu_energy_j": Metric("J", "lower", "CPU energy J"),
+    "energy_per_sample_j": Metric("J", "lower", "mJ/sample"),
+    "samples_per_s_per_w": Metric("1/(s W)", "higher", "samples/s/W"),
+    "energy_window_s": Metric("s"),
+    "idle_baseline_s": Metric("s"),
+    "gpu_sample_period_s": Metric("s"),
+    # inference (runner/inference.py); the latency_*_s quantiles are seconds by their suffix
+    "infer_samples_per_s": Metric("1/s", "higher", "samples/s"),
+    "infer_requests": _ratio("none", "requests"),
+    "infer_batches": _ratio(),
+    "infer_batch_size": _ratio("none", "batch"),
+    "latency_p50_s": _s("p50 ms"),
+    "latency_p90_s": _s("p90 ms"),
+    "latency_p99_s": _s("p99 ms"),
+    "latency_p99_ci_level": _ratio(),
+    "first_request_s": _s("first request s"),
+    "time_to_first_request_s": _s("time to first request s"),
+    # data parallelism (runner/parallel.py)
+    "grad_comm_s_per_step": _s("grad comm ms/step"),
+    "grad_comm_share": _ratio("lower"),
+    "scaling_efficiency": _ratio("higher", "scaling efficiency"),
+    "scaling_baseline_samples_per_s": Metric("1/s"),
+}
+
+# Units by name suffix, for names the registry does not list (longest suffix first).
+SUFFIX_UNITS = (("_per_s", "1/s"), ("_bytes", "B"), ("_s", "s"), ("_w", "W"), ("_j", "J"))
+
+
+def unit(name: str, declared: str | None = None) -> str:
+    """The unit a metric is stored with: what its producer declared, else the registry's, else
+    its suffix's, else "1" (a ratio or a count). Never raises: a new metric needs no entry."""
+    if declared is not None:
+        return declared
+    if name in METRICS:
+        return METRICS[name].unit
+    return next((u for suffix, u in SUFFIX_UNITS if name.endswith(suffix)), "1")
+
+
+def higher_is_better(name: str) -> bool:
+    """Whether an increase is an improvement; a metric the registry does not list counts as
+    lower-is-better (times, bytes and energies are the common case of a new metric)."""
+    metric = METRICS.get(name)
+    return metric is not None and metric.better == "higher"
+
+
+def label(name: str) -> str:
+    """The header a table shows for the metric: the registry's, else the name itself."""
+    metric = METRICS.get(name)
+    return metric.label if metric is not None and metric.label else name

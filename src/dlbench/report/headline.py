@@ -1,0 +1,82 @@
+"""The headline table (medians over repeats with their intervals, parity, statuses) and the two
+tables under it: start-up and efficiency, GPU and energy. Every scenario without a table of its
+own (converge, infer) has its configurations here."""
+
+from __future__ import annotations
+
+from dlbench.analysis.summary import UNSTABLE_REL_HALF_WIDTH
+from dlbench.report import model
+from dlbench.report.cells import (
+    label_cells,
+    label_columns,
+    metric_cell,
+    not_comparable,
+    parity_cell,
+    status_cell,
+)
+from dlbench.report.columns import GPU, HEADLINE, STARTUP
+from dlbench.report.columns import Column as MetricColumn
+from dlbench.report.model import Config, Report
+from dlbench.report.tabledata import UNSTABLE_MARK, Cell, Column, Table
+
+# Scenarios with a table of their own (report/converge.py, report/inference.py).
+OWN_TABLES = ("converge", "infer")
+
+UNSTABLE_NOTE = (f"{UNSTABLE_MARK} unstable: the median's confidence interval is wider than"
+                 f" ±{UNSTABLE_REL_HALF_WIDTH:.0%} of it; run more repeats")
+PARITY_FAIL_NOTE = ("(parenthesised): parity against the float64 reference FAILED; these numbers are not"
+                    " comparable (dlbench check shows the details)")
+# What the parity check of a training trial compares (model.parity_notes).
+TRAIN_PARITY = "fixed-batch loss and gradients, each tensor"
+DESCRIPTION = ("Medians over processes; with each, the median's confidence interval from order statistics"
+               " and its true level.")
+
+
+def headline_configs(report: Report) -> list[Config]:
+    """The configurations of the headline table: every scenario without a table of its own."""
+    return [c for c in report.configs if c.scenario not in OWN_TABLES]
+
+
+def _headline_row(report: Report, config: Config) -> list[Cell]:
+    numbers = [metric_cell(col, config) for col in HEADLINE]
+    if model.parity(config.trials).verdict == "fail":
+        numbers = not_comparable(numbers)
+    return [*label_cells(report, config, report.label_axes), *numbers,
+            parity_cell(config.trials), status_cell(config.trials)]
+
+
+def headline_table(report: Report) -> Table:
+    """One row per configuration; the notes say what the marks mean, why trials failed and
+    why values are missing."""
+    configs = headline_configs(report)
+    rows = [_headline_row(report, c) for c in configs]
+    flags = {f for row in rows for cell in row for f in cell.flags}
+    notes = ([UNSTABLE_NOTE] if "unstable" in flags else []) + ([PARITY_FAIL_NOTE] if "not_comparable" in flags else [])
+    notes += model.notes(report, configs) + model.parity_notes((t for c in configs for t in c.trials), TRAIN_PARITY)
+    ids = [r.id for r in report.runs]
+    columns = [*label_columns(report, report.label_axes), *(Column(c.header, "right") for c in HEADLINE),
+               Column("parity"), Column("status")]
+    return Table("results", "Results", "dlbench results" + (f" (run {ids[0]})" if len(ids) == 1 else ""),
+                 tuple(columns), tuple(map(tuple, rows)), tuple(notes), DESCRIPTION)
+
+
+def _medians_table(report: Report, id: str, name: str, title: str, metrics: list[MetricColumn]) -> Table:
+    """One row per headline configuration with an ok trial: its label, then medians (no
+    intervals)."""
+    rows = [(*label_cells(report, c, report.label_axes), *(metric_cell(m, c, with_interval=False) for m in metrics))
+            for c in headline_configs(report) if c.ok]
+    columns = [*label_columns(report, report.label_axes), *(Column(m.header, "right") for m in metrics)]
+    return Table(id, name, title, tuple(columns), tuple(rows))
+
+
+def startup_table(report: Report) -> Table:
+    return _medians_table(report, "startup", "Start-up and efficiency",
+                          "start-up and efficiency (medians; * compile estimated as first step minus a step)",
+                          STARTUP)
+
+
+def gpu_table(report: Report) -> Table:
+    """GPU memory, utilisation beside MFU, power and energy (medians): every cell null with its
+    reason (in the headline's notes) on a machine without a GPU or RAPL."""
+    return _medians_table(report, "gpu", "GPU and energy",
+                          "GPU and energy (medians; utilisation is nvidia-smi's, MFU the share of peak FLOP/s)", GPU)

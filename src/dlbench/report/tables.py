@@ -1,0 +1,36 @@
+"""Every table of the report, in the order both the terminal and the HTML report show them:
+the headline, start-up and GPU tables, data-parallel scaling, then the scenario tables (time to
+accuracy, input pipeline, inference). Each is built once, from the model, as table data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dlbench.report.converge import converge_table, stall_table
+from dlbench.report.headline import (
+    gpu_table,
+    headline_configs,
+    headline_table,
+    startup_table,
+)
+from dlbench.report.inference import infer_table
+from dlbench.report.model import Report
+from dlbench.report.scaling import scaling_table
+from dlbench.report.tabledata import Table
+
+
+def _startup(report: Report) -> Table | None:
+    return startup_table(report) if any(c.ok for c in headline_configs(report)) else None
+
+
+def _gpu(report: Report) -> Table | None:
+    return gpu_table(report) if any(c.ok for c in headline_configs(report)) else None
+
+
+TABLES: tuple[Callable[[Report], Table | None], ...] = (
+    headline_table, _startup, _gpu, scaling_table, converge_table, stall_table, infer_table)
+
+
+def report_tables(report: Report) -> list[Table]:
+    """The tables that have rows, in the report's order."""
+    return [t for make in TABLES if (t := make(report)) is not None and t.rows]
