@@ -1,5 +1,6 @@
 """A fake framework for runner tests: its "device work" runs on a background thread (so a
-missing sync would show), and FAKE_BEHAVIOUR makes it crash, raise, hang, leak or recompile.
+missing sync would show), and FAKE_BEHAVIOUR makes it crash, raise, hang, leak or recompile
+(`probe_hang`: its loss_and_grads starts a stray child and never returns).
 
 FAKE_BEHAVIOUR is one behaviour, or a comma list picked by the trial's repeat index
 (`ok,crash,hang`: repeat 0 runs, 1 segfaults, 2 hangs), so that one sweep meets every fault.
@@ -218,6 +219,10 @@ class FakeProgram:
     def loss_and_grads(self, state: Any, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
         """A deterministic stand-in in the spec's dtype, so that the fake is its own float64
         parity reference (DLBENCH_REFERENCE_FRAMEWORK=fake); behaviour `wrong` is off by 1 %."""
+        if behaviour() == "probe_hang":  # a probe (dlbench check, the reference) that never ends
+            _stray_child()
+            _event("probe hangs")
+            time.sleep(3600)
         dtype = np.dtype(self.trial.workload.numerics.dtype)
         scale = dtype.type(np.mean(np.asarray(x, dtype)))
         grads = {k: np.sin(np.asarray(v, dtype)) * scale for k, v in state["params"].items()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -333,3 +334,33 @@ def test_every_test_the_fault_matrix_names_exists():
     assert len(named) > 20
     for file, test in named:
         assert f"def {test}(" in (root / file).read_text(), f"{file}::{test}"
+
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=lambda s: signal.Signals(s).name)
+def test_stopping_check_from_outside_leaves_no_probe(tmp_path, monkeypatch, sig):
+    """`dlbench check` stopped by SIGTERM (timeout, a CI runner), Ctrl-C or SIGKILL while its
+    probe hangs: the probe is gone afterwards. SIGTERM and SIGINT kill the probe's whole group
+    (the stray child it started too) and exit 130; SIGKILL leaves the probe to die with its
+    parent (PR_SET_PDEATHSIG)."""
+    events = tmp_path / "events.txt"
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "probe_hang")
+    monkeypatch.setenv("FAKE_EVENTS", str(events))
+    check = subprocess.Popen([sys.executable, "-m", "dlbench.cli.main", "check", "-w", "mlp", "-f", "fake",
+                              "--mode", "eager", "-k", "0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    hung = wait_for("the probe to hang", lambda: events.exists() and re.search(r"(\d+) probe hangs", events.read_text()))
+    probe = psutil.Process(int(hung.group(1)))
+    assert "dlbench.runner.probe" in " ".join(probe.cmdline())
+    created = probe.create_time()
+    group = group_members(probe.pid)
+    assert len(group) >= 2  # the probe and its stray child
+    check.send_signal(sig)
+    _, err = check.communicate(timeout=30)
+    if sig != signal.SIGKILL:
+        assert check.returncode == 130, err
+        wait_for("the probe's group to be gone", lambda: not group_members(probe.pid), timeout_s=10)
+    wait_for("the probe to be gone", lambda: not processes.is_alive(probe.pid, created), timeout_s=10)
+    for pid in group_members(probe.pid):  # SIGKILL: what the probe itself started may be left
+        os.kill(pid, signal.SIGKILL)

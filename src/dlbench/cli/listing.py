@@ -42,7 +42,15 @@ def main(args: argparse.Namespace) -> int:
     console = make_console()
     console.print(table)
     console.print(precision_table())
+    for line in option_lines():
+        console.print(line)
     return 0
+
+
+def option_lines() -> list[str]:
+    """Each framework's own options (`--option FRAMEWORK.NAME=VALUE`), one line each."""
+    return [f"option {name}.{opt}: {', '.join(o.allowed)} (default {o.default}): {o.help}"
+            for name in registered() for opt, o in get_backend(name).options.items()]
 
 
 def precision_table() -> Table:

@@ -94,7 +94,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="infer: seconds each timed loop (latency, throughput) may take (default 20)")
     p.add_argument("--option", type=comma_list("option"), metavar="FRAMEWORK.NAME=VALUE",
                    help="a framework's own option, e.g. onnxruntime.optimization=basic (dlbench list"
-                        " --long shows each framework's options); part of that framework's policy")
+                        " shows each framework's options); part of that framework's policy")
     p.add_argument("--target-accuracy", type=float,
                    help="converge: held-out accuracy to reach (required by --scenario converge)")
     p.add_argument("--eval-every", type=int, help="converge: steps between evaluations, K (default 32)")
