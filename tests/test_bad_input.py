@@ -152,7 +152,7 @@ def test_any_bytes_as_a_suite_file(sandbox, data):
     (["run", "--resume"], {}, "dlbench: error: store dlbench.sqlite does not exist;"
      " run `dlbench run --store dlbench.sqlite` first"),
     (["export", "latest", "-o", "no/such/dir/x.json"], {"dlbench.sqlite": None},
-     "dlbench: error: cannot write no/such/dir/x.json: No such file or directory"),
+     "dlbench: error: cannot write 'no/such/dir/x.json': directory 'no/such/dir' does not exist"),
 ])
 def test_real_processes_answer_in_one_line(tmp_path, argv, files, expected):
     for name, text in files.items():

@@ -14,7 +14,6 @@ import os
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from dlbench import workloads
@@ -33,6 +32,8 @@ from dlbench.spec import (
 )
 
 REPR_CHARS = 60
+# A suite is a few lines; more is a wrong file (/dev/zero would never end).
+MAX_SUITE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -114,11 +115,15 @@ def load(path: str) -> dict[str, Any]:
 
 def _read(path: str) -> dict[str, Any]:
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb") as f:
+            data = f.read(MAX_SUITE_BYTES + 1)
     except FileNotFoundError:
         raise UsageError(f"suite file {path} does not exist") from None
     except OSError as e:
         raise UsageError(f"suite file {path} cannot be read: {e.strerror}") from None
+    if len(data) > MAX_SUITE_BYTES:
+        raise UsageError(f"suite file {path} is larger than {MAX_SUITE_BYTES // 1024} KiB; a suite is a TOML table"
+                         " of run's options")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -127,6 +132,8 @@ def _read(path: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"{path}: not valid TOML: {_one_line(str(e))}") from None
+    except RecursionError:  # tomllib recurses per nested array or inline table
+        raise UsageError(f"{path}: not a suite: arrays or tables nested too deep for the TOML reader") from None
 
 
 def _convert(key: Key, value: Any) -> Any:
@@ -212,7 +219,10 @@ def _is_int(value: Any) -> bool:
 
 def _show(value: Any) -> str:
     """A bad value on one line, cut to a readable length."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:
+        return "a value nested too deep to show"
     return text if len(text) <= REPR_CHARS else text[: REPR_CHARS - 3] + "..."
 
 
