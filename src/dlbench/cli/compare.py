@@ -62,6 +62,8 @@ def load_side(ref: str, store_path: str) -> tuple[list[dict[str, Any]], dict[str
 def _export_runs(ref: str) -> list[dict[str, Any]]:
     """The runs of an export file, every field the comparison reads checked for its type, so
     that any other JSON (a list, a string, trials of another shape) is one line saying where."""
+    if os.path.isdir(ref):
+        raise UsageError(f"{shown(ref)} is a directory, not an exported JSON file; {HOW_TO_EXPORT}")
     if not os.path.isfile(ref):
         raise UsageError(f"{shown(ref)}: no such file")
     try:
@@ -84,7 +86,7 @@ def _check_trial(ref: str, trial: Any, where: str) -> None:
     _typed(ref, trial, dict, where)
     _field(ref, trial, "status", str, where)
     spec = _field(ref, trial, "spec", dict, where)
-    _field(ref, spec, "policy", dict, f"{where}.spec")
+    _field(ref, _field(ref, spec, "policy", dict, f"{where}.spec"), "mode", object, f"{where}.spec.policy")
     _field(ref, spec, "framework", object, f"{where}.spec")
     workload = _field(ref, spec, "workload", dict, f"{where}.spec")
     for key in ("name", "batch_size", "seed"):

@@ -8,8 +8,10 @@ import argparse
 import csv
 import io
 import json
+import re
 import sys
 import tempfile
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -99,13 +101,30 @@ def _report_artifact(store: Store, run_ids: list[int], out_dir: Path) -> list[Pa
     return [path]
 
 
+def _mlflow_directory(target: str) -> Path | None:
+    """The local directory an MLflow target names (a path, or a file: URI), checked like any
+    output; None for a server or database URI."""
+    if re.match(r"^[a-z][a-z0-9+.-]*:", target) is None:
+        return output_path(target, directory=True)
+    if target.startswith("file:"):
+        return output_path(urllib.parse.unquote(urllib.parse.urlparse(target).path), directory=True)
+    return None
+
+
 def _mlflow(store: Store, run_ids: list[int], target: str) -> None:
     try:
+        from mlflow.exceptions import MlflowException
+
         from dlbench.results.mlflow_export import export_runs
     except ImportError as e:
         raise UsageError(f"--mlflow needs MLflow ({(e.name or '?').split('.')[0]} is missing): pip install 'dlbench[mlflow]'") from None
-    with tempfile.TemporaryDirectory(prefix="dlbench-mlflow-") as tmp:
-        done = export_runs(store, run_ids, target, _report_artifact(store, run_ids, Path(tmp)))
+    directory = _mlflow_directory(target)
+    try:
+        with tempfile.TemporaryDirectory(prefix="dlbench-mlflow-") as tmp, writing(directory or target):
+            done = export_runs(store, run_ids, target, _report_artifact(store, run_ids, Path(tmp)))
+    except MlflowException as e:  # a bad URI, a server that refused
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise UsageError(f"--mlflow {shown(target)}: {first}") from None
     for rid, mlflow_id, new in done:
         make_console().print(printable(f"run {rid} -> MLflow run {mlflow_id} in {target}"
                                        + ("" if new else " (exported before; left as it is)")),

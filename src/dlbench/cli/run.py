@@ -254,7 +254,12 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--retry-failed goes with --resume [RUN]: it re-runs a stored run's failed trials")
     options = sweep_options(args)
     plan = plan_from_options(options, args.suite)
-    check_executor(options)
+    try:
+        check_executor(options)
+    except UsageError as e:  # named like plan_from_options's errors: the value may be the file's
+        if args.suite is None:
+            raise
+        raise UsageError(f"{args.suite}: {e}") from None
     allow_concurrent = bool(options["allow_concurrent"])
     console = make_console()
     store = open_store(args.store)
