@@ -582,3 +582,47 @@ def test_real_processes_answer_in_one_line(tmp_path, argv, files, expected):
                          text=True, cwd=tmp_path, env={**os.environ, "COLUMNS": "80"})
     assert out.returncode == 2, out.stderr
     assert out.stderr == expected + "\n"
+
+
+def test_a_closed_stdout_stops_quietly(sandbox):
+    """`dlbench export all | head -c 1`: the reader goes away; no traceback, exit 141 (128 +
+    SIGPIPE, as a shell reports for `cat`), nothing on stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "dlbench.cli.main", "export", "all", "--store", "s.sqlite"],
+                            cwd=sandbox, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the child writes: its first write fails with EPIPE
+    err = proc.stderr.read()
+    assert proc.wait() == 141, err
+    assert err == b""
+
+
+HOSTILE = "\x1b]0;owned\x07\x1b[31m"
+
+
+def test_stored_text_in_compare_lines_is_escaped(sandbox, capsys):
+    """compare prints labels and environments from the files it compares: escapes arrive as
+    visible text, never as control characters."""
+    doc = json.loads((sandbox / "good.json").read_text())
+    for run in doc["runs"]:
+        run["environment"]["cpu_model"] = f"cpu {HOSTILE}"
+        for trial in run["trials"]:
+            trial["spec"]["workload"]["name"] = f"mlp{HOSTILE}"
+    (sandbox / "hostile.json").write_text(json.dumps(doc))
+    for fmt in ("text", "markdown"):
+        code, out, err = answer(["compare", "good.json", "hostile.json", "--force", "--format", fmt])
+        assert code in (0, 2, 3), err
+        assert "\x1b" not in out and "\x07" not in out and "\x1b" not in err
+    code, out, err = answer(["compare", "hostile.json", "hostile.json", "--force", "--format", "markdown"])
+    assert code == 3 and "\\x1b]0;owned\\x07" in out and "\x1b" not in out
+
+
+def test_a_trial_error_with_escape_sequences_is_printed_escaped(tmp_path, monkeypatch, capsys):
+    """A framework echoing an environment variable back in its error (XLA_FLAGS holding
+    ESC ]0;title BEL): run's progress line shows it escaped."""
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "raise")
+    monkeypatch.setenv("FAKE_ERROR", f"bad flag {HOSTILE}")
+    argv = ["run", "-f", "fake", "--mode", "eager", "--preset", "tiny", "--repeats", "1",
+            "--store", str(tmp_path / "s.sqlite")]
+    assert main(argv) == 3
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[1/1]") and "failed" in x]
+    assert "bad flag \\x1b]0;owned\\x07\\x1b[31m" in line and "\x1b" not in line
