@@ -15,7 +15,14 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from dlbench.cli.common import UsageError, add_store_argument, open_store, output_path, run_selector, writing
+from dlbench.cli.common import (
+    UsageError,
+    add_store_argument,
+    open_store,
+    output_path,
+    run_selector,
+    writing,
+)
 from dlbench.report.table import make_console
 from dlbench.results.store import Store
 from dlbench.results.tidy import METRIC_COLUMNS, metric_rows

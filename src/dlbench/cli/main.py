@@ -11,13 +11,15 @@ from typing import NoReturn
 
 from dlbench import __version__
 from dlbench.cli import check, compare, env, export, listing, report, run
-from dlbench.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+from dlbench.cli.common import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    UsageError,
+)
 from dlbench.results.store import StoreError
 from dlbench.spec import SpecError
 from dlbench.text import shown
-
-# 128 + SIGPIPE: what a shell reports for a command whose reader went away (`... | head`).
-EXIT_BROKEN_PIPE = 141
 
 COMMANDS = {"run": run, "check": check, "compare": compare, "report": report, "list": listing, "env": env,
             "export": export}

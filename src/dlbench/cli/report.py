@@ -6,7 +6,15 @@ from __future__ import annotations
 import argparse
 from types import ModuleType
 
-from dlbench.cli.common import EXIT_OK, UsageError, add_store_argument, open_store, output_path, run_selector, writing
+from dlbench.cli.common import (
+    EXIT_OK,
+    UsageError,
+    add_store_argument,
+    open_store,
+    output_path,
+    run_selector,
+    writing,
+)
 from dlbench.report import model
 from dlbench.report.table import make_console, print_report_tables, scenario_tables
 from dlbench.text import printable
