@@ -225,4 +225,4 @@ def test_compare_bad_input_is_one_line(tmp_path, capsys):
     assert main(["compare", "1", "1", "--store", store, "--fail", "median:five"]) == 2
     assert "is not METRIC:PERCENT%" in capsys.readouterr().err
     assert main(["compare", "1", "missing.json", "--store", store]) == 2
-    assert "missing.json: no such file" in capsys.readouterr().err
+    assert "'missing.json': no such file" in capsys.readouterr().err

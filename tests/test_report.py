@@ -97,8 +97,10 @@ def test_terminal_report_shows_intervals_statuses_and_runs(store, capsys):
 
 
 @pytest.mark.parametrize("argv,msg", [
-    (["report", "x"], "run 'x' is not a run id, 'latest' or 'all'"),
-    (["report", "--html", "/nonexistent/dir/r.html"], "--html /nonexistent/dir/r.html: directory /nonexistent/dir does not exist"),
+    (["report", "x"], "dlbench report: argument RUN: run 'x' is not a run id (a whole number from 1 to"
+                      " 9223372036854775807), 'latest' or 'all'"),
+    (["report", "--html", "/nonexistent/dir/r.html"],
+     "cannot write '/nonexistent/dir/r.html': directory '/nonexistent/dir' does not exist"),
     (["export", "1", "--format", "parquet"], "format parquet writes three files: give a directory with -o DIR"),
     (["export", "1", "--format", "xml"], "format 'xml' is not one of: json, csv, parquet"),
 ])

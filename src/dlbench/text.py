@@ -25,3 +25,16 @@ def printable(text: object) -> str:
     if any("\ud800" <= ch <= "\udfff" for ch in s):
         s = s.encode("utf-8", "backslashreplace").decode("utf-8")
     return s
+
+
+SHOWN_CHARS = 60
+
+
+def shown(value: object) -> str:
+    """A bad value for a one-line message: its repr, cut to a readable length with the true
+    length said (a 5,000-digit run id names itself in a line, not in a page)."""
+    text = repr(value)
+    if len(text) <= SHOWN_CHARS:
+        return text
+    size = f" ({len(value)} characters)" if isinstance(value, str) else ""
+    return text[: SHOWN_CHARS - 3] + "..." + size

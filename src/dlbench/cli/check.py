@@ -23,13 +23,22 @@ from rich.table import Table
 from dlbench import processes, workloads
 from dlbench.analysis import parity
 from dlbench.backends import get_backend, registered, support
-from dlbench.cli.common import EXIT_OK, EXIT_PARITY_FAILED, UsageError, comma_list
+from dlbench.cli.common import (
+    EXIT_OK,
+    EXIT_PARITY_FAILED,
+    UsageError,
+    add_store_argument,
+    comma_list,
+    output_path,
+    writing,
+)
 from dlbench.report.terminal import make_console
 from dlbench.runner import reference
 from dlbench.runner.fixedbatch import load_grads
 from dlbench.runner.plan import workload_spec
 from dlbench.runner.probe_client import run_probe
 from dlbench.spec import Policy, TrialSpec, to_dict
+from dlbench.text import printable
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -43,6 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--preset", default="tiny", help="workload size preset (default: tiny)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="FILE", help="also write every number to this JSON file")
+    add_store_argument(p, unused="check compares frameworks live and stores nothing (--json FILE keeps the numbers)")
 
 
 @dataclass
@@ -82,6 +92,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"steps {args.steps} must be >= 0")
     wls = _names(args.workload, list(workloads.WORKLOADS), "workload")
     fws = _names(args.framework, list(registered()), "framework")
+    json_path = output_path(args.json) if args.json is not None else None  # before minutes of probes
     console = make_console()
     trials = {(w, f): _trial(w, f, args) for w in wls for f in fws}
     for t in trials.values():
@@ -98,8 +109,9 @@ def main(args: argparse.Namespace) -> int:
         _judge(cell, ref, w)
     pairs = _pairwise(cells, wls, fws)
     _print(console, cells, wls, fws, refs, trials, args, pairs)
-    if args.json:
-        Path(args.json).write_text(json.dumps(_to_json(cells, pairs, args), indent=1))
+    if json_path is not None:
+        with writing(json_path):
+            json_path.write_text(json.dumps(_to_json(cells, pairs, args), indent=1))
     failed = [k for k, c in cells.items() if c.status not in ("unsupported", "skipped") and not c.passed]
     failed_pairs = [p for p, (ok, _) in pairs.items() if not ok]
     return EXIT_PARITY_FAILED if failed or failed_pairs else EXIT_OK
@@ -207,9 +219,9 @@ def _print(console: Any, cells: dict[tuple[str, str], Cell], wls: list[str], fws
     for (w, f), c in cells.items():
         if c.status in ("failed", "skipped") or (c.status == "ok" and not c.passed):
             why = c.error or (c.grads.reason if c.grads else None) or _trajectory_reason(c)
-            console.print(f"  {w}/{f}: {why}", soft_wrap=True)
+            console.print(printable(f"  {w}/{f}: {why}"), soft_wrap=True)  # a probe's error text
     for ref in {r for r in refs.values() if isinstance(r, str)}:
-        console.print(f"  reference: {ref}", soft_wrap=True)
+        console.print(printable(f"  reference: {ref}"), soft_wrap=True)
     bad = [(k, v) for k, v in pairs.items() if not v[0]]
     worst = max(pairs.items(), key=lambda kv: kv[1][1], default=None)
     if worst is not None:

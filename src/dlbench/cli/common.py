@@ -1,15 +1,21 @@
-"""What every command shares: the error type, comma-list parsing, the --store option."""
+"""What every command shares: the error type, comma-list parsing, the --store option, run
+selectors, and the one check and error path for the files a command writes."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import math
+import os
 import re
-from collections.abc import Callable
+import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from dlbench.results.store import Store
+from dlbench.results.store import RUN_ID, Store, StoreError, parse_run_selector
+from dlbench.text import shown
 
 DEFAULT_STORE = "dlbench.sqlite"
 
@@ -19,6 +25,7 @@ EXIT_PARITY_FAILED = 1  # DESIGN §4: 1 is "regression or parity failure"
 EXIT_USAGE = 2
 EXIT_TRIALS_FAILED = 3
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports when stdout's reader went away
 
 T = TypeVar("T")
 
@@ -75,12 +82,83 @@ def size_argument(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def add_store_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", default=DEFAULT_STORE, metavar="PATH",
-                   help=f"SQLite results store (default: ./{DEFAULT_STORE})")
+def add_store_argument(p: argparse.ArgumentParser, unused: str | None = None) -> None:
+    """--store on every command (README: "every command takes --store"); `unused` says why a
+    command that reads and writes no store takes it anyway and ignores it."""
+    help_text = f"SQLite results store (default: ./{DEFAULT_STORE})"
+    if unused is not None:
+        help_text = f"accepted like on every command, and not used: {unused}"
+    p.add_argument("--store", default=DEFAULT_STORE, metavar="PATH", help=help_text)
 
 
-def open_store(path: str, must_exist: bool = False) -> Store:
-    if must_exist and not Path(path).exists():
+def open_store(path: str, must_exist: bool = False, readonly: bool = False) -> Store:
+    """The store at `path`. `readonly` (report, export, compare): nothing is created, written or
+    migrated, and the store may lie in a directory or on a mount this process cannot write."""
+    if (must_exist or readonly) and not os.path.exists(path):
         raise UsageError(f"store {path} does not exist; run `dlbench run --store {path}` first")
-    return Store(path)
+    return Store(path, readonly=readonly)
+
+
+def run_selector(text: str) -> str:
+    """argparse type of RUN arguments: the one check of run ids (results.store)."""
+    try:
+        parse_run_selector(text)
+    except StoreError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def run_or_export(text: str) -> str:
+    """argparse type of compare's BASE and NEW: an exported JSON file, or a run selector."""
+    if text.endswith(".json") or os.path.isfile(text):
+        return text
+    try:
+        parse_run_selector(text)
+    except StoreError:
+        raise argparse.ArgumentTypeError(
+            f"{shown(text)} is not {RUN_ID}, 'latest', 'all' or an exported JSON file"
+            " (dlbench export RUN -o FILE.json)") from None
+    return text
+
+
+def output_path(text: str, directory: bool = False) -> Path:
+    """Where a command will write a file (or, with `directory`, a directory it may create),
+    checked before any work, so that probes or charts are not computed for nothing. What
+    cannot be foreseen (a full disk, /proc) fails at the write, in `writing`, worded alike."""
+    path = Path(text)
+    reason = _unwritable(text, path, directory)
+    if reason is not None:
+        raise UsageError(f"cannot write {shown(text)}: {reason}")
+    return path
+
+
+def _unwritable(text: str, path: Path, directory: bool) -> str | None:
+    """Why `path` cannot be written, or None. Root passes every permission check but a
+    read-only mount's."""
+    if not text:
+        return "an empty path"
+    try:
+        is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+    except FileNotFoundError:
+        parent = path.parent
+        if not os.path.isdir(parent):
+            return f"directory {shown(str(parent))} does not exist"
+        return None if os.access(parent, os.W_OK | os.X_OK) else f"directory {shown(str(parent))} is not writable"
+    except OSError as e:  # too long a name, a file where a directory should be, a loop
+        return e.strerror or errno.errorcode.get(e.errno or 0, str(e))
+    if directory and not is_dir:
+        return "it exists and is not a directory"
+    if not directory and is_dir:
+        return "it is a directory; give a file name"
+    return None if os.access(path, os.W_OK) else "permission denied"
+
+
+@contextlib.contextmanager
+def writing(path: Path | str) -> Iterator[None]:
+    """The one error path of every write to an output the user named: an OSError (a full disk,
+    a name too long, a read-only mount, /proc) is one line naming the file, exit 2."""
+    try:
+        yield
+    except OSError as e:
+        where = e.filename if isinstance(e.filename, str) else str(path)
+        raise UsageError(f"cannot write {shown(where)}: {e.strerror or e}") from None

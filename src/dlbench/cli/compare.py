@@ -9,24 +9,35 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
 from dlbench.analysis import compare as cmp
-from dlbench.cli.common import EXIT_OK, EXIT_REGRESSION, EXIT_TRIALS_FAILED, UsageError, add_store_argument, open_store
+from dlbench.cli.common import (
+    EXIT_OK,
+    EXIT_REGRESSION,
+    EXIT_TRIALS_FAILED,
+    UsageError,
+    add_store_argument,
+    open_store,
+    run_or_export,
+)
 from dlbench.cli.export import export_json
 from dlbench.report.terminal import make_console
-from dlbench.text import printable
+from dlbench.text import printable, shown
+
+HOW_TO_EXPORT = "write one with: dlbench export RUN -o FILE.json"
 
 FORMATS = ("text", "markdown")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("compare", help="compare two runs (CI gate): ratio, CI, Mann-Whitney p, verdict")
-    p.add_argument("base", metavar="BASE", help="run id, 'latest', or an exported JSON file")
-    p.add_argument("new", metavar="NEW", help="run id, 'latest', or an exported JSON file")
+    p.add_argument("base", metavar="BASE", type=run_or_export, help="run id, 'latest', or an exported JSON file")
+    p.add_argument("new", metavar="NEW", type=run_or_export, help="run id, 'latest', or an exported JSON file")
     p.add_argument("--fail", action="append", default=[], metavar="METRIC:PCT%",
                    help="fail (exit 1) when METRIC gets worse by more than PCT and significantly;"
                         " 'median' is samples/s; repeatable, e.g. --fail median:5%% --fail rss_peak_bytes:10%%")
@@ -38,26 +49,89 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def load_side(ref: str, store_path: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(trials, environment of the first run) from an exported JSON file or the store."""
-    path = Path(ref)
-    if ref.endswith(".json") or path.is_file():
-        if not path.is_file():
-            raise UsageError(f"{ref}: no such file")
-        try:
-            data = json.loads(path.read_text())
-            runs = data["runs"]
-        except (ValueError, KeyError, TypeError):
-            raise UsageError(f"{ref} is not a dlbench export (dlbench export RUN -o FILE.json)") from None
+    if ref.endswith(".json") or os.path.isfile(ref):
+        runs = _export_runs(ref)
     else:
-        store = open_store(store_path, must_exist=True)
+        store = open_store(store_path, readonly=True)
         runs = export_json(store, store.resolve_runs(ref))["runs"]
     if not runs:
-        raise UsageError(f"{ref} holds no runs")
+        raise UsageError(f"{shown(ref)} holds no runs")
     return [t for r in runs for t in r["trials"]], runs[0]["environment"]
+
+
+def _export_runs(ref: str) -> list[dict[str, Any]]:
+    """The runs of an export file, every field the comparison reads checked for its type, so
+    that any other JSON (a list, a string, trials of another shape) is one line saying where."""
+    if os.path.isdir(ref):
+        raise UsageError(f"{shown(ref)} is a directory, not an exported JSON file; {HOW_TO_EXPORT}")
+    if not os.path.isfile(ref):
+        raise UsageError(f"{shown(ref)}: no such file")
+    try:
+        data = json.loads(Path(ref).read_bytes())
+    except OSError as e:
+        raise UsageError(f"{shown(ref)} cannot be read: {e.strerror}") from None
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past Python's stack
+        raise UsageError(f"{shown(ref)} is not a dlbench export (not JSON); {HOW_TO_EXPORT}") from None
+    runs = _field(ref, data, "runs", list, "the file")
+    for i, run in enumerate(runs):
+        where = f"runs[{i}]"
+        _typed(ref, run, dict, where)
+        _field(ref, run, "environment", dict, where)
+        for j, trial in enumerate(_field(ref, run, "trials", list, where)):
+            _check_trial(ref, trial, f"{where}.trials[{j}]")
+    return runs
+
+
+def _check_trial(ref: str, trial: Any, where: str) -> None:
+    _typed(ref, trial, dict, where)
+    _field(ref, trial, "status", str, where)
+    spec = _field(ref, trial, "spec", dict, where)
+    _field(ref, _field(ref, spec, "policy", dict, f"{where}.spec"), "mode", object, f"{where}.spec.policy")
+    _field(ref, spec, "framework", object, f"{where}.spec")
+    workload = _field(ref, spec, "workload", dict, f"{where}.spec")
+    for key in ("name", "batch_size", "seed"):
+        _field(ref, workload, key, object, f"{where}.spec.workload")
+    for name, metric in _field(ref, trial, "metrics", dict, where).items():
+        at = f"{where}.metrics[{name!r}]"
+        if metric is None:
+            continue
+        value = _typed(ref, metric, dict, at).get("value")
+        if value is None:
+            continue
+        try:
+            if isinstance(value, bool):
+                raise TypeError
+            float(value)
+        except (TypeError, ValueError, OverflowError):
+            _bad(ref, f"{at}.value is {shown(value)}, not a number")
+
+
+def _field(ref: str, obj: Any, key: str, kind: type, where: str) -> Any:
+    _typed(ref, obj, dict, where)
+    if key not in obj:
+        _bad(ref, f"{where} has no {key!r}")
+    return _typed(ref, obj[key], kind, f"{where}.{key}" if where != "the file" else key)
+
+
+def _typed(ref: str, value: Any, kind: type, where: str) -> Any:
+    if not isinstance(value, kind):
+        _bad(ref, f"{where} is {_json_type(value)}, not {_json_type(kind())}")
+    return value
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
+             float: "a number"}
+    return names.get(type(value), "null")
+
+
+def _bad(ref: str, what: str) -> None:
+    raise UsageError(f"{shown(ref)} is not a dlbench export: {what}; {HOW_TO_EXPORT}")
 
 
 def main(args: argparse.Namespace) -> int:
     if args.format not in FORMATS:
-        raise UsageError(f"format {args.format!r} is not one of: {', '.join(FORMATS)}")
+        raise UsageError(f"format {shown(args.format)} is not one of: {', '.join(FORMATS)}")
     try:
         rules = [cmp.parse_fail(f) for f in args.fail]
     except cmp.CompareError as e:
@@ -90,7 +164,7 @@ def main(args: argparse.Namespace) -> int:
         print(printable(markdown(results, notes)))
     else:
         console.print(table(results))
-        for n in notes:
+        for n in notes:  # labels and environments come from the files compared: no escapes
             console.print(printable(f"  {n}"), soft_wrap=True, highlight=False)
     if bad:
         return EXIT_REGRESSION
@@ -112,7 +186,7 @@ def table(results: list[cmp.PairResult]) -> Table:
     for h in HEADERS:
         t.add_column(h)
     for r in results:
-        t.add_row(*_row(r))
+        t.add_row(*map(printable, _row(r)))
     return t
 
 

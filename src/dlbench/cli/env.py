@@ -9,14 +9,22 @@ import os
 from rich.table import Table
 
 from dlbench.backends import installed
+from dlbench.cli.common import add_store_argument
 from dlbench.report.terminal import make_console
 from dlbench.results.environment import capture
 from dlbench.runner.ceiling import ceiling
+from dlbench.text import printable
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("env", help="show the machine and the installed frameworks")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_store_argument(p, unused="env describes this machine, not a store")
+
+
+def _add_row(table: Table, key: str, value: str) -> None:
+    """Driver names, package versions and git output are shown, never obeyed by the terminal."""
+    table.add_row(key, printable(value))
 
 
 def main(args: argparse.Namespace) -> int:
@@ -29,20 +37,20 @@ def main(args: argparse.Namespace) -> int:
     table.add_column("key")
     table.add_column("value")
     for key in ("os", "python", "cpu_model", "dlbench", "git_commit"):
-        table.add_row(key, str(env[key]))
-    table.add_row("cpu_isa", " ".join(env["cpu_isa"]) or "–")
-    table.add_row("cpus", f"{env['cpu_logical']} logical, {env['cpu_physical']} physical, "
-                  f"{env['cpu_affinity']} in this process's affinity mask")
-    table.add_row("ram", f"{env['ram_bytes'] / 1024**3:.1f} GiB")
+        _add_row(table, key, str(env[key]))
+    _add_row(table, "cpu_isa", " ".join(env["cpu_isa"]) or "–")
+    _add_row(table, "cpus", f"{env['cpu_logical']} logical, {env['cpu_physical']} physical, "
+             f"{env['cpu_affinity']} in this process's affinity mask")
+    _add_row(table, "ram", f"{env['ram_bytes'] / 1024**3:.1f} GiB")
     gpu = env["gpu"]
     gpus = ", ".join(g["name"] for g in gpu["gpus"]) or f"none ({gpu.get('reason', '')})"
-    table.add_row("gpus", gpus + (f", driver {gpu['driver']}" if gpu.get("driver") else ""))
-    table.add_row("packages", ", ".join(f"{k} {v}" for k, v in env["packages"].items()))
+    _add_row(table, "gpus", gpus + (f", driver {gpu['driver']}" if gpu.get("driver") else ""))
+    _add_row(table, "packages", ", ".join(f"{k} {v}" for k, v in env["packages"].items()))
     for name, fw in env["frameworks"].items():
         dists = ", ".join(f"{k} {v}" for k, v in fw["distributions"].items())
-        table.add_row(name, dists if fw["installed"] else f"not installed ({fw['detail']})")
+        _add_row(table, name, dists if fw["installed"] else f"not installed ({fw['detail']})")
     data, why = ceiling(len(os.sched_getaffinity(0)))
-    table.add_row("matmul ceiling", f"{data['flops_per_s'] / 1e9:.1f} GFLOP/s float32 ({data['library']},"
-                  f" {data['threads']} threads, {data['size']}^2 GEMM, cached)" if data else why)
+    _add_row(table, "matmul ceiling", f"{data['flops_per_s'] / 1e9:.1f} GFLOP/s float32 ({data['library']},"
+             f" {data['threads']} threads, {data['size']}^2 GEMM, cached)" if data else why)
     make_console().print(table)
     return 0

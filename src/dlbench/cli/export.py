@@ -8,15 +8,25 @@ import argparse
 import csv
 import io
 import json
+import re
 import sys
 import tempfile
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from dlbench.cli.common import UsageError, add_store_argument, open_store
+from dlbench.cli.common import (
+    UsageError,
+    add_store_argument,
+    open_store,
+    output_path,
+    run_selector,
+    writing,
+)
 from dlbench.report.terminal import make_console
 from dlbench.results.store import Store
 from dlbench.results.tidy import METRIC_COLUMNS, metric_rows
+from dlbench.text import printable, shown
 
 FORMATS = ("json", "csv", "parquet")
 EXPORT_SCHEMA_VERSION = 1
@@ -25,7 +35,7 @@ DEFAULT_MLFLOW = "mlruns"
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("export", help="export runs as JSON (everything), CSV or Parquet (tidy), or to MLflow")
-    p.add_argument("run", metavar="RUN", help="a run id, 'latest' or 'all'")
+    p.add_argument("run", metavar="RUN", type=run_selector, help="a run id, 'latest' or 'all'")
     p.add_argument("--format", default="json", help=f"one of: {', '.join(FORMATS)}")
     p.add_argument("-o", "--output", metavar="PATH",
                    help="write here instead of stdout (parquet: a directory, required)")
@@ -61,17 +71,27 @@ def export_csv(store: Store, run_ids: list[int]) -> str:
     return buf.getvalue()
 
 
-def _parquet(store: Store, run_ids: list[int], output: str | None) -> None:
-    if not output:
+def _check_output(args: argparse.Namespace) -> Path | None:
+    """The output named by -o, checked before the store is read."""
+    if args.format != "parquet":
+        return None if args.output is None else output_path(args.output)
+    if not args.output:
         raise UsageError("format parquet writes three files: give a directory with -o DIR")
-    if not Path(output).resolve().parent.is_dir():
-        raise UsageError(f"output {output}: directory {Path(output).resolve().parent} does not exist")
+    try:
+        args.output.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are not UTF-8 in the name: pyarrow takes str only
+        raise UsageError(f"cannot write {shown(args.output)}: pyarrow needs a UTF-8 path") from None
+    return output_path(args.output, directory=True)
+
+
+def _parquet(store: Store, run_ids: list[int], output: Path) -> None:
     try:
         from dlbench.results.parquet import write_parquet
     except ImportError as e:
         raise UsageError(f"parquet needs pyarrow ({(e.name or '?').split('.')[0]} is missing): pip install 'dlbench[parquet]'") from None
-    paths = write_parquet(store, run_ids, Path(output))
-    print(f"wrote {', '.join(str(p) for p in paths)}")
+    with writing(output):
+        paths = write_parquet(store, run_ids, output)
+    print(printable(f"wrote {', '.join(str(p) for p in paths)}"))
 
 
 def _report_artifact(store: Store, run_ids: list[int], out_dir: Path) -> list[Path]:
@@ -87,38 +107,56 @@ def _report_artifact(store: Store, run_ids: list[int], out_dir: Path) -> list[Pa
     return [path]
 
 
+def _mlflow_directory(target: str) -> Path | None:
+    """The local directory an MLflow target names (a path, or a file: URI), checked like any
+    output; None for a server or database URI."""
+    if re.match(r"^[a-z][a-z0-9+.-]*:", target) is None:
+        return output_path(target, directory=True)
+    if target.startswith("file:"):
+        return output_path(urllib.parse.unquote(urllib.parse.urlparse(target).path), directory=True)
+    return None
+
+
 def _mlflow(store: Store, run_ids: list[int], target: str) -> None:
     try:
+        from mlflow.exceptions import MlflowException
+
         from dlbench.results.mlflow_export import export_runs
     except ImportError as e:
         raise UsageError(f"--mlflow needs MLflow ({(e.name or '?').split('.')[0]} is missing): pip install 'dlbench[mlflow]'") from None
-    with tempfile.TemporaryDirectory(prefix="dlbench-mlflow-") as tmp:
-        done = export_runs(store, run_ids, target, _report_artifact(store, run_ids, Path(tmp)))
+    directory = _mlflow_directory(target)
+    try:
+        with tempfile.TemporaryDirectory(prefix="dlbench-mlflow-") as tmp, writing(directory or target):
+            done = export_runs(store, run_ids, target, _report_artifact(store, run_ids, Path(tmp)))
+    except MlflowException as e:  # a bad URI, a server that refused
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise UsageError(f"--mlflow {shown(target)}: {first}") from None
     for rid, mlflow_id, new in done:
-        make_console().print(f"run {rid} -> MLflow run {mlflow_id} in {target}"
-                             + ("" if new else " (exported before; left as it is)"), highlight=False, markup=False)
+        make_console().print(printable(f"run {rid} -> MLflow run {mlflow_id} in {target}"
+                                       + ("" if new else " (exported before; left as it is)")),
+                             highlight=False, markup=False)
 
 
 def main(args: argparse.Namespace) -> int:
     if args.format not in FORMATS:
-        raise UsageError(f"format {args.format!r} is not one of: {', '.join(FORMATS)}")
-    store = open_store(args.store, must_exist=True)
+        raise UsageError(f"format {shown(args.format)} is not one of: {', '.join(FORMATS)}")
+    output = None if args.mlflow is not None else _check_output(args)
+    store = open_store(args.store, readonly=True)
     run_ids = store.resolve_runs(args.run)
     if args.mlflow is not None:
         _mlflow(store, run_ids, args.mlflow)
         return 0
     if args.format == "parquet":
-        _parquet(store, run_ids, args.output)
+        assert output is not None
+        _parquet(store, run_ids, output)
         return 0
     if args.format == "json":
         text = json.dumps(export_json(store, run_ids), indent=1)
     else:
         text = export_csv(store, run_ids)
-    if args.output:
-        try:
-            Path(args.output).write_text(text)
-        except OSError as e:
-            raise UsageError(f"cannot write {args.output}: {e.strerror}") from None
+    if output is not None:
+        with writing(output):
+            output.write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
     return 0

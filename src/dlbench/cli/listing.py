@@ -10,13 +10,16 @@ from dlbench import workloads
 from dlbench.backends import get_backend, precision, registered
 from dlbench.backends.base import Capabilities, module_installed
 from dlbench.backends.support import scenario_unsupported
+from dlbench.cli.common import add_store_argument
 from dlbench.monitors.nvml import device_kind
 from dlbench.report.terminal import make_console
 from dlbench.spec import MODES, PRECISIONS, SCENARIOS
+from dlbench.text import printable
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    sub.add_parser("list", help="which framework x workload x mode pairs can run here, and why not")
+    p = sub.add_parser("list", help="which framework x workload x mode pairs can run here, and why not")
+    add_store_argument(p, unused="list reads what is installed here, not a store")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -37,8 +40,9 @@ def main(args: argparse.Namespace) -> int:
                     reason = f"{name} has no implementation of {w!r}"
                 elif not ok:
                     reason = f"not installed: pip install 'dlbench[{name}]'"
-                table.add_row(name, "yes" if ok else f"no ({detail})", version, scenarios, w, mode,
-                              "yes" if reason is None else f"no: {reason}")
+                cells = (name, "yes" if ok else f"no ({detail})", version, scenarios, w, mode,
+                         "yes" if reason is None else f"no: {reason}")
+                table.add_row(*map(printable, cells))  # reasons may quote an import error
     console = make_console()
     console.print(table)
     console.print(precision_table())

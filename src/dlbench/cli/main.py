@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import sqlite3
 import sys
 from typing import NoReturn
 
 from dlbench import __version__
 from dlbench.cli import check, compare, env, export, listing, report, run
-from dlbench.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+from dlbench.cli.common import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    UsageError,
+)
 from dlbench.results.store import StoreError
 from dlbench.spec import SpecError
+from dlbench.text import shown
 
 COMMANDS = {"run": run, "check": check, "compare": compare, "report": report, "list": listing, "env": env,
             "export": export}
@@ -42,9 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        for arg in argv:  # no real command line holds one; every path API refuses it
+            if "\x00" in arg:
+                raise UsageError(f"argument {shown(arg)} holds a NUL character")
         args = parser.parse_args(argv)
-        args.argv = list(sys.argv[1:] if argv is None else argv)
+        args.argv = argv
         if args.command is None:
             raise UsageError(f"no command given; one of: {', '.join(COMMANDS)} (dlbench --help)")
         code: int = COMMANDS[args.command].main(args)
@@ -58,9 +70,27 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dlbench: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader of stdout went away: stop quietly, as `cat` does
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's flush at exit does not fail again."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by a caller (a test's StringIO)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def entry() -> None:
+    # Bytes that are not UTF-8 in an argument (a file name) are lone surrogates in Python; one
+    # printed where the locale's stdout is strict would raise UnicodeEncodeError. Shown escaped.
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")
     sys.exit(main())
 
 

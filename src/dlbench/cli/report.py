@@ -4,17 +4,25 @@ self-contained HTML file with every chart that has data (and static images of th
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from types import ModuleType
 
-from dlbench.cli.common import EXIT_OK, UsageError, add_store_argument, open_store
+from dlbench.cli.common import (
+    EXIT_OK,
+    UsageError,
+    add_store_argument,
+    open_store,
+    output_path,
+    run_selector,
+    writing,
+)
 from dlbench.report import model
 from dlbench.report.terminal import make_console, print_report_tables
+from dlbench.text import printable
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("report", help="tables in the terminal, or an HTML report with charts (--html)")
-    p.add_argument("runs", nargs="*", metavar="RUN", default=["latest"],
+    p.add_argument("runs", nargs="*", metavar="RUN", default=["latest"], type=run_selector,
                    help="run ids, 'latest' or 'all' (default: latest); several runs are compared side by side")
     p.add_argument("--html", metavar="FILE", help="write one self-contained HTML file (works offline)")
     p.add_argument("--png", metavar="DIR", help="also write each chart as a PNG into DIR (needs Kaleido)")
@@ -29,34 +37,31 @@ def _figures() -> ModuleType:
     return figures
 
 
-def _output_path(text: str, kind: str) -> Path:
-    path = Path(text)
-    if not path.parent.is_dir():
-        raise UsageError(f"{kind} {text}: directory {path.parent} does not exist")
-    return path
-
-
 def main(args: argparse.Namespace) -> int:
     console = make_console()
-    store = open_store(args.store, must_exist=True)
+    # Outputs are checked before the store is read and the charts are drawn.
+    html_path = output_path(args.html) if args.html is not None else None
+    png_dir = output_path(args.png, directory=True) if args.png is not None else None
+    store = open_store(args.store, readonly=True)
     run_ids = list(dict.fromkeys(i for selector in args.runs for i in store.resolve_runs(selector)))
     report = model.load(store, run_ids)
-    if args.html is None and args.png is None:
+    if html_path is None and png_dir is None:
         print_report_tables(console, report)
         return EXIT_OK
-    html_path = _output_path(args.html, "--html") if args.html else None
-    png_dir = _output_path(args.png, "--png") if args.png else None
     charts = _figures().charts(report)
     if html_path is not None:
         from dlbench.report.html import write_report
 
-        write_report(report, charts, html_path)
-        console.print(f"wrote {html_path} ({len(charts)} charts: {', '.join(c.id for c in charts)})",
+        with writing(html_path):
+            write_report(report, charts, html_path)
+        console.print(printable(f"wrote {html_path} ({len(charts)} charts: {', '.join(c.id for c in charts)})"),
                       highlight=False, markup=False)
     if png_dir is not None:
         from dlbench.report.png import write_pngs
 
-        written, reason = write_pngs(charts, png_dir)
-        console.print(f"wrote {len(written)} PNG files to {png_dir}" if reason is None
-                      else f"--png: no images written: {reason}", highlight=False, markup=False, soft_wrap=True)
+        with writing(png_dir):
+            written, reason = write_pngs(charts, png_dir)
+        console.print(printable(f"wrote {len(written)} PNG files to {png_dir}" if reason is None
+                                else f"--png: no images written: {reason}"), highlight=False, markup=False,
+                      soft_wrap=True)
     return EXIT_OK

@@ -28,6 +28,7 @@ from dlbench.cli.common import (
     comma_list,
     int_list,
     open_store,
+    run_selector,
     size_argument,
 )
 from dlbench.report.terminal import make_console, print_run_tables
@@ -39,6 +40,7 @@ from dlbench.runner.executor import Outcome, Progress, execute, register, warm_i
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
 from dlbench.runner.plan import Plan, PlannedTrial, Sweep, estimate_s, make_plan
 from dlbench.spec import SpecError
+from dlbench.text import printable
 
 # Every sweep option's default. The parser's defaults are None, so that an option given on the
 # command line can be told from one left out: command line > suite file > these.
@@ -116,12 +118,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--address", metavar="ADDR",
                    help="with --executor ray: the cluster (auto, ray://HOST:10001); default: a"
                         " local Ray instance for this run")
-    p.add_argument("--resume", nargs="?", const="", metavar="RUN",
+    p.add_argument("--resume", nargs="?", const="", metavar="RUN", type=_resume_selector,
                    help="finish a stored run (default: the latest unfinished one): re-run its"
                         " pending, running and interrupted trials")
     p.add_argument("--retry-failed", action="store_true",
                    help="with --resume: re-run failed, crashed, timed-out and oom trials too")
     add_store_argument(p)
+
+
+def _resume_selector(text: str) -> str:
+    """--resume's RUN; "" (argparse passes the const through the type too) is the default: the
+    newest run with something to re-run."""
+    return text if text == "" else run_selector(text)
 
 
 def sweep_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -195,12 +203,12 @@ class ConsoleProgress(Progress):
         self._steps = 0
 
     def message(self, text: str) -> None:
-        self.console.print(text, style="dim")
+        self.console.print(printable(text), style="dim")
 
     def trial_started(self, index: int, total: int, planned: PlannedTrial) -> None:
         self._label = f"[{index + 1}/{total}] {planned.spec.label()}"
         self._steps = 0
-        self.console.print(f"{self._label} ...", highlight=False)
+        self.console.print(printable(f"{self._label} ..."), highlight=False)
 
     def event(self, event: dict[str, Any]) -> None:
         if event.get("event") == "chunk":
@@ -209,7 +217,7 @@ class ConsoleProgress(Progress):
             return
         self._last_draw = time.monotonic()
         phase = event.get("name", event.get("event"))
-        self.console.print(f"  {phase} {'(' + str(self._steps) + ' timed steps)' if self._steps else ''}",
+        self.console.print(printable(f"  {phase} {'(' + str(self._steps) + ' timed steps)' if self._steps else ''}"),
                            end="\r", highlight=False)
 
     def trial_finished(self, index: int, total: int, planned: PlannedTrial, result: TrialResult) -> None:
@@ -227,7 +235,7 @@ class ConsoleProgress(Progress):
                     f"{m['time_to_first_step_s']:.1f} s")
         else:
             text = f"{result.status}: {result.error}"
-        self.console.print(f"{self._label} {text}", highlight=False)
+        self.console.print(printable(f"{self._label} {text}"), highlight=False)  # errors echo the environment
 
 
 def print_plan(console: Console, plan: Plan, history: dict[str, float]) -> None:
@@ -240,10 +248,10 @@ def print_plan(console: Console, plan: Plan, history: dict[str, float]) -> None:
                   + (f" ({others} unsupported or skipped)" if others else "")
                   + f", estimated {total / 60:.1f} min ({source})", highlight=False)
     for note in plan.notes:
-        console.print(f"  note: {note}", highlight=False)
+        console.print(printable(f"  note: {note}"), highlight=False)
     for t in plan.trials:
         if t.status != "pending":
-            console.print(f"  {t.spec.label()}: {t.status}: {t.reason}", highlight=False)
+            console.print(printable(f"  {t.spec.label()}: {t.status}: {t.reason}"), highlight=False)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -253,7 +261,12 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--retry-failed goes with --resume [RUN]: it re-runs a stored run's failed trials")
     options = sweep_options(args)
     plan = plan_from_options(options, args.suite)
-    check_executor(options)
+    try:
+        check_executor(options)
+    except UsageError as e:  # named like plan_from_options's errors: the value may be the file's
+        if args.suite is None:
+            raise
+        raise UsageError(f"{args.suite}: {e}") from None
     allow_concurrent = bool(options["allow_concurrent"])
     console = make_console()
     store = open_store(args.store)
@@ -263,7 +276,8 @@ def main(args: argparse.Namespace) -> int:
         if plan.pending:
             warm_imports(plan, progress)
         with executor(options, bool(plan.pending)) as run_trials:
-            command = "dlbench " + shlex.join(args.argv)
+            # as text SQLite can hold: bytes that were not UTF-8 are kept as visible escapes
+            command = printable("dlbench " + shlex.join(args.argv))
             run_id = store.create_run(command, environment.capture(installed()), allow_concurrent,
                                       order_seed=plan.order_seed)
             outcome = run_trials(store, run_id, register(store, run_id, plan), progress)
@@ -286,8 +300,8 @@ def resume_main(args: argparse.Namespace) -> int:
             processes.stop_signals_interrupt():
         run_id = resume.select_run(store, args.resume, args.retry_failed)
         if run_id is None:
-            console.print(f"dlbench: nothing to resume: no run in {args.store} has"
-                          f" {_resumable_words(args.retry_failed)} trials", highlight=False)
+            console.print(printable(f"dlbench: nothing to resume: no run in {args.store} has"
+                                    f" {_resumable_words(args.retry_failed)} trials"), highlight=False)
             return EXIT_OK
         resumption = resume.prepare(store, run_id, args.retry_failed)
         if not resumption.trials:
@@ -338,8 +352,8 @@ def _waiting(console: Console) -> None:
 
 def _print_resumption(console: Console, r: resume.Resumption) -> None:
     before = ", ".join(f"{n} {status}" for status, n in r.previous.items())
-    console.print(f"dlbench: resuming run {r.run_id}: {len(r.trials)} trial(s) to run again"
-                  f" ({before})", highlight=False, soft_wrap=True)
+    console.print(printable(f"dlbench: resuming run {r.run_id}: {len(r.trials)} trial(s) to run again"
+                            f" ({before})"), highlight=False, soft_wrap=True)
     if r.killed:
         console.print(f"  killed {len(r.killed)} process(es) left by workers of the dead run:"
                       f" {', '.join(map(str, r.killed))}", highlight=False, soft_wrap=True)
@@ -354,10 +368,10 @@ def _finish_run(store: Store, run_id: int, outcome: Outcome) -> None:
 
 def _report(console: Console, store: Store, run_id: int, store_path: str, outcome: Outcome) -> int:
     print_run_tables(console, store, [run_id])
-    console.print(f"stored as run {run_id} in {store_path}", highlight=False)
+    console.print(printable(f"stored as run {run_id} in {store_path}"), highlight=False)
     if outcome.interrupted:
-        console.print(f"interrupted: the unfinished trials of run {run_id} are stored; finish them"
-                      f" with: dlbench run --resume {run_id} --store {shlex.quote(store_path)}",
+        console.print(printable(f"interrupted: the unfinished trials of run {run_id} are stored; finish"
+                                f" them with: dlbench run --resume {run_id} --store {shlex.quote(store_path)}"),
                       highlight=False, soft_wrap=True)
         return EXIT_INTERRUPTED
     if any(s in FAILURE_STATUSES for s in store.statuses(run_id)):

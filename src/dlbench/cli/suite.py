@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from dlbench import workloads
@@ -33,6 +33,8 @@ from dlbench.spec import (
 )
 
 REPR_CHARS = 60
+# A suite is a few lines; more is a wrong file (/dev/zero would never end).
+MAX_SUITE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class Key:
     allowed: Callable[[], tuple[Any, ...]] | None = None
     minimum: int = 0
     maximum: Callable[[], int] | None = None
+    # names: the form every item must have (a regular expression) and its description
+    form: tuple[str, str] | None = None
 
 
 def _presets() -> tuple[str, ...]:
@@ -87,7 +91,7 @@ KEYS: dict[str, Key] = {
     "loader-workers": Key("int", minimum=0),
     "augment": Key("name", lambda: AUGMENTATIONS),
     # framework options: "FRAMEWORK.NAME=VALUE" each, checked by the framework's backend
-    "option": Key("names"),
+    "option": Key("names", form=(r"[^=.][^=]*\.[^=.]+=.+", "FRAMEWORK.NAME=VALUE, e.g. onnxruntime.optimization=basic")),
 }
 
 
@@ -116,11 +120,15 @@ def load(path: str) -> dict[str, Any]:
 
 def _read(path: str) -> dict[str, Any]:
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb") as f:
+            data = f.read(MAX_SUITE_BYTES + 1)
     except FileNotFoundError:
         raise UsageError(f"suite file {path} does not exist") from None
     except OSError as e:
         raise UsageError(f"suite file {path} cannot be read: {e.strerror}") from None
+    if len(data) > MAX_SUITE_BYTES:
+        raise UsageError(f"suite file {path} is larger than {MAX_SUITE_BYTES // 1024} KiB; a suite is a TOML table"
+                         " of run's options")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -129,6 +137,8 @@ def _read(path: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"{path}: not valid TOML: {_one_line(str(e))}") from None
+    except RecursionError:  # tomllib recurses per nested array or inline table
+        raise UsageError(f"{path}: not a suite: arrays or tables nested too deep for the TOML reader") from None
 
 
 def _convert(key: Key, value: Any) -> Any:
@@ -180,6 +190,8 @@ def _check_one(key: Key, value: Any, listed: bool) -> None:
             raise _Bad(value, expected)
     elif not isinstance(value, str):
         raise _Bad(value, expected)
+    elif key.form is not None and not re.fullmatch(key.form[0], value):
+        raise _Bad(value, expected)
     if key.allowed is not None and value not in key.allowed():
         raise _Bad(value, expected)
 
@@ -187,6 +199,8 @@ def _check_one(key: Key, value: Any, listed: bool) -> None:
 def _expected(key: Key, listed: bool) -> str:
     if key.allowed is not None:
         what = f"one of: {', '.join(map(str, key.allowed()))}"
+    elif key.form is not None:
+        what = key.form[1]
     elif key.kind in ("names", "name"):
         what = "a string"
     elif key.maximum is not None:
@@ -216,7 +230,10 @@ def _is_int(value: Any) -> bool:
 
 def _show(value: Any) -> str:
     """A bad value on one line, cut to a readable length."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:
+        return "a value nested too deep to show"
     return text if len(text) <= REPR_CHARS else text[: REPR_CHARS - 3] + "..."
 
 

@@ -11,8 +11,10 @@ import fcntl
 import json
 import os
 import sqlite3
+import stat
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,7 @@ import psutil
 from dlbench.analysis import metrics as metric_registry
 from dlbench.results.records import TrialResult
 from dlbench.spec import TrialSpec, to_dict
+from dlbench.text import shown
 
 STORE_SCHEMA_VERSION = 3
 
@@ -41,6 +44,10 @@ MIGRATIONS: dict[int, str] = {
 # Trials `--resume` re-runs; `--retry-failed` adds the failures.
 RESUMABLE_STATUSES = ("pending", "running", "interrupted")
 RETRYABLE_STATUSES = ("failed", "crashed", "timeout", "oom")
+# Run ids are SQLite rowids: 1 to 2**63 - 1.
+MAX_RUN_ID = 2**63 - 1
+RUN_ID = f"a run id (a whole number from 1 to {MAX_RUN_ID})"
+RUN_SELECTORS = f"{RUN_ID}, 'latest' or 'all'"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -130,10 +137,25 @@ class ResumableTrial:
 AliveCheck = Callable[[int, "float | None"], bool]
 
 
+def parse_run_selector(text: str) -> int | str:
+    """The one check of a run selector, for every command that takes one: `latest`, `all`, or
+    a run id in ASCII digits within SQLite's integer range. (`str.isdigit` and `int` also take
+    `①` and full-width digits, and an id past 2**63 - 1 overflows SQLite's integer.)"""
+    if text in ("latest", "all"):
+        return text
+    if text.isascii() and text.isdigit() and len(text) <= len(str(MAX_RUN_ID)) and 1 <= int(text) <= MAX_RUN_ID:
+        return int(text)
+    raise StoreError(f"run {shown(text)} is not {RUN_SELECTORS}")
+
+
 class Store:
-    def __init__(self, path: Path | str) -> None:
+    """The results store. `readonly` (report, export, compare) never creates, writes or
+    migrates the file, and reads a store in a directory or on a mount it cannot write to."""
+
+    def __init__(self, path: Path | str, readonly: bool = False) -> None:
         self.path = Path(path)
-        self._db = _open(self.path)
+        self.readonly = readonly
+        self._db = _open_readonly(self.path) if readonly else _open(self.path)
 
     def close(self) -> None:
         self._db.close()
@@ -279,18 +301,17 @@ class Store:
     # --- reading -------------------------------------------------------------------------
     def resolve_runs(self, selector: str) -> list[int]:
         """A run id, `latest` or `all` -> run ids; StoreError naming the selector otherwise."""
-        if selector == "all":
+        parsed = parse_run_selector(selector)
+        if parsed == "all":
             return [r[0] for r in self._db.execute("SELECT id FROM runs ORDER BY id")]
-        if selector == "latest":
+        if parsed == "latest":
             row = self._db.execute("SELECT max(id) FROM runs").fetchone()
             if row[0] is None:
                 raise StoreError(f"the store {self.path} has no runs yet")
             return [row[0]]
-        if not selector.isdigit():
-            raise StoreError(f"run {selector!r} is not a run id, 'latest' or 'all'")
-        if self._db.execute("SELECT 1 FROM runs WHERE id=?", (int(selector),)).fetchone() is None:
-            raise StoreError(f"run {selector} is not in the store {self.path}")
-        return [int(selector)]
+        if self._db.execute("SELECT 1 FROM runs WHERE id=?", (parsed,)).fetchone() is None:
+            raise StoreError(f"run {parsed} is not in the store {self.path}")
+        return [int(parsed)]
 
     def run(self, run_id: int) -> dict[str, Any]:
         row = self._db.execute(
@@ -366,14 +387,7 @@ def _immediate(db: sqlite3.Connection) -> Iterator[None]:
 def _open(path: Path) -> sqlite3.Connection:
     """Open or create a store; refuse a foreign or corrupt file and a newer schema, clearly,
     without ever writing to them."""
-    if path.is_dir():
-        raise StoreError(f"store path {path} is a directory; give a file path such as {path}/dlbench.sqlite")
-    if not path.parent.exists():
-        raise StoreError(f"store path {path}: directory {path.parent} does not exist")
-    if path.exists() and path.stat().st_size > 0:
-        with open(path, "rb") as f:
-            if f.read(16) != b"SQLite format 3\x00":
-                raise StoreError(f"{path} is not a dlbench store (not an SQLite file); refusing to touch it")
+    _check_file(path)
     try:
         db = sqlite3.connect(path, timeout=60)
     except sqlite3.Error as e:
@@ -383,6 +397,98 @@ def _open(path: Path) -> sqlite3.Connection:
     except sqlite3.DatabaseError as e:
         db.close()
         raise StoreError(f"{path} cannot be used as a store: {e}") from None
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _check_file(path: Path) -> int | None:
+    """The checks that need no SQLite: a file path in an existing directory, and, if the file
+    has content, an SQLite header. Returns the header's write version (2: WAL), None when the
+    file is missing or empty."""
+    if os.path.isdir(path):
+        raise StoreError(f"store path {path} is a directory; give a file path such as {path}/dlbench.sqlite")
+    if not os.path.isdir(path.parent):
+        raise StoreError(f"store path {path}: directory {path.parent} does not exist")
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO or a device would block or mislead
+            raise StoreError(f"store path {path} is not a regular file")
+        with open(path, "rb") as f:
+            header = f.read(20)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise StoreError(f"store path {path} cannot be read: {e.strerror}") from None
+    if not header:
+        return None
+    if header[:16] != b"SQLite format 3\x00":
+        raise StoreError(f"{path} is not a dlbench store (not an SQLite file); refusing to touch it")
+    return header[18] if len(header) > 18 else None
+
+
+WAL_FORMAT = 2  # header byte 18 of a database in WAL mode
+
+
+def _open_readonly(path: Path) -> sqlite3.Connection:
+    """A store for reading only. An older schema (or an empty file) is migrated in a copy in
+    memory, never in the file; a newer or foreign one is refused as when writing."""
+    if not os.path.exists(path):
+        raise StoreError(f"store {path} does not exist")
+    write_format = _check_file(path)
+    try:
+        db = _connect_readonly(path, write_format)
+    except sqlite3.DatabaseError as e:
+        raise StoreError(f"{path} cannot be opened read-only: {e}") from None
+    try:
+        version = _checked_version(db, path)
+        if version != STORE_SCHEMA_VERSION:
+            memory = sqlite3.connect(":memory:")
+            db.backup(memory)
+            db.close()
+            db = memory
+            _prepare(db, path)
+        db.execute("PRAGMA query_only=1")  # the copy too: a write is an error, never lost silently
+        return db
+    except sqlite3.DatabaseError as e:
+        db.close()
+        raise StoreError(f"{path} cannot be used as a store: {e}") from None
+    except BaseException:
+        db.close()
+        raise
+
+
+def _connect_readonly(path: Path, write_format: int | None) -> sqlite3.Connection:
+    """A read-only connection that creates no file. SQLite (since 3.22) reads a WAL database
+    read-only only if its -wal and -shm files exist, can be created, or the database is
+    declared immutable (sqlite.org/wal.html, "Read-Only Databases"). So: with a -wal file (a
+    writer has the store open, or died), a plain read-only connection, which sees the log's
+    commits; without one, nothing is uncommitted to the file, and an immutable one, which
+    would otherwise leave new -wal and -shm files behind, or fail where the directory or the
+    mount is read-only. A -wal file this process cannot use (its -shm missing and not
+    creatable) is refused, saying what to do, unless it is empty."""
+    wal = Path(f"{path}-wal")
+    immutable = write_format == WAL_FORMAT and not os.path.exists(wal)
+    try:
+        return _connect_uri(path, immutable)
+    except sqlite3.OperationalError:
+        if immutable or not os.path.exists(wal):
+            raise
+        if os.path.getsize(wal) == 0:
+            return _connect_uri(path, immutable=True)
+        raise StoreError(
+            f"{path} cannot be read here: its write-ahead log {wal} holds changes that SQLite reads"
+            f" only with write access to {path.parent}; copy the store with its -wal file to a"
+            " writable directory and read the copy") from None
+
+
+def _connect_uri(path: Path, immutable: bool) -> sqlite3.Connection:
+    """Open by URI (percent-encoded bytes, so any file name works) and read once: SQLite opens
+    lazily, and a failure to open shows at the first read."""
+    uri = "file:" + urllib.parse.quote(os.fsencode(path.resolve())) + "?mode=ro" + ("&immutable=1" if immutable else "")
+    db = sqlite3.connect(uri, uri=True, timeout=60)
+    try:
+        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except BaseException:
         db.close()
         raise
@@ -416,13 +522,7 @@ def _prepare(db: sqlite3.Connection, path: Path) -> None:
     """Check the file by reading only, then switch to WAL, migrate and create the tables. The
     schema is created in one transaction, so a process opening the store at the same moment sees
     either no tables (a new store) or all of them, and a store at this version is complete."""
-    version = _schema_version(db)
-    if version is None and db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-        raise StoreError(f"{path} is an SQLite file but not a dlbench store; refusing to touch it")
-    if version is not None and version > STORE_SCHEMA_VERSION:
-        raise StoreError(
-            f"{path} was written by a newer dlbench (store schema {version}, this one reads"
-            f" up to {STORE_SCHEMA_VERSION}); upgrade dlbench")
+    version = _checked_version(db, path)
     db.execute("PRAGMA journal_mode=WAL")
     if version == STORE_SCHEMA_VERSION:
         return  # complete: opening it takes no write lock, so readers never wait for a writer
@@ -433,6 +533,18 @@ def _prepare(db: sqlite3.Connection, path: Path) -> None:
             db.execute(statement)
         db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
                    (str(STORE_SCHEMA_VERSION),))
+
+
+def _checked_version(db: sqlite3.Connection, path: Path) -> int | None:
+    """The schema version, read only; a foreign SQLite file and a newer schema are refused."""
+    version = _schema_version(db)
+    if version is None and db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+        raise StoreError(f"{path} is an SQLite file but not a dlbench store; refusing to touch it")
+    if version is not None and version > STORE_SCHEMA_VERSION:
+        raise StoreError(
+            f"{path} was written by a newer dlbench (store schema {version}, this one reads"
+            f" up to {STORE_SCHEMA_VERSION}); upgrade dlbench")
+    return version
 
 
 def _migrate(db: sqlite3.Connection) -> None:
