@@ -315,7 +315,7 @@ def test_no_process_of_a_worker_outlives_its_trial(tmp_path, monkeypatch, behavi
     monkeypatch.setenv("FAKE_BEHAVIOUR", behaviour)
     trial = TrialSpec(workload=WorkloadSpec(batch_size=8, dataset_size=128, eval_size=16),
                       framework="fake", policy=Policy(mode="eager"), epochs=1, warmup_epochs=1,
-                      chunk_steps=4, timeout_s=3.0, trial_id=1)
+                      chunk_steps=4, timeout_s=3.0 if status == "timeout" else 60.0, trial_id=1)
     r = spawn.run_trial(trial, tmp_path)
     assert r.status == status, r.error
     assert r.pid is not None
