@@ -226,7 +226,7 @@ class FakeProgram:
         dtype = np.dtype(self.trial.workload.numerics.dtype)
         scale = dtype.type(np.mean(np.asarray(x, dtype)))
         grads = {k: np.sin(np.asarray(v, dtype)) * scale for k, v in state["params"].items()}
-        if behaviour() == "wrong":
+        if behaviour() == "wrong" or behaviour() == "wrong_kernels" and not os.environ.get("FAKE_PLAIN_KERNELS"):
             grads = {k: v * dtype.type(1.01) for k, v in grads.items()}
         return float(scale), grads
 
@@ -286,6 +286,9 @@ class FakeBackend:
     options = {"flavour": Option(allowed=("plain", "spicy"), default="plain", help="a fake option")}
     recorded_environment: tuple[str, ...] = ("FAKE_CACHE_DIR",)
     allocator_units: dict[str, str] = {}
+    # behaviour `wrong_kernels` is `wrong` unless FAKE_PLAIN_KERNELS=1 (a framework whose
+    # CPU-specific kernels differ: the parity diagnosis)
+    kernel_alternatives = {"plain kernels": {"FAKE_PLAIN_KERNELS": "1"}}
 
     def __init__(self) -> None:
         self.device = _AsyncDevice()
@@ -350,6 +353,7 @@ class MissingBackend:
     options: dict[str, Option] = {}
     recorded_environment: tuple[str, ...] = ()
     allocator_units: dict[str, str] = {}
+    kernel_alternatives: dict[str, dict[str, str]] = {}
 
     def available(self) -> tuple[bool, str]:
         return False, "missing is not installed (pip install 'dlbench[missing]')"

@@ -224,6 +224,11 @@ class Backend(Protocol):
     recorded_environment: tuple[str, ...]
     # allocator_stats() metric name -> unit; the trial result carries these units.
     allocator_units: dict[str, str]
+    # Settings that swap the framework's CPU-specific kernels for its plain ones (name ->
+    # environment variables, set before the import): when a trial fails parity, the parent probes
+    # again with each, and a pass there makes the verdict `differs` (a framework difference on
+    # this CPU) instead of `fail` (runner/verdicts.py). Empty for most.
+    kernel_alternatives: dict[str, dict[str, str]]
 
     @property
     def data_parallel(self) -> DataParallel:

@@ -64,7 +64,7 @@ def metric_cell(col: Column, config: Config, with_interval: bool = True) -> Cell
 def parity_cell(trials: tuple[Trial, ...] | list[Trial]) -> Cell:
     """The configuration's parity verdict (model.parity) with its worst relative error."""
     p = model.parity(trials)
-    verdicts: dict[str, Flag] = {"pass": "pass", "fail": "fail"}
+    verdicts: dict[str, Flag] = {"pass": "pass", "fail": "fail", "differs": "differs"}
     flag = verdicts.get(p.verdict)
     return Cell(p.text(), flags=frozenset() if flag is None else frozenset({flag}))
 

@@ -192,13 +192,14 @@ class Parity:
 
 
 def parity(trials: tuple[Trial, ...] | list[Trial]) -> Parity:
-    """The configuration's parity: `fail` if any repeat failed, else `pass` if any passed;
-    the worst relative error over the repeats."""
+    """The configuration's parity: `fail` if any repeat failed, else `differs` (a framework
+    difference on this CPU: runner/verdicts.py) if any did, else `pass` if any passed; the
+    worst relative error over the repeats."""
     verdicts = [p for t in trials if isinstance(p := t.data.get("parity"), dict)]
     if not verdicts:
         return Parity("–", None)
     names = {str(p.get("verdict", "n/a")) for p in verdicts}
-    verdict = next((v for v in ("fail", "pass") if v in names), "n/a")
+    verdict = next((v for v in ("fail", "differs", "pass") if v in names), "n/a")
     errs = [float(e) for p in verdicts if isinstance(e := p.get("worst_rel_err"), int | float)]
     return Parity(verdict, max(errs) if errs else None)
 
@@ -230,11 +231,20 @@ def parity_notes(trials: Iterable[Trial], checked: str) -> list[str]:
         p = t.data.get("parity") or {}
         if p.get("verdict") == "n/a" and p.get("reason"):
             out.append(f"parity n/a: {p['reason']}")
-        elif p.get("verdict") in ("pass", "fail") and p.get("tolerance"):
-            tol = p["tolerance"]
-            out.append(f"parity: {checked} against the {p.get('reference')} reference; pass = normwise"
-                       f" relative error <= {tol['rel_err']:g} and cosine >= {tol['cosine']}")
+        elif p.get("verdict") == "differs" and p.get("reason"):
+            out.append(f"parity differs ({t.spec.get('framework')}): {p['reason']}")
+        elif p.get("verdict") in ("pass", "fail", "differs") and p.get("tolerance"):
+            out.append(f"parity: {checked} against the {p.get('reference')} reference; {_rule(p['tolerance'])}")
     return list(dict.fromkeys(out))
+
+
+def _rule(tol: dict[str, Any]) -> str:
+    """The bound a verdict applied, in words: the floor rule with where its floor was measured,
+    or the constants."""
+    if "rule" in tol:
+        return (f"pass = every tensor's normwise relative error <= {tol['rule']}, floor = the"
+                f" {tol.get('floor_from')} error on {tol.get('machine')}, cosine as the bound implies")
+    return f"pass = normwise relative error <= {tol['rel_err']:g} and cosine >= {tol['cosine']}"
 
 
 # Metrics whose missing values are explained once under the tables (the reason is the same for

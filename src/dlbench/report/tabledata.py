@@ -21,7 +21,7 @@ Align = Literal["left", "right"]
 # unstable: the median's interval is wide (UNSTABLE_NOTE); estimated: the value is an estimate
 # (marked *); not_comparable: the row failed parity, its numbers are shown in parentheses;
 # pass / fail: a parity verdict.
-Flag = Literal["unstable", "estimated", "not_comparable", "pass", "fail"]
+Flag = Literal["unstable", "estimated", "not_comparable", "pass", "fail", "differs"]
 
 MISSING = "–"
 UNSTABLE_MARK = "!"

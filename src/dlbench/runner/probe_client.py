@@ -22,13 +22,16 @@ PROBE_TIMEOUT_S = 1800.0
 STDERR_TAIL_CHARS = 2000
 
 
-def run_probe(request: Path, out_dir: Path, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
-    """Run a probe process on REQUEST (JSON), results under `out_dir`; None when it exited
-    normally, else what went wrong (per-workload results may still exist)."""
+def run_probe(request: Path, out_dir: Path, timeout_s: float = PROBE_TIMEOUT_S,
+              env: dict[str, str] | None = None) -> str | None:
+    """Run a probe process on REQUEST (JSON), results under `out_dir`, with `env` added to this
+    process's environment; None when it exited normally, else what went wrong (per-workload
+    results may still exist)."""
     cmd = [sys.executable, "-m", "dlbench.runner.probe", str(request), str(out_dir)]
     log_path = out_dir / "probe.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, **(env or {})},
                                 start_new_session=True, preexec_fn=processes.die_with_parent())
         try:
             returncode = proc.wait(timeout=timeout_s)

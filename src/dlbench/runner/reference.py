@@ -5,10 +5,16 @@ float64), in a probe process of its own (runner/probe.py); the tests cross-check
 reference loss against its NumPy definition. Cached under DLBENCH_CACHE_DIR (default
 ~/.cache/dlbench)/reference, keyed by everything that determines the fixed batch, the initial
 parameters and the numerics, so batch size and data set size share one entry.
+
+Beside it, the *floor* of float32 parity (analysis/parity.py): the same framework's float32 run of
+the same workload against its float64 run, per tensor, measured on this machine (a second probe)
+and cached per CPU model, instruction set and framework version, since it is what float32
+rounding amounts to here. A float32 bound is a stated factor times the floor.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -19,7 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from dlbench import paths
+from dlbench.analysis import parity
 from dlbench.backends import REFERENCE_PREFERENCE, get_backend
+from dlbench.results.environment import cpu_isa, cpu_model
 from dlbench.runner.fixedbatch import load_grads
 from dlbench.runner.probe_client import run_probe
 from dlbench.spec import Policy, TrialSpec, WorkloadSpec, to_dict
@@ -37,6 +45,9 @@ class Reference:
     framework: str
     # Eval-mode logits on the fixed batch from the canonical parameters (inference parity).
     init_logits: np.ndarray | None = None
+    # The float32 floor on this machine, or None with the reason (bounds fall back to constants).
+    floor: parity.Floor | None = None
+    floor_reason: str | None = None
 
     @property
     def label(self) -> str:
@@ -107,16 +118,15 @@ def ensure(specs: list[WorkloadSpec], k_steps: int, on_message: object = None) -
             out[k] = ref
         else:
             missing[k] = spec
-    if not missing:
-        return out
     framework, why = choose_framework()
     if framework is None:
         return {**out, **{k: why for k in missing}}
-    if callable(on_message):
-        names = ", ".join(sorted({s.name for s in missing.values()}))
-        on_message(f"computing the float64 parity reference with {framework} for: {names}")
-    out.update(_compute(missing, framework, k_steps))
-    return out
+    if missing:
+        if callable(on_message):
+            names = ", ".join(sorted({s.name for s in missing.values()}))
+            on_message(f"computing the float64 parity reference with {framework} for: {names}")
+        out.update(_compute(missing, framework, k_steps))
+    return _with_floors(out, {key(s, k_steps): s for s in specs}, k_steps, on_message)
 
 
 def _compute(missing: dict[str, WorkloadSpec], framework: str, k_steps: int) -> dict[str, Reference | str]:
@@ -149,3 +159,88 @@ def _status(path: Path, error: str | None) -> dict[str, object]:
         return loaded
     except (OSError, ValueError):
         return {"status": "failed", "error": error or "the probe wrote no result"}
+
+
+# --- the float32 floor --------------------------------------------------------------------------
+
+
+def machine() -> str:
+    """What a floor was measured on: the CPU model and its numeric instruction-set extensions."""
+    return f"{cpu_model()} ({' '.join(cpu_isa()) or 'flags unknown'})"
+
+
+def _floor_path(k: str, framework: str) -> Path:
+    fingerprint = json.dumps([machine(), framework, get_backend(framework).distributions()], sort_keys=True)
+    return cache_root() / "floors" / f"{k}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:12]}.json"
+
+
+def _with_floors(refs: dict[str, Reference | str], specs: dict[str, WorkloadSpec], k_steps: int,
+                 on_message: object) -> dict[str, Reference | str]:
+    """Every reference with its float32 floor on this machine: read from the cache, else one
+    float32 probe of the reference framework for all that lack one. A floor that cannot be had
+    leaves the reference with the reason (its bounds fall back to the dtype's constants)."""
+    out = dict(refs)
+    missing: dict[str, WorkloadSpec] = {}
+    for k, ref in refs.items():
+        if not isinstance(ref, Reference):
+            continue
+        path = _floor_path(k, ref.framework)
+        if path.exists():
+            out[k] = replace(ref, floor=parity.Floor(**json.loads(path.read_text())))
+        else:
+            missing[k] = specs[k]
+    if not missing:
+        return out
+    framework = next(r.framework for k, r in refs.items() if k in missing and isinstance(r, Reference))
+    if callable(on_message):
+        names = ", ".join(sorted({s.name for s in missing.values()}))
+        on_message(f"measuring the float32 parity floor with {framework} on this CPU for: {names}")
+    for k, floor in _measure_floors(missing, framework, k_steps, refs).items():
+        ref = refs[k]
+        assert isinstance(ref, Reference)
+        if isinstance(floor, str):
+            out[k] = replace(ref, floor_reason=floor)
+            continue
+        path = _floor_path(k, framework)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(dataclasses.asdict(floor)))
+        out[k] = replace(ref, floor=floor)
+    return out
+
+
+def _measure_floors(missing: dict[str, WorkloadSpec], framework: str, k_steps: int,
+                    refs: dict[str, Reference | str]) -> dict[str, parity.Floor | str]:
+    """The reference framework's float32 run of each workload, in one probe process, against its
+    float64 reference."""
+    out: dict[str, parity.Floor | str] = {}
+    with tempfile.TemporaryDirectory(prefix="dlbench-floor-") as tmp:
+        keys = list(missing)
+        trials = [replace(reference_trial(missing[k], framework), workload=missing[k]) for k in keys]
+        req_path = Path(tmp) / "request.json"
+        req_path.write_text(json.dumps({"trials": [to_dict(t) for t in trials], "k_steps": k_steps}))
+        error = run_probe(req_path, Path(tmp))
+        for i, k in enumerate(keys):
+            status = _status(Path(tmp) / f"{i}.json", error)
+            if status.get("status") != "ok":
+                out[k] = f"the {framework} float32 floor failed: {status.get('error')}"
+                continue
+            ref = refs[k]
+            assert isinstance(ref, Reference)
+            out[k] = floor_of(Path(tmp) / f"{i}.npz", ref)
+    return out
+
+
+def floor_of(path: Path, ref: Reference) -> parity.Floor:
+    """The float32 probe's errors against the float64 reference, quantity by quantity."""
+    loss, grads, extra = load_grads(path)
+    trajectory = logits = None
+    if ref.losses is not None and "losses" in extra:
+        trajectory = parity.compare_losses(extra["losses"], ref.losses, "float64")[1]
+    if ref.logits is not None and "logits" in extra:
+        logits = parity.rel_err(extra["logits"], ref.logits)
+    init_logits = (parity.rel_err(extra["init_logits"], ref.init_logits)
+                   if ref.init_logits is not None and "init_logits" in extra else None)
+    return parity.Floor(
+        loss=abs(loss - ref.loss) / abs(ref.loss) if ref.loss else abs(loss),
+        grads=parity.tensor_errors(grads, ref.grads), trajectory=trajectory, logits=logits,
+        init_logits=init_logits, label=f"{ref.framework} float32", machine=machine())

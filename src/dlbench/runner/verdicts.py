@@ -10,17 +10,21 @@ inference scenario its eval-mode logits through the timed paths (runner/fixedbat
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from dlbench import workloads
 from dlbench.analysis import efficiency, parity
-from dlbench.backends import precision
+from dlbench.backends import get_backend, precision
 from dlbench.results.records import TrialResult
 from dlbench.runner import ceiling, fixedbatch, reference
-from dlbench.spec import TrialSpec
+from dlbench.runner.probe_client import run_probe
+from dlbench.spec import TrialSpec, to_dict
 
 # threads -> (the matmul ceiling measured with that many, or None, and why)
 Ceilings = dict[int, tuple[dict[str, Any] | None, str]]
@@ -32,7 +36,7 @@ def grads_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> par
     loss, grads, _ = fixedbatch.load_grads(path)
     return parity.compare_grads(loss, grads, ref.loss, ref.grads,
                                 precision.parity_dtype(trial.precision, trial.workload.numerics.dtype),
-                                workload=trial.workload.name, reference=ref.label)
+                                workload=trial.workload.name, reference=ref.label, floor=ref.floor)
 
 
 def logits_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> parity.Verdict:
@@ -40,7 +44,7 @@ def logits_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> pa
     if ref.init_logits is None:
         return parity.not_available("the float64 reference has no eval-mode logits")
     return parity.compare_infer_logits(fixedbatch.load_logits(path), ref.init_logits,
-                                       trial.workload.numerics.dtype, reference=ref.label)
+                                       trial.workload.numerics.dtype, reference=ref.label, floor=ref.floor)
 
 
 # runner scenario (workloads: SCENARIOS) -> how its parity arrays are judged
@@ -60,11 +64,65 @@ def judge_parity(trial: TrialSpec, result: TrialResult, path: Path, refs: dict[s
         verdict = parity.not_available(f"no parity judgement for the {trial.scenario} scenario of {trial.workload.name}")
     else:
         verdict = judge(trial, path, ref)
+        if verdict.verdict == "fail":
+            verdict = diagnose(trial, verdict, ref, k_steps=0)
     result.parity = verdict.to_dict()
     result.metrics["parity_rel_err"] = verdict.worst_rel_err
     result.metrics["parity_min_cosine"] = verdict.min_cosine
     if verdict.verdict == "fail":
         result.warnings.append(f"parity FAILED: {verdict.reason}")
+
+
+def diagnose(trial: TrialSpec, verdict: parity.Verdict, ref: reference.Reference, k_steps: int) -> parity.Verdict:
+    """A failed verdict, probed again under each of the framework's kernel alternatives
+    (Backend.kernel_alternatives: TensorFlow with oneDNN off). Where one passes, the failure is
+    the framework's own kernels on this CPU: the verdict becomes `differs`, its numbers kept, the
+    reason naming both runs. Otherwise the verdict stands."""
+    for name, env in get_backend(trial.framework).kernel_alternatives.items():
+        again = alternative_verdict(trial, ref, env, k_steps)
+        if isinstance(again, parity.Verdict) and again.verdict == "pass":
+            setting = " ".join(f"{k}={v}" for k, v in env.items())
+            where = ref.floor.machine if ref.floor is not None else "this CPU"
+            return replace(verdict, verdict="differs", reason=(
+                f"a framework difference on this CPU ({where}), not a dlbench failure: with its default"
+                f" kernels {trial.framework} errs by {verdict.worst_rel_err:.2g} ({verdict.worst_tensor});"
+                f" with {name} ({setting}) it is within the bound (worst {again.worst_rel_err:.2g}). Its"
+                f" numbers are {trial.framework}'s as it runs by default here. Default-kernel verdict:"
+                f" {verdict.reason}"))
+    return verdict
+
+
+def alternative_arrays(trial: TrialSpec, env: dict[str, str], k_steps: int) -> dict[str, Any] | str:
+    """The trial's fixed batch (and K-step trajectory) probed in a process of its own with `env`
+    set: {"loss", "grads", and the probe's other arrays}, or the reason it failed."""
+    probed = replace(trial, scenario="train") if trial.scenario == "infer" else trial
+    with tempfile.TemporaryDirectory(prefix="dlbench-diagnose-") as tmp:
+        request = Path(tmp) / "request.json"
+        request.write_text(json.dumps({"trials": [to_dict(probed)], "k_steps": k_steps}))
+        error = run_probe(request, Path(tmp), env=env)
+        out = Path(tmp) / "0.npz"
+        if not out.exists():
+            return error or "the probe wrote no result"
+        loss, grads, extra = fixedbatch.load_grads(out)
+    return {"loss": loss, "grads": grads, **extra}
+
+
+def alternative_verdict(trial: TrialSpec, ref: reference.Reference, env: dict[str, str],
+                        k_steps: int) -> parity.Verdict | str:
+    """The trial's fixed batch probed with `env` set, judged like the trial (gradients, or the
+    eval-mode logits of an inference trial); the reason where the probe failed."""
+    arrays = alternative_arrays(trial, env, k_steps)
+    if isinstance(arrays, str):
+        return arrays
+    loss, grads, extra = arrays["loss"], arrays["grads"], arrays
+    if trial.scenario == "infer":
+        if ref.init_logits is None or "init_logits" not in extra:
+            return "no eval-mode logits to compare"
+        return parity.compare_infer_logits({"predict": extra["init_logits"]}, ref.init_logits,
+                                           trial.workload.numerics.dtype, reference=ref.label, floor=ref.floor)
+    return parity.compare_grads(loss, grads, ref.loss, ref.grads,
+                                precision.parity_dtype(trial.precision, trial.workload.numerics.dtype),
+                                workload=trial.workload.name, reference=ref.label, floor=ref.floor)
 
 
 def ceilings(specs: list[TrialSpec], on_message: Callable[[str], None]) -> Ceilings:

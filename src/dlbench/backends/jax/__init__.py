@@ -72,6 +72,7 @@ class JaxBackend:
         " without it underflows gradients; use bf16")}
     options: dict[str, base.Option] = {}
     recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
+    kernel_alternatives: dict[str, dict[str, str]] = {}
     allocator_units = {f"jax_{k}": "B" for k in _ALLOCATOR_KEYS} | {"allocated_peak_bytes": "B"}
 
     def available(self) -> tuple[bool, str]:

@@ -142,6 +142,10 @@ class _Keras(abc.ABC):
     def allocator_units(self) -> dict[str, str]:
         return self._native.allocator_units
 
+    @property
+    def kernel_alternatives(self) -> dict[str, dict[str, str]]:
+        return self._native.kernel_alternatives
+
     def distributions(self) -> dict[str, str]:
         return {**installed_versions(("keras",)), **self._native.distributions()}
 

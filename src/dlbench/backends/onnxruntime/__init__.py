@@ -47,6 +47,7 @@ class OnnxRuntimeBackend:
     precisions: Support = fp32_only("ONNX Runtime runs the exported float32 graph only")
     options = OPTIONS
     recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
+    kernel_alternatives: dict[str, dict[str, str]] = {}
     allocator_units: dict[str, str] = {}
 
     def available(self) -> tuple[bool, str]:

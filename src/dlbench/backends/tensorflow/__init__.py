@@ -59,6 +59,10 @@ class TensorFlowBackend:
         " keras-tensorflow for fp16)")}
     options: dict[str, Option] = {}
     recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
+    # oneDNN (on by default for x86 builds) picks kernels by the CPU's instruction set (AVX2,
+    # AVX-512, AVX512_BF16/AMX): its results may differ from float32 rounding in ways TF's own
+    # Eigen kernels' do not. TF_ENABLE_ONEDNN_OPTS=0 switches it off.
+    kernel_alternatives: dict[str, dict[str, str]] = {"oneDNN off": {"TF_ENABLE_ONEDNN_OPTS": "0"}}
     allocator_units = {"tf_gpu_current_bytes": "B", "tf_gpu_peak_bytes": "B", "allocated_peak_bytes": "B"}
 
     def __init__(self) -> None:

@@ -96,6 +96,7 @@ class TorchBackend:
     precisions: Support = dict(NATIVE)
     options: dict[str, Option] = {}
     recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
+    kernel_alternatives: dict[str, dict[str, str]] = {}
     allocator_units = ALLOCATOR_UNITS
 
     def available(self) -> tuple[bool, str]:
