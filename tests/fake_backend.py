@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from dlbench.backends.base import Capabilities, Option, SingleDevice
+from dlbench.backends.base import Capabilities, CostGuess, Option, SingleDevice
 from dlbench.backends.precision import NATIVE, Support, fp32_only
 from dlbench.spec import Policy, TrialSpec
 from dlbench.workloads.data import Augment, Dataset, crop_flip
@@ -289,6 +289,7 @@ class FakeBackend:
     # behaviour `wrong_kernels` is `wrong` unless FAKE_PLAIN_KERNELS=1 (a framework whose
     # CPU-specific kernels differ: the parity diagnosis)
     kernel_alternatives = {"plain kernels": {"FAKE_PLAIN_KERNELS": "1"}}
+    cost_guess = CostGuess(startup_s=0.5, compile_s=0.1)
 
     def __init__(self) -> None:
         self.device = _AsyncDevice()
@@ -354,6 +355,7 @@ class MissingBackend:
     recorded_environment: tuple[str, ...] = ()
     allocator_units: dict[str, str] = {}
     kernel_alternatives: dict[str, dict[str, str]] = {}
+    cost_guess = CostGuess(startup_s=0.0, compile_s=0.0)
 
     def available(self) -> tuple[bool, str]:
         return False, "missing is not installed (pip install 'dlbench[missing]')"

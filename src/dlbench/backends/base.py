@@ -53,6 +53,18 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
+class CostGuess:
+    """What a trial of this framework costs besides its compute, before the store knows better
+    (runner/plan.py: estimate_s): seconds from process start to a built program (import, build,
+    data), and seconds to compile a cnn-sized train step (8 parameter tensors) in compiled mode,
+    which the planner scales with the workload's size. Measured on the project's 2-core machines
+    (docs/benchmarks.md, the whole zoo); only a first estimate."""
+
+    startup_s: float
+    compile_s: float
+
+
+@dataclass(frozen=True)
 class Option:
     """One framework option a user may set (`--option FRAMEWORK.NAME=VALUE`, Policy.options):
     the values it takes, the framework's own default, and what it does."""
@@ -224,6 +236,8 @@ class Backend(Protocol):
     recorded_environment: tuple[str, ...]
     # allocator_stats() metric name -> unit; the trial result carries these units.
     allocator_units: dict[str, str]
+    # A first run-time estimate (the planner learns better ones from the store).
+    cost_guess: CostGuess
     # Settings that swap the framework's CPU-specific kernels for its plain ones (name ->
     # environment variables, set before the import): when a trial fails parity, the parent probes
     # again with each, and a pass there makes the verdict `differs` (a framework difference on

@@ -38,7 +38,7 @@ from dlbench.results.store import Store, machine_lock
 from dlbench.runner import parallel, ray_executor, resume
 from dlbench.runner.executor import Outcome, Progress, execute, register, warm_imports
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
-from dlbench.runner.plan import Plan, PlannedTrial, Sweep, estimate_s, make_plan
+from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimate_s, learn, make_plan
 from dlbench.spec import SpecError
 from dlbench.text import printable
 
@@ -238,11 +238,14 @@ class ConsoleProgress(Progress):
         self.console.print(printable(f"{self._label} {text}"), highlight=False)  # errors echo the environment
 
 
-def print_plan(console: Console, plan: Plan, history: dict[str, float]) -> None:
+def print_plan(console: Console, plan: Plan, costs: Costs) -> None:
     pending = plan.pending
-    estimates = [estimate_s(t.spec, history) for t in pending]
+    estimates = [estimate_s(t.spec, costs) for t in pending]
     total = sum(s for s, _ in estimates)
-    source = "from earlier trials in the store" if estimates and all(h for _, h in estimates) else "rough"
+    sources = {src for _, src in estimates}
+    source = ("from earlier trials in the store" if sources == {"store"} else
+              "from the store's trials of the same kinds" if sources <= {"store", "similar"} else
+              "rough: start-up and compile guesses per framework, compute from FLOPs; later runs learn from the store")
     others = len(plan.trials) - len(pending)
     console.print(f"dlbench: {len(pending)} trial(s) to run"
                   + (f" ({others} unsupported or skipped)" if others else "")
@@ -270,7 +273,7 @@ def main(args: argparse.Namespace) -> int:
     allow_concurrent = bool(options["allow_concurrent"])
     console = make_console()
     store = open_store(args.store)
-    print_plan(console, plan, store.durations_by_config())
+    print_plan(console, plan, learn(store.trial_costs()))
     progress = ConsoleProgress(console)
     with machine_lock(allow_concurrent, on_wait=lambda: _waiting(console)), processes.stop_signals_interrupt():
         if plan.pending:
@@ -310,7 +313,7 @@ def resume_main(args: argparse.Namespace) -> int:
             return EXIT_OK
         _print_resumption(console, resumption)
         plan = Plan(trials=[p for _, p in resumption.trials])
-        print_plan(console, plan, store.durations_by_config())
+        print_plan(console, plan, learn(store.trial_costs()))
         warm_imports(plan, progress)
         with executor(how, True) as run_trials:
             outcome = run_trials(store, run_id, resumption.trials, progress)

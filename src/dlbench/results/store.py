@@ -355,15 +355,14 @@ class Store:
         row = self._db.execute("SELECT events FROM trials WHERE id=?", (trial_id,)).fetchone()
         return json.loads(row[0]) if row and row[0] else []
 
-    def durations_by_config(self) -> dict[str, float]:
-        """Median wall time of finished trials per configuration key: for run-time estimates."""
+    def trial_costs(self) -> list[tuple[dict[str, Any], float, float | None]]:
+        """(spec, wall seconds, train_s or None) of every finished ok trial: what the planner
+        learns run-time estimates from (runner/plan.py: Costs)."""
         rows = self._db.execute(
-            "SELECT config_key, finished_at - started_at FROM trials WHERE status='ok'"
-            " AND started_at IS NOT NULL AND finished_at IS NOT NULL").fetchall()
-        by_key: dict[str, list[float]] = {}
-        for key, d in rows:
-            by_key.setdefault(key, []).append(d)
-        return {k: sorted(v)[len(v) // 2] for k, v in by_key.items()}
+            "SELECT t.spec, t.finished_at - t.started_at, m.value FROM trials t LEFT JOIN metrics m"
+            " ON m.trial_id = t.id AND m.name = 'train_s' WHERE t.status = 'ok'"
+            " AND t.started_at IS NOT NULL AND t.finished_at IS NOT NULL").fetchall()
+        return [(json.loads(spec), float(wall), None if train is None else float(train)) for spec, wall, train in rows]
 
 
 def _this_process() -> tuple[int, float]:

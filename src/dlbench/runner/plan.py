@@ -7,7 +7,9 @@ so slow drift of the machine does not land on one framework.
 from __future__ import annotations
 
 import itertools
+import math
 import random
+import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -15,15 +17,23 @@ from dlbench import workloads
 from dlbench.backends import get_backend, support
 from dlbench.monitors.nvml import device_kind
 from dlbench.runner.inference import INFER_BATCHES
-from dlbench.spec import Policy, SpecError, TrialSpec, WorkloadSpec
+from dlbench.spec import Policy, SpecError, TrialSpec, WorkloadSpec, configuration_key, to_dict
 from dlbench.backends.base import Backend
 from dlbench.workloads.base import Preset
 
 DEFAULT_FRAMEWORKS = ("torch", "tensorflow", "jax")
-# Rough start-up costs for the first estimate; later runs use the store's own durations.
-STARTUP_GUESS_S = 8.0
-COMPILE_GUESS_S = 15.0
+# Compute at this rate in a first estimate (achieved FLOP/s of the zoo on two cores spans 1-40
+# GFLOP/s; start-up dominates short trials and comes from each backend's cost_guess).
 CPU_FLOPS_GUESS = 20e9
+# A cnn-sized graph (8 parameter tensors) compiles in Backend.cost_guess.compile_s; a graph with n
+# tensors in about sqrt(n / 8) times that (fitted on the zoo: resnet's 62 tensors compile 2.5-3x
+# longer than the cnn in torch and keras-torch).
+COMPILE_REFERENCE_TENSORS = 8
+# Extra compiles besides the train step's in compiled mode: the parity probe's loss-and-gradients
+# function and the evaluation's forward (torch: 6-48 s for the probe, docs/benchmarks.md).
+EXTRA_COMPILES = 0.5
+# Seconds a graph-mode trace costs against a compile.
+TRACE_SHARE = 0.3
 # More fresh processes per configuration than any CI spread needs; a typo such as 1000000 would
 # otherwise plan a million trials before anything says no.
 MAX_REPEATS = 1000
@@ -210,27 +220,89 @@ def _planned(spec: TrialSpec, backend: Backend, missing: str | None) -> PlannedT
     return PlannedTrial(spec) if reason is None else PlannedTrial(spec, "unsupported", reason)
 
 
-def estimate_s(trial: TrialSpec, history: dict[str, float]) -> tuple[float, bool]:
-    """(seconds, from history?) for one trial: the store's median for this configuration, else a
-    rough guess from FLOPs."""
-    key = trial.config_key()
-    if key in history:
-        return history[key], True
+Kind = tuple[str, str, str, str, str]  # framework, workload, model size, mode, scenario
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What the store's finished trials say about run time: the median wall time per
+    configuration, and per kind of trial (framework, workload, model size, mode, scenario) the
+    median overhead (wall time less the compute) and compute seconds per sample, which carry
+    over to other batch sizes, data sets and epochs."""
+
+    by_config: dict[str, float] = field(default_factory=dict)
+    by_kind: dict[Kind, tuple[float, float | None]] = field(default_factory=dict)
+
+
+def _kind(spec: dict[str, Any] | TrialSpec) -> Kind:
+    d = spec if isinstance(spec, dict) else to_dict(spec)
+    w = d["workload"]
+    return (d["framework"], w["name"], w.get("model_size", "default"), d["policy"]["mode"], d.get("scenario", "train"))
+
+
+def learn(rows: list[tuple[dict[str, Any], float, float | None]]) -> Costs:
+    """Costs from the store's (spec, wall seconds, train_s) of ok trials (Store.trial_costs)."""
+    by_config: dict[str, list[float]] = {}
+    by_kind: dict[Kind, list[tuple[float, float | None]]] = {}
+    for spec, wall, train in rows:
+        by_config.setdefault(configuration_key(spec), []).append(wall)
+        by_kind.setdefault(_kind(spec), []).append(_split(spec, wall, train))
+    return Costs({k: statistics.median(v) for k, v in by_config.items()},
+                 {k: _median_split(v) for k, v in by_kind.items()})
+
+
+def _split(spec: dict[str, Any], wall: float, train: float | None) -> tuple[float, float | None]:
+    """(overhead, compute seconds per sample) of a stored trial; a train trial's compute is its
+    timed epochs and its warm-up epochs at the timed rate, other scenarios' all overhead."""
+    if spec.get("scenario", "train") != "train" or not train:
+        return wall, None
+    w = spec["workload"]
+    epochs, warmup = int(spec.get("epochs", 1)), int(spec.get("warmup_epochs", 0))
+    samples = epochs * (w["dataset_size"] // w["batch_size"]) * w["batch_size"]
+    compute = train * (epochs + warmup) / max(epochs, 1)
+    return max(wall - compute, 0.0), train / max(samples, 1)
+
+
+def _median_split(values: list[tuple[float, float | None]]) -> tuple[float, float | None]:
+    rates = [r for _, r in values if r is not None]
+    return statistics.median(o for o, _ in values), statistics.median(rates) if rates else None
+
+
+def estimate_s(trial: TrialSpec, costs: Costs) -> tuple[float, str]:
+    """(seconds, where from) for one trial: "store" (this configuration ran before), "similar"
+    (the same kind of trial ran with other sizes), else "rough" (the backend's cost guess and
+    FLOPs)."""
+    if trial.config_key() in costs.by_config:
+        return costs.by_config[trial.config_key()], "store"
     spec = trial.workload
-    compile_ = COMPILE_GUESS_S if trial.policy.mode != "eager" else 0.0
-    if trial.scenario == "infer":  # two timed loops, each capped by the budget
-        flops = workloads.get(spec.name).flops_per_sample(spec, train=False)
-        samples = trial.infer_requests + INFER_BATCHES * spec.batch_size
-        compute = min(samples * flops / CPU_FLOPS_GUESS, 2 * trial.infer_budget_s)
-        return STARTUP_GUESS_S + 2 * compile_ + compute, False
-    flops = workloads.get(spec.name).flops_per_sample(spec)
-    steps = (trial.epochs + trial.warmup_epochs) * spec.steps_per_epoch
-    if trial.scenario == "converge":  # the presets reach 0.9 in a few hundred steps
-        steps = min(trial.max_steps, 8 * trial.eval_every)
-    compute = steps * spec.batch_size * flops / CPU_FLOPS_GUESS
+    samples = (trial.epochs + trial.warmup_epochs) * spec.steps_per_epoch * spec.batch_size
+    known = costs.by_kind.get(_kind(trial))
+    if known is not None and (known[1] is not None or trial.scenario != "train"):
+        overhead, per_sample = known
+        return overhead + (per_sample or 0.0) * samples, "similar"
+    return _rough_s(trial, samples), "rough"
+
+
+def _rough_s(trial: TrialSpec, samples: int) -> float:
+    """Start-up and compiles from the backend's cost guess (compiles scaled by the workload's
+    size), compute from FLOPs; inference: two timed loops, each capped by the budget."""
+    spec = trial.workload
+    module = workloads.get(spec.name)
+    guess = get_backend(trial.framework).cost_guess
+    size = math.sqrt(len(module.param_shapes(spec)) / COMPILE_REFERENCE_TENSORS)
+    share = {"compiled": 1.0, "graph": TRACE_SHARE}.get(trial.policy.mode, 0.0)
+    compile_ = guess.compile_s * size * share
+    if trial.scenario == "infer":
+        flops = module.flops_per_sample(spec, train=False)
+        requests = trial.infer_requests + INFER_BATCHES * spec.batch_size
+        compute = min(requests * flops / CPU_FLOPS_GUESS, 2 * trial.infer_budget_s)
+        return guess.startup_s + 2 * compile_ + compute
+    if trial.scenario == "converge":  # the presets reach their targets in a few hundred steps
+        samples = min(trial.max_steps, 8 * trial.eval_every) * spec.batch_size
+    compute = samples * module.flops_per_sample(spec) / CPU_FLOPS_GUESS
     if trial.scenario == "converge":
         compute = min(compute, trial.max_time_s)
-    return STARTUP_GUESS_S + compile_ + compute, False
+    return guess.startup_s + compile_ * (1 + EXTRA_COMPILES) + compute
 
 
 def with_ids(trial: TrialSpec, run_id: int, trial_id: int) -> TrialSpec:

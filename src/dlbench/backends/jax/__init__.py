@@ -9,6 +9,7 @@ import typing
 from typing import Any
 
 from dlbench.backends import base
+from dlbench.backends.base import CostGuess
 from dlbench.backends.precision import NATIVE, Support
 from dlbench.spec import Policy, TrialSpec
 
@@ -72,6 +73,8 @@ class JaxBackend:
         " without it underflows gradients; use bf16")}
     options: dict[str, base.Option] = {}
     recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
+    # docs/benchmarks.md, whole zoo at the cpu presets (time to first step, parity compile)
+    cost_guess = CostGuess(startup_s=5.0, compile_s=6.0)
     kernel_alternatives: dict[str, dict[str, str]] = {}
     allocator_units = {f"jax_{k}": "B" for k in _ALLOCATOR_KEYS} | {"allocated_peak_bytes": "B"}
 

@@ -19,6 +19,7 @@ import typing
 from typing import Any
 
 from dlbench.backends.base import (
+    CostGuess,
     Backend,
     Capabilities,
     Option,
@@ -125,6 +126,7 @@ class _Keras(abc.ABC):
     data_parallel = DATA_PARALLEL
     precisions: Support = dict(NATIVE)
     options: dict[str, Option] = {}
+    cost_guess: CostGuess
     _native: Backend
     _keras_backend: str
     # Keras's torch trainer refuses steps_per_execution > 1; the others run a whole chunk.
@@ -183,6 +185,7 @@ class _Keras(abc.ABC):
 class KerasJax(_Keras):
     name = "keras-jax"
     _keras_backend = "jax"
+    cost_guess = CostGuess(startup_s=7.0, compile_s=7.0)  # docs/benchmarks.md, whole zoo
 
     def __init__(self) -> None:
         self._native = JaxBackend()
@@ -208,6 +211,7 @@ class KerasTorch(_Keras):
     name = "keras-torch"
     _keras_backend = "torch"
     _steps_per_execution = "1"
+    cost_guess = CostGuess(startup_s=25.0, compile_s=45.0)  # docs/benchmarks.md, whole zoo
 
     def __init__(self) -> None:
         self._native = TorchBackend()
@@ -236,6 +240,7 @@ class KerasTorch(_Keras):
 class KerasTensorFlow(_Keras):
     name = "keras-tensorflow"
     _keras_backend = "tensorflow"
+    cost_guess = CostGuess(startup_s=10.0, compile_s=10.0)  # docs/benchmarks.md, whole zoo
 
     def __init__(self) -> None:
         self._native = TensorFlowBackend()

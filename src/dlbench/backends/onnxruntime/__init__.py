@@ -12,6 +12,7 @@ import typing
 from typing import Any
 
 from dlbench.backends.base import (
+    CostGuess,
     Capabilities,
     Program,
     SingleDevice,
@@ -47,6 +48,8 @@ class OnnxRuntimeBackend:
     precisions: Support = fp32_only("ONNX Runtime runs the exported float32 graph only")
     options = OPTIONS
     recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
+    # docs/benchmarks.md, whole zoo at the cpu presets (time to first step, parity compile)
+    cost_guess = CostGuess(startup_s=10.0, compile_s=5.0)
     kernel_alternatives: dict[str, dict[str, str]] = {}
     allocator_units: dict[str, str] = {}
 

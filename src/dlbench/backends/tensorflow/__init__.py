@@ -12,6 +12,7 @@ import typing
 from typing import Any
 
 from dlbench.backends.base import (
+    CostGuess,
     Capabilities,
     Option,
     Program,
@@ -62,6 +63,8 @@ class TensorFlowBackend:
     # oneDNN (on by default for x86 builds) picks kernels by the CPU's instruction set (AVX2,
     # AVX-512, AVX512_BF16/AMX): its results may differ from float32 rounding in ways TF's own
     # Eigen kernels' do not. TF_ENABLE_ONEDNN_OPTS=0 switches it off.
+    # docs/benchmarks.md, whole zoo at the cpu presets (time to first step, parity compile)
+    cost_guess = CostGuess(startup_s=10.0, compile_s=12.0)
     kernel_alternatives: dict[str, dict[str, str]] = {"oneDNN off": {"TF_ENABLE_ONEDNN_OPTS": "0"}}
     allocator_units = {"tf_gpu_current_bytes": "B", "tf_gpu_peak_bytes": "B", "allocated_peak_bytes": "B"}
 

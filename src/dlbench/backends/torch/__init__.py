@@ -10,6 +10,7 @@ import typing
 from typing import Any
 
 from dlbench.backends.base import (
+    CostGuess,
     Capabilities,
     Option,
     Program,
@@ -96,6 +97,8 @@ class TorchBackend:
     precisions: Support = dict(NATIVE)
     options: dict[str, Option] = {}
     recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
+    # docs/benchmarks.md, whole zoo at the cpu presets (time to first step, parity compile)
+    cost_guess = CostGuess(startup_s=15.0, compile_s=22.0)
     kernel_alternatives: dict[str, dict[str, str]] = {}
     allocator_units = ALLOCATOR_UNITS
 

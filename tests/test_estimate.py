@@ -1,0 +1,59 @@
+"""Run-time estimates (issue 27): a first estimate from each backend's start-up and compile cost
+guesses and the workload's size; then what the store's trials say, for the same configuration or
+the same kind of trial at other sizes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from dlbench.cli.main import main
+from dlbench.results.store import Store
+from dlbench.runner.plan import Costs, Sweep, estimate_s, learn, make_plan
+from dlbench.spec import to_dict
+
+
+def _trial(framework: str = "torch", workload: str = "cnn", preset: str = "cpu", mode: str = "compiled"):
+    plan = make_plan(Sweep(workloads=(workload,), frameworks=(framework,), modes=(mode,), preset=preset,
+                           repeats=1))
+    return plan.trials[0].spec
+
+
+def test_a_first_estimate_counts_start_up_and_compiles_by_framework_and_workload_size():
+    costs = Costs()
+    jax_mlp, _ = estimate_s(_trial("jax", "mlp", "tiny"), costs)
+    keras_torch_resnet, how = estimate_s(_trial("keras-torch", "resnet", "tiny"), costs)
+    assert how == "rough"
+    # keras-torch compiles resnet for minutes (docs/benchmarks.md: 173 s to the first step)
+    assert keras_torch_resnet > 150 > 20 > jax_mlp > 5
+    eager, _ = estimate_s(_trial("torch", "resnet", "tiny", "eager"), costs)
+    compiled, _ = estimate_s(_trial("torch", "resnet", "tiny", "compiled"), costs)
+    assert compiled > 2 * eager  # the compile is most of a tiny trial
+
+
+def test_the_store_teaches_the_same_configuration_and_the_same_kind_at_other_sizes():
+    trial = _trial("torch", "cnn", "cpu")
+    spec = to_dict(trial)
+    costs = learn([(spec, 80.0, 24.0)])  # 3 timed epochs in 24 s, 1 warm-up: 32 s of compute
+    assert estimate_s(trial, costs) == (80.0, "store")
+    bigger = replace(trial, workload=replace(trial.workload, dataset_size=2 * trial.workload.dataset_size))
+    seconds, how = estimate_s(bigger, costs)
+    assert how == "similar"
+    assert seconds == pytest.approx(48.0 + 64.0, rel=0.02)  # the same overhead, twice the compute
+    other_framework, how = estimate_s(_trial("jax", "cnn", "cpu"), costs)
+    assert how == "rough"
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_run_learns_its_estimate_from_the_store(tmp_path, capsys):
+    store = tmp_path / "s.sqlite"
+    argv = ["run", "-w", "mlp", "-f", "fake", "--mode", "eager", "--preset", "tiny", "--repeats", "1",
+            "--store", str(store)]
+    assert main(argv) == 0
+    assert "rough" in capsys.readouterr().out
+    assert main(argv) == 0
+    assert "from earlier trials in the store" in capsys.readouterr().out
+    assert main([*argv[:-2], "-b", "16", "--store", str(store)]) == 0
+    assert "from the store's trials of the same kinds" in capsys.readouterr().out
+    assert Store(store, readonly=True).trial_costs()
