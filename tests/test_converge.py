@@ -111,7 +111,7 @@ def test_crop_flip_definition():
     (lambda: WorkloadSpec(name="mlp", model_size="tiny", augment="crop_flip"), "needs NHWC images"),
     (lambda: WorkloadSpec(augment="mixup"), "augment 'mixup' is not one of: none, crop_flip"),
     (lambda: TrialSpec(workload=WorkloadSpec(), framework="fake", scenario="converge"),
-     "target accuracy must be a number in (0, 1]"),
+     "the converge scenario needs a target: --target-accuracy (a number in (0, 1])"),
     (lambda: TrialSpec(workload=WorkloadSpec(), framework="fake", scenario="converge", target_accuracy=1.5),
      "got 1.5"),
     (lambda: TrialSpec(workload=WorkloadSpec(), framework="fake", target_accuracy=0.9),
@@ -244,7 +244,7 @@ def test_cli_converge_and_pipeline_tables(tmp_path, capsys, monkeypatch):
     axes = model.load(Store(store), [2]).label_axes
     assert "data" in axes and "augment" not in axes and "workers" not in axes
     assert main(["run", *tiny, "--scenario", "converge"]) == 2
-    assert "target accuracy must be a number" in capsys.readouterr().err
+    assert "needs a target: --target-accuracy" in capsys.readouterr().err
     pytest.importorskip("plotly")
     html = tmp_path / "r.html"
     assert main(["report", "all", "--store", store, "--html", str(html)]) == 0

@@ -57,3 +57,24 @@ def test_run_learns_its_estimate_from_the_store(tmp_path, capsys):
     assert main([*argv[:-2], "-b", "16", "--store", str(store)]) == 0
     assert "from the store's trials of the same kinds" in capsys.readouterr().out
     assert Store(store, readonly=True).trial_costs()
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_progress_lines_name_every_axis_that_varies(tmp_path, capsys):
+    """A batch-size sweep printed `[1/2] cnn/torch/eager#0` twice: each line names the batch."""
+    argv = ["run", "-w", "mlp", "-f", "fake", "--mode", "eager", "--preset", "tiny", "--repeats", "1",
+            "-b", "8,16", "--store", str(tmp_path / "s.sqlite")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "mlp/fake/eager batch 8 #0 ..." in out and "mlp/fake/eager batch 16 #0 ..." in out
+
+
+def test_bf16_and_fp16_reasons_follow_this_cpu(monkeypatch):
+    """The fp16 reason named AVX2 on an AVX-512-BF16 CPU; bf16 never said native or emulated."""
+    from dlbench import machine
+
+    monkeypatch.setattr(machine, "cpu_isa", lambda: ["avx", "avx2", "avx512_bf16", "avx512f", "fma"])
+    assert machine.bf16_on_cpu() == "native (avx512_bf16)"
+    assert "AVX-512: no AVX512_FP16" in machine.fp16_on_cpu()
+    monkeypatch.setattr(machine, "cpu_isa", lambda: ["avx", "avx2", "fma"])
+    assert machine.bf16_on_cpu() == "emulated through float32 (AVX2: no AVX512_BF16 or AMX)"

@@ -110,7 +110,7 @@ def test_one_sweep_meets_every_fault_and_goes_on(tmp_path, monkeypatch, capsys):
     assert "fake failure at step 3" in errors[1]
     assert "cannot be imported" in errors[2]
     assert "SIGSEGV" in errors[3] and "SIGABRT" in errors[4]
-    assert "over the memory limit of 0.28 GiB" in errors[5]
+    assert "over the memory limit of 286.1 MiB" in errors[5]
     for i in range(1, 6):
         events = json.loads(by_repeat[i]["events"])
         assert events and events[0]["event"] == "start", faults[i]
@@ -158,7 +158,7 @@ def test_memory_over_the_limit_is_oom_with_the_peak(tmp_path, monkeypatch, behav
                       chunk_steps=4, timeout_s=60.0, memory_limit_bytes=200 * MB, trial_id=1)
     r = spawn.run_trial(trial, tmp_path)
     assert r.status == "oom", r.error
-    assert "memory limit of 0.19 GiB" in (r.error or "")
+    assert "memory limit of 190.7 MiB" in (r.error or "")
     assert r.metrics["rss_peak_bytes"] > 200 * MB
     assert r.events and not group_members(r.pid)
 

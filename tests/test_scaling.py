@@ -118,7 +118,7 @@ def test_without_a_one_device_trial_the_efficiency_is_null_with_the_reason(tmp_p
 
 @pytest.mark.parametrize("argv, message", [
     (["--devices", "0"], "devices must be an integer >= 1, got 0"),
-    (["--devices", "3"], "devices 3 must divide the global batch size"),
+    (["--devices", "3"], "devices 3 must divide the parity batch of 8 (equal shards per device); allowed are divisors of both 96 and 8"),
     (["--scaling", "diagonal"], "scaling 'diagonal' is not one of: weak, strong"),
 ])
 def test_bad_scaling_values_are_one_line_errors(tmp_path, capsys, argv, message):

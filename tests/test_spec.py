@@ -18,7 +18,7 @@ def trial(**kw: object) -> TrialSpec:
     (lambda: trial(precision="fp8"), "precision 'fp8' is not one of: fp32, tf32, bf16, fp16"),
     (lambda: trial(scenario="serve"), "scenario 'serve' is not one of: train, infer, converge"),
     (lambda: trial(devices=0), "devices must be an integer >= 1, got 0"),
-    (lambda: trial(devices=3), "devices 3 must divide the global batch size 128 and the parity batch of 8"),
+    (lambda: trial(devices=3), "devices 3 must divide the global batch size 128 (equal shards per device)"),
     (lambda: trial(devices=2, scaling="diagonal"), "scaling 'diagonal' is not one of: weak, strong"),
     (lambda: trial(devices=2, bn_sync="global"), "bn sync 'global' is not one of: per-replica, synchronised"),
     (lambda: trial(epochs=0), "epochs must be an integer >= 1, got 0"),

@@ -69,7 +69,7 @@ def test_a_suite_drives_a_real_run(tmp_path, capsys):
     ('data = "pipeline,host"', "key 'data': 'host' is not one of: pipeline, device (or a list of them)"),
     ("loader-workers = -1", "key 'loader-workers': -1 is not"),
     ('augment = "mixup"', "key 'augment': 'mixup' is not one of: none, crop_flip"),
-    ('scenario = "converge"', "target accuracy must be a number in (0, 1] for the converge scenario"),
+    ('scenario = "converge"', "the converge scenario needs a target: --target-accuracy"),
     ('[run]\nmode = "eager"', "key 'run' is not one of:"),
     ("mode = [", "not valid TOML: "),
     ('framework = "missing"', "framework 'missing' cannot run here: missing is not installed"),

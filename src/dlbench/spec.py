@@ -275,9 +275,10 @@ class TrialSpec:
         _check_choice("scaling", self.scaling, SCALINGS)
         _check_choice("bn sync", self.bn_sync, BN_SYNCS)
         batch = self.workload.batch_size
-        if batch % self.devices or PARITY_BATCH % self.devices:
-            raise SpecError(f"devices {self.devices} must divide the global batch size {batch} and the"
-                            f" parity batch of {PARITY_BATCH} (equal shards per device)")
+        for what, size in ((f"the global batch size {batch}", batch), (f"the parity batch of {PARITY_BATCH}", PARITY_BATCH)):
+            if size % self.devices:
+                raise SpecError(f"devices {self.devices} must divide {what} (equal shards per device);"
+                                f" allowed are divisors of both {batch} and {PARITY_BATCH}")
 
     @property
     def per_device_batch(self) -> int:
@@ -302,6 +303,9 @@ class TrialSpec:
                 raise SpecError(f"target accuracy {target!r} applies to the converge scenario only,"
                                 f" not {self.scenario!r}")
             return
+        if target is None:
+            raise SpecError("the converge scenario needs a target: --target-accuracy (a number in (0, 1]),"
+                            " or target-accuracy in a suite file")
         if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1:
             raise SpecError(f"target accuracy must be a number in (0, 1] for the converge scenario,"
                             f" got {target!r}")

@@ -18,19 +18,21 @@ Devices are "cpu" and "cuda" (an NVIDIA GPU the framework runs on).
 
 from __future__ import annotations
 
+from dlbench.machine import bf16_on_cpu, fp16_on_cpu
 from dlbench.spec import PRECISIONS
 
 DEVICES = ("cpu", "cuda")
 
 _TF32_CPU = "TF32 is an NVIDIA tensor-core format (Ampere and later); a CPU computes float32 matmuls in fp32"
-_FP16_CPU = ("fp16 training needs dynamic loss scaling and fp16 kernels that this CPU lacks"
-             " (AVX2: emulated, no speed to measure); use bf16 or a GPU")
+_FP16_CPU = (f"fp16 training on a CPU is not run: it needs dynamic loss scaling, and this CPU's float16"
+             f" arithmetic is {fp16_on_cpu()}; use bf16 (on this CPU {bf16_on_cpu()}) or a GPU")
 # A framework's row: (device, precision) -> None when supported, else the reason.
 Support = dict[tuple[str, str], str | None]
 
-# What the hardware allows, before any framework's own gaps. bf16 on the CPU is supported: on an
-# AVX2 CPU (no AVX512_BF16/AMX) it is emulated through float32 conversions, good for parity and
-# tiny runs, never a speed claim (docs/methodology.md).
+# What the hardware allows, before any framework's own gaps. bf16 on the CPU is supported: native
+# with AVX512_BF16 or AMX, else emulated through float32 conversions, good for parity and tiny
+# runs, never a speed claim (docs/methodology.md; machine.bf16_on_cpu says which, `dlbench list`
+# and every bf16 trial's recorded precision show it).
 NATIVE: Support = {
     ("cpu", "fp32"): None, ("cpu", "tf32"): _TF32_CPU, ("cpu", "bf16"): None, ("cpu", "fp16"): _FP16_CPU,
     ("cuda", "fp32"): None, ("cuda", "tf32"): None, ("cuda", "bf16"): None, ("cuda", "fp16"): None,

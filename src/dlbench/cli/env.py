@@ -9,6 +9,7 @@ import os
 from rich.table import Table
 
 from dlbench.backends import installed
+from dlbench.machine import bf16_on_cpu, fp16_on_cpu
 from dlbench.cli.common import add_store_argument
 from dlbench.report.terminal import make_console
 from dlbench.results.environment import capture
@@ -39,6 +40,7 @@ def main(args: argparse.Namespace) -> int:
     for key in ("os", "python", "cpu_model", "dlbench", "git_commit"):
         _add_row(table, key, str(env[key]))
     _add_row(table, "cpu_isa", " ".join(env["cpu_isa"]) or "–")
+    _add_row(table, "cpu bf16 / fp16", f"{bf16_on_cpu()} / {fp16_on_cpu()}")
     _add_row(table, "cpus", f"{env['cpu_logical']} logical, {env['cpu_physical']} physical, "
              f"{env['cpu_affinity']} in this process's affinity mask")
     _add_row(table, "ram", f"{env['ram_bytes'] / 1024**3:.1f} GiB")

@@ -11,6 +11,7 @@ from dlbench.backends import get_backend, precision, registered
 from dlbench.backends.base import Capabilities, module_installed
 from dlbench.backends.support import scenario_unsupported
 from dlbench.cli.common import add_store_argument
+from dlbench.machine import bf16_on_cpu
 from dlbench.monitors.nvml import device_kind
 from dlbench.report.terminal import make_console
 from dlbench.spec import MODES, PRECISIONS, SCENARIOS
@@ -60,7 +61,8 @@ def option_lines() -> list[str]:
 def precision_table() -> Table:
     """Framework x device x precision (each backend's precisions), this machine's device first."""
     here = device_kind()
-    table = Table(title=f"precisions (--precision) for training; this machine: {here}")
+    table = Table(title=f"precisions (--precision) for training; this machine: {here}; bf16 on this CPU:"
+                        f" {bf16_on_cpu()}")
     for h in ("framework", "device", *PRECISIONS):
         table.add_column(h)
     devices = sorted(precision.DEVICES, key=lambda d: d != here)

@@ -31,6 +31,7 @@ from dlbench.cli.common import (
     run_selector,
     size_argument,
 )
+from dlbench.report.model import spec_labels
 from dlbench.report.terminal import make_console, print_run_tables
 from dlbench.results import environment
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
@@ -39,7 +40,7 @@ from dlbench.runner import parallel, ray_executor, resume
 from dlbench.runner.executor import Outcome, Progress, execute, register, warm_imports
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
 from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimate_s, learn, make_plan
-from dlbench.spec import SpecError
+from dlbench.spec import SpecError, to_dict
 from dlbench.text import printable
 
 # Every sweep option's default. The parser's defaults are None, so that an option given on the
@@ -69,7 +70,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                         " with a note)")
     p.add_argument("-b", "--batch-size", type=int_list("batch size"), help="default: the preset's")
     p.add_argument("--mode", type=comma_list("mode"), help="eager, graph, compiled (default: compiled)")
-    p.add_argument("--precision", type=comma_list("precision"), help="default: fp32")
+    p.add_argument("--precision", type=comma_list("precision"),
+                   help="fp32, tf32, bf16, fp16 (comma list; default fp32; dlbench list shows what runs here)")
     p.add_argument("--scenario", type=comma_list("scenario"), help="train, infer, converge (default: train)")
     p.add_argument("--devices", type=int_list("devices"),
                    help="data-parallel devices per trial, e.g. 1,2,4 (default: 1)")
@@ -83,7 +85,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--preset", help="workload size preset: tiny, cpu, gpu (default: cpu)")
     p.add_argument("--epochs", type=int, help="timed epochs (default: preset's)")
     p.add_argument("--warmup-epochs", type=int, help="untimed epochs (default: preset's)")
-    p.add_argument("--dataset-size", type=int)
+    p.add_argument("--dataset-size", type=int,
+                   help="training samples per epoch (default: the preset's; incomplete last batches are dropped)")
     p.add_argument("--chunk-steps", type=int, help="steps between syncs in the timed window (default: 16)")
     p.add_argument("--threads", type=int, help="pin each trial to N cores")
     p.add_argument("--compile-cache", help="cold (fresh per trial, the default) or warm")
@@ -195,18 +198,20 @@ class ConsoleProgress(Progress):
     """One line per trial start and end, and the current phase redrawn at most once a second
     on a terminal."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, plan: Plan) -> None:
         self.console = console
         self.live = console.is_terminal
         self._last_draw = 0.0
         self._label = ""
         self._steps = 0
+        self._drawn = 0  # characters of the last live line, blanked by the next
+        self.labels = trial_labels(plan)
 
     def message(self, text: str) -> None:
         self.console.print(printable(text), style="dim")
 
     def trial_started(self, index: int, total: int, planned: PlannedTrial) -> None:
-        self._label = f"[{index + 1}/{total}] {planned.spec.label()}"
+        self._label = f"[{index + 1}/{total}] {self.labels.get(id(planned), planned.spec.label())}"
         self._steps = 0
         self.console.print(printable(f"{self._label} ..."), highlight=False)
 
@@ -217,8 +222,10 @@ class ConsoleProgress(Progress):
             return
         self._last_draw = time.monotonic()
         phase = event.get("name", event.get("event"))
-        self.console.print(printable(f"  {phase} {'(' + str(self._steps) + ' timed steps)' if self._steps else ''}"),
-                           end="\r", highlight=False)
+        line = printable(f"  {phase} {'(' + str(self._steps) + ' timed steps)' if self._steps else ''}")
+        # padded over the last line: a shorter phase must not leave the end of a longer one
+        self.console.print(line.ljust(self._drawn), end="\r", highlight=False)
+        self._drawn = len(line)
 
     def trial_finished(self, index: int, total: int, planned: PlannedTrial, result: TrialResult) -> None:
         m = result.metrics
@@ -238,6 +245,13 @@ class ConsoleProgress(Progress):
         self.console.print(printable(f"{self._label} {text}"), highlight=False)  # errors echo the environment
 
 
+def trial_labels(plan: Plan) -> dict[int, str]:
+    """Each planned trial's label, naming every axis that varies in the plan (a batch-size sweep
+    prints `cnn/torch/eager batch 64 #0`, never two identical lines), by id of the trial."""
+    specs = [to_dict(p.spec) for p in plan.trials]
+    return {id(p): label for p, label in zip(plan.trials, spec_labels(specs), strict=True)}
+
+
 def print_plan(console: Console, plan: Plan, costs: Costs) -> None:
     pending = plan.pending
     estimates = [estimate_s(t.spec, costs) for t in pending]
@@ -252,9 +266,10 @@ def print_plan(console: Console, plan: Plan, costs: Costs) -> None:
                   + f", estimated {total / 60:.1f} min ({source})", highlight=False)
     for note in plan.notes:
         console.print(printable(f"  note: {note}"), highlight=False)
+    labels = trial_labels(plan)
     for t in plan.trials:
         if t.status != "pending":
-            console.print(printable(f"  {t.spec.label()}: {t.status}: {t.reason}"), highlight=False)
+            console.print(printable(f"  {labels[id(t)]}: {t.status}: {t.reason}"), highlight=False)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -274,7 +289,7 @@ def main(args: argparse.Namespace) -> int:
     console = make_console()
     store = open_store(args.store)
     print_plan(console, plan, learn(store.trial_costs()))
-    progress = ConsoleProgress(console)
+    progress = ConsoleProgress(console, plan)
     with machine_lock(allow_concurrent, on_wait=lambda: _waiting(console)), processes.stop_signals_interrupt():
         if plan.pending:
             warm_imports(plan, progress)
@@ -298,7 +313,6 @@ def resume_main(args: argparse.Namespace) -> int:
     check_executor(how)
     console = make_console()
     store = open_store(args.store, must_exist=True)
-    progress = ConsoleProgress(console)
     with machine_lock(bool(args.allow_concurrent), on_wait=lambda: _waiting(console)), \
             processes.stop_signals_interrupt():
         run_id = resume.select_run(store, args.resume, args.retry_failed)
@@ -314,6 +328,7 @@ def resume_main(args: argparse.Namespace) -> int:
         _print_resumption(console, resumption)
         plan = Plan(trials=[p for _, p in resumption.trials])
         print_plan(console, plan, learn(store.trial_costs()))
+        progress = ConsoleProgress(console, plan)
         warm_imports(plan, progress)
         with executor(how, True) as run_trials:
             outcome = run_trials(store, run_id, resumption.trials, progress)

@@ -164,6 +164,16 @@ def load(store: Store, run_ids: list[int]) -> Report:
     return Report(tuple(runs), made, _label_axes(made))
 
 
+def spec_labels(specs: list[dict[str, Any]]) -> list[str]:
+    """A label per spec that names every axis varying among `specs` (`cnn/torch/eager batch 64
+    #0`): what a sweep's progress lines print, so two trials never read alike."""
+    values = [{a: f(s) for a, f in AXES.items()} for s in specs]
+    varying = [a for a in AXES if a not in ("workload",) + ALWAYS_SHOWN and len({v[a] for v in values}) > 1]
+    return [" ".join(["/".join(str(v[a]) for a in ("workload",) + ALWAYS_SHOWN),
+                      *(f"{a} {v[a]}" for a in varying)]) + f" #{s.get('repeat', 0)}"
+            for v, s in zip(values, specs, strict=True)]
+
+
 def _label_axes(configs: tuple[Config, ...]) -> tuple[str, ...]:
     varying = [a for a in AXES if len({c.axes[a] for c in configs}) > 1]
     workload = ("workload",) if "workload" in varying else ()

@@ -14,22 +14,10 @@ from typing import Any
 import psutil
 
 import dlbench
+from dlbench.machine import cpu_isa, cpu_model
 from dlbench.monitors.nvml import Nvml
 from dlbench.packages import installed_versions
 
-# CPU features that decide which kernels a framework picks (oneDNN, XLA:CPU, Eigen, MLAS): the
-# vector width, fused multiply-add, and the reduced-precision and matrix extensions.
-ISA_PREFIXES = ("avx", "fma", "f16c", "amx", "sse4", "neon", "asimd", "sve")
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def git_commit() -> str | None:
@@ -45,19 +33,6 @@ def git_commit() -> str | None:
     dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True, timeout=5, check=False).stdout.strip()
     return out.stdout.strip() + ("+dirty" if dirty else "")
-
-
-def cpu_isa() -> list[str]:
-    """The CPU's instruction-set extensions that matter for numeric kernels (AVX2, AVX-512 and its
-    BF16/VNNI parts, AMX, FMA, ...), from /proc/cpuinfo's flags; empty where unreadable."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                flags = line.split(":", 1)[1].split()
-                return sorted({f for f in flags if f.startswith(ISA_PREFIXES)})
-    except OSError:
-        pass
-    return []
 
 
 def gpu_info() -> dict[str, Any]:

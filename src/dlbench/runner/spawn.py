@@ -212,7 +212,8 @@ def _collect(
 
 
 def _gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB"
+    """GiB with enough digits that a peak just over a limit reads as more than it."""
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def _kill_reason(watched: Watched, trial: TrialSpec) -> str:
@@ -220,8 +221,9 @@ def _kill_reason(watched: Watched, trial: TrialSpec) -> str:
         return f"interrupted by {watched.signal_name} to dlbench; process group killed"
     if watched.killed_for == "oom":
         assert trial.memory_limit_bytes is not None
-        return (f"process tree RSS reached {_gib(watched.rss_peak_bytes)}, over the memory limit of"
-                f" {_gib(trial.memory_limit_bytes)}; process group killed")
+        peak, limit = watched.rss_peak_bytes, trial.memory_limit_bytes
+        return (f"process tree RSS reached {_gib(peak)} ({peak / limit - 1:+.1%} over the memory limit of"
+                f" {_gib(limit)}); process group killed")
     return f"no result within the timeout of {trial.timeout_s:g} s; process group killed"
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from dlbench import workloads
 from dlbench.backends import support
 from dlbench.backends.base import Program, TimedBatches
+from dlbench.machine import bf16_on_cpu
 from dlbench.runner import fixedbatch, parallel
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.runner.timing import split_steps
@@ -49,6 +50,8 @@ def build_and_load(ctx: TrialContext) -> tuple[Program, Any]:
     m["build_s"] = ctx.phases.end("build", t)
     ctx.result.numerics = program.numerics()
     ctx.result.policy_effective["precision"] = {"precision": trial.precision, **program.precision()}
+    if trial.precision == "bf16" and ctx.backend.device_kind() == "cpu":
+        ctx.result.policy_effective["precision"]["cpu_bf16"] = bf16_on_cpu()
     t = ctx.phases.start("data")
     program.load(workloads.get(trial.workload.name).make_dataset(trial.workload))
     m["data_s"] = ctx.phases.end("data", t)
