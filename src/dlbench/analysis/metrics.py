@@ -91,6 +91,7 @@ METRICS: dict[str, Metric] = {
     "gpu_sample_period_s": Metric("s"),
     # inference (runner/inference.py); the latency_*_s quantiles are seconds by their suffix
     "infer_samples_per_s": Metric("1/s", "higher", "samples/s"),
+    "infer_samples_per_s_median": Metric("1/s", "higher", "samples/s (median call)"),
     "infer_requests": _ratio("none", "requests"),
     "infer_batches": _ratio(),
     "infer_batch_size": _ratio("none", "batch"),

@@ -103,6 +103,7 @@ INFER = [
     _m("infer_requests", "infer_requests", _f(0)),
     _m("infer_batch_size", "infer_batch_size", _f(0)),
     _m("infer_samples_per_s", "infer_samples_per_s", _f(1)),
+    _m("infer_samples_per_s_median", "infer_samples_per_s_median", _f(1)),
     _m("first_request_s", "first_request_s", _f(2)),
     _m("infer_ttfr", "time_to_first_request_s", _f(2)),
 ]

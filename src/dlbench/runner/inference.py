@@ -177,6 +177,10 @@ def infer_metrics(trial: TrialSpec, result: TrialResult, latency_s: list[float],
     m["infer_batch_size"] = spec.batch_size
     m["infer_batch_median_s"] = statistics.median(batch_s)
     m["infer_samples_per_s"] = spec.batch_size * len(batch_s) / sum(batch_s)
+    # A few stalls (a 70 ms page fault among 0.1 ms calls) move the total-time rate, not the median
+    # call's: both are kept, and a disagreement is said.
+    m["infer_samples_per_s_median"] = spec.batch_size / statistics.median(batch_s)
+    _throughput_warnings(result, latency_s, batch_s, spec.batch_size)
     flops = workloads.get(spec.name).flops_per_sample(spec, train=False)
     m["flops_per_sample"] = flops
     m["achieved_flops_per_s"] = flops * m["infer_samples_per_s"]
@@ -197,3 +201,24 @@ def infer_metrics(trial: TrialSpec, result: TrialResult, latency_s: list[float],
     if recompiles:
         result.warnings.append(
             f"recompiled {recompiles:g} time(s) inside the timed loops: latencies include compiles")
+
+
+# The total-time rate below this share of the median call's is flagged: stalls, not throughput.
+STALL_SHARE = 0.8
+
+
+def _throughput_warnings(result: TrialResult, latency_s: list[float], batch_s: list[float], batch: int) -> None:
+    """Say when stalls dominate the throughput, and when a large batch is slower per sample than
+    batch-1 requests (the measurement, not batching, is then suspect)."""
+    m = result.metrics
+    total, median = m["infer_samples_per_s"], m["infer_samples_per_s_median"]
+    if total is not None and median and total < STALL_SHARE * median:
+        result.warnings.append(
+            f"throughput: {total:.1f} samples/s over the total time but {median:.1f} at the median call:"
+            f" a few slow calls (the slowest {max(batch_s) * 1e3:.1f} ms, the median"
+            f" {statistics.median(batch_s) * 1e3:.3f} ms) dominate the total")
+    single = 1.0 / statistics.median(latency_s) if latency_s else None
+    if median and single and batch > 1 and median < single:
+        result.warnings.append(
+            f"throughput: batch {batch} runs {median:.1f} samples/s at the median call, below batch-1's"
+            f" {single:.1f}: batching does not pay here, or the machine was busy")
