@@ -201,7 +201,8 @@ def _seeded_converge_store(tmp_path, rows: list[tuple[str, str, int, float | Non
             store.finish_trial(tid, TrialResult(status="unsupported", error="ort cannot train"))
             continue
         metrics = {"reached_target": float(steps is not None), "steps_to_target": steps, "accuracy": 0.9,
-                   "time_to_target_s": None if steps is None else steps / 10, "eval_s": 1.0}
+                   "time_to_target_s": None if steps is None else steps / 10, "eval_s": 1.0,
+                   **({"compile_s": 3.5} if framework == "a" else {"compile_estimate_s": 0.25})}
         store.finish_trial(tid, TrialResult(status="ok", metrics=metrics))
     return store, run
 
@@ -216,6 +217,8 @@ def test_converge_table_marks_pairs_names_the_target_and_notes_unsupported_once(
     assert "mode" not in headers and "target" not in headers  # one mode: no column
     steps = [c.text for c in table.column("steps to target")]
     assert steps == ["64 !", "160 !", "64", "96"]  # seed 0 is 96 apart (> K), seed 1 is 32 apart
+    # the compile inside the time to target is shown, so it does not read as training speed
+    assert [c.text for c in table.column("of which compile s")] == ["3.50", "0.25*", "3.50", "0.25*"]
     assert [n for n in table.notes if "ort" in n] == ["ort: unsupported: ort cannot train"]
     assert any(n.startswith("seed pairs: 2 compared") and "1 differ by more than K" in n for n in table.notes)
 
