@@ -12,6 +12,8 @@ import json
 import os
 import re
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -241,6 +243,15 @@ def test_mlflow_export_reads_back(store, tmp_path, capsys, monkeypatch):
     assert "-> MLflow run" in capsys.readouterr().out
     assert main(["export", "1", "--store", store, "--mlflow"]) == 0
     assert "exported before" in capsys.readouterr().out
+    # the read-back docs/cli.md gives, as written (no pandas with mlflow-skinny)
+    readback = subprocess.run(
+        [sys.executable, "-c", "import mlflow; mlflow.set_tracking_uri('mlruns'); print([(r.info.run_name,"
+         " r.data.metrics.get('samples_per_s')) for r in mlflow.search_runs(experiment_names=['dlbench'],"
+         " output_format='list')])"], cwd=tmp_path, env={**os.environ, "MLFLOW_ALLOW_FILE_STORE": "true"},
+        capture_output=True, text=True, check=True)
+    assert "dlbench run 1" in readback.stdout
+    assert main(["export", "1", "--store", store, "--mlflow", "sqlite:///x.db"]) == 2
+    assert "needs the full mlflow package" in capsys.readouterr().err
     client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
     exp = client.get_experiment_by_name("dlbench")
     runs = client.search_runs([exp.experiment_id])

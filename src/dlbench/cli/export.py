@@ -121,13 +121,15 @@ def _mlflow(store: Store, run_ids: list[int], target: str) -> None:
     try:
         from mlflow.exceptions import MlflowException
 
-        from dlbench.results.mlflow_export import export_runs
+        from dlbench.results.mlflow_export import NeedsFullMlflow, export_runs
     except ImportError as e:
         raise UsageError(f"--mlflow needs MLflow ({(e.name or '?').split('.')[0]} is missing): pip install 'dlbench[mlflow]'") from None
     directory = _mlflow_directory(target)
     try:
         with tempfile.TemporaryDirectory(prefix="dlbench-mlflow-") as tmp, writing(directory or target):
-            done = export_runs(store, run_ids, target, _report_artifact(store, run_ids, Path(tmp)))
+            done = export_runs(store, run_ids, target, lambda new: _report_artifact(store, new, Path(tmp)))
+    except NeedsFullMlflow as e:
+        raise UsageError(f"--mlflow {e}") from None
     except MlflowException as e:  # a bad URI, a server that refused
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise UsageError(f"--mlflow {shown(target)}: {first}") from None

@@ -9,12 +9,11 @@ stores need SQLAlchemy, which only the full `mlflow` package brings.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
@@ -78,24 +77,48 @@ def run_uid(store: Store, run_id: int) -> str:
     return f"{run_id}@{store.run(run_id)['created_at']:.6f}"
 
 
+# URI schemes of MLflow's database stores: they need SQLAlchemy, which only the full `mlflow`
+# package brings (mlflow-skinny writes a directory or talks to a server).
+DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
+
+
+class NeedsFullMlflow(Exception):
+    """The target is a database store and SQLAlchemy is missing: one line for the user."""
+
+
 def export_runs(store: Store, run_ids: list[int], target: str,
-                artifacts: list[Path]) -> list[tuple[int, str, bool]]:
+                artifacts: Callable[[list[int]], list[Path]]) -> list[tuple[int, str, bool]]:
     """(dlbench run id, MLflow parent run id, newly exported?) per run; a run exported before
-    (same run_uid) is left as it is."""
+    (same run_uid) is left as it is, and `artifacts` (the HTML report) is made only for the runs
+    to export."""
     uri = tracking_uri(target)
+    if uri.split(":", 1)[0].split("+")[0] in DATABASE_SCHEMES and not _has_sqlalchemy():
+        raise NeedsFullMlflow(f"{target!r} is a database store, which needs the full mlflow package (pip install"
+                              " mlflow); dlbench[mlflow] brings mlflow-skinny, which writes a directory (the"
+                              " default ./mlruns) or sends to a tracking server (http://...)")
     if uri.startswith("file:"):
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     client = MlflowClient(tracking_uri=uri)
     experiment = _experiment(client)
-    out = []
+    out: dict[int, tuple[int, str, bool]] = {}
+    todo: dict[int, str] = {}
     for rid in run_ids:
         uid = run_uid(store, rid)
         done = client.search_runs([experiment], filter_string=f"tags.`dlbench.run_uid` = '{uid}'")
         if done:
-            out.append((rid, done[0].info.run_id, False))
-            continue
-        out.append((rid, _export_run(client, experiment, store, rid, uid, artifacts), True))
-    return out
+            out[rid] = (rid, done[0].info.run_id, False)
+        else:
+            todo[rid] = uid
+    files = artifacts(list(todo)) if todo else []
+    for rid, uid in todo.items():
+        out[rid] = (rid, _export_run(client, experiment, store, rid, uid, files), True)
+    return [out[rid] for rid in run_ids]
+
+
+def _has_sqlalchemy() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("sqlalchemy") is not None
 
 
 def _export_run(client: MlflowClient, experiment: str, store: Store, rid: int, uid: str,
