@@ -8,13 +8,13 @@ import sys
 from typing import NoReturn
 
 from dlbench import __version__
-from dlbench.cli import check, compare, env, export, listing, report, run
+from dlbench.cli import check, compare, env, export, history, listing, report, run
 from dlbench.cli.common import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from dlbench.results.store import StoreError
 from dlbench.spec import SpecError
 
 COMMANDS = {"run": run, "check": check, "compare": compare, "report": report, "list": listing, "env": env,
-            "export": export}
+            "export": export, "history": history}
 
 
 class _Parser(argparse.ArgumentParser):

@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from dlbench import processes, workloads
+from dlbench.analysis import repeats
 from dlbench.backends import installed, registered
 from dlbench.cli import suite
 from dlbench.cli.common import (
@@ -34,7 +35,7 @@ from dlbench.report.terminal import make_console, print_run_tables
 from dlbench.results import environment
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
 from dlbench.results.store import Store, machine_lock
-from dlbench.runner import parallel, ray_executor, resume
+from dlbench.runner import parallel, ray_executor, resume, rounds
 from dlbench.runner.executor import Outcome, Progress, execute, register, warm_imports
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
 from dlbench.runner.plan import Plan, PlannedTrial, Sweep, estimate_s, make_plan
@@ -74,8 +75,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--scaling", help="with --devices: weak (batch per device, the default) or strong"
                                      " (the batch is the global batch)")
     p.add_argument("--seed", type=int_list("seed"), help="default: 0")
-    p.add_argument("--repeats", type=int,
-                   help="fresh processes per configuration, interleaved in rounds (default: 3)")
+    p.add_argument("--repeats", metavar="N|auto[:PCT%][,min=N][,max=N][,time=T]",
+                   help="fresh processes per configuration, interleaved in rounds (default: 3); auto:"
+                        " rounds until every headline interval is within PCT (default 5%%), the"
+                        " comparisons between frameworks are decided, or the budget (max=20 repeats,"
+                        " time=30min) is spent, e.g. auto:3%%,max=20")
     p.add_argument("--order-seed", type=int,
                    help="seed of the shuffle within each round (default: drawn and recorded with the run)")
     p.add_argument("--preset", help="workload size preset: tiny, cpu, gpu (default: cpu)")
@@ -141,6 +145,14 @@ def parse_option(text: str) -> tuple[str, str, str]:
     return framework.strip(), name.strip(), value.strip()
 
 
+def repeat_rule(o: dict[str, Any]) -> repeats.RepeatRule:
+    """--repeats (or the suite's `repeats`): a count or the auto rule; one line when bad."""
+    try:
+        return repeats.parse(o["repeats"])
+    except repeats.RepeatsError as e:
+        raise UsageError(str(e)) from None
+
+
 def sweep_from_options(o: dict[str, Any]) -> Sweep:
     cores = len(os.sched_getaffinity(0))
     if o["threads"] is not None and not 1 <= o["threads"] <= cores:
@@ -153,7 +165,7 @@ def sweep_from_options(o: dict[str, Any]) -> Sweep:
         frameworks_explicit=o["framework"] is not None and not every_framework,
         modes=o["mode"], batch_sizes=o["batch_size"], seeds=o["seed"],
         precisions=o["precision"], scenarios=o["scenario"], devices=o["devices"], scaling=o["scaling"],
-        repeats=o["repeats"], preset=o["preset"], dataset_size=o["dataset_size"],
+        repeats=repeat_rule(o).first, preset=o["preset"], dataset_size=o["dataset_size"],
         epochs=o["epochs"], warmup_epochs=o["warmup_epochs"], chunk_steps=o["chunk_steps"],
         threads=o["threads"], compile_cache=o["compile_cache"], timeout_s=o["timeout"],
         memory_limit_bytes=o["memory_limit"],
@@ -259,14 +271,20 @@ def main(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     print_plan(console, plan, store.durations_by_config())
     progress = ConsoleProgress(console)
+    rule = repeat_rule(options)
     with machine_lock(allow_concurrent, on_wait=lambda: _waiting(console)), processes.stop_signals_interrupt():
         if plan.pending:
             warm_imports(plan, progress)
         with executor(options, bool(plan.pending)) as run_trials:
             command = "dlbench " + shlex.join(args.argv)
+            state = rounds.AutoState(rule.label)
             run_id = store.create_run(command, environment.capture(installed()), allow_concurrent,
-                                      order_seed=plan.order_seed)
-            outcome = run_trials(store, run_id, register(store, run_id, plan), progress)
+                                      order_seed=plan.order_seed, repeats=state.to_dict())
+            planned = register(store, run_id, plan)
+            if rule.auto:
+                outcome = rounds.run_rounds(store, run_id, rule, state, planned, run_trials, progress)
+            else:
+                outcome = run_trials(store, run_id, planned, progress)
             _finish_run(store, run_id, outcome)
     return _report(console, store, run_id, args.store, outcome)
 
@@ -290,18 +308,30 @@ def resume_main(args: argparse.Namespace) -> int:
                           f" {_resumable_words(args.retry_failed)} trials", highlight=False)
             return EXIT_OK
         resumption = resume.prepare(store, run_id, args.retry_failed)
-        if not resumption.trials:
+        auto = rounds.state_of(store, run_id)
+        going_on = auto is not None and auto[1].stop is None
+        if not resumption.trials and not going_on:
             console.print(f"dlbench: run {run_id} has no {_resumable_words(args.retry_failed)}"
                           " trials; nothing to resume", highlight=False)
             return EXIT_OK
         _print_resumption(console, resumption)
         plan = Plan(trials=[p for _, p in resumption.trials])
         print_plan(console, plan, store.durations_by_config())
-        warm_imports(plan, progress)
+        warm_imports(_first_round(store, run_id) if going_on else plan, progress)
         with executor(how, True) as run_trials:
-            outcome = run_trials(store, run_id, resumption.trials, progress)
+            if auto is not None and going_on:
+                console.print(f"  repeats {auto[0].label}: continuing after round {auto[1].rounds}",
+                              highlight=False)
+                outcome = rounds.run_rounds(store, run_id, *auto, resumption.trials, run_trials, progress)
+            else:
+                outcome = run_trials(store, run_id, resumption.trials, progress)
         _finish_run(store, run_id, outcome)
     return _report(console, store, run_id, args.store, outcome)
+
+
+def _first_round(store: Store, run_id: int) -> Plan:
+    """A resumed auto run's frameworks, for the untimed warm imports of its next rounds."""
+    return Plan(trials=[PlannedTrial(spec) for spec in rounds.first_round(store, run_id)])
 
 
 def check_executor(options: dict[str, Any]) -> None:

@@ -237,6 +237,18 @@ def parity_notes(trials: Iterable[Trial], checked: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def repeat_notes(report: Report) -> list[str]:
+    """What ended each `--repeats auto` run (runs.repeats, written by runner/rounds.py): every
+    headline interval within the target, every comparison decided, or the budget spent."""
+    out = []
+    for run in report.runs:
+        state = run.info.get("repeats")
+        if isinstance(state, dict) and str(state.get("rule", "")).startswith("auto") and state.get("text"):
+            where = f"run {run.id}: " if report.multi_run else ""
+            out.append(f"{where}repeats {state['rule']}: {state['text']}")
+    return out
+
+
 # Metrics whose missing values are explained once under the tables (the reason is the same for
 # a whole family: VRAM, GPU power and energy, CPU energy, allocator peaks).
 NOTED_METRICS = {

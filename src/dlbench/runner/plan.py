@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dlbench import workloads
+from dlbench.analysis import repeats
 from dlbench.backends import get_backend, support
 from dlbench.monitors.nvml import device_kind
 from dlbench.runner.inference import INFER_BATCHES
@@ -25,8 +26,8 @@ STARTUP_GUESS_S = 8.0
 COMPILE_GUESS_S = 15.0
 CPU_FLOPS_GUESS = 20e9
 # More fresh processes per configuration than any CI spread needs; a typo such as 1000000 would
-# otherwise plan a million trials before anything says no.
-MAX_REPEATS = 1000
+# otherwise plan a million trials before anything says no (one limit with --repeats auto's).
+MAX_REPEATS = repeats.MAX_REPEATS
 
 
 @dataclass(frozen=True)
