@@ -27,7 +27,8 @@ MAX_REPEATS = 1000
 DURATION_UNITS = {"s": 1.0, "min": 60.0, "h": 3600.0}
 _DURATION = re.compile(r"^(?P<n>[0-9]+(\.[0-9]*)?)(?P<unit>s|min|h)$")
 _TARGET = re.compile(r"^(?P<pct>[0-9]+(\.[0-9]*)?)%$")
-SYNTAX = "an integer >= 1, or auto[:TARGET%][,min=N][,max=N][,time=DURATION] (e.g. auto:3%,max=20 or auto,time=30min)"
+SYNTAX = (f"an integer from 1 to {MAX_REPEATS}, or auto[:TARGET%][,min=N][,max=N][,time=DURATION]"
+          " (e.g. auto:3%,max=20 or auto,time=30min)")
 
 StopReason = Literal["intervals", "decided", "budget", "no-data"]
 

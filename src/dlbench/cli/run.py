@@ -367,6 +367,9 @@ def _waiting(console: Console) -> None:
 
 
 def _print_resumption(console: Console, r: resume.Resumption) -> None:
+    if not r.trials:  # an auto run between rounds: its next round is what runs
+        console.print(f"dlbench: resuming run {r.run_id}", highlight=False)
+        return
     before = ", ".join(f"{n} {status}" for status, n in r.previous.items())
     console.print(f"dlbench: resuming run {r.run_id}: {len(r.trials)} trial(s) to run again"
                   f" ({before})", highlight=False, soft_wrap=True)

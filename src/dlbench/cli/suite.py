@@ -152,8 +152,10 @@ def _convert(key: Key, value: Any) -> Any:
         if isinstance(value, bool):
             return value
         raise _Bad(value, "true or false")
-    if key.kind == "repeats":
+    if key.kind == "repeats":  # an integer, or the auto rule as a string ("3" is not a count)
         try:
+            if not (_is_int(value) or isinstance(value, str) and value.strip().startswith("auto")):
+                raise repeats.RepeatsError(str(value))
             repeats.parse(value)
         except repeats.RepeatsError:
             raise _Bad(value, repeats.SYNTAX) from None
