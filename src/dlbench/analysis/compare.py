@@ -19,7 +19,7 @@ import re
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from scipy import stats as sps
 
@@ -34,7 +34,9 @@ DEFAULT_THRESHOLD = stats.DETECTABLE_CHANGE
 # Environment keys whose difference means other hardware (needs --force).
 HARDWARE_KEYS = ("cpu_model", "cpu_logical", "cpu_affinity", "ram_bytes", "gpu")
 
-SAME, DIFFERENT, UNDECIDED = "SAME", "DIFFERENT", "UNDECIDED"
+SAME: Final = "SAME"
+DIFFERENT: Final = "DIFFERENT"
+UNDECIDED: Final = "UNDECIDED"
 Verdict = Literal["SAME", "DIFFERENT", "UNDECIDED"]
 Outcome = Literal["pass", "regression", "undecided"]
 

@@ -75,7 +75,8 @@ def evaluate(store: Store, run_id: int, rule: repeats.RepeatRule, state: AutoSta
     configs: dict[str, list[TrialRow]] = {}
     for r in rows:
         configs.setdefault(configuration_key(r.spec), []).append(r)
-    intervals, groups = [], {}
+    intervals: list[repeats.Interval] = []
+    groups: dict[str, tuple[str, list[tuple[str, list[float]]]]] = {}
     for trials in configs.values():
         spec = trials[0].spec
         metric = headline(str(spec.get("scenario", "train")))
@@ -88,9 +89,9 @@ def evaluate(store: Store, run_id: int, rule: repeats.RepeatRule, state: AutoSta
         groups.setdefault(group, (metric, []))[1].append((compare.label(spec), values))
     comparisons = []
     for metric, entries in groups.values():
-        for r in compare.rank(entries, metric, rule.target):
-            if r.decision is not None:
-                comparisons.append((f"{r.name} vs {r.below}", r.decision.verdict != compare.UNDECIDED))
+        for ranked in compare.rank(entries, metric, rule.target):
+            if ranked.decision is not None:
+                comparisons.append((f"{ranked.name} vs {ranked.below}", ranked.decision.verdict != compare.UNDECIDED))
     return repeats.judge(rule, rounds, state.spent_s, state.round_s, intervals, comparisons)
 
 
