@@ -236,3 +236,55 @@ def test_auto_rule_stops_for_each_of_its_reasons():
     assert repeats.judge(rule, 4, 0, 0, [], []).stop == "no-data"
     going = repeats.judge(rule, 4, 0, 0, [wide, narrow], [("a vs b", False)])
     assert going.stop is None and "±8.0% at 97%" in going.text and "1 of 1 comparison(s) undecided" in going.text
+
+
+def test_bad_threshold_is_one_line(tmp_path, capsys):
+    assert _compare_files(tmp_path, [1.0, 2.0], [1.0, 2.0], "--threshold", "five") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--threshold 'five' is not a percentage" in err
+
+
+def _ranked_store(path) -> None:
+    """One run: torch about 2x the others, jax and tensorflow alike, keras failing parity."""
+    from dlbench.results.records import TrialResult
+    from dlbench.results.store import Store
+    from dlbench.spec import Policy, TrialSpec, WorkloadSpec
+
+    values = {"torch": [190, 200, 210, 195, 205], "jax": [100, 101, 99, 100.5, 99.5],
+              "tensorflow": [100.2, 100.1, 99.8, 100.4, 99.9], "keras": [400, 401, 402, 399, 398]}
+    store = Store(path)
+    run = store.create_run("dlbench run", {}, False)
+    seq = 0
+    for repeat in range(5):
+        for framework, vs in values.items():
+            parity = {"verdict": "fail" if framework == "keras" else "pass", "worst_rel_err": 1e-7}
+            spec = TrialSpec(workload=WorkloadSpec(), framework=framework, policy=Policy(mode="compiled"), repeat=repeat)
+            store.finish_trial(store.add_trial(run, seq, spec),
+                               TrialResult(status="ok", metrics={"samples_per_s": vs[repeat]}, parity=parity))
+            seq += 1
+    store.close()
+
+
+def test_report_opens_with_the_ranking(tmp_path, capsys):
+    from dlbench.report import model
+    from dlbench.report.html import render
+    from dlbench.report.tables import report_tables
+    from dlbench.results.store import Store
+
+    path = tmp_path / "s.sqlite"
+    _ranked_store(path)
+    assert main(["report", "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.index("ranking (best first)") < out.index("dlbench results")
+    assert "torch is faster than" in out
+    with Store(path) as store:
+        report = model.load(store, [1])
+    table = report_tables(report)[0]
+    assert table.id == "ranking"
+    assert [c.text for c in table.column("framework")] == ["torch", "tensorflow", "jax"]
+    verdicts = [c.text for c in table.column("verdict")]
+    assert verdicts[0] == "torch is faster than tensorflow by 2.00x [1.90, 2.10]"
+    assert verdicts[1] == "tensorflow and jax are the same within ±5%"
+    assert "not ranked: " in " ".join(table.notes) and "Holm" in " ".join(table.notes)
+    page = render(report, [], None)
+    assert page.index("id='table-ranking'") < page.index("id='table-results'")
