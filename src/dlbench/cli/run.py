@@ -272,6 +272,11 @@ def main(args: argparse.Namespace) -> int:
     print_plan(console, plan, store.durations_by_config())
     progress = ConsoleProgress(console)
     rule = repeat_rule(options)
+    if rule.auto:
+        budget = f"{rule.max_repeats} rounds" + (f" or {rule.max_time_s / 60:g} min" if rule.max_time_s else "")
+        console.print(f"  repeats {rule.label}: the first {rule.first} round(s), then one round at a time until every"
+                      f" headline interval is within ±{rule.target:.0%}, the frameworks' comparisons are decided,"
+                      f" or {budget}", highlight=False, soft_wrap=True)
     with machine_lock(allow_concurrent, on_wait=lambda: _waiting(console)), processes.stop_signals_interrupt():
         if plan.pending:
             warm_imports(plan, progress)
