@@ -33,6 +33,12 @@ from dlbench.spec import Policy, TrialSpec
 from dlbench.workloads.data import Augment, Dataset, crop_flip
 
 STEP_S = float(os.environ.get("FAKE_STEP_S", "0.002"))
+# The same fake registered under a second name (DLBENCH_BACKENDS=...,fake2=fake_backend:FakeBackend)
+# runs at FAKE_STEP_S_FAKE2 seconds a step: two "frameworks" of known relative speed.
+
+
+def step_s(framework: str) -> float:
+    return float(os.environ.get(f"FAKE_STEP_S_{framework.upper()}", STEP_S))
 # Seconds of "device work" per inference call (any batch size).
 INFER_S = float(os.environ.get("FAKE_INFER_S", "0.0001"))
 # Behaviour `learn` (converge scenario): held-out accuracy min(1, steps / LEARN_STEPS); each
@@ -178,7 +184,7 @@ class FakeProgram:
                 self.child = subprocess.Popen([sys.executable, "-c", code])
             if b == "child" and state["step"] == 2:
                 time.sleep(2.5)  # let the sampler re-list the process tree and see the child
-        fut = self.device.dispatch(STEP_S * n_steps)
+        fut = self.device.dispatch(step_s(self.trial.framework) * n_steps)
         return state, (fut, np.full(n_steps, 1.0 / (1 + state["step"])))
 
     def predict(self, state: Any, x: np.ndarray) -> np.ndarray:

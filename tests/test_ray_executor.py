@@ -238,3 +238,19 @@ def test_a_lost_ray_worker_is_a_crashed_trial_and_the_others_go_on(tmp_path, sam
     assert [by_repeat[r].status for r in range(4)] == ["ok", "failed", "ok", "crashed"]
     assert (by_repeat[3].error or "").startswith("the Ray worker process running it died")
     assert by_repeat[0].metrics["samples_per_s"] and by_repeat[2].metrics["samples_per_s"]
+
+
+@pytest.mark.timeout(240)
+def test_auto_repeats_run_their_rounds_on_ray(tmp_path, capsys, same_env):
+    """--repeats auto with the Ray executor: each round is one batch of Ray tasks; round 2's
+    trial (repeat 1) fails by the module's behaviours, and the rule still stops by its budget."""
+    store_path = tmp_path / "ray.sqlite"
+    argv = ["run", "-f", "fake", "--mode", "eager", *TINY, "--repeats", "auto,min=1,max=2", "--executor", "ray",
+            "--store", str(store_path)]
+    assert main(argv) == 3
+    out = capsys.readouterr().out
+    assert out.count("submitted 1 trial(s) to the Ray cluster") == 2
+    assert "repeats auto,min=1,max=2: stopped after 2 rounds: the budget of 2 repeats is spent" in out
+    with Store(store_path) as store:
+        assert [t.status for t in store.trials(1)] == ["ok", "failed"]
+        assert store.run(1)["repeats"]["stop"] == "budget"

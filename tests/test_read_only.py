@@ -106,8 +106,9 @@ def test_read_commands_change_no_file_they_are_pointed_at(tmp_path, capsys, kind
             continue
         code = main([*(a.format(out=out) for a in argv), "--store", str(path)])
         err = capsys.readouterr().err
-        assert code in (0, 2), (name, code, err)
-        assert code == 0 or (err.startswith("dlbench: error: ") and err.count("\n") == 1), (name, err)
+        # compare of a run with itself: same, or undecided (4) with few repeats
+        assert code in (0, 2) or name == "compare" and code == 4, (name, code, err)
+        assert code in (0, 4) or (err.startswith("dlbench: error: ") and err.count("\n") == 1), (name, err)
         assert code == 0 or kind == "empty" or name == "compare", (name, err)
         assert snapshot(stores) == before, name
 

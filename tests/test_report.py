@@ -104,7 +104,7 @@ def test_terminal_report_shows_intervals_statuses_and_runs(store, capsys):
     (["report", "--html", "/nonexistent/dir/r.html"],
      "cannot write '/nonexistent/dir/r.html': directory '/nonexistent/dir' does not exist"),
     (["export", "1", "--format", "parquet"], "format parquet writes three files: give a directory with -o DIR"),
-    (["export", "1", "--format", "xml"], "format 'xml' is not one of: json, csv, parquet"),
+    (["export", "1", "--format", "xml"], "format 'xml' is not one of: json, csv, parquet, github-action-benchmark, bencher"),
 ])
 def test_bad_report_and_export_input_is_one_line(store, argv, msg, capsys):
     assert main([*argv, "--store", store]) == 2

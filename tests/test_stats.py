@@ -76,29 +76,35 @@ def test_compare_same_slower_and_gate():
     same = [_trial("torch", v, i) for i, v in enumerate([101, 99, 100, 102, 98.5])]
     slow = [_trial("torch", v, i) for i, v in enumerate([80, 81, 79, 82, 80.5])]
     [r_same], _ = cmp.compare(base, same, ["samples_per_s"])
-    assert r_same.verdict == "same" and r_same.warning is None
+    assert r_same.verdict == cmp.SAME
     [r_slow], _ = cmp.compare(base, slow, ["samples_per_s"])
-    assert r_slow.verdict == "worse" and r_slow.change == pytest.approx(1 - 80.5 / 100)
+    assert r_slow.verdict == cmp.DIFFERENT and r_slow.decision.direction == "worse"
     assert r_slow.p_value == pytest.approx(2 / 252)
     rule = cmp.parse_fail("median:5%")
     assert cmp.regressions([r_slow], [rule]) and not cmp.regressions([r_same], [rule])
-    assert not cmp.regressions([r_slow], [cmp.parse_fail("median:25%")])  # significant but small
+    assert cmp.gate(r_same, rule).outcome == "pass"
+    # significant but within 25 %: the 90 % interval of the ratio ends above 0.75
+    assert not cmp.regressions([r_slow], [cmp.parse_fail("median:25%")])
+    assert cmp.gate(r_slow, cmp.parse_fail("median:25%")).outcome == "pass"
 
 
-def test_compare_warns_when_n_can_never_be_significant():
+def test_compare_never_calls_an_undecidable_change_same():
+    """3 + 3 repeats 2x apart: the exact test cannot reach p < 0.05, the interval is far from
+    +-5 %: UNDECIDED, with one more repeat per side (4 + 4 can reach p = 0.029)."""
     base = [_trial("jax", v, i) for i, v in enumerate([100, 101, 99])]
     new = [_trial("jax", v, i) for i, v in enumerate([50, 51, 49])]
     [r], _ = cmp.compare(base, new, ["samples_per_s"])
-    assert r.verdict == "same" and "can never reach" in (r.warning or "")
+    assert r.verdict == cmp.UNDECIDED and r.decision.more_repeats == 1
+    assert cmp.gate(r, cmp.parse_fail("median:5%")).outcome == "undecided"
 
 
 def test_policy_difference_is_named_and_bad_rules_rejected():
     base = [_trial("torch", 100, 0, threads=2)]
     new = [_trial("torch", 100, 0, threads=1)]
     assert cmp.policy_differences(base, new) == ["cnn/torch/compiled b32 s0: policy threads 2 -> 1"]
-    with pytest.raises(cmp.CompareError, match="is not METRIC:PERCENT%"):
-        cmp.parse_fail("median:5")
-    assert cmp.parse_fail("rss_peak_bytes:10%") == cmp.FailRule("rss_peak_bytes", 0.1)
+    with pytest.raises(cmp.CompareError, match="is not METRIC:PCT%"):
+        cmp.parse_fail("median:five")
+    assert cmp.parse_fail("rss_peak_bytes:10%") == cmp.FailRule("rss_peak_bytes", 0.1, text="rss_peak_bytes:10%")
 
 
 def test_parity_judges_a_gradient_that_is_zero_by_construction_against_the_whole():

@@ -97,3 +97,18 @@ def test_an_unreadable_suite_file(tmp_path, capsys, name, data, msg):
         path.write_bytes(data)
     assert main(["run", str(path), "--store", str(tmp_path / "s.sqlite")]) == 2
     assert capsys.readouterr().err == f"dlbench: error: {msg.format(p=path)}\n"
+
+
+def test_the_ci_example_suite_and_workflow_agree():
+    """examples/ci (docs/ci.md): the suite is valid with the fake framework in place of the
+    real ones, and the workflow runs that file and gates with compare's exit codes."""
+    import yaml
+
+    ci = EXAMPLE.parent / "ci"
+    args = build_parser().parse_args(["run", str(ci / "suite.toml"), "-f", "fake"])
+    plan = plan_from_args(args)
+    assert len(plan.trials) == 2 * 6 and plan.trials[0].spec.workload.name in ("mlp", "cnn")
+    workflow = yaml.safe_load((ci / "dlbench-pr.yml").read_text())
+    steps = " ".join(str(step.get("run", "")) for job in workflow["jobs"].values() for step in job["steps"])
+    assert "examples/ci/suite.toml" in steps and "dlbench compare 1 2" in steps and '"$code" = 4' in steps
+    assert "--format github-action-benchmark" in steps

@@ -133,3 +133,16 @@ def label(name: str) -> str:
     """The header a table shows for the metric: the registry's, else the name itself."""
     metric = METRICS.get(name)
     return metric.label if metric is not None and metric.label else name
+
+
+# The headline metric of each runner scenario: what `--repeats auto` narrows and the report's
+# ranking orders by. A scenario not listed (a new workload family's) is judged by samples/s.
+HEADLINE_BY_SCENARIO = {
+    "train": "samples_per_s",
+    "infer": "infer_samples_per_s",
+    "converge": "time_to_target_s",
+}
+
+
+def headline(scenario: str) -> str:
+    return HEADLINE_BY_SCENARIO.get(scenario, "samples_per_s")

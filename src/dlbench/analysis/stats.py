@@ -168,3 +168,198 @@ def ratio_ci(base: Sequence[float], new: Sequence[float], confidence: float = CO
     low = nl / bh if bh else math.inf
     high = nh / bl if bl else math.inf
     return ratio, low, high, max(0.0, nlev + blev - 1)
+
+
+# --- two-sample effect sizes and tests (compare, ranking, auto repeats) -------------------
+
+# Exact null distributions up to this many pairs (m n); above, the normal approximations.
+EXACT_U_PAIRS = 2500
+EXACT_KS_PAIRS = 250_000
+# Pitman efficiency of the Wilcoxon-Mann-Whitney test against the t-test under normal errors is
+# 3/pi (Lehmann, Nonparametrics, 1975, §2.4): a rank test needs pi/3 times the t-test's n.
+RANK_EFFICIENCY = 3 / math.pi
+# Repeats per side past which "more repeats" is not worth stating exactly.
+MAX_STATED_REPEATS = 1000
+
+
+@dataclass(frozen=True)
+class Shift:
+    """A location shift of NEW against BASE with its confidence interval. `ratio` shifts are
+    NEW/BASE factors (the shift of the logarithms, exponentiated); others are NEW - BASE in the
+    metric's unit."""
+
+    estimate: float
+    low: float
+    high: float
+    level: float  # the interval's true coverage (0.0 where no interval exists)
+    ratio: bool
+
+
+def u_null_counts(m: int, n: int) -> list[int]:
+    """The exact null distribution of the Mann-Whitney U statistic (no ties) as counts over
+    u = 0..mn, out of C(m+n, m): the coefficients of the Gaussian binomial coefficient
+    [m+n choose m]_q = prod_{i=1..m} (1 - q^(n+i)) / (1 - q^i) (Andrews, The Theory of
+    Partitions, 1976, Thm 3.1; the same counts as Mann and Whitney's 1947 recursion), built
+    by one polynomial multiplication and one exact division per factor."""
+    m, n = min(m, n), max(m, n)
+    c = [1] + [0] * (m * n + m)  # room for the degree before each division
+    degree = 0
+    for i in range(1, m + 1):
+        for u in range(degree + n + i, n + i - 1, -1):  # times (1 - q^(n+i))
+            c[u] -= c[u - n - i]
+        degree += n + i
+        for u in range(i, degree + 1):  # divided by (1 - q^i): a running sum with stride i
+            c[u] += c[u - i]
+        degree -= i
+    return c[: m * n + 1]
+
+
+def _u_cdf(m: int, n: int) -> Any:
+    """P(U <= u) for u = 0..mn under the null hypothesis, exact (float)."""
+    counts = np.array(u_null_counts(m, n), dtype=float)
+    return np.cumsum(counts) / math.comb(m + n, m)
+
+
+def _shift_rank(m: int, n: int, confidence: float) -> tuple[int, float]:
+    """The rank k of the Moses interval [D_(k), D_(mn+1-k)] and its coverage 1 - 2 P(U <= k-1):
+    the largest k whose coverage reaches `confidence`, else k = 1 ([min, max] of the
+    differences) with its lower, true level. Exact for mn <= EXACT_U_PAIRS, otherwise the
+    normal approximation of Hollander, Wolfe and Chicken (Nonparametric Statistical Methods,
+    3rd ed., 2014, §4.3, eq. 4.43) with a continuity correction."""
+    pairs = m * n
+    if pairs <= EXACT_U_PAIRS:
+        cdf = _u_cdf(m, n)
+        levels = 1 - 2 * cdf[: (pairs + 1) // 2]  # coverage for k = 1, 2, ...
+        ok = np.flatnonzero(levels >= confidence - 1e-12)
+        k = int(ok[-1]) + 1 if ok.size else 1
+        return k, float(max(0.0, levels[k - 1]))
+    sd = math.sqrt(pairs * (m + n + 1) / 12)
+    z = float(sps.norm.ppf((1 + confidence) / 2))
+    k = max(1, math.floor(pairs / 2 - z * sd))
+    level = 1 - 2 * float(sps.norm.cdf((k - 0.5 - pairs / 2) / sd))
+    return k, level
+
+
+def hodges_lehmann(base: Sequence[float], new: Sequence[float], confidence: float = CONFIDENCE,
+                   ratio: bool = False) -> Shift:
+    """The Hodges-Lehmann estimate of the shift of NEW against BASE, the median of the m n
+    pairwise differences new_j - base_i (Hodges and Lehmann, Ann. Math. Statist. 34, 1963), with
+    the distribution-free interval [D_(k), D_(mn+1-k)] of the sorted differences (Moses, in
+    Walker and Lev, Statistical Inference, 1953; Hollander, Wolfe and Chicken, Nonparametric
+    Statistical Methods, 3rd ed., 2014, §4.3), whose coverage under a pure shift follows from
+    the null distribution of the Mann-Whitney U: the interval and the exact test are dual.
+    `ratio`: the shift of the logarithms, returned as a NEW/BASE factor (every value must be
+    > 0), which suits throughputs and times whose noise scales with the value. With 3 + 3
+    values the widest interval, [min, max] of the differences, has level 0.9; the level
+    returned is always the true one."""
+    b, a = [float(v) for v in base], [float(v) for v in new]
+    if not b or not a:
+        raise ValueError("hodges_lehmann needs values on both sides")
+    if ratio:
+        if min(b + a) <= 0:
+            raise ValueError("a ratio shift needs values > 0")
+        b, a = [math.log(v) for v in b], [math.log(v) for v in a]
+    d = np.sort(np.subtract.outer(np.array(a), np.array(b)).ravel())
+    estimate = float(np.median(d))
+    if len(d) == 1:
+        low = high = estimate
+        level = 0.0
+    else:
+        k, level = _shift_rank(len(b), len(a), confidence)
+        low, high = float(d[k - 1]), float(d[len(d) - k])
+    if ratio:
+        return Shift(math.exp(estimate), math.exp(low), math.exp(high), level, True)
+    return Shift(estimate, low, high, level, False)
+
+
+def ks_statistic(a: Sequence[float], b: Sequence[float]) -> tuple[float, int]:
+    """The two-sample Kolmogorov-Smirnov statistic D = max_x |F_a(x) - F_b(x)| over the pooled
+    values (ties handled: both empirical CDFs step together), and D m n as an exact integer."""
+    xa, xb = np.sort(np.asarray(a, float)), np.sort(np.asarray(b, float))
+    m, n = len(xa), len(xb)
+    pooled = np.unique(np.concatenate([xa, xb]))
+    i = np.searchsorted(xa, pooled, side="right")
+    j = np.searchsorted(xb, pooled, side="right")
+    d_mn = int(np.max(np.abs(i * n - j * m))) if len(pooled) else 0
+    return d_mn / (m * n), d_mn
+
+
+def ks_p_value(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """(D, two-sided p) of the two-sample Kolmogorov-Smirnov test, which sees a change in spread
+    or shape that the Mann-Whitney test misses (Chromium's Pinpoint runs both for that reason).
+    Exact: p = P(D >= d) = 1 - (lattice paths from (0,0) to (m,n) with |i n - j m| < d m n) /
+    C(m+n, m) (Hodges, Ark. Mat. 3, 1958; the method of SciPy's ks_2samp(method="exact")), the
+    paths counted as fractions so that nothing overflows; for m n > EXACT_KS_PAIRS the
+    asymptotic Kolmogorov distribution at sqrt(m n / (m + n)) D."""
+    m, n = len(a), len(b)
+    if m == 0 or n == 0:
+        raise ValueError("ks_p_value needs values on both sides")
+    d, d_mn = ks_statistic(a, b)
+    if m * n > EXACT_KS_PAIRS:
+        return d, float(min(1.0, sps.kstwobign.sf(math.sqrt(m * n / (m + n)) * d)))
+    # f[j] = share of the paths to (i, j) that stay strictly inside |i n - j m| < d_mn
+    f = [0.0] * (n + 1)
+    for i in range(m + 1):
+        for j in range(n + 1):
+            if abs(i * n - j * m) >= d_mn:
+                f[j] = 0.0
+            elif i or j:
+                f[j] = (f[j] * i + (f[j - 1] * j if j else 0.0)) / (i + j)
+            else:
+                f[j] = 1.0
+    return d, float(min(1.0, max(0.0, 1.0 - f[n])))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment for multiple comparisons (Holm, Scand. J. Statist. 6, 1979):
+    the i-th smallest of k p-values times (k - i + 1), made monotone, capped at 1. Rejecting
+    where the adjusted p < alpha keeps the family-wise error rate at alpha for any dependence."""
+    k = len(p_values)
+    order = sorted(range(k), key=lambda i: p_values[i])
+    out = [1.0] * k
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (k - rank) * p_values[i]))
+        out[i] = running
+    return out
+
+
+def pooled_sd(base: Sequence[float], new: Sequence[float]) -> float | None:
+    """The pooled sample standard deviation of two groups (each about its own mean); None when
+    neither group has two values."""
+    groups = [list(g) for g in (base, new) if len(g) > 1]
+    if not groups:
+        return None
+    ss = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in groups)
+    dof = sum(len(g) - 1 for g in groups)
+    return math.sqrt(ss / dof)
+
+
+def repeats_for_margin(sd: float, margin: float, z: float, floor: int) -> int:
+    """Repeats per side for a two-sample rank procedure to resolve `margin` with the spread
+    `sd` (both in the same units): the normal-theory n = 2 (z sd / margin)^2, divided by the
+    rank test's efficiency 3/pi, at least `floor` (what the exact test needs at all)."""
+    if margin <= 0:
+        return MAX_STATED_REPEATS
+    if sd <= 0:
+        return floor
+    n = 2 * (z * sd / margin) ** 2 / RANK_EFFICIENCY
+    return max(floor, min(MAX_STATED_REPEATS, math.ceil(n)))
+
+
+def min_repeats_for_p(alpha: float = ALPHA) -> int:
+    """The fewest repeats per side (equal sides) whose exact Mann-Whitney test can reach
+    p < alpha at all: 4 at alpha = 0.05 (min_p_value(4, 4) = 0.029)."""
+    n = 1
+    while min_p_value(n, n) >= alpha:
+        n += 1
+    return n
+
+
+def min_repeats_for_level(level: float) -> int:
+    """The fewest repeats per side (equal sides) whose Moses interval [min, max] reaches
+    `level`: 3 for 0.90 (1 - 2 / C(6, 3))."""
+    n = 1
+    while 1 - 2 / math.comb(2 * n, n) < level - 1e-12:
+        n += 1
+    return n

@@ -2,7 +2,11 @@
 
 BASE and NEW are run ids (or `latest`) in --store, or JSON files from `dlbench export`. Trials
 pair by configuration; the policy must match unless --force, and a hardware change needs --force.
-Exit 0 pass, 1 regression, 2 usage error, 3 failed trials (DESIGN §4).
+Each paired configuration and metric gets the Hodges-Lehmann shift with its interval, the
+Mann-Whitney and Kolmogorov-Smirnov p-values and a verdict (SAME, DIFFERENT, UNDECIDED:
+analysis/compare.py); each --fail rule (default: the headline metric at --threshold) passes,
+fails or stays undecided. Exit 0 every rule shown to pass, 1 a regression, 2 usage error,
+3 failed trials in NEW, 4 undecided (not enough evidence either way).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +25,7 @@ from dlbench.cli.common import (
     EXIT_OK,
     EXIT_REGRESSION,
     EXIT_TRIALS_FAILED,
+    EXIT_UNDECIDED,
     UsageError,
     add_store_argument,
     open_store,
@@ -35,12 +41,17 @@ FORMATS = ("text", "markdown")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("compare", help="compare two runs (CI gate): ratio, CI, Mann-Whitney p, verdict")
+    p = sub.add_parser("compare", help="compare two runs (CI gate): shift and interval, Mann-Whitney and KS p, verdict")
     p.add_argument("base", metavar="BASE", type=run_or_export, help="run id, 'latest', or an exported JSON file")
     p.add_argument("new", metavar="NEW", type=run_or_export, help="run id, 'latest', or an exported JSON file")
-    p.add_argument("--fail", action="append", default=[], metavar="METRIC:PCT%",
-                   help="fail (exit 1) when METRIC gets worse by more than PCT and significantly;"
-                        " 'median' is samples/s; repeatable, e.g. --fail median:5%% --fail rss_peak_bytes:10%%")
+    p.add_argument("--fail", action="append", default=[], metavar="RULE",
+                   help="exit 1 when METRIC is significantly worse by more than allowed, 4 when neither"
+                        " that nor a pass can be shown; RULE is METRIC:PCT%%, METRIC:AMOUNT[UNIT]"
+                        " (e.g. step_s_median:2ms) or METRIC:<BOUND / METRIC:>BOUND (e.g."
+                        " samples_per_s:<1200); 'median' is samples/s; repeatable (default:"
+                        " median:THRESHOLD)")
+    p.add_argument("--threshold", default=f"{cmp.DEFAULT_THRESHOLD:.0%}", metavar="PCT%",
+                   help="the change that matters: SAME means shown within it (default %(default)s)")
     p.add_argument("--metric", action="append", default=[], help="also compare this metric")
     p.add_argument("--force", action="store_true", help="compare despite a policy or hardware difference")
     p.add_argument("--format", default="text", help="text or markdown (for a CI comment)")
@@ -129,13 +140,25 @@ def _bad(ref: str, what: str) -> None:
     raise UsageError(f"{shown(ref)} is not a dlbench export: {what}; {HOW_TO_EXPORT}")
 
 
+def _threshold(text: str) -> float:
+    """--threshold PCT% -> a share in (0, 1)."""
+    m = re.fullmatch(r"([0-9]+(\.[0-9]*)?)%", text.strip())
+    if m is None or not 0 < float(m[1]) < 100:
+        raise UsageError(f"--threshold {text!r} is not a percentage between 0% and 100%, e.g. 5%")
+    return float(m[1]) / 100
+
+
 def main(args: argparse.Namespace) -> int:
     if args.format not in FORMATS:
         raise UsageError(f"format {shown(args.format)} is not one of: {', '.join(FORMATS)}")
+    threshold = _threshold(args.threshold)
     try:
         rules = [cmp.parse_fail(f) for f in args.fail]
     except cmp.CompareError as e:
         raise UsageError(str(e)) from None
+    # No rule: the gate is the headline metric at the threshold (a CI gate that says nothing
+    # would pass a 65x slowdown measured with too few repeats).
+    rules = rules or [cmp.FailRule(cmp.HEADLINE_METRIC, threshold, text=f"median:{threshold * 100:g}%")]
     base, base_env = load_side(args.base, args.store)
     new, new_env = load_side(args.new, args.store)
     console = make_console()
@@ -149,36 +172,58 @@ def main(args: argparse.Namespace) -> int:
                          + (f" (and {len(policy_lines) - 1} more)" if len(policy_lines) > 1 else "")
                          + "; add --force to compare anyway")
     metrics = list(dict.fromkeys([cmp.HEADLINE_METRIC, *args.metric, *(r.metric for r in rules)]))
-    results, unpaired = cmp.compare(base, new, metrics)
+    thresholds = {r.metric: r.threshold for r in reversed(rules) if r.kind == "relative"}
+    results, unpaired = cmp.compare(base, new, metrics, {m: thresholds.get(m, threshold) for m in metrics})
     if not results:
         raise UsageError("BASE and NEW share no configuration with ok trials to compare")
-    bad = cmp.regressions(results, rules)
+    outcomes = cmp.gates(results, rules)
     failed = cmp.failed_trials(new)
     notes = [*(f"environment: {line}" for line in env_lines), *(f"forced: {line}" for line in policy_lines),
              *unpaired, *(f"failed trial in NEW: {f}" for f in failed),
-             *dict.fromkeys(r.warning for r in results if r.warning)]
-    notes += [f"REGRESSION {rule.label}: {r.label} {r.metric} {r.change * 100:.1f}% worse"
-              f" (median {r.base.median:.4g} -> {r.new.median:.4g}, p={r.p_value:.3g})"
-              for r, rule in bad]
+             *(_decision_note(r) for r in results
+               if r.verdict == cmp.UNDECIDED and all(rule.metric != r.metric for rule in rules)),
+             *(_gate_note(r, rule, g) for r, rule, g in outcomes)]
     if args.format == "markdown":
         print(printable(markdown(results, notes)))
     else:
         console.print(table(results))
         for n in notes:  # labels and environments come from the files compared: no escapes
             console.print(printable(f"  {n}"), soft_wrap=True, highlight=False)
-    if bad:
+    kinds = {g.outcome for _, _, g in outcomes}
+    if "regression" in kinds:
         return EXIT_REGRESSION
-    return EXIT_TRIALS_FAILED if failed else EXIT_OK
+    if failed:
+        return EXIT_TRIALS_FAILED
+    return EXIT_UNDECIDED if "undecided" in kinds else EXIT_OK
+
+
+def _decision_note(r: cmp.PairResult) -> str:
+    d = r.decision
+    return (f"UNDECIDED {r.label} {r.metric}: {d.reason}; about {d.more_repeats} more repeats per side"
+            " would likely decide it")
+
+
+def _gate_note(r: cmp.PairResult, rule: cmp.FailRule, g: cmp.Gate) -> str:
+    """`PASS median:5%: cnn/torch/... shown within ...`, `REGRESSION ...`, `UNDECIDED ...`."""
+    more = f"; about {g.more_repeats} more repeats per side would likely decide it" if g.more_repeats else ""
+    return f"{g.outcome.upper()} {rule.label}: {r.label}: {g.text}{more}"
 
 
 def _row(r: cmp.PairResult) -> list[str]:
     fmt = "{:.4g}"
-    verdict = {"worse": "slower", "better": "faster"}.get(r.verdict, r.verdict) if r.metric == cmp.HEADLINE_METRIC else r.verdict
-    return [printable(r.label), printable(r.metric), f"{fmt.format(r.base.median)} (n={r.base.n})", f"{fmt.format(r.new.median)} (n={r.new.n})",
-            f"{r.ratio:.3f} [{r.ratio_low:.3f}, {r.ratio_high:.3f}] ≥{r.ratio_level:.0%}", f"{r.p_value:.3g}", verdict]
+    d = r.decision
+    verdict = d.text
+    if r.metric == cmp.HEADLINE_METRIC and d.verdict == cmp.DIFFERENT and not d.spread_only:
+        verdict = f"DIFFERENT ({'faster' if d.direction == 'better' else 'slower'})"
+    s = d.shift
+    shift = (f"{s.estimate:.3f} [{s.low:.3f}, {s.high:.3f}] {s.level:.0%}" if s.ratio else
+             f"{s.estimate:+.4g} [{s.low:+.4g}, {s.high:+.4g}] {s.level:.0%}")
+    return [printable(r.label), printable(r.metric), f"{fmt.format(r.base.median)} (n={r.base.n})",
+            f"{fmt.format(r.new.median)} (n={r.new.n})", shift, f"{d.p_value:.3g}", f"{d.ks_p:.3g}", verdict]
 
 
-HEADERS = ["configuration", "metric", "BASE median", "NEW median", "ratio NEW/BASE [CI, level]", "p (Mann-Whitney)", "verdict"]
+HEADERS = ["configuration", "metric", "BASE median", "NEW median", "NEW/BASE (Hodges-Lehmann) [interval]",
+           "p (Mann-Whitney)", "p (KS)", "verdict"]
 
 
 def table(results: list[cmp.PairResult]) -> Table:

@@ -1,6 +1,7 @@
 """`dlbench export RUN|latest|all --format json|csv|parquet` and `--mlflow [URI]`: trials,
 policy, metrics, raw samples and environment of one or more runs, to stdout, --output, or an
-MLflow tracking store."""
+MLflow tracking store; `--format github-action-benchmark|bencher`: per configuration the median
+of chosen metrics with its interval, as CI dashboards read it (results/dashboards.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from dlbench.analysis import metrics
 from dlbench.cli.common import (
     UsageError,
     add_store_argument,
@@ -24,11 +26,19 @@ from dlbench.cli.common import (
     writing,
 )
 from dlbench.report.terminal import make_console
+from dlbench.results import dashboards
 from dlbench.results.store import Store
 from dlbench.results.tidy import METRIC_COLUMNS, metric_rows
 from dlbench.text import printable, shown
 
-FORMATS = ("json", "csv", "parquet")
+FORMATS = ("json", "csv", "parquet", "github-action-benchmark", "bencher")
+# The metrics a dashboard export holds unless --metric names others: the headline throughputs
+# (both bigger-is-better, so one github-action-benchmark file), and for Bencher, which takes
+# any number of measures, start-up and memory too.
+DASHBOARD_METRICS = {
+    "github-action-benchmark": ("samples_per_s", "infer_samples_per_s"),
+    "bencher": ("samples_per_s", "infer_samples_per_s", "time_to_first_step_s", "rss_peak_bytes", "latency_p50_s"),
+}
 EXPORT_SCHEMA_VERSION = 1
 DEFAULT_MLFLOW = "mlruns"
 
@@ -39,6 +49,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--format", default="json", help=f"one of: {', '.join(FORMATS)}")
     p.add_argument("-o", "--output", metavar="PATH",
                    help="write here instead of stdout (parquet: a directory, required)")
+    p.add_argument("--metric", action="append", default=[], metavar="NAME",
+                   help="github-action-benchmark, bencher: export this metric (repeatable; default: the"
+                        " headline throughput, and for bencher also start-up, memory and latency)")
     p.add_argument("--mlflow", nargs="?", const=DEFAULT_MLFLOW, metavar="URI",
                    help=f"log each trial as an MLflow run (default: a file store in ./{DEFAULT_MLFLOW})")
     add_store_argument(p)
@@ -139,6 +152,25 @@ def _mlflow(store: Store, run_ids: list[int], target: str) -> None:
                              highlight=False, markup=False)
 
 
+def export_dashboard(store: Store, run_ids: list[int], fmt: str, names: list[str]) -> Any:
+    """The github-action-benchmark array or the Bencher document; a github-action-benchmark
+    file holds one direction (its tool says which), so mixed directions are refused."""
+    chosen = tuple(dict.fromkeys(names)) or DASHBOARD_METRICS[fmt]
+    if fmt == "github-action-benchmark":
+        directions = {m: metrics.higher_is_better(m) for m in chosen}
+        if len(set(directions.values())) > 1:
+            bigger = [m for m, up in directions.items() if up]
+            smaller = [m for m, up in directions.items() if not up]
+            raise UsageError(f"github-action-benchmark takes one direction per file: {', '.join(bigger)}"
+                             f" ({dashboards.GITHUB_TOOLS[True]}) and {', '.join(smaller)}"
+                             f" ({dashboards.GITHUB_TOOLS[False]}); export them separately with --metric")
+        found = dashboards.points(store, run_ids, chosen)
+        print(f"dlbench: note: github-action-benchmark tool: {dashboards.GITHUB_TOOLS[next(iter(directions.values()))]}",
+              file=sys.stderr)
+        return dashboards.github_action_benchmark(found)
+    return dashboards.bencher(dashboards.points(store, run_ids, chosen))
+
+
 def main(args: argparse.Namespace) -> int:
     if args.format not in FORMATS:
         raise UsageError(f"format {shown(args.format)} is not one of: {', '.join(FORMATS)}")
@@ -152,7 +184,11 @@ def main(args: argparse.Namespace) -> int:
         assert output is not None
         _parquet(store, run_ids, output)
         return 0
-    if args.format == "json":
+    if args.metric and args.format not in DASHBOARD_METRICS:
+        raise UsageError(f"--metric goes with --format {' or '.join(DASHBOARD_METRICS)}; {args.format} exports every metric")
+    if args.format in DASHBOARD_METRICS:
+        text = json.dumps(export_dashboard(store, run_ids, args.format, args.metric), indent=1)
+    elif args.format == "json":
         text = json.dumps(export_json(store, run_ids), indent=1)
     else:
         text = export_csv(store, run_ids)

@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from dlbench import processes, workloads
+from dlbench.analysis import repeats
 from dlbench.backends import installed, registered
 from dlbench.cli import suite
 from dlbench.cli.common import (
@@ -31,12 +32,12 @@ from dlbench.cli.common import (
     run_selector,
     size_argument,
 )
-from dlbench.report.model import spec_labels
+from dlbench.report.model import spec_label, varying_axes
 from dlbench.report.terminal import make_console, print_run_tables
 from dlbench.results import environment
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
 from dlbench.results.store import Store, machine_lock
-from dlbench.runner import parallel, ray_executor, resume
+from dlbench.runner import parallel, ray_executor, resume, rounds
 from dlbench.runner.executor import Outcome, Progress, execute, register, warm_imports
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
 from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimate_s, learn, make_plan
@@ -78,8 +79,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--scaling", help="with --devices: weak (batch per device, the default) or strong"
                                      " (the batch is the global batch)")
     p.add_argument("--seed", type=int_list("seed"), help="default: 0")
-    p.add_argument("--repeats", type=int,
-                   help="fresh processes per configuration, interleaved in rounds (default: 3)")
+    p.add_argument("--repeats", metavar="N|auto[:PCT%][,min=N][,max=N][,time=T]",
+                   help="fresh processes per configuration, interleaved in rounds (default: 3); auto:"
+                        " rounds until every headline interval is within PCT (default 5%%), the"
+                        " comparisons between frameworks are decided, or the budget (max=20 repeats,"
+                        " time=30min) is spent, e.g. auto:3%%,max=20")
     p.add_argument("--order-seed", type=int,
                    help="seed of the shuffle within each round (default: drawn and recorded with the run)")
     p.add_argument("--preset", help="workload size preset: tiny, cpu, gpu (default: cpu)")
@@ -152,6 +156,14 @@ def parse_option(text: str) -> tuple[str, str, str]:
     return framework.strip(), name.strip(), value.strip()
 
 
+def repeat_rule(o: dict[str, Any]) -> repeats.RepeatRule:
+    """--repeats (or the suite's `repeats`): a count or the auto rule; one line when bad."""
+    try:
+        return repeats.parse(o["repeats"])
+    except repeats.RepeatsError as e:
+        raise UsageError(str(e)) from None
+
+
 def sweep_from_options(o: dict[str, Any]) -> Sweep:
     cores = len(os.sched_getaffinity(0))
     if o["threads"] is not None and not 1 <= o["threads"] <= cores:
@@ -164,7 +176,7 @@ def sweep_from_options(o: dict[str, Any]) -> Sweep:
         frameworks_explicit=o["framework"] is not None and not every_framework,
         modes=o["mode"], batch_sizes=o["batch_size"], seeds=o["seed"],
         precisions=o["precision"], scenarios=o["scenario"], devices=o["devices"], scaling=o["scaling"],
-        repeats=o["repeats"], preset=o["preset"], dataset_size=o["dataset_size"],
+        repeats=repeat_rule(o).first, preset=o["preset"], dataset_size=o["dataset_size"],
         epochs=o["epochs"], warmup_epochs=o["warmup_epochs"], chunk_steps=o["chunk_steps"],
         threads=o["threads"], compile_cache=o["compile_cache"], timeout_s=o["timeout"],
         memory_limit_bytes=o["memory_limit"],
@@ -205,13 +217,13 @@ class ConsoleProgress(Progress):
         self._label = ""
         self._steps = 0
         self._drawn = 0  # characters of the last live line, blanked by the next
-        self.labels = trial_labels(plan)
+        self._axes = varying_axes([to_dict(p.spec) for p in plan.trials])
 
     def message(self, text: str) -> None:
         self.console.print(printable(text), style="dim")
 
     def trial_started(self, index: int, total: int, planned: PlannedTrial) -> None:
-        self._label = f"[{index + 1}/{total}] {self.labels.get(id(planned), planned.spec.label())}"
+        self._label = f"[{index + 1}/{total}] {spec_label(to_dict(planned.spec), self._axes)}"
         self._steps = 0
         self.console.print(printable(f"{self._label} ..."), highlight=False)
 
@@ -245,13 +257,6 @@ class ConsoleProgress(Progress):
         self.console.print(printable(f"{self._label} {text}"), highlight=False)  # errors echo the environment
 
 
-def trial_labels(plan: Plan) -> dict[int, str]:
-    """Each planned trial's label, naming every axis that varies in the plan (a batch-size sweep
-    prints `cnn/torch/eager batch 64 #0`, never two identical lines), by id of the trial."""
-    specs = [to_dict(p.spec) for p in plan.trials]
-    return {id(p): label for p, label in zip(plan.trials, spec_labels(specs), strict=True)}
-
-
 def print_plan(console: Console, plan: Plan, costs: Costs) -> None:
     pending = plan.pending
     estimates = [estimate_s(t.spec, costs) for t in pending]
@@ -266,10 +271,10 @@ def print_plan(console: Console, plan: Plan, costs: Costs) -> None:
                   + f", estimated {total / 60:.1f} min ({source})", highlight=False)
     for note in plan.notes:
         console.print(printable(f"  note: {note}"), highlight=False)
-    labels = trial_labels(plan)
+    axes = varying_axes([to_dict(t.spec) for t in plan.trials])
     for t in plan.trials:
         if t.status != "pending":
-            console.print(printable(f"  {labels[id(t)]}: {t.status}: {t.reason}"), highlight=False)
+            console.print(printable(f"  {spec_label(to_dict(t.spec), axes)}: {t.status}: {t.reason}"), highlight=False)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -290,15 +295,26 @@ def main(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     print_plan(console, plan, learn(store.trial_costs()))
     progress = ConsoleProgress(console, plan)
+    rule = repeat_rule(options)
+    if rule.auto:
+        budget = f"{rule.max_repeats} rounds" + (f" or {rule.max_time_s / 60:g} min" if rule.max_time_s else "")
+        console.print(f"  repeats {rule.label}: the first {rule.first} round(s), then one round at a time until every"
+                      f" headline interval is within ±{rule.target:.0%}, the frameworks' comparisons are decided,"
+                      f" or {budget}", highlight=False, soft_wrap=True)
     with machine_lock(allow_concurrent, on_wait=lambda: _waiting(console)), processes.stop_signals_interrupt():
         if plan.pending:
             warm_imports(plan, progress)
         with executor(options, bool(plan.pending)) as run_trials:
             # as text SQLite can hold: bytes that were not UTF-8 are kept as visible escapes
             command = printable("dlbench " + shlex.join(args.argv))
+            state = rounds.AutoState(rule.label)
             run_id = store.create_run(command, environment.capture(installed()), allow_concurrent,
-                                      order_seed=plan.order_seed)
-            outcome = run_trials(store, run_id, register(store, run_id, plan), progress)
+                                      order_seed=plan.order_seed, repeats=state.to_dict())
+            planned = register(store, run_id, plan)
+            if rule.auto:
+                outcome = rounds.run_rounds(store, run_id, rule, state, planned, run_trials, progress)
+            else:
+                outcome = run_trials(store, run_id, planned, progress)
             _finish_run(store, run_id, outcome)
     return _report(console, store, run_id, args.store, outcome)
 
@@ -321,7 +337,9 @@ def resume_main(args: argparse.Namespace) -> int:
                                     f" {_resumable_words(args.retry_failed)} trials"), highlight=False)
             return EXIT_OK
         resumption = resume.prepare(store, run_id, args.retry_failed)
-        if not resumption.trials:
+        auto = rounds.state_of(store, run_id)
+        going_on = auto is not None and auto[1].stop is None
+        if not resumption.trials and not going_on:
             console.print(f"dlbench: run {run_id} has no {_resumable_words(args.retry_failed)}"
                           " trials; nothing to resume", highlight=False)
             return EXIT_OK
@@ -329,11 +347,21 @@ def resume_main(args: argparse.Namespace) -> int:
         plan = Plan(trials=[p for _, p in resumption.trials])
         print_plan(console, plan, learn(store.trial_costs()))
         progress = ConsoleProgress(console, plan)
-        warm_imports(plan, progress)
+        warm_imports(_first_round(store, run_id) if going_on else plan, progress)
         with executor(how, True) as run_trials:
-            outcome = run_trials(store, run_id, resumption.trials, progress)
+            if auto is not None and going_on:
+                console.print(f"  repeats {auto[0].label}: continuing after round {auto[1].rounds}",
+                              highlight=False)
+                outcome = rounds.run_rounds(store, run_id, *auto, resumption.trials, run_trials, progress)
+            else:
+                outcome = run_trials(store, run_id, resumption.trials, progress)
         _finish_run(store, run_id, outcome)
     return _report(console, store, run_id, args.store, outcome)
+
+
+def _first_round(store: Store, run_id: int) -> Plan:
+    """A resumed auto run's frameworks, for the untimed warm imports of its next rounds."""
+    return Plan(trials=[PlannedTrial(spec) for spec in rounds.first_round(store, run_id)])
 
 
 def check_executor(options: dict[str, Any]) -> None:
@@ -369,6 +397,9 @@ def _waiting(console: Console) -> None:
 
 
 def _print_resumption(console: Console, r: resume.Resumption) -> None:
+    if not r.trials:  # an auto run between rounds: its next round is what runs
+        console.print(f"dlbench: resuming run {r.run_id}", highlight=False)
+        return
     before = ", ".join(f"{n} {status}" for status, n in r.previous.items())
     console.print(printable(f"dlbench: resuming run {r.run_id}: {len(r.trials)} trial(s) to run again"
                             f" ({before})"), highlight=False, soft_wrap=True)

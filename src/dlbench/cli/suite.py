@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlbench import workloads
+from dlbench.analysis import repeats
 from dlbench.backends import registered
 from dlbench.cli.common import UsageError, parse_size
-from dlbench.runner.plan import MAX_REPEATS
 from dlbench.runner.ray_executor import EXECUTORS
 from dlbench.spec import (
     AUGMENTATIONS,
@@ -68,7 +68,7 @@ KEYS: dict[str, Key] = {
     "scenario": Key("names", lambda: SCENARIOS),
     "devices": Key("ints", minimum=1),
     "scaling": Key("name", lambda: SCALINGS),
-    "repeats": Key("int", minimum=1, maximum=lambda: MAX_REPEATS),
+    "repeats": Key("repeats"),  # a count, or the auto rule as a string (analysis/repeats.py)
     "order-seed": Key("int", minimum=0),
     "preset": Key("name", _presets),
     "epochs": Key("int", minimum=1),
@@ -162,6 +162,14 @@ def _convert(key: Key, value: Any) -> Any:
         if isinstance(value, bool):
             return value
         raise _Bad(value, "true or false")
+    if key.kind == "repeats":  # an integer, or the auto rule as a string ("3" is not a count)
+        try:
+            if not (_is_int(value) or isinstance(value, str) and value.strip().startswith("auto")):
+                raise repeats.RepeatsError(str(value))
+            repeats.parse(value)
+        except repeats.RepeatsError:
+            raise _Bad(value, repeats.SYNTAX) from None
+        return value
     _check_one(key, value, listed=False)
     return value
 

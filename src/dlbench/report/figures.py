@@ -16,8 +16,10 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from dlbench.analysis.history import segments
 from dlbench.analysis.summary import Summary, summarize
 from dlbench.report import model
+from dlbench.report.history import Series as HistorySeries
 from dlbench.report.model import Config, Report, Trial
 
 GIB = 1024**3
@@ -416,3 +418,27 @@ CHARTS: tuple[Callable[[Report], Chart | None], ...] = (
 def charts(report: Report) -> list[Chart]:
     """Every chart that has data in these runs, in the report's order."""
     return [c for make in CHARTS if (c := make(report)) is not None]
+
+
+def history(series: list[HistorySeries]) -> Chart | None:
+    """`dlbench history --html`: each configuration's median run by run (whiskers: its
+    interval) and the levels of the step fit as dashed segments. Not one of the report's CHARTS:
+    the history command draws it."""
+    if not series:
+        return None
+    fig = go.Figure()
+    for i, s in enumerate(series):
+        color = PALETTE[i % len(PALETTE)]
+        xs = [f"run {p.run_id}" for p in s.points]
+        summaries = [p.summary for p in s.points]
+        fig.add_trace(go.Scatter(x=xs, y=[p.summary.median for p in s.points], mode="lines+markers",
+                                 name=_t(s.label), line={"color": color}, error_y=_error_bars(summaries, 1.0),
+                                 hovertext=[_hover(m, 1.0, s.metric) for m in summaries], hoverinfo="x+text+name"))
+        for seg in segments([p.summary.median or 0.0 for p in s.points]):
+            fig.add_trace(go.Scatter(x=xs[seg.start:seg.end], y=[seg.level] * (seg.end - seg.start), mode="lines",
+                                     line={"color": color, "dash": "dash", "width": 1}, showlegend=False,
+                                     hoverinfo="skip"))
+    fig.update_yaxes(title_text=_t(series[0].metric))
+    return Chart("history", "History", _layout(fig),
+                 "Median over each run's processes, run by run (whiskers: its interval); dashed: the levels"
+                 " of the step fit, a new level where the history table marks a STEP.")

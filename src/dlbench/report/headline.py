@@ -52,6 +52,7 @@ def headline_table(report: Report) -> Table:
     rows = [_headline_row(report, c) for c in configs]
     flags = {f for row in rows for cell in row for f in cell.flags}
     notes = ([UNSTABLE_NOTE] if "unstable" in flags else []) + ([PARITY_FAIL_NOTE] if "not_comparable" in flags else [])
+    notes += model.repeat_notes(report)
     notes += model.notes(report, configs) + model.parity_notes((t for c in configs for t in c.trials), TRAIN_PARITY)
     ids = [r.id for r in report.runs]
     columns = [*label_columns(report, report.label_axes), *(Column(c.header, "right") for c in HEADLINE),

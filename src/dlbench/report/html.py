@@ -184,3 +184,22 @@ def methodology_markdown() -> str | None:
 
 def write_report(report: Report, charts: list[Chart], path: Path) -> None:
     path.write_text(render(report, charts, methodology_markdown()), encoding="utf-8")
+
+
+def render_page(title: str, tables: list[Table], charts: list[Chart]) -> str:
+    """A page of other tables and charts than a report's (`dlbench history --html`), laid out
+    and escaped as the report's are."""
+    links = [*((f"table-{t.id}", t.name) for t in tables), *((f"chart-{c.id}", c.title) for c in charts)]
+    nav = "".join(f"<a href='#{_e(a)}'>{_e(t)}</a>" for a, t in links)
+    body = "\n".join([f"<h1>{_e(title)}</h1><nav>{nav}</nav>", *(_chart_section(c) for c in charts),
+                      *(_table(t) for t in tables),
+                      f"<footer><p class='note'>dlbench {_e(dlbench.__version__)}, generated "
+                      f"{_e(datetime.datetime.now().isoformat(timespec='seconds'))}</p></footer>"])
+    js = plotly.offline.get_plotlyjs().replace("</script", "<\\/script")
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body>\n{body}\n"
+        f"<script>{js}</script>\n<script>{LOADER % json.dumps(PLOTLY_CONFIG)}</script>\n"
+        "</body></html>\n"
+    )

@@ -164,14 +164,17 @@ def load(store: Store, run_ids: list[int]) -> Report:
     return Report(tuple(runs), made, _label_axes(made))
 
 
-def spec_labels(specs: list[dict[str, Any]]) -> list[str]:
-    """A label per spec that names every axis varying among `specs` (`cnn/torch/eager batch 64
-    #0`): what a sweep's progress lines print, so two trials never read alike."""
+def varying_axes(specs: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The axes besides workload, framework and mode whose values differ among `specs`."""
     values = [{a: f(s) for a, f in AXES.items()} for s in specs]
-    varying = [a for a in AXES if a not in ("workload",) + ALWAYS_SHOWN and len({v[a] for v in values}) > 1]
-    return [" ".join(["/".join(str(v[a]) for a in ("workload",) + ALWAYS_SHOWN),
-                      *(f"{a} {v[a]}" for a in varying)]) + f" #{s.get('repeat', 0)}"
-            for v, s in zip(values, specs, strict=True)]
+    return tuple(a for a in AXES if a not in ("workload",) + ALWAYS_SHOWN and len({v[a] for v in values}) > 1)
+
+
+def spec_label(spec: dict[str, Any], axes: tuple[str, ...]) -> str:
+    """`cnn/torch/eager batch 64 #0`: workload, framework, mode, then `axes` (varying_axes of
+    the sweep, so two trials of a sweep never read alike), then the repeat."""
+    head = "/".join(str(AXES[a](spec)) for a in ("workload",) + ALWAYS_SHOWN)
+    return " ".join([head, *(f"{a} {AXES[a](spec)}" for a in axes)]) + f" #{spec.get('repeat', 0)}"
 
 
 def _label_axes(configs: tuple[Config, ...]) -> tuple[str, ...]:
@@ -255,6 +258,18 @@ def _rule(tol: dict[str, Any]) -> str:
         return (f"pass = every tensor's normwise relative error <= {tol['rule']}, floor = the"
                 f" {tol.get('floor_from')} error on {tol.get('machine')}, cosine as the bound implies")
     return f"pass = normwise relative error <= {tol['rel_err']:g} and cosine >= {tol['cosine']}"
+
+
+def repeat_notes(report: Report) -> list[str]:
+    """What ended each `--repeats auto` run (runs.repeats, written by runner/rounds.py): every
+    headline interval within the target, every comparison decided, or the budget spent."""
+    out = []
+    for run in report.runs:
+        state = run.info.get("repeats")
+        if isinstance(state, dict) and str(state.get("rule", "")).startswith("auto") and state.get("text"):
+            where = f"run {run.id}: " if report.multi_run else ""
+            out.append(f"{where}repeats {state['rule']}: {state['text']}")
+    return out
 
 
 # Metrics whose missing values are explained once under the tables (the reason is the same for

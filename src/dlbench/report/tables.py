@@ -1,5 +1,5 @@
 """Every table of the report, in the order both the terminal and the HTML report show them:
-the headline, start-up and GPU tables, data-parallel scaling, then the scenario tables (time to
+the ranking of frameworks, the headline, start-up and GPU tables, data-parallel scaling, then the scenario tables (time to
 accuracy, input pipeline, inference). Each is built once, from the model, as table data."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dlbench.report.headline import (
 )
 from dlbench.report.inference import infer_table
 from dlbench.report.model import Report
+from dlbench.report.ranking import ranking_table
 from dlbench.report.scaling import scaling_table
 from dlbench.report.tabledata import Table
 
@@ -28,7 +29,7 @@ def _gpu(report: Report) -> Table | None:
 
 
 TABLES: tuple[Callable[[Report], Table | None], ...] = (
-    headline_table, _startup, _gpu, scaling_table, converge_table, stall_table, infer_table)
+    ranking_table, headline_table, _startup, _gpu, scaling_table, converge_table, stall_table, infer_table)
 
 
 def report_tables(report: Report) -> list[Table]:

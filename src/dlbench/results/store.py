@@ -27,7 +27,7 @@ from dlbench.results.records import TrialResult
 from dlbench.spec import TrialSpec, to_dict
 from dlbench.text import shown
 
-STORE_SCHEMA_VERSION = 3
+STORE_SCHEMA_VERSION = 4
 
 # Migrations from version N to N+1, applied in one transaction when an older store is opened.
 # tests/fixtures/store-v<N>.sqlite are frozen stores of every earlier version.
@@ -40,6 +40,9 @@ MIGRATIONS: dict[int, str] = {
           ALTER TABLE trials ADD COLUMN attempts TEXT;
           ALTER TABLE runs ADD COLUMN pid INTEGER;
           ALTER TABLE runs ADD COLUMN process_created_at REAL;""",
+    # 4: the run's repeat rule and, for `--repeats auto`, its rounds, time spent and why it
+    # stopped (JSON), so that `--resume` continues the rule and the report says what ended it.
+    3: "ALTER TABLE runs ADD COLUMN repeats TEXT;",
 }
 # Trials `--resume` re-runs; `--retry-failed` adds the failures.
 RESUMABLE_STATUSES = ("pending", "running", "interrupted")
@@ -61,7 +64,8 @@ CREATE TABLE IF NOT EXISTS runs (
     allow_concurrent INTEGER NOT NULL DEFAULT 0,
     order_seed INTEGER,
     pid INTEGER,
-    process_created_at REAL
+    process_created_at REAL,
+    repeats TEXT
 );
 CREATE TABLE IF NOT EXISTS trials (
     id INTEGER PRIMARY KEY,
@@ -168,15 +172,15 @@ class Store:
 
     # --- writing -------------------------------------------------------------------------
     def create_run(self, command: str, environment: dict[str, Any], allow_concurrent: bool,
-                   order_seed: int | None = None) -> int:
+                   order_seed: int | None = None, repeats: dict[str, Any] | None = None) -> int:
         """A new run, owned by this process (its pid and creation time are recorded, so that
         `--resume` can tell a run whose process died from one still going)."""
         with self._db:
             cur = self._db.execute(
                 "INSERT INTO runs (created_at, command, status, environment, allow_concurrent,"
-                " order_seed, pid, process_created_at) VALUES (?, ?, 'running', ?, ?, ?, ?, ?)",
+                " order_seed, pid, process_created_at, repeats) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?)",
                 (time.time(), command, json.dumps(environment), int(allow_concurrent), order_seed,
-                 *_this_process()),
+                 *_this_process(), None if repeats is None else json.dumps(repeats)),
             )
         assert cur.lastrowid is not None
         return cur.lastrowid
@@ -237,6 +241,12 @@ class Store:
                 "INSERT OR REPLACE INTO metrics (trial_id, name, value, unit) VALUES (?, ?, ?, ?)",
                 [(trial_id, k, v, metric_registry.unit(k)) for k, v in metrics.items()],
             )
+
+    def set_run_repeats(self, run_id: int, repeats: dict[str, Any]) -> None:
+        """The run's repeat rule and its state (`--repeats auto`: rounds, time spent, why it
+        stopped), replaced after every round."""
+        with self._db:
+            self._db.execute("UPDATE runs SET repeats=? WHERE id=?", (json.dumps(repeats), run_id))
 
     def finish_run(self, run_id: int, status: str) -> None:
         with self._db:
@@ -316,11 +326,12 @@ class Store:
     def run(self, run_id: int) -> dict[str, Any]:
         row = self._db.execute(
             "SELECT id, created_at, finished_at, command, status, environment, allow_concurrent,"
-            " order_seed FROM runs WHERE id=?", (run_id,)).fetchone()
+            " order_seed, repeats FROM runs WHERE id=?", (run_id,)).fetchone()
         keys = ("id", "created_at", "finished_at", "command", "status", "environment",
-                "allow_concurrent", "order_seed")
+                "allow_concurrent", "order_seed", "repeats")
         run = dict(zip(keys, row, strict=True))
         run["environment"] = json.loads(run["environment"])
+        run["repeats"] = json.loads(run["repeats"]) if run["repeats"] else None
         run["allow_concurrent"] = bool(run["allow_concurrent"])
         return run
 

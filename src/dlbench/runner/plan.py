@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dlbench import workloads
+from dlbench.analysis import repeats
 from dlbench.backends import get_backend, support
 from dlbench.monitors.nvml import device_kind
 from dlbench.runner.inference import INFER_BATCHES
@@ -35,8 +36,8 @@ EXTRA_COMPILES = 0.5
 # Seconds a graph-mode trace costs against a compile.
 TRACE_SHARE = 0.3
 # More fresh processes per configuration than any CI spread needs; a typo such as 1000000 would
-# otherwise plan a million trials before anything says no.
-MAX_REPEATS = 1000
+# otherwise plan a million trials before anything says no (one limit with --repeats auto's).
+MAX_REPEATS = repeats.MAX_REPEATS
 
 
 @dataclass(frozen=True)

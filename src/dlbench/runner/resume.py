@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from dlbench.results.store import RESUMABLE_STATUSES, RETRYABLE_STATUSES, Store, StoreError
 from dlbench import processes
+from dlbench.runner import rounds
 from dlbench.runner.plan import PlannedTrial
 from dlbench.spec import SpecError, TrialSpec, trial_from_dict
 
@@ -34,13 +35,23 @@ def statuses(retry_failed: bool) -> tuple[str, ...]:
 
 
 def select_run(store: Store, selector: str, retry_failed: bool) -> int | None:
-    """A run id, or "" for the newest run with something to re-run (None when there is none)."""
+    """A run id, or "" for the newest run with something to re-run (None when there is none):
+    a trial to run again, or an auto rule that has not stopped (runner/rounds.py)."""
     if selector:
         run_ids = store.resolve_runs(selector)
         if len(run_ids) != 1:
             raise StoreError(f"run {selector!r}: --resume takes one run id or 'latest'")
         return run_ids[0]
-    return store.latest_resumable_run(statuses(retry_failed))
+    with_trials = store.latest_resumable_run(statuses(retry_failed))
+    newer = [r for r in _run_ids(store) if with_trials is None or r > with_trials]
+    return next((r for r in reversed(newer) if rounds.unfinished(store, r)), with_trials)
+
+
+def _run_ids(store: Store) -> list[int]:
+    try:
+        return store.resolve_runs("all")
+    except StoreError:
+        return []
 
 
 def prepare(store: Store, run_id: int, retry_failed: bool) -> Resumption:
@@ -48,7 +59,7 @@ def prepare(store: Store, run_id: int, retry_failed: bool) -> Resumption:
     when a stored spec is no longer valid or another live process runs the run."""
     rows = store.resumable_trials(run_id, statuses(retry_failed))
     out = Resumption(run_id)
-    if not rows:
+    if not rows and not rounds.unfinished(store, run_id):
         return out
     specs = [_valid_spec(run_id, r.id, r.spec) for r in rows]
     owner = store.claim_run(run_id, processes.is_alive)
