@@ -12,13 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
 from dlbench.analysis import compare as cmp
 from dlbench.cli.common import EXIT_OK, EXIT_REGRESSION, EXIT_TRIALS_FAILED, UsageError, add_store_argument, open_store
 from dlbench.cli.export import export_json
-from dlbench.report.terminal import make_console
-from dlbench.text import printable
+from dlbench.report.comparison import compare_table, markdown
+from dlbench.report.terminal import make_console, print_table
 
 FORMATS = ("text", "markdown")
 
@@ -33,6 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--metric", action="append", default=[], help="also compare this metric")
     p.add_argument("--force", action="store_true", help="compare despite a policy or hardware difference")
     p.add_argument("--format", default="text", help="text or markdown (for a CI comment)")
+    p.add_argument("--wide", action="store_true", help="the table at its full width, whatever the terminal's")
     add_store_argument(p)
 
 
@@ -86,38 +85,11 @@ def main(args: argparse.Namespace) -> int:
     notes += [f"REGRESSION {rule.label}: {r.label} {r.metric} {r.change * 100:.1f}% worse"
               f" (median {r.base.median:.4g} -> {r.new.median:.4g}, p={r.p_value:.3g})"
               for r, rule in bad]
+    table = compare_table(results, notes)
     if args.format == "markdown":
-        print(printable(markdown(results, notes)))
+        print(markdown(table))
     else:
-        console.print(table(results))
-        for n in notes:
-            console.print(printable(f"  {n}"), soft_wrap=True, highlight=False)
+        print_table(console, table, args.wide)
     if bad:
         return EXIT_REGRESSION
     return EXIT_TRIALS_FAILED if failed else EXIT_OK
-
-
-def _row(r: cmp.PairResult) -> list[str]:
-    fmt = "{:.4g}"
-    verdict = {"worse": "slower", "better": "faster"}.get(r.verdict, r.verdict) if r.metric == cmp.HEADLINE_METRIC else r.verdict
-    return [printable(r.label), printable(r.metric), f"{fmt.format(r.base.median)} (n={r.base.n})", f"{fmt.format(r.new.median)} (n={r.new.n})",
-            f"{r.ratio:.3f} [{r.ratio_low:.3f}, {r.ratio_high:.3f}] ≥{r.ratio_level:.0%}", f"{r.p_value:.3g}", verdict]
-
-
-HEADERS = ["configuration", "metric", "BASE median", "NEW median", "ratio NEW/BASE [CI, level]", "p (Mann-Whitney)", "verdict"]
-
-
-def table(results: list[cmp.PairResult]) -> Table:
-    t = Table(title="dlbench compare")
-    for h in HEADERS:
-        t.add_column(h)
-    for r in results:
-        t.add_row(*_row(r))
-    return t
-
-
-def markdown(results: list[cmp.PairResult], notes: list[str]) -> str:
-    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in _row(r)) + " |" for r in results]
-    lines += [""] + [f"- {n}" for n in notes]
-    return "\n".join(lines)

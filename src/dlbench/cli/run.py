@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from dlbench import processes, workloads
+from dlbench.analysis import window
 from dlbench.backends import installed, registered
 from dlbench.cli import suite
 from dlbench.cli.common import (
@@ -121,6 +122,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                         " pending, running and interrupted trials")
     p.add_argument("--retry-failed", action="store_true",
                    help="with --resume: re-run failed, crashed, timed-out and oom trials too")
+    p.add_argument("--wide", action="store_true",
+                   help="print the final tables at their full width, whatever the terminal's")
     add_store_argument(p)
 
 
@@ -223,8 +226,9 @@ class ConsoleProgress(Progress):
                     + (f"target in {m['time_to_target_s']:.1f} s" if m.get("reached_target") else "target not reached")
                     + f" (evaluation {m['eval_s']:.1f} s, not counted)")
         elif result.status == "ok":
-            text = (f"ok: {m['samples_per_s']:.1f} samples/s, time to first step "
-                    f"{m['time_to_first_step_s']:.1f} s")
+            short = "~" if m.get(window.FLAG_METRIC) else ""  # marked as the tables mark it
+            text = (f"ok: {short}{m['samples_per_s']:.1f} samples/s, time to first step "
+                    f"{m['time_to_first_step_s']:.1f} s" + (f" ({window.WARNING})" if short else ""))
         else:
             text = f"{result.status}: {result.error}"
         self.console.print(f"{self._label} {text}", highlight=False)
@@ -268,7 +272,7 @@ def main(args: argparse.Namespace) -> int:
                                       order_seed=plan.order_seed)
             outcome = run_trials(store, run_id, register(store, run_id, plan), progress)
             _finish_run(store, run_id, outcome)
-    return _report(console, store, run_id, args.store, outcome)
+    return _report(console, store, run_id, args, outcome)
 
 
 def resume_main(args: argparse.Namespace) -> int:
@@ -301,7 +305,7 @@ def resume_main(args: argparse.Namespace) -> int:
         with executor(how, True) as run_trials:
             outcome = run_trials(store, run_id, resumption.trials, progress)
         _finish_run(store, run_id, outcome)
-    return _report(console, store, run_id, args.store, outcome)
+    return _report(console, store, run_id, args, outcome)
 
 
 def check_executor(options: dict[str, Any]) -> None:
@@ -352,8 +356,9 @@ def _finish_run(store: Store, run_id: int, outcome: Outcome) -> None:
     store.finish_run(run_id, "interrupted" if outcome.interrupted else ("failed" if failed else "ok"))
 
 
-def _report(console: Console, store: Store, run_id: int, store_path: str, outcome: Outcome) -> int:
-    print_run_tables(console, store, [run_id])
+def _report(console: Console, store: Store, run_id: int, args: argparse.Namespace, outcome: Outcome) -> int:
+    print_run_tables(console, store, [run_id], args.wide)
+    store_path = args.store
     console.print(f"stored as run {run_id} in {store_path}", highlight=False)
     if outcome.interrupted:
         console.print(f"interrupted: the unfinished trials of run {run_id} are stored; finish them"
