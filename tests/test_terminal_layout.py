@@ -25,6 +25,7 @@ from dlbench.report.terminal import print_report_tables, print_table
 from dlbench.results.records import TrialResult
 from dlbench.results.store import Store
 from dlbench.spec import Policy, TrialSpec, WorkloadSpec
+from test_report_model import _store_with_every_table
 from zoo_store import FRAMEWORKS, WORKLOADS, zoo_store
 
 WIDTHS = (80, 100, 160)
@@ -72,6 +73,18 @@ def test_every_report_table_fits_without_cutting_a_number(zoo, width):
                          rf" · dataset {dataset}", " ".join(text.split()))
     for framework in FRAMEWORKS:
         assert len(re.findall(rf"^{re.escape(framework)}\s", text, re.M)) >= 2 * len(WORKLOADS)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_scenario_table_fits_without_cutting_a_number(width, tmp_path):
+    """Scaling, time to accuracy (with its curves in text), input pipeline, inference and the GPU
+    table, from the store of test_report_model that has a trial for each."""
+    tables = report_tables(model.load(_store_with_every_table(tmp_path / "s.sqlite"), [1]))
+    assert {"scaling", "converge", "stall", "inference", "gpu"} <= {t.id for t in tables}
+    console, out = _console(width)
+    for table in tables:
+        print_table(console, table)
+    _assert_nothing_cut(out.getvalue(), tables, width)
 
 
 def test_a_wide_terminal_shows_intervals_in_full_and_a_narrow_one_compact(tmp_path):

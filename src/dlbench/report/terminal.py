@@ -111,7 +111,7 @@ def _compact_cell(cell: Cell, level: str | None) -> Text:
     text = Text(cell.shown())
     if cell.spread is not None:
         text.append(f" ±{percent_text(cell.spread)}")
-        if cell.level != level:
+        if cell.level is not None and cell.level != level:
             text.append(f" @{cell.level}")
     if "unstable" in cell.flags:
         text.append(UNSTABLE_MARK, style="bold yellow")
