@@ -95,7 +95,7 @@ def test_a_wide_terminal_shows_intervals_in_full_and_a_narrow_one_compact(tmp_pa
     narrow, narrow_out = _console(100)
     print_report_tables(narrow, report)
     text = narrow_out.getvalue()
-    assert re.search(r"~[\d.]+ ±[\d.]+%", text) and "level 75%" in " ".join(text.split())
+    assert re.search(r"~[\d.]+ ±[\d.]+%", text) and "± (level 75%)" in text
     assert not re.search(r"-[\d.]+%/\+[\d.]+%", text)
     forced, forced_out = _console(80)
     print_report_tables(forced, report, wide=True)  # --wide: everything, the terminal wraps the lines

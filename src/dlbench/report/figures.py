@@ -257,6 +257,7 @@ def memory(report: Report) -> Chart | None:
     plot_px = rows * MEMORY_PANEL_PX + (rows - 1) * MEMORY_GAP_PX
     fig = make_subplots(rows=rows, cols=cols, vertical_spacing=MEMORY_GAP_PX / plot_px if rows > 1 else 0.0,
                         horizontal_spacing=0.08, subplot_titles=[_t(report.short_label(c)) for c in configs])
+    shapes: list[dict[str, Any]] = []
     for i, c in enumerate(configs):
         row, col = i // cols + 1, i % cols + 1
         trials = [t for t in c.trials if t.series.get("rss_bytes")]
@@ -269,11 +270,12 @@ def memory(report: Report) -> Chart | None:
                                              legendgroup=name, showlegend=i == 0 and k == 0,
                                              hovertext=_t(_trial_name(report, c, t)), hoverinfo="x+y+text"),
                                   row=row, col=col)
-        _shade_phases(fig, trials[0], row, col)
+        shapes += _phase_shapes(trials[0], i + 1)
         if col == 1:
             fig.update_yaxes(title_text="GiB", row=row, col=col)
         if i + cols >= len(configs):  # the lowest panel of its column
             fig.update_xaxes(title_text="s since start", row=row, col=col)
+    fig.update_layout(shapes=shapes)  # at once: add_vrect per panel is quadratic in the shapes
     _phase_legend(fig, [(c, t) for c in configs for t in c.trials if t.series.get("rss_bytes")])
     return Chart("memory", "Memory over time", _layout(fig, height=plot_px + 140),
                  "One panel per configuration: raw samples every 25 ms over the worker's process tree, "
@@ -281,11 +283,15 @@ def memory(report: Report) -> Chart | None:
                  "reported (import, build, data, compile, first step, warm-up, timed window, evaluation).")
 
 
-def _shade_phases(fig: go.Figure, trial: Trial, row: int, col: int = 1) -> None:
+def _phase_shapes(trial: Trial, panel: int) -> list[dict[str, Any]]:
+    """The trial's phases as shaded rectangles over the whole height of subplot `panel` (1 the
+    first, row by row: make_subplots numbers its axes so)."""
     last = (trial.series.get("rss_bytes") or [(0.0, 0.0)])[-1][0]
-    for name, start, end in model.phase_spans(trial):
-        fig.add_vrect(x0=start, x1=last if end is None else end, row=row, col=col, line_width=0,
-                      fillcolor=PHASE_COLORS.get(name, "#999999"), opacity=0.18, layer="below")
+    axis = "" if panel == 1 else str(panel)
+    return [{"type": "rect", "xref": f"x{axis}", "yref": f"y{axis} domain", "x0": start,
+             "x1": last if end is None else end, "y0": 0, "y1": 1, "line": {"width": 0},
+             "fillcolor": PHASE_COLORS.get(name, "#999999"), "opacity": 0.18, "layer": "below"}
+            for name, start, end in model.phase_spans(trial)]
 
 
 def _phase_legend(fig: go.Figure, pairs: list[tuple[Config, Trial]]) -> None:

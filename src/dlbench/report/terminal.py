@@ -48,8 +48,7 @@ ABBREVIATIONS = {
     "pipeline": "pipe", "(Mann-Whitney)": "(MW)", "framework": "fw", "workload": "wl",
     "scenario": "scen", "devices": "dev", "reached": "done",
 }
-COMPACT_NOTE = ("±: how far the value's confidence interval reaches on its wider side, relative to the value;"
-                " level {level}")
+COMPACT_NOTE = "± (level {level}): how far the value's confidence interval reaches on its wider side, relative to it"
 
 
 def make_console() -> Console:
