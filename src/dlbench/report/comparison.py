@@ -10,13 +10,15 @@ from dlbench.report.cells import percent_text
 from dlbench.report.columns import GIB
 from dlbench.report.tabledata import Cell, Column, Table
 
-HEADERS = ("configuration", "metric", "BASE median", "NEW median", "ratio NEW/BASE", "p (Mann-Whitney)", "verdict")
 RATIO_NOTE = ("ratio NEW/BASE: of the medians, with its confidence interval (at least the level shown);"
               " verdict: the change where the Mann-Whitney p is below 0.05")
 
 
 def _ratio_cell(r: cmp.PairResult) -> Cell:
-    """The ratio with its interval: absolute `[0.950, 1.020] ≥95%`, relative, and compact."""
+    """The ratio with its interval: absolute `[0.950, 1.020] ≥95%`, relative, and compact; the
+    ratio alone where the interval's guaranteed level is nil (a side of one process)."""
+    if r.ratio_level <= 0:
+        return Cell(f"{r.ratio:.3f}")
     level = f"≥{r.ratio_level:.0%}"
     down, up = r.ratio - r.ratio_low, r.ratio_high - r.ratio
     relative = f"-{percent_text(down / r.ratio)}/+{percent_text(up / r.ratio)} {level}" if r.ratio else None
@@ -25,29 +27,45 @@ def _ratio_cell(r: cmp.PairResult) -> Cell:
 
 
 def _median(metric: str, s: stats.Summary) -> Cell:
-    """The median in the unit a table shows (GiB for bytes), and how many processes."""
-    value = "–" if s.median is None else (f"{s.median / GIB:.3f} GiB" if metrics.unit(metric) == "B"
-                                          else f"{s.median:.4g}")
-    return Cell(f"{value} (n={s.n})")
+    """The median in the unit a table shows (GiB for bytes)."""
+    if s.median is None:
+        return Cell("–")
+    return Cell(f"{s.median / GIB:.3f} GiB" if metrics.unit(metric) == "B" else f"{s.median:.4g}")
 
 
 def _row(r: cmp.PairResult) -> tuple[Cell, ...]:
     verdict = r.verdict
     if r.metric == cmp.HEADLINE_METRIC:
         verdict = {"worse": "slower", "better": "faster"}.get(verdict, verdict)
-    return (Cell(r.label), Cell(r.metric), _median(r.metric, r.base), _median(r.metric, r.new), _ratio_cell(r),
-            Cell(f"{r.p_value:.3g}"), Cell(verdict))
+    return (Cell(r.label), Cell(r.metric), _median(r.metric, r.base), _median(r.metric, r.new),
+            Cell(f"{r.base.n}/{r.new.n}"), _ratio_cell(r), Cell(f"{r.p_value:.3g}"), Cell(verdict))
 
 
 def compare_table(results: list[cmp.PairResult], notes: list[str]) -> Table:
     """The comparison with its notes (environment differences, unpaired configurations,
-    failed trials, regressions)."""
+    failed trials, regressions); unpaired configurations of one side are one note."""
+    notes = _unpaired_once(notes)
     columns = (Column("configuration", key=True, lift=True), Column("metric", key=True, lift=True),
-               Column("BASE median", "right"), Column("NEW median", "right"),
+               Column("BASE median", "right"), Column("NEW median", "right"), Column("n BASE/NEW", "right", lift=True),
                Column("ratio NEW/BASE", "right", inline_interval=True), Column("p (Mann-Whitney)", "right"),
                Column("verdict", lift=True))
     return Table("compare", "Comparison", "dlbench compare", columns, tuple(_row(r) for r in results),
                  (RATIO_NOTE, *notes))
+
+
+def _unpaired_once(notes: list[str]) -> list[str]:
+    """`only in NEW: a`, `only in NEW: b`, ... as one note per side: `only in NEW (2): a; b`."""
+    sides: dict[str, list[str]] = {}
+    out: list[str] = []
+    for note in notes:
+        side, sep, what = note.partition(": ")
+        if sep and side in ("only in BASE", "only in NEW"):
+            if side not in sides:
+                out.append(side)
+            sides.setdefault(side, []).append(what)
+        else:
+            out.append(note)
+    return [f"{n} ({len(sides[n])}): {'; '.join(sides[n])}" if n in sides else n for n in out]
 
 
 def markdown(table: Table) -> str:

@@ -107,7 +107,7 @@ def _section(workload: str, report: Report, charts: list[Chart], several: bool) 
         return "\n".join(inner)
     constants = " · ".join(f"{a} {v}" for a, v in report.constants() if a != "workload")
     head = (f"<section id='workload-{_e(section_id(workload))}' class='workload'><h2>{_e(workload)}</h2>"
-            f"<p class='note'>{len(report.configs)} configurations" + (f"; all {_e(constants)}" if constants else "")
+            f"<p class='note'>{len(report.configs)} configurations" + (f", each with {_e(constants)}" if constants else "")
             + "</p>")
     return head + "\n".join(inner) + "</section>"
 
