@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from rich.cells import cell_len
 from rich.console import Console
+from test_report_model import _store_with_every_table
+from zoo_store import FRAMEWORKS, WORKLOADS, zoo_store
 
 from dlbench.analysis import window
 from dlbench.cli.main import main
@@ -25,8 +27,6 @@ from dlbench.report.terminal import print_report_tables, print_table
 from dlbench.results.records import TrialResult
 from dlbench.results.store import Store
 from dlbench.spec import Policy, TrialSpec, WorkloadSpec
-from test_report_model import _store_with_every_table
-from zoo_store import FRAMEWORKS, WORKLOADS, zoo_store
 
 WIDTHS = (80, 100, 160)
 
@@ -72,7 +72,7 @@ def test_every_report_table_fits_without_cutting_a_number(zoo, width):
         assert re.search(rf"dlbench results \(run 1\) · workload {name} · mode compiled · size {size} · batch {batch}"
                          rf" · dataset {dataset}", " ".join(text.split()))
     for framework in FRAMEWORKS:
-        assert len(re.findall(rf"^{re.escape(framework)}\s", text, re.M)) >= 2 * len(WORKLOADS)
+        assert len(re.findall(rf"^{re.escape(framework)}\s", text, re.MULTILINE)) >= 2 * len(WORKLOADS)
 
 
 @pytest.mark.parametrize("width", WIDTHS)

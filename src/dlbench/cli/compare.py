@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from dlbench.analysis import compare as cmp
-from dlbench.cli.common import EXIT_OK, EXIT_REGRESSION, EXIT_TRIALS_FAILED, UsageError, add_store_argument, open_store
+from dlbench.cli.common import (
+    EXIT_OK,
+    EXIT_REGRESSION,
+    EXIT_TRIALS_FAILED,
+    UsageError,
+    add_store_argument,
+    open_store,
+)
 from dlbench.cli.export import export_json
 from dlbench.report.comparison import compare_table, markdown
 from dlbench.report.terminal import make_console, print_table

@@ -37,8 +37,8 @@ from dlbench.results.records import FAILURE_STATUSES, TrialResult
 from dlbench.results.store import Store, machine_lock
 from dlbench.runner import parallel, ray_executor, resume
 from dlbench.runner.executor import Outcome, Progress, execute, register, warm_imports
-from dlbench.runner.ray_executor import EXECUTORS, RunTrials
 from dlbench.runner.plan import Plan, PlannedTrial, Sweep, estimate_s, make_plan
+from dlbench.runner.ray_executor import EXECUTORS, RunTrials
 from dlbench.spec import SpecError
 
 # Every sweep option's default. The parser's defaults are None, so that an option given on the

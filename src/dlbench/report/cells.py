@@ -5,7 +5,12 @@ table builds its rows from these, so a configuration reads the same in every tab
 from __future__ import annotations
 
 from dlbench.analysis.summary import Summary
-from dlbench.analysis.window import ADVICE, FLAG_METRIC, MIN_TIMED_STEPS, MIN_TIMED_WINDOW_S
+from dlbench.analysis.window import (
+    ADVICE,
+    FLAG_METRIC,
+    MIN_TIMED_STEPS,
+    MIN_TIMED_WINDOW_S,
+)
 from dlbench.report import model
 from dlbench.report.columns import Column
 from dlbench.report.model import Config, Report, Trial

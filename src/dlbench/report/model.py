@@ -17,7 +17,7 @@ from dlbench.analysis import window
 from dlbench.analysis.summary import Summary, summarize
 from dlbench.report.columns import compile_value
 from dlbench.results.store import Store
-from dlbench.spec import policy_fields, configuration_key
+from dlbench.spec import configuration_key, policy_fields
 
 Series = list[tuple[float, float]]
 

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dlbench.report.converge import converge_table, stall_table
 from dlbench.report.headline import (
     gpu_table,
-    headline_configs,
     has_values,
+    headline_configs,
     headline_table,
     startup_table,
 )

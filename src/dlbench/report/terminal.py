@@ -32,7 +32,14 @@ from rich.text import Text
 from dlbench.report import model
 from dlbench.report.cells import percent_text
 from dlbench.report.model import Report
-from dlbench.report.tabledata import UNSTABLE_MARK, Cell, Column, Table, split_rows, tidy
+from dlbench.report.tabledata import (
+    UNSTABLE_MARK,
+    Cell,
+    Column,
+    Table,
+    split_rows,
+    tidy,
+)
 from dlbench.report.tables import report_tables
 from dlbench.results.store import Store
 
