@@ -26,10 +26,12 @@ def test_run_prints_the_table_and_stores_the_run(tmp_path, capsys):
     assert "1 trial(s) to run (1 unsupported or skipped)" in out
     assert "estimated" in out
     for header in ("framework", "mode", "training time s", "samples/s", "accuracy", "initial RAM",
-                   "max RAM", "initial VRAM", "max VRAM", "time to first step"):
+                   "max RAM", "time to first step"):
         assert header in out.replace("\n", " ") or header.split()[0] in out
+    assert "initial VRAM GiB" not in " ".join(out.split())  # no GPU: no VRAM columns
     assert "unsupported" in out and "the fake has no graph mode" in out
-    assert "VRAM: no GPU" in out
+    assert "no GPU: " in out and "VRAM: no GPU" not in out  # one line says why, not one per column
+    assert "~" in out and "timed window too short to time" in out  # the tiny preset's window is flagged
     exported = tmp_path / "e.json"
     assert main(["export", "latest", "--store", store, "-o", str(exported)]) == 0
     data = json.loads(exported.read_text())
@@ -40,6 +42,8 @@ def test_run_prints_the_table_and_stores_the_run(tmp_path, capsys):
     ok = next(t for t in run["trials"] if t["status"] == "ok")
     assert ok["metrics"]["samples_per_s"]["unit"] == "1/s"
     assert len(ok["series"]["loss"]) == 4  # 64/16 steps, 1 timed epoch
+    assert ok["metrics"]["timed_window_short"]["value"] == 1.0 and ok["metrics"]["timed_steps"]["value"] == 4
+    assert any(w.startswith("timed window too short to time: 4 step(s)") for w in ok["warnings"])
     assert ok["policy"]["env"]["OMP_NUM_THREADS"]
     assert any(e["event"] == "chunk" for e in ok["events"])
 

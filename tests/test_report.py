@@ -25,6 +25,7 @@ from dlbench.analysis.summary import summarize
 from dlbench.cli.main import main
 from dlbench.report import model
 from dlbench.results.store import Store
+from zoo_store import FRAMEWORKS, WORKLOADS, zoo_store
 
 TINY = ["--preset", "tiny", "--dataset-size", "64", "--chunk-steps", "1", "--epochs", "2"]
 HOSTILE = "<img src=x onerror=alert(1)></script><script>alert(2)</script>"
@@ -135,12 +136,18 @@ def test_phase_spans_and_wall_clock_come_from_the_raw_series(store):
     assert config.summary("samples_per_s").n == 2
 
 
-def test_html_report_in_headless_chromium(store, tmp_path, capsys):
+def _browser() -> str:
+    """Chromium's path; the test skips without one, unless CI requires it."""
     browser = find_browser()
     if browser is None:
         if os.environ.get("DLBENCH_REQUIRE_BROWSER") == "1":
             pytest.fail("DLBENCH_REQUIRE_BROWSER=1 but no chromium on PATH (.ci/run installs it)")
         pytest.skip("no chromium on PATH (apt-get install chromium); CI makes this test mandatory")
+    return browser
+
+
+def test_html_report_in_headless_chromium(store, tmp_path, capsys):
+    browser = _browser()
     hostile_store = _with_parity_latency_and_hostile_text(store, tmp_path / "copy.sqlite")
     out = tmp_path / "report.html"
     assert main(["report", "1", "2", "3", "--store", hostile_store, "--html", str(out)]) == 0
@@ -189,6 +196,61 @@ PIXEL_STATS = """(async () => {
   }
   return {colors: colors.size, non_white: nonWhite / (d.length / 4)};
 })()"""
+
+
+def test_html_report_of_thirty_configurations_is_legible(tmp_path, capsys):
+    """`-w all -f all` (a store written in code, tests/zoo_store.py): one section per workload,
+    every chart drawn with no tick label, axis title, subplot title or legend over a plot area,
+    every plot area of a readable size, labels naming only what differs, one legend entry per
+    framework."""
+    browser = _browser()
+    zoo_store(tmp_path / "zoo.sqlite").close()
+    out = tmp_path / "zoo.html"
+    assert main(["report", "--store", str(tmp_path / "zoo.sqlite"), "--html", str(out)]) == 0
+    b = Chromium(browser, width=1280, height=1000, timeout_s=120)
+    try:
+        b.open(out)
+        geometry = b.evaluate(CHART_GEOMETRY)
+        sections = b.evaluate("[...document.querySelectorAll('section.workload')].map(s => s.id)")
+        ticks = b.evaluate("[...document.querySelectorAll('.xtick text')].map(t => t.textContent)")
+        legend = b.evaluate("[...document.querySelectorAll('#chart-cnn-throughput .legend .traces')]"
+                            ".map(t => t.textContent)")
+    finally:
+        b.close()
+    assert b.errors() == []
+    assert sections == [f"workload-{w}" for w, *_ in WORKLOADS]
+    assert {f"{w}-{c}" for w, *_ in WORKLOADS for c in ("throughput", "memory", "loss", "startup")} <= set(geometry)
+    for chart, g in geometry.items():
+        assert g["plots"] >= 1 and g["overlaps"] == [], (chart, g)
+        assert g["min_plot_h"] >= 150 and g["min_plot_w"] >= 200, (chart, g)
+    assert geometry["cnn-memory"]["plots"] == len(FRAMEWORKS)  # a panel per configuration, not per process
+    assert not [t for t in ticks if any(word in t for word in ("compiled", "batch", "size", "dataset"))]
+    assert legend == list(FRAMEWORKS)
+
+
+# Per chart: its plot areas (Plotly's drag rectangles) and every label (tick labels, axis titles,
+# subplot titles, the legend) as client rectangles; a label over a plot area is an overlap.
+CHART_GEOMETRY = """new Promise(done => {
+  const t0 = Date.now();
+  (function poll() {
+    const divs = [...document.querySelectorAll('div.chart')];
+    if (!(divs.every(d => d.querySelector('.main-svg')) || Date.now() - t0 > 60000)) { setTimeout(poll, 100); return; }
+    const box = e => { const r = e.getBoundingClientRect();
+      return {x: r.left, y: r.top, w: r.width, h: r.height, text: (e.textContent || '').slice(0, 40)}; };
+    const hit = (a, b) => Math.min(a.x + a.w, b.x + b.w) - Math.max(a.x, b.x) > 1
+      && Math.min(a.y + a.h, b.y + b.h) - Math.max(a.y, b.y) > 1;
+    const out = {};
+    for (const div of divs) {
+      const plots = [...div.querySelectorAll('.draglayer .nsewdrag')].map(box);
+      const labels = [...div.querySelectorAll('.xtick text, .ytick text, [class^="g-x"][class$="title"],'
+        + ' [class^="g-y"][class$="title"], .annotation, .legend')].map(box).filter(b => b.w > 0 && b.h > 0);
+      const overlaps = labels.filter(l => plots.some(p => hit(l, p))).map(l => l.text);
+      out[div.id.slice(6)] = {plots: plots.length, overlaps: overlaps,
+        min_plot_h: Math.min(...plots.map(p => p.h)), min_plot_w: Math.min(...plots.map(p => p.w))};
+    }
+    done(out);
+  })();
+})"""
 
 
 def _b64(png: bytes) -> str:

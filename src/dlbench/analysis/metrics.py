@@ -54,6 +54,8 @@ METRICS: dict[str, Metric] = {
     "accuracy": _ratio("higher", "accuracy"),
     "eval_s": _s("eval s"),
     "recompiles_in_window": _ratio("lower"),
+    "timed_steps": _ratio(),
+    "timed_window_short": _ratio(),  # 1.0: too short to time (analysis/window.py)
     # memory
     "rss_start_bytes": _b(),
     "rss_after_import_bytes": _b(),

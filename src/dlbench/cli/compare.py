@@ -18,8 +18,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
 from dlbench.analysis import compare as cmp
 from dlbench.cli.common import (
     EXIT_OK,
@@ -32,7 +30,8 @@ from dlbench.cli.common import (
     run_or_export,
 )
 from dlbench.cli.export import export_json
-from dlbench.report.terminal import make_console
+from dlbench.report.comparison import compare_table, markdown
+from dlbench.report.terminal import make_console, print_table
 from dlbench.text import printable, shown
 
 HOW_TO_EXPORT = "write one with: dlbench export RUN -o FILE.json"
@@ -55,6 +54,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--metric", action="append", default=[], help="also compare this metric")
     p.add_argument("--force", action="store_true", help="compare despite a policy or hardware difference")
     p.add_argument("--format", default="text", help="text or markdown (for a CI comment)")
+    p.add_argument("--wide", action="store_true", help="the table at its full width, whatever the terminal's")
     add_store_argument(p)
 
 
@@ -183,12 +183,11 @@ def main(args: argparse.Namespace) -> int:
              *(_decision_note(r) for r in results
                if r.verdict == cmp.UNDECIDED and all(rule.metric != r.metric for rule in rules)),
              *(_gate_note(r, rule, g) for r, rule, g in outcomes)]
+    table = compare_table(results, notes)
     if args.format == "markdown":
-        print(printable(markdown(results, notes)))
+        print(printable(markdown(table)))  # labels and environments come from the files compared
     else:
-        console.print(table(results))
-        for n in notes:  # labels and environments come from the files compared: no escapes
-            console.print(printable(f"  {n}"), soft_wrap=True, highlight=False)
+        print_table(console, table, args.wide)
     kinds = {g.outcome for _, _, g in outcomes}
     if "regression" in kinds:
         return EXIT_REGRESSION
@@ -207,36 +206,3 @@ def _gate_note(r: cmp.PairResult, rule: cmp.FailRule, g: cmp.Gate) -> str:
     """`PASS median:5%: cnn/torch/... shown within ...`, `REGRESSION ...`, `UNDECIDED ...`."""
     more = f"; about {g.more_repeats} more repeats per side would likely decide it" if g.more_repeats else ""
     return f"{g.outcome.upper()} {rule.label}: {r.label}: {g.text}{more}"
-
-
-def _row(r: cmp.PairResult) -> list[str]:
-    fmt = "{:.4g}"
-    d = r.decision
-    verdict = d.text
-    if r.metric == cmp.HEADLINE_METRIC and d.verdict == cmp.DIFFERENT and not d.spread_only:
-        verdict = f"DIFFERENT ({'faster' if d.direction == 'better' else 'slower'})"
-    s = d.shift
-    shift = (f"{s.estimate:.3f} [{s.low:.3f}, {s.high:.3f}] {s.level:.0%}" if s.ratio else
-             f"{s.estimate:+.4g} [{s.low:+.4g}, {s.high:+.4g}] {s.level:.0%}")
-    return [printable(r.label), printable(r.metric), f"{fmt.format(r.base.median)} (n={r.base.n})",
-            f"{fmt.format(r.new.median)} (n={r.new.n})", shift, f"{d.p_value:.3g}", f"{d.ks_p:.3g}", verdict]
-
-
-HEADERS = ["configuration", "metric", "BASE median", "NEW median", "NEW/BASE (Hodges-Lehmann) [interval]",
-           "p (Mann-Whitney)", "p (KS)", "verdict"]
-
-
-def table(results: list[cmp.PairResult]) -> Table:
-    t = Table(title="dlbench compare")
-    for h in HEADERS:
-        t.add_column(h)
-    for r in results:
-        t.add_row(*map(printable, _row(r)))
-    return t
-
-
-def markdown(results: list[cmp.PairResult], notes: list[str]) -> str:
-    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in _row(r)) + " |" for r in results]
-    lines += [""] + [f"- {n}" for n in notes]
-    return "\n".join(lines)

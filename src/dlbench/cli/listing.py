@@ -1,85 +1,215 @@
-"""`dlbench list`: frameworks x workloads x modes: installed? version? supported? why not?"""
+"""`dlbench list`: which framework x workload x mode can run here, and why not.
+
+By default a matrix that fits a screen: frameworks as rows, workloads as columns, the modes each
+pair supports in its cell, each framework's version once, every reason for a "no" listed once
+below; the precisions likewise. `--long` prints one row per framework x workload x mode, `--json`
+everything as data.
+"""
 
 from __future__ import annotations
 
 import argparse
-
-from rich.table import Table
+import json
+from dataclasses import dataclass
 
 from dlbench import workloads
 from dlbench.backends import get_backend, precision, registered
-from dlbench.backends.base import Capabilities, module_installed
+from dlbench.backends.base import module_installed
 from dlbench.backends.support import scenario_unsupported
 from dlbench.cli.common import add_store_argument
 from dlbench.machine import bf16_on_cpu
 from dlbench.monitors.nvml import device_kind
-from dlbench.report.terminal import make_console
+from dlbench.report.tabledata import MISSING, Cell, Column, Table
+from dlbench.report.terminal import make_console, print_table
 from dlbench.spec import MODES, PRECISIONS, SCENARIOS
 from dlbench.text import printable
+
+# A cell's modes, shortest first letter: e = eager, g = graph, c = compiled.
+MODE_CODES = {mode: mode[0] for mode in MODES}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("list", help="which framework x workload x mode pairs can run here, and why not")
     add_store_argument(p, unused="list reads what is installed here, not a store")
+    p.add_argument("--long", action="store_true", help="one row per framework x workload x mode, with its reason")
+    p.add_argument("--json", action="store_true", help="everything as JSON")
+    p.add_argument("--wide", action="store_true", help="tables at their full width, whatever the terminal's")
 
 
-def main(args: argparse.Namespace) -> int:
-    table = Table(title="frameworks x workloads x modes")
-    for h in ("framework", "installed", "version", "scenarios", "workload", "mode", "supported"):
-        table.add_column(h)
-    for name in registered():
-        backend = get_backend(name)
-        ok, detail = backend.available()
-        version = ", ".join(f"{k} {v}" for k, v in backend.distributions().items()) or "–"
-        modes = backend.modes()
-        scenarios = _scenarios(name, backend.capabilities)
-        for w in workloads.WORKLOADS:
-            has_impl = module_installed(f"{type(backend).__module__}.{w}")
-            for mode in MODES:
-                reason = modes.get(mode)
-                if not has_impl:
-                    reason = f"{name} has no implementation of {w!r}"
-                elif not ok:
-                    reason = f"not installed: pip install 'dlbench[{name}]'"
-                cells = (name, "yes" if ok else f"no ({detail})", version, scenarios, w, mode,
-                         "yes" if reason is None else f"no: {reason}")
-                table.add_row(*map(printable, cells))  # reasons may quote an import error
-    console = make_console()
-    console.print(table)
-    console.print(precision_table())
-    for line in option_lines():
-        console.print(line)
-    return 0
+@dataclass(frozen=True)
+class Support:
+    """What one framework can run here: `None` for yes, else the reason."""
+
+    framework: str
+    installed: bool
+    detail: str  # the version, or why it is not installed
+    distributions: dict[str, str]
+    scenarios: dict[str, str | None]
+    modes: dict[str, dict[str, str | None]]  # workload -> mode -> reason
+    mode_reasons: dict[str, str | None]  # mode -> reason, the framework's own (Backend.modes)
+    precisions: dict[str, dict[str, str | None]]  # device -> precision -> reason
+
+    def version(self) -> str:
+        """The framework's own distribution and version, in few characters: `2.13.0+cpu`,
+        `tensorflow-cpu 2.21.0`, `keras 3.15.1` (the rest in --long and --json)."""
+        if not self.installed:
+            return "not installed"
+        name, version = next(iter(self.distributions.items()), ("", MISSING))
+        return version if name == self.framework else f"{name} {version}"
+
+
+def support(name: str) -> Support:
+    """One framework's answers, from its backend (the same ones plan and worker use)."""
+    backend = get_backend(name)
+    ok, detail = backend.available()
+    modes = backend.modes()
+    table: dict[str, dict[str, str | None]] = {}
+    for w in workloads.WORKLOADS:
+        has_impl = module_installed(f"{type(backend).__module__}.{w}")
+        for mode in MODES:
+            reason = modes.get(mode)
+            if not has_impl:
+                reason = f"{name} has no implementation of {w!r}"
+            elif not ok:
+                reason = f"not installed: pip install 'dlbench[{name}]'"
+            table.setdefault(w, {})[mode] = reason
+    row = backend.precisions
+    precisions = {d: {p: precision.unsupported(row, d, p) for p in PRECISIONS} for d in precision.DEVICES}
+    return Support(name, ok, detail, backend.distributions() if ok else {},
+                   {s: scenario_unsupported(name, backend.capabilities, s) for s in SCENARIOS}, table, modes,
+                   precisions)
+
+
+class _Reasons:
+    """Reasons for a "no", numbered in the order they first appear, each listed once with what
+    it applies to: (framework, choice, place) triples, written short where they form a full
+    product ("tf32 on cpu (every framework)")."""
+
+    def __init__(self, frameworks: list[str]) -> None:
+        self.frameworks = frameworks
+        self.texts: dict[str, list[tuple[str, str, str]]] = {}
+
+    def ref(self, reason: str, framework: str, choice: str, place: str = "") -> str:
+        applies = self.texts.setdefault(reason, [])
+        if (framework, choice, place) not in applies:
+            applies.append((framework, choice, place))
+        return f"[{list(self.texts).index(reason) + 1}]"
+
+    def _what(self, applies: list[tuple[str, str, str]]) -> str:
+        frameworks, choices, places = (list(dict.fromkeys(t[i] for t in applies)) for i in range(3))
+        if len(applies) != len(frameworks) * len(choices) * len(places):
+            return ", ".join(" ".join(x for x in (f"{f}:", c, p) if x) for f, c, p in applies)
+        who = "every framework" if frameworks == self.frameworks else ", ".join(frameworks)
+        where = f" {' and '.join(places)}" if any(places) else ""
+        return f"{who}: {', '.join(choices)}{where}"
+
+    def notes(self) -> list[str]:
+        return [f"{ref} {self._what(applies)}: {reason}"
+                for ref, (reason, applies) in zip((f"[{i}]" for i in range(1, len(self.texts) + 1)),
+                                                  self.texts.items(), strict=True)]
+
+
+def _allowed(choices: dict[str, str | None], codes: dict[str, str]) -> str:
+    """The codes of the choices allowed (`e c`), `no` where none is."""
+    return " ".join(codes[k] for k, r in choices.items() if r is None) or "no"
+
+
+def _framework_cell(s: Support, reasons: _Reasons) -> Cell:
+    """The framework's name with the reasons for the modes it lacks everywhere: `torch [1]`
+    (a mode's reason belongs to the framework, not to each workload)."""
+    modes = {m: r for w in s.modes.values() for m, r in w.items() if r is not None and r == s.mode_reasons.get(m)}
+    return Cell(" ".join([s.framework, *dict.fromkeys(reasons.ref(r, s.framework, m) for m, r in modes.items())]))
+
+
+def _scenarios_cell(s: Support, reasons: _Reasons) -> Cell:
+    """`all`, or the scenarios the framework runs and the reasons for the others."""
+    allowed = [k for k, r in s.scenarios.items() if r is None]
+    if len(allowed) == len(s.scenarios):
+        return Cell("all")
+    refs = dict.fromkeys(reasons.ref(r, s.framework, k) for k, r in s.scenarios.items() if r is not None)
+    return Cell(" ".join([*allowed, *refs]) if allowed else " ".join(["none", *refs]))
+
+
+def _pair_cell(s: Support, workload: str, reasons: _Reasons) -> Cell:
+    """The modes the pair runs; a reason of its own (no implementation, not installed) as
+    `–` and its number."""
+    own = {r for m, r in s.modes[workload].items() if r is not None and r != s.mode_reasons.get(m)}
+    if own:
+        return Cell(" ".join([MISSING, *(reasons.ref(r, s.framework, workload) for r in sorted(own))]))
+    return Cell(_allowed(s.modes[workload], MODE_CODES))
+
+
+def modes_table(rows: list[Support]) -> Table:
+    """Frameworks x workloads, each cell the modes the pair can run."""
+    reasons = _Reasons([s.framework for s in rows])
+    body = []
+    for s in rows:
+        body.append((_framework_cell(s, reasons), Cell(s.version()), _scenarios_cell(s, reasons),
+                     *(_pair_cell(s, w, reasons) for w in workloads.WORKLOADS)))
+    columns = (Column("framework", key=True), Column("version"), Column("scenarios"),
+               *(Column(w) for w in workloads.WORKLOADS))
+    legend = (f"modes: {', '.join(f'{c} = {m}' for m, c in MODE_CODES.items())}; scenarios: all = {', '.join(SCENARIOS)};"
+              " [n]: why not, below (dlbench list --long: every pair)")
+    return Table("list", "Frameworks", "frameworks x workloads: the modes each pair runs (--mode)", columns,
+                 tuple(body), (legend, *reasons.notes()))
+
+
+def precision_table(rows: list[Support]) -> Table:
+    """Frameworks x devices, each cell the precisions the framework trains in there; this
+    machine's device first."""
+    here = device_kind()
+    devices = sorted(precision.DEVICES, key=lambda d: d != here)
+    reasons = _Reasons([s.framework for s in rows])
+    body = []
+    for s in rows:
+        cells = []
+        for d in devices:
+            refs = dict.fromkeys(reasons.ref(r, s.framework, p, f"on {d}") for p, r in s.precisions[d].items() if r)
+            cells.append(Cell(" ".join([_allowed(s.precisions[d], {p: p for p in PRECISIONS}), *refs])))
+        body.append((Cell(s.framework), *cells))
+    columns = (Column("framework", key=True), *(Column(d + (" (here)" if d == here else "")) for d in devices))
+    return Table("precisions", "Precisions", f"precisions for training (--precision); this machine: {here}",
+                 columns, tuple(body), ("[n]: why not, below", f"bf16 on this CPU: {bf16_on_cpu()}", *reasons.notes()))
+
+
+def long_table(rows: list[Support]) -> Table:
+    """One row per framework x workload x mode, with its reason: what `list` printed before
+    the matrix, behind --long."""
+    body = []
+    for s in rows:
+        scenarios = ", ".join(k for k, r in s.scenarios.items() if r is None) or "none"
+        version = ", ".join(f"{k} {v}" for k, v in s.distributions.items()) or MISSING
+        for w, modes in s.modes.items():
+            for mode, reason in modes.items():
+                body.append(tuple(Cell(v) for v in (s.framework, "yes" if s.installed else f"no ({s.detail})", version,
+                                                     scenarios, w, mode, "yes" if reason is None else f"no: {reason}")))
+    headers = ("framework", "installed", "version", "scenarios", "workload", "mode", "supported")
+    return Table("list-long", "Frameworks", "frameworks x workloads x modes",
+                 tuple(Column(h, key=h in ("framework", "workload", "mode")) for h in headers), tuple(body))
 
 
 def option_lines() -> list[str]:
     """Each framework's own options (`--option FRAMEWORK.NAME=VALUE`), one line each."""
-    return [f"option {name}.{opt}: {', '.join(o.allowed)} (default {o.default}): {o.help}"
+    return [f"--option {name}.{opt}={'|'.join(o.allowed)} (default {o.default})"
             for name in registered() for opt, o in get_backend(name).options.items()]
 
 
-def precision_table() -> Table:
-    """Framework x device x precision (each backend's precisions), this machine's device first."""
-    here = device_kind()
-    table = Table(title=f"precisions (--precision) for training; this machine: {here}; bf16 on this CPU:"
-                        f" {bf16_on_cpu()}")
-    for h in ("framework", "device", *PRECISIONS):
-        table.add_column(h)
-    devices = sorted(precision.DEVICES, key=lambda d: d != here)
-    for name in registered():
-        row = get_backend(name).precisions
-        for device in devices:
-            cells = [precision.unsupported(row, device, p) for p in PRECISIONS]
-            table.add_row(name, device + (" (here)" if device == here else ""),
-                          *("yes" if r is None else f"no: {r}" for r in cells))
-    return table
+def as_json(rows: list[Support]) -> list[dict[str, object]]:
+    return [{"framework": s.framework, "installed": s.installed, "detail": s.detail,
+             "distributions": s.distributions, "scenarios": s.scenarios, "modes": s.modes,
+             "precisions": s.precisions,
+             "options": {k: {"allowed": list(o.allowed), "default": o.default, "help": o.help}
+                         for k, o in get_backend(s.framework).options.items()}} for s in rows]
 
 
-def _scenarios(name: str, capabilities: Capabilities) -> str:
-    """The scenarios the backend's capabilities allow, and why not the others."""
-    reasons = {s: scenario_unsupported(name, capabilities, s) for s in SCENARIOS}
-    runs = [s for s, r in reasons.items() if r is None]
-    text = ", ".join(runs) or "none"
-    if len(runs) < len(reasons):
-        text += f" (not {', '.join(s for s in reasons if s not in runs)}: capabilities {', '.join(capabilities.names())})"
-    return text
+def main(args: argparse.Namespace) -> int:
+    rows = [support(name) for name in registered()]
+    if args.json:
+        print(json.dumps(as_json(rows), indent=2))
+        return 0
+    console = make_console()
+    for table in ([long_table(rows)] if args.long else []) + [modes_table(rows), precision_table(rows)]:
+        print_table(console, table, args.wide)
+    for line in option_lines():
+        console.print(printable(line), highlight=False)
+    return 0

@@ -26,6 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="run ids, 'latest' or 'all' (default: latest); several runs are compared side by side")
     p.add_argument("--html", metavar="FILE", help="write one self-contained HTML file (works offline)")
     p.add_argument("--png", metavar="DIR", help="also write each chart as a PNG into DIR (needs Kaleido)")
+    p.add_argument("--wide", action="store_true", help="the tables at their full width, whatever the terminal's")
     add_store_argument(p)
 
 
@@ -46,7 +47,7 @@ def main(args: argparse.Namespace) -> int:
     run_ids = list(dict.fromkeys(i for selector in args.runs for i in store.resolve_runs(selector)))
     report = model.load(store, run_ids)
     if html_path is None and png_dir is None:
-        print_report_tables(console, report)
+        print_report_tables(console, report, args.wide)
         return EXIT_OK
     charts = _figures().charts(report)
     if html_path is not None:

@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from dlbench import processes, workloads
-from dlbench.analysis import repeats
+from dlbench.analysis import repeats, window
 from dlbench.backends import installed, registered
 from dlbench.cli import suite
 from dlbench.cli.common import (
@@ -130,6 +130,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                         " pending, running and interrupted trials")
     p.add_argument("--retry-failed", action="store_true",
                    help="with --resume: re-run failed, crashed, timed-out and oom trials too")
+    p.add_argument("--wide", action="store_true",
+                   help="print the final tables at their full width, whatever the terminal's")
     add_store_argument(p)
 
 
@@ -250,8 +252,9 @@ class ConsoleProgress(Progress):
                     + (f"target in {m['time_to_target_s']:.1f} s" if m.get("reached_target") else "target not reached")
                     + f" (evaluation {m['eval_s']:.1f} s, not counted)")
         elif result.status == "ok":
-            text = (f"ok: {m['samples_per_s']:.1f} samples/s, time to first step "
-                    f"{m['time_to_first_step_s']:.1f} s")
+            short = "~" if m.get(window.FLAG_METRIC) else ""  # marked as the tables mark it
+            text = (f"ok: {short}{m['samples_per_s']:.1f} samples/s, time to first step "
+                    f"{m['time_to_first_step_s']:.1f} s" + (f" ({window.WARNING})" if short else ""))
         else:
             text = f"{result.status}: {result.error}"
         self.console.print(printable(f"{self._label} {text}"), highlight=False)  # errors echo the environment
@@ -316,7 +319,7 @@ def main(args: argparse.Namespace) -> int:
             else:
                 outcome = run_trials(store, run_id, planned, progress)
             _finish_run(store, run_id, outcome)
-    return _report(console, store, run_id, args.store, outcome)
+    return _report(console, store, run_id, args, outcome)
 
 
 def resume_main(args: argparse.Namespace) -> int:
@@ -356,7 +359,7 @@ def resume_main(args: argparse.Namespace) -> int:
             else:
                 outcome = run_trials(store, run_id, resumption.trials, progress)
         _finish_run(store, run_id, outcome)
-    return _report(console, store, run_id, args.store, outcome)
+    return _report(console, store, run_id, args, outcome)
 
 
 def _first_round(store: Store, run_id: int) -> Plan:
@@ -415,8 +418,9 @@ def _finish_run(store: Store, run_id: int, outcome: Outcome) -> None:
     store.finish_run(run_id, "interrupted" if outcome.interrupted else ("failed" if failed else "ok"))
 
 
-def _report(console: Console, store: Store, run_id: int, store_path: str, outcome: Outcome) -> int:
-    print_run_tables(console, store, [run_id])
+def _report(console: Console, store: Store, run_id: int, args: argparse.Namespace, outcome: Outcome) -> int:
+    print_run_tables(console, store, [run_id], args.wide)
+    store_path = args.store
     console.print(printable(f"stored as run {run_id} in {store_path}"), highlight=False)
     if outcome.interrupted:
         console.print(printable(f"interrupted: the unfinished trials of run {run_id} are stored; finish"

@@ -5,16 +5,27 @@ table builds its rows from these, so a configuration reads the same in every tab
 from __future__ import annotations
 
 from dlbench.analysis.summary import Summary
+from dlbench.analysis.window import (
+    ADVICE,
+    FLAG_METRIC,
+    MIN_TIMED_STEPS,
+    MIN_TIMED_WINDOW_S,
+)
 from dlbench.report import model
 from dlbench.report.columns import Column
 from dlbench.report.model import Config, Report, Trial
-from dlbench.report.tabledata import MISSING, Cell, Flag
+from dlbench.report.tabledata import MISSING, SHORT_MARK, Cell, Flag
 from dlbench.report.tabledata import Column as TableColumn
 
 
 def label_columns(report: Report, axes: tuple[str, ...]) -> list[TableColumn]:
-    """`run` (when runs are compared), then one column per axis."""
-    return [TableColumn(h) for h in (["run"] if report.multi_run else []) + list(axes)]
+    """`run` (when runs are compared), then one column per axis: the row's key, lifted into the
+    title where one value fills it."""
+    return [TableColumn(h, key=True, lift=True) for h in (["run"] if report.multi_run else []) + list(axes)]
+
+
+# The status column: lifted into the title when every row has the same status ("status ok").
+STATUS = TableColumn("status", lift=True)
 
 
 def label_cells(report: Report, config: Config, axes: tuple[str, ...]) -> list[Cell]:
@@ -22,16 +33,24 @@ def label_cells(report: Report, config: Config, axes: tuple[str, ...]) -> list[C
     return [Cell(v) for v in run + [str(config.axes[a]) for a in axes]]
 
 
-def _percent(x: float) -> str:
+def percent_text(x: float) -> str:
+    """`5.0%` below 9.5 %, `12%` above: two significant digits at most."""
     x = abs(x)
     return f"{x:.0%}" if x >= 0.095 else f"{x:.1%}"
+
+
+def spread(s: Summary) -> float | None:
+    """How far the wider side of the median's interval reaches, relative to the median."""
+    if s.low is None or s.high is None or s.level is None or not s.median:
+        return None
+    return max(s.median - s.low, s.high - s.median) / abs(s.median)
 
 
 def relative_interval(s: Summary) -> str | None:
     """`-3.1%/+2.0% 75%` (or `±2.0% 50%`): the interval relative to the median, and its level."""
     if s.low is None or s.high is None or s.level is None or not s.median:
         return None
-    down, up = _percent((s.median - s.low) / s.median), _percent((s.high - s.median) / s.median)
+    down, up = percent_text((s.median - s.low) / s.median), percent_text((s.high - s.median) / s.median)
     return f"{'±' + up if up == down else f'-{down}/+{up}'} {s.level:.0%}"
 
 
@@ -43,7 +62,8 @@ def summary_cell(col: Column, s: Summary, estimated: bool = False, mark_unstable
         flags.add("unstable")
     if estimated and s.median is not None:
         flags.add("estimated")
-    return Cell(col.render(s.median), col.render_ci(s), relative_interval(s), frozenset(flags))
+    return Cell(col.render(s.median), col.render_ci(s), relative_interval(s), frozenset(flags), spread(s),
+                None if s.level is None else f"{s.level:.0%}")
 
 
 def metric_summary(col: Column, config: Config) -> tuple[Summary, bool]:
@@ -56,9 +76,27 @@ def metric_summary(col: Column, config: Config) -> tuple[Summary, bool]:
 
 
 def metric_cell(col: Column, config: Config, with_interval: bool = True) -> Cell:
+    """The column's median for the configuration; `~` where it was timed over too short a
+    window (a metric of the window, analysis/window.py)."""
     s, estimated = metric_summary(col, config)
     cell = summary_cell(col, s, estimated)
+    if col.metric in WINDOW_METRICS and s.median is not None and short_window(config):
+        cell = cell.with_flags("short")
     return cell if with_interval else Cell(cell.text, flags=cell.flags - {"unstable"})
+
+
+# Metrics computed over the train scenario's timed window: marked `~` when it was too short.
+WINDOW_METRICS = frozenset({"train_s", "samples_per_s", "step_s_median", "achieved_flops_per_s", "mfu",
+                            "matmul_ceiling_share", "energy_per_sample_j", "samples_per_s_per_w"})
+
+
+def short_window(config: Config) -> bool:
+    """Whether any ok repeat's timed window was too short to time (its trial's flag)."""
+    return any(t.metrics.get(FLAG_METRIC) for t in config.ok)
+
+
+SHORT_NOTE = (f"{SHORT_MARK} timed window too short to time (fewer than {MIN_TIMED_STEPS} steps or under"
+              f" {MIN_TIMED_WINDOW_S:g} s): indicative only; {ADVICE}")
 
 
 def parity_cell(trials: tuple[Trial, ...] | list[Trial]) -> Cell:

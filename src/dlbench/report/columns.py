@@ -99,7 +99,7 @@ def _ms(v: float) -> str:
 INFER = [
     _m("latency_p50", "latency_p50_s", _ms),
     _m("latency_p90", "latency_p90_s", _ms),
-    _m("latency_p99", "latency_p99_s", header="p99 ms [CI] level", fmt=_ms),
+    _m("latency_p99", "latency_p99_s", _ms),  # with its interval beside it (inline_interval)
     _m("infer_requests", "infer_requests", _f(0)),
     _m("infer_batch_size", "infer_batch_size", _f(0)),
     _m("infer_samples_per_s", "infer_samples_per_s", _f(1)),

@@ -86,7 +86,8 @@ def converge_table(report: Report) -> Table | None:
     flagged = {(p.workload, p.seed, f) for p in pairs if p.flagged for f in (p.framework_a, p.framework_b)}
     axes = report.varying(shown, CONVERGE_AXES)
     rows = [_converge_row(report, c, axes, flagged) for c in shown]
-    notes = model.trial_notes((_trial_label(c, t), t) for c in configs for t in c.trials)
+    # no GPU columns here: the reasons for missing GPU values belong to the headline's notes
+    notes = model.trial_notes(((_trial_label(c, t), t) for c in configs for t in c.trials), {})
     notes += [f"{_trial_label(c, t)}: {why}" for c in shown for t in c.ok
               if (why := (t.data.get("notes") or {}).get("steps_to_target"))]
     targets = sorted({f"{t.spec['target_accuracy']:g}" for c in shown for t in c.ok})
@@ -152,7 +153,7 @@ def stall_table(report: Report) -> Table | None:
             spec["policy"].get("loader_workers", 0), spec["workload"].get("augment", "none"),
             f"{s.pipeline_samples_per_s:.1f}", f"{s.device_samples_per_s:.1f}", f"{s.share:+.1%}",
             f"{s.per_step_s * 1e3:+.2f}", _fmt(None if wait is None else wait * 1e3, ".2f"))))
-    columns = [*(Column(h, "left" if h in ("workload", "framework", "mode", "augment") else "right")
+    columns = [*(Column(h, "left" if h in ("workload", "framework", "mode", "augment") else "right", key=True, lift=True)
                  for h in STALL_LABELS), *(Column(h, "right") for h in STALL_HEADERS)]
     return Table("stall", "Input pipeline",
                  "input pipeline: idiomatic loader vs the whole dataset on the device (medians)",

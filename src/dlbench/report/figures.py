@@ -7,6 +7,7 @@ HTML tags in labels and decodes entities, so an escaped label shows as written a
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
 from collections.abc import Callable
@@ -42,6 +43,9 @@ class Chart:
     title: str
     figure: go.Figure
     note: str  # one sentence under the chart: what each mark is, how it is summarised
+    # The workload whose section shows the chart, in a report of several (charts()); None: the
+    # report has one workload and no sections.
+    section: str | None = None
 
 
 def _t(text: object) -> str:
@@ -72,13 +76,6 @@ def _panels(configs: list[Config]) -> list[tuple[str, list[Config]]]:
     for c in configs:
         by.setdefault(str(c.axes["workload"]), []).append(c)
     return list(by.items())
-
-
-def _short_label(report: Report, config: Config) -> str:
-    """The label within a workload's panel: without the workload and the run."""
-    label = report.label(config, with_run=False)
-    prefix = f"{config.axes['workload']}/"
-    return label[len(prefix):] if label.startswith(prefix) else label
 
 
 def _error_bars(summaries: list[Summary], scale: float) -> dict[str, Any]:
@@ -138,7 +135,7 @@ def _bar_figure(report: Report, traces: Callable[[list[Config]], list[_Bars]], s
         xs: list[str] = []
         for bars in traces(group):
             summaries = [bars.summary(c) for c in bars.configs]
-            x = [_t(report.label(c) if bars.with_run else _short_label(report, c)) for c in bars.configs]
+            x = [_t(report.short_label(c, with_run=bars.with_run)) for c in bars.configs]
             shared_x = shared_x or bool(set(x) & set(xs))
             xs += x
             fig.add_trace(go.Bar(
@@ -200,7 +197,7 @@ def startup(report: Report) -> Chart | None:
     configs = [c for c in report.configs if c.ok]
     if not configs:
         return None
-    x = [_t(report.label(c)) for c in configs]
+    x = [_t(report.short_label(c)) for c in configs]
     fig = go.Figure()
     colors = ("#c7c7c7", "#1f77b4", "#9467bd", "#8c564b", "#d62728", "#bcbd22")
     for seg, color in zip(STARTUP_SEGMENTS, colors, strict=True):
@@ -224,12 +221,12 @@ def step_times(report: Report) -> Chart | None:
                         subplot_titles=["within each process (one value per chunk)",
                                         "across processes (one median per process)"])
     for c, t in pairs:
-        fig.add_trace(go.Box(y=[v * 1e3 for _, v in t.series["step_s"]], name=_t(report.trial_label(c, t)),
+        fig.add_trace(go.Box(y=[v * 1e3 for _, v in t.series["step_s"]], name=_t(_trial_name(report, c, t)),
                              marker_color=_color(report, c.axes["framework"]), boxpoints="outliers",
                              showlegend=False), row=1, col=1)
     for c in {id(c): c for c, _ in pairs}.values():
         values = [t.metrics.get("step_s_median") for t in c.ok]
-        fig.add_trace(go.Box(y=[v * 1e3 for v in values if v is not None], name=_t(report.label(c)),
+        fig.add_trace(go.Box(y=[v * 1e3 for v in values if v is not None], name=_t(report.short_label(c)),
                              marker_color=_color(report, c.axes["framework"]), boxpoints="all",
                              jitter=0.3, pointpos=0, showlegend=False), row=1, col=2)
     fig.update_yaxes(title_text="ms per step", row=1, col=1)
@@ -238,36 +235,65 @@ def step_times(report: Report) -> Chart | None:
                  "Right: the spread between processes, which is what a confidence interval describes.")
 
 
+# Memory over time as small multiples: one panel per configuration, MEMORY_COLUMNS to a row, each
+# MEMORY_PANEL_PX tall with MEMORY_GAP_PX between rows for its tick labels and the next title.
+MEMORY_COLUMNS = 3
+MEMORY_PANEL_PX = 220
+MEMORY_GAP_PX = 80
+
+
+def _trial_name(report: Report, config: Config, trial: Trial) -> str:
+    """The configuration's short label, and the repeat where it has several."""
+    return report.short_label(config) + (f" #{trial.repeat}" if len(config.trials) > 1 else "")
+
+
 def memory(report: Report) -> Chart | None:
-    """One panel per process: RSS (and VRAM where a GPU was sampled) over time, with the
-    worker's phases shaded."""
-    pairs = [(c, t) for c, t in report.trials() if t.series.get("rss_bytes")]
-    if not pairs:
+    """Small multiples, one panel per configuration: RSS (and VRAM where a GPU was sampled)
+    over time for each of its processes (the first solid, repeats fainter), the first process's
+    phases shaded."""
+    configs = [c for c in report.configs if any(t.series.get("rss_bytes") for t in c.trials)]
+    if not configs:
         return None
-    fig = make_subplots(rows=len(pairs), cols=1, vertical_spacing=min(0.08, 0.5 / len(pairs)),
-                        subplot_titles=[_t(report.trial_label(c, t)) for c, t in pairs])
-    for row, (_, t) in enumerate(pairs, start=1):
-        for series, name, color in (("rss_bytes", "RSS", "#333333"), ("vram_bytes", "VRAM", "#d62728")):
-            points = t.series.get(series) or []
-            if points:
-                fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] / GIB for p in points],
-                                         mode="lines", name=name, line={"color": color},
-                                         legendgroup=name, showlegend=row == 1), row=row, col=1)
-        _shade_phases(fig, t, row)
-        fig.update_yaxes(title_text="GiB", row=row, col=1)
-    fig.update_xaxes(title_text="seconds since the sampler started", row=len(pairs), col=1)
-    _phase_legend(fig, pairs)
-    return Chart("memory", "Memory over time", _layout(fig, height=120 + 230 * len(pairs)),
-                 "Raw samples every 25 ms over the worker's process tree; shaded: the phases the "
-                 "worker reported (import, build, data, compile, first step, warm-up, timed window, "
-                 "evaluation).")
+    cols = min(MEMORY_COLUMNS, len(configs))
+    rows = -(-len(configs) // cols)
+    plot_px = rows * MEMORY_PANEL_PX + (rows - 1) * MEMORY_GAP_PX
+    fig = make_subplots(rows=rows, cols=cols, vertical_spacing=MEMORY_GAP_PX / plot_px if rows > 1 else 0.0,
+                        horizontal_spacing=0.08, subplot_titles=[_t(report.short_label(c)) for c in configs])
+    shapes: list[dict[str, Any]] = []
+    for i, c in enumerate(configs):
+        row, col = i // cols + 1, i % cols + 1
+        trials = [t for t in c.trials if t.series.get("rss_bytes")]
+        for k, t in enumerate(trials):
+            for series, name, color in (("rss_bytes", "RSS", "#333333"), ("vram_bytes", "VRAM", "#d62728")):
+                points = t.series.get(series) or []
+                if points:
+                    fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] / GIB for p in points], mode="lines",
+                                             name=name, line={"color": color, "width": 1.5}, opacity=1.0 if k == 0 else 0.45,
+                                             legendgroup=name, showlegend=i == 0 and k == 0,
+                                             hovertext=_t(_trial_name(report, c, t)), hoverinfo="x+y+text"),
+                                  row=row, col=col)
+        shapes += _phase_shapes(trials[0], i + 1)
+        if col == 1:
+            fig.update_yaxes(title_text="GiB", row=row, col=col)
+        if i + cols >= len(configs):  # the lowest panel of its column
+            fig.update_xaxes(title_text="s since start", row=row, col=col)
+    fig.update_layout(shapes=shapes)  # at once: add_vrect per panel is quadratic in the shapes
+    _phase_legend(fig, [(c, t) for c in configs for t in c.trials if t.series.get("rss_bytes")])
+    return Chart("memory", "Memory over time", _layout(fig, height=plot_px + 140),
+                 "One panel per configuration: raw samples every 25 ms over the worker's process tree, "
+                 "seconds since the sampler started (repeats fainter); shaded: the phases the first process "
+                 "reported (import, build, data, compile, first step, warm-up, timed window, evaluation).")
 
 
-def _shade_phases(fig: go.Figure, trial: Trial, row: int) -> None:
+def _phase_shapes(trial: Trial, panel: int) -> list[dict[str, Any]]:
+    """The trial's phases as shaded rectangles over the whole height of subplot `panel` (1 the
+    first, row by row: make_subplots numbers its axes so)."""
     last = (trial.series.get("rss_bytes") or [(0.0, 0.0)])[-1][0]
-    for name, start, end in model.phase_spans(trial):
-        fig.add_vrect(x0=start, x1=last if end is None else end, row=row, col=1, line_width=0,
-                      fillcolor=PHASE_COLORS.get(name, "#999999"), opacity=0.18, layer="below")
+    axis = "" if panel == 1 else str(panel)
+    return [{"type": "rect", "xref": f"x{axis}", "yref": f"y{axis} domain", "x0": start,
+             "x1": last if end is None else end, "y0": 0, "y1": 1, "line": {"width": 0},
+             "fillcolor": PHASE_COLORS.get(name, "#999999"), "opacity": 0.18, "layer": "below"}
+            for name, start, end in model.phase_spans(trial)]
 
 
 def _phase_legend(fig: go.Figure, pairs: list[tuple[Config, Trial]]) -> None:
@@ -286,15 +312,19 @@ def loss(report: Report) -> Chart | None:
         return None
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.05,
                         subplot_titles=["by step", "by wall-clock time"])
+    shown: set[str] = set()
     for c, t in pairs:
-        name, color = _t(report.trial_label(c, t)), _color(report, c.axes["framework"])
+        # one legend entry per configuration, in its framework's colour; its repeats share it
+        name, color = _t(report.short_label(c)), _color(report, c.axes["framework"])
         steps = t.series["loss"]
         fig.add_trace(go.Scatter(x=[p[0] for p in steps], y=[p[1] for p in steps], mode="lines",
-                                 name=name, legendgroup=name, line={"color": color, "width": 1.5}),
+                                 name=name, legendgroup=name, showlegend=name not in shown,
+                                 hovertext=_t(_trial_name(report, c, t)), line={"color": color, "width": 1.5}),
                       row=1, col=1)
+        shown.add(name)
         timed = model.loss_by_time(t)
         fig.add_trace(go.Scatter(x=[p[0] for p in timed], y=[p[1] for p in timed], mode="lines",
-                                 name=name, legendgroup=name, showlegend=False,
+                                 name=name, legendgroup=name, showlegend=False, hovertext=_t(_trial_name(report, c, t)),
                                  line={"color": color, "width": 1.5}), row=1, col=2)
     fig.update_xaxes(title_text="step of the timed window", row=1, col=1)
     fig.update_xaxes(title_text="seconds since the timed window began", row=1, col=2)
@@ -395,7 +425,7 @@ def convergence(report: Report) -> Chart | None:
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.05,
                         subplot_titles=["by step", "by wall-clock time (training only)"])
     for c, t in pairs:
-        name, color = _t(report.trial_label(c, t)), _color(report, c.axes["framework"])
+        name, color = _t(_trial_name(report, c, t)), _color(report, c.axes["framework"])
         for col, series in enumerate(("accuracy", "accuracy_by_time"), start=1):
             points = t.series.get(series) or []
             fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines+markers",
@@ -416,8 +446,19 @@ CHARTS: tuple[Callable[[Report], Chart | None], ...] = (
 
 
 def charts(report: Report) -> list[Chart]:
-    """Every chart that has data in these runs, in the report's order."""
-    return [c for make in CHARTS if (c := make(report)) is not None]
+    """Every chart that has data in these runs, in the report's order; for a report of several
+    workloads, each workload's charts in turn (its section's), labelled by what differs within it
+    and with the workload in their ids."""
+    parts = report.by_workload()
+    if len(parts) == 1:
+        return [c for make in CHARTS if (c := make(report)) is not None]
+    return [dataclasses.replace(c, id=f"{section_id(w)}-{c.id}", section=w)
+            for w, part in parts for make in CHARTS if (c := make(part)) is not None]
+
+
+def section_id(workload: str) -> str:
+    """A workload's name as a DOM id fragment (letters, digits, `-` and `_`)."""
+    return re.sub(r"[^\w-]", "-", workload)
 
 
 def history(series: list[HistorySeries]) -> Chart | None:

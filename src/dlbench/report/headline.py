@@ -7,6 +7,8 @@ from __future__ import annotations
 from dlbench.analysis.summary import UNSTABLE_REL_HALF_WIDTH
 from dlbench.report import model
 from dlbench.report.cells import (
+    SHORT_NOTE,
+    STATUS,
     label_cells,
     label_columns,
     metric_cell,
@@ -17,7 +19,7 @@ from dlbench.report.cells import (
 from dlbench.report.columns import GPU, HEADLINE, STARTUP
 from dlbench.report.columns import Column as MetricColumn
 from dlbench.report.model import Config, Report
-from dlbench.report.tabledata import UNSTABLE_MARK, Cell, Column, Table
+from dlbench.report.tabledata import MISSING, UNSTABLE_MARK, Cell, Column, Table
 
 # Scenarios with a table of their own (report/converge.py, report/inference.py).
 OWN_TABLES = ("converge", "infer")
@@ -37,26 +39,50 @@ def headline_configs(report: Report) -> list[Config]:
     return [c for c in report.configs if c.scenario not in OWN_TABLES]
 
 
-def _headline_row(report: Report, config: Config) -> list[Cell]:
-    numbers = [metric_cell(col, config) for col in HEADLINE]
+# The headline's VRAM columns: left out, with one line saying why, when no GPU was sampled.
+VRAM_KEYS = ("vram_initial", "vram_peak")
+
+
+def _headline_row(report: Report, config: Config, metrics: list[MetricColumn]) -> list[Cell]:
+    numbers = [metric_cell(col, config) for col in metrics]
     if model.parity(config.trials).verdict == "fail":
         numbers = not_comparable(numbers)
     return [*label_cells(report, config, report.label_axes), *numbers,
             parity_cell(config.trials), status_cell(config.trials)]
 
 
+def mark_notes(rows: list[list[Cell]]) -> list[str]:
+    """What the marks in these rows mean: unstable, not comparable, timed too short."""
+    flags = {f for row in rows for cell in row for f in cell.flags}
+    return ([UNSTABLE_NOTE] if "unstable" in flags else []) + ([PARITY_FAIL_NOTE] if "not_comparable" in flags else []) \
+        + ([SHORT_NOTE] if "short" in flags else [])
+
+
+def no_gpu_note(configs: list[Config]) -> str | None:
+    """One line for a run without a GPU, in place of a note per empty GPU column: why (the
+    monitor's reason), what is left out, and why CPU energy is missing too where it is."""
+    reason = model.no_gpu(configs)
+    if reason is None:
+        return None
+    line = f"{model.NO_GPU}{reason}: no VRAM columns"
+    cpu = model.missing_reason(configs, "cpu_energy_j")
+    return line + (f", no GPU and energy table (CPU energy: {cpu})" if cpu else "")
+
+
 def headline_table(report: Report) -> Table:
     """One row per configuration; the notes say what the marks mean, why trials failed and
-    why values are missing."""
+    why values are missing. Without a GPU, the VRAM columns are left out and one note says why."""
     configs = headline_configs(report)
-    rows = [_headline_row(report, c) for c in configs]
-    flags = {f for row in rows for cell in row for f in cell.flags}
-    notes = ([UNSTABLE_NOTE] if "unstable" in flags else []) + ([PARITY_FAIL_NOTE] if "not_comparable" in flags else [])
+    gpu_note = no_gpu_note(configs)
+    metrics = [c for c in HEADLINE if not (gpu_note and c.key in VRAM_KEYS)]
+    rows = [_headline_row(report, c, metrics) for c in configs]
+    noted: dict[str, str] | None = None if gpu_note is None else {}
+    notes = mark_notes(rows) + ([gpu_note] if gpu_note else []) + model.notes(report, configs, noted)
     notes += model.repeat_notes(report)
-    notes += model.notes(report, configs) + model.parity_notes((t for c in configs for t in c.trials), TRAIN_PARITY)
+    notes += model.parity_notes((t for c in configs for t in c.trials), TRAIN_PARITY)
     ids = [r.id for r in report.runs]
-    columns = [*label_columns(report, report.label_axes), *(Column(c.header, "right") for c in HEADLINE),
-               Column("parity"), Column("status")]
+    columns = [*label_columns(report, report.label_axes), *(Column(c.header, "right") for c in metrics),
+               Column("parity"), STATUS]
     return Table("results", "Results", "dlbench results" + (f" (run {ids[0]})" if len(ids) == 1 else ""),
                  tuple(columns), tuple(map(tuple, rows)), tuple(notes), DESCRIPTION)
 
@@ -64,10 +90,16 @@ def headline_table(report: Report) -> Table:
 def _medians_table(report: Report, id: str, name: str, title: str, metrics: list[MetricColumn]) -> Table:
     """One row per headline configuration with an ok trial: its label, then medians (no
     intervals)."""
-    rows = [(*label_cells(report, c, report.label_axes), *(metric_cell(m, c, with_interval=False) for m in metrics))
+    rows = [[*label_cells(report, c, report.label_axes), *(metric_cell(m, c, with_interval=False) for m in metrics)]
             for c in headline_configs(report) if c.ok]
     columns = [*label_columns(report, report.label_axes), *(Column(m.header, "right") for m in metrics)]
-    return Table(id, name, title, tuple(columns), tuple(rows))
+    return Table(id, name, title, tuple(columns), tuple(map(tuple, rows)), tuple(mark_notes(rows)))
+
+
+def has_values(table: Table) -> bool:
+    """Whether any cell but the row labels holds a value: an all-dash table is not shown."""
+    return any(cell.text != MISSING for row in table.rows for cell, col in zip(row, table.columns, strict=True)
+               if not col.key)
 
 
 def startup_table(report: Report) -> Table:

@@ -18,10 +18,10 @@ import plotly.offline
 from markdown_it import MarkdownIt
 
 import dlbench
-from dlbench.report.figures import Chart
+from dlbench.report.figures import Chart, section_id
 from dlbench.report.headline import UNSTABLE_NOTE
 from dlbench.report.model import Report
-from dlbench.report.tabledata import Cell, Column, Table
+from dlbench.report.tabledata import Cell, Column, Table, tidy
 from dlbench.report.tables import report_tables
 from dlbench.results.tidy import flatten
 
@@ -31,7 +31,8 @@ PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #222;
        margin: 0 auto; max-width: 1280px; padding: 0 24px 48px; }
-h1 { margin: 24px 0 4px; } h2 { margin-top: 36px; border-bottom: 1px solid #ddd; }
+h1 { margin: 24px 0 4px; } h2 { margin-top: 36px; border-bottom: 1px solid #ddd; } h3 { margin-top: 28px; }
+section.workload { border-top: 3px solid #444; margin-top: 40px; } section.workload > h2 { border: 0; }
 nav a { margin-right: 14px; } .runs { color: #555; margin: 0; padding-left: 18px; }
 table { border-collapse: collapse; margin: 8px 0; }
 th, td { padding: 4px 8px; border-bottom: 1px solid #eee; vertical-align: top; text-align: left; }
@@ -63,15 +64,22 @@ def data_text(text: str) -> str:
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
+# A converge- or infer-only report has no headline table: its scenario tables follow.
+NO_HEADLINE = ("<section id='table-{prefix}results'><h{h}>Results</h{h}><p class='note'>No training-throughput"
+               " configuration in these runs; the scenario tables follow.</p></section>")
+
+
 def render(report: Report, charts: list[Chart], method_markdown: str | None) -> str:
     """The whole page as a string: every table of the terminal report (report/tables.py), then
-    the charts, the environment and the method."""
-    tables = report_tables(report)
+    the charts, the environment and the method; a report of several workloads as one section
+    per workload (its tables and its charts, figures.charts), the environment and method once."""
+    parts = report.by_workload()
+    sections = [_section(w, part, [c for c in charts if c.section == w], len(parts) > 1) for w, part in parts]
+    if len(parts) == 1:  # one workload: the charts made for the whole report, whatever their section
+        sections = [_section(parts[0][0], report, charts, False)]
     body = "\n".join([
-        _header(report, charts, tables),
-        *([] if any(t.id == "results" for t in tables) else [NO_HEADLINE]),
-        *(_table(t) for t in tables),
-        *(_chart_section(c) for c in charts),
+        _header(report, parts, charts),
+        *sections,
         _environment(report),
         _method(method_markdown),
         f"<footer><p class='note'>dlbench {_e(dlbench.__version__)}, generated "
@@ -87,9 +95,22 @@ def render(report: Report, charts: list[Chart], method_markdown: str | None) -> 
     )
 
 
-# A converge- or infer-only report has no headline table: its scenario tables follow.
-NO_HEADLINE = ("<section id='table-results'><h2>Results</h2><p class='note'>No training-throughput"
-               " configuration in these runs; the scenario tables follow.</p></section>")
+def _section(workload: str, report: Report, charts: list[Chart], several: bool) -> str:
+    """The workload's tables (constants in their titles, empty
+    columns dropped: tabledata.tidy) and charts; in a report of several workloads, inside a
+    section of its own headed by the workload and what holds for all its configurations."""
+    tables = [tidy(t) for t in report_tables(report)]
+    prefix = f"{section_id(workload)}-" if several else ""
+    level = 3 if several else 2
+    inner = [*([] if any(t.id == "results" for t in tables) else [NO_HEADLINE.format(prefix=prefix, h=level)]),
+             *(_table(t, prefix, level) for t in tables), *(_chart_section(c, level) for c in charts)]
+    if not several:
+        return "\n".join(inner)
+    constants = " · ".join(f"{a} {v}" for a, v in report.constants() if a != "workload")
+    head = (f"<section id='workload-{_e(section_id(workload))}' class='workload'><h2>{_e(workload)}</h2>"
+            f"<p class='note'>{len(report.configs)} configurations" + (f", each with {_e(constants)}" if constants else "")
+            + "</p>")
+    return head + "\n".join(inner) + "</section>"
 
 
 def _title(report: Report) -> str:
@@ -102,13 +123,19 @@ def _when(ts: object) -> str:
     return datetime.datetime.fromtimestamp(ts).isoformat(sep=" ", timespec="seconds")
 
 
-def _header(report: Report, charts: list[Chart], tables: list[Table]) -> str:
+def _header(report: Report, parts: list[tuple[str, Report]], charts: list[Chart]) -> str:
+    """Title, runs, and the navigation: to each workload's section where there are several,
+    else to each table and chart."""
     runs = "".join(
         f"<li>run {r.id} ({_e(_when(r.info.get('created_at')))}, {_e(r.info.get('status'))}, "
         f"{len(r.trials)} trials): <code>{_e(r.info.get('command'))}</code></li>"
         for r in report.runs)
-    links = [*((f"table-{t.id}", t.name) for t in tables), *((f"chart-{c.id}", c.title) for c in charts),
-             ("environment", "Environment and policy"), ("method", "Method")]
+    if len(parts) > 1:
+        links = [(f"workload-{section_id(w)}", w) for w, _ in parts]
+    else:
+        links = [*((f"table-{t.id}", t.name) for t in report_tables(report)),
+                 *((f"chart-{c.id}", c.title) for c in charts)]
+    links += [("environment", "Environment and policy"), ("method", "Method")]
     nav = "".join(f"<a href='#{_e(a)}'>{_e(t)}</a>" for a, t in links)
     return f"<h1>{_e(_title(report))}</h1><ul class='runs'>{runs}</ul><nav>{nav}</nav>"
 
@@ -125,21 +152,22 @@ def _td(cell: Cell, column: Column) -> str:
     return f"<td class='{' '.join(classes)}'>{text}</td>" if classes else f"<td>{text}</td>"
 
 
-def _table(table: Table) -> str:
+def _table(table: Table, prefix: str = "", level: int = 2) -> str:
     """A table of the report with its notes; every stored string escaped."""
     heads = "".join(f"<th>{_e(c.header)}</th>" for c in table.columns)
     rows = "".join("<tr>" + "".join(_td(c, col) for c, col in zip(row, table.columns, strict=True)) + "</tr>"
                    for row in table.rows)
     about = f"<p class='note'>{_e(table.description)}</p>" if table.description else ""
     items = "".join(f"<li>{_e(n)}</li>" for n in table.notes)
-    return (f"<section id='table-{_e(table.id)}'><h2>{_e(table.title)}</h2>{about}<table class='data'><thead><tr>"
-            f"{heads}</tr></thead><tbody>{rows}</tbody></table><ul class='notes'>{items}</ul></section>")
+    return (f"<section id='table-{_e(prefix + table.id)}'><h{level}>{_e(table.title)}</h{level}>{about}"
+            f"<table class='data'><thead><tr>{heads}</tr></thead><tbody>{rows}</tbody></table>"
+            f"<ul class='notes'>{items}</ul></section>")
 
 
-def _chart_section(chart: Chart) -> str:
+def _chart_section(chart: Chart, level: int = 2) -> str:
     spec = chart.figure.to_plotly_json()
     payload = plotly.io.to_json({"data": spec["data"], "layout": spec["layout"]}, validate=False)
-    return (f"<section><h2 id='chart-{_e(chart.id)}-title'>{_e(chart.title)}</h2>"
+    return (f"<section><h{level} id='chart-{_e(chart.id)}-title'>{_e(chart.title)}</h{level}>"
             f"<p class='note'>{_e(chart.note)}</p><div class='chart' id='chart-{_e(chart.id)}'></div>"
             f"<script type='application/json' id='chart-{_e(chart.id)}-data'>{data_text(payload)}</script>"
             "</section>")

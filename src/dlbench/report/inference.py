@@ -7,6 +7,7 @@ from __future__ import annotations
 from dlbench.analysis.summary import Summary
 from dlbench.report import model
 from dlbench.report.cells import (
+    STATUS,
     label_cells,
     label_columns,
     metric_cell,
@@ -68,8 +69,8 @@ def infer_table(report: Report) -> Table | None:
     axes = report.varying(configs, INFER_AXES, INFER_HIDDEN)
     columns = [*label_columns(report, axes),
                *(TableColumn(c.header, "right", inline_interval=c.key == "latency_p99") for c in INFER),
-               TableColumn("parity"), TableColumn("status")]
-    notes = [METHOD_NOTE, *model.notes(report, configs),
+               TableColumn("parity"), STATUS]
+    notes = [METHOD_NOTE, *model.notes(report, configs, {}),  # no GPU columns: no GPU reasons
              *model.parity_notes((t for c in configs for t in c.trials), INFER_PARITY)]
     return Table("inference", "Inference",
                  "inference: latency at batch 1 (medians over repeats), throughput at the batch size",

@@ -13,10 +13,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from dlbench.analysis import window
 from dlbench.analysis.summary import Summary, summarize
 from dlbench.report.columns import compile_value
 from dlbench.results.store import Store
-from dlbench.spec import policy_fields, configuration_key
+from dlbench.spec import configuration_key, policy_fields
 
 Series = list[tuple[float, float]]
 
@@ -110,11 +111,18 @@ class Config:
         return summarize(v for v, _ in values), any(est and v is not None for v, est in values)
 
 
+# Axes a section or chart title names when one value holds for all its configurations.
+TITLE_AXES = ("workload", "size", "mode", "batch", "precision", "dataset", "epochs", "scenario")
+
+
 @dataclass(frozen=True)
 class Report:
     runs: tuple[Run, ...]
     configs: tuple[Config, ...]
     label_axes: tuple[str, ...]  # the axes a configuration's label shows
+    # The frameworks in the order of the whole report, kept by a part of it (only) so that a
+    # framework has one colour in every section; empty: this report's own order.
+    framework_order: tuple[str, ...] = ()
 
     @property
     def multi_run(self) -> bool:
@@ -127,6 +135,26 @@ class Report:
                          *(f"{a} {config.axes[a]}" for a in self.label_axes if a not in head)])
         return (f"run {config.run_id} · " if with_run and self.multi_run else "") + text
 
+    def group_label(self, configs: list[Config]) -> str:
+        """The label of several configurations (one note about them all): each label axis
+        with its one value, or its values in braces (`{mlp,cnn}/onnxruntime/compiled`); across
+        workloads, the axes that only follow the workload (its model size, batch, dataset) are
+        left out."""
+        if len(configs) == 1:
+            return self.label(configs[0])
+        values = {a: list(dict.fromkeys(str(c.axes[a]) for c in configs)) for a in self.label_axes}
+        several_workloads = len(values.get("workload", [])) > 1
+
+        def text(a: str) -> str:
+            return values[a][0] if len(values[a]) == 1 else "{" + ",".join(values[a]) + "}"
+
+        head = ("workload",) + ALWAYS_SHOWN
+        runs = list(dict.fromkeys(str(c.run_id) for c in configs))
+        tail = [f"{a} {text(a)}" for a in self.label_axes
+                if a not in head and (len(values[a]) == 1 or not several_workloads)]
+        return " ".join([(f"run {','.join(runs)} · " if self.multi_run else "")
+                         + "/".join(text(a) for a in self.label_axes if a in head), *tail])
+
     def trial_label(self, config: Config, trial: Trial) -> str:
         return f"{self.label(config)} #{trial.repeat}"
 
@@ -135,8 +163,41 @@ class Report:
 
     @property
     def frameworks(self) -> tuple[str, ...]:
-        """The frameworks in the order they first appear: a chart's colours follow it."""
-        return tuple(dict.fromkeys(str(c.axes["framework"]) for c in self.configs))
+        """The frameworks in the order they first appear (in the whole report, for a part of
+        one): a chart's colours follow it."""
+        return self.framework_order or tuple(dict.fromkeys(str(c.axes["framework"]) for c in self.configs))
+
+    @property
+    def workloads(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(str(c.axes["workload"]) for c in self.configs))
+
+    def only(self, workload: str) -> Report:
+        """The part of the report about one workload: its configurations, labelled by what
+        differs among them alone, the whole report's framework colours."""
+        made = tuple(c for c in self.configs if str(c.axes["workload"]) == workload)
+        return Report(self.runs, made, _label_axes(made), self.frameworks)
+
+    def by_workload(self) -> list[tuple[str, Report]]:
+        """One part per workload, in the order they ran; the report itself where it has one."""
+        if len(self.workloads) < 2:
+            return [(self.workloads[0] if self.workloads else "", self)]
+        return [(w, self.only(w)) for w in self.workloads]
+
+    def constants(self) -> list[tuple[str, str]]:
+        """(axis, value) of the TITLE_AXES that hold one value for every configuration: what a
+        title says once so that labels name only what differs."""
+        return [(a, str(next(iter(values)))) for a in TITLE_AXES
+                if len(values := {c.axes[a] for c in self.configs}) == 1]
+
+    def short_label(self, config: Config, without: tuple[str, ...] = ("workload",), with_run: bool = True) -> str:
+        """The label of `config` naming only the axes that differ among the report's
+        configurations (none of `without`): `torch`, `torch/eager`, `jax batch 64`; the
+        framework where nothing differs; the run first where runs are compared (`with_run`)."""
+        varying = [a for a in self.label_axes if a not in without and len({c.axes[a] for c in self.configs}) > 1]
+        head = [str(config.axes[a]) for a in varying if a in ("workload",) + ALWAYS_SHOWN]
+        tail = [f"{a} {config.axes[a]}" for a in varying if a not in ("workload",) + ALWAYS_SHOWN]
+        text = " ".join(["/".join(head), *tail]).strip() or str(config.axes["framework"])
+        return (f"run {config.run_id} · " if with_run and self.multi_run else "") + text
 
     def varying(self, configs: Iterable[Config], shown: tuple[str, ...] = (),
                 hidden: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -217,23 +278,43 @@ def parity(trials: tuple[Trial, ...] | list[Trial]) -> Parity:
     return Parity(verdict, max(errs) if errs else None)
 
 
-def notes(report: Report, configs: Iterable[Config]) -> list[str]:
-    """The notes under a table of these configurations, each trial's after the label of its
-    configuration (the same reason for every repeat is one line)."""
-    return trial_notes((report.label(c), t) for c in configs for t in c.trials)
+def notes(report: Report, configs: Iterable[Config], noted: dict[str, str] | None = None) -> list[str]:
+    """The notes under a table of these configurations: each cause of a failure and each
+    warning once, after the label of the configurations it concerns (report.group_label: the
+    same reason for every workload is one line), then the reasons for missing values of the
+    `noted` metrics (NOTED_METRICS by default)."""
+    groups: dict[str, list[Config]] = {}
+    reasons: list[str] = []
+    for c in configs:
+        for t in c.trials:
+            said, why = _messages(t, noted)
+            for message in said:
+                if c not in groups.setdefault(message, []):
+                    groups[message].append(c)
+            reasons += why
+    return list(dict.fromkeys([f"{report.group_label(cs)}: {m}" for m, cs in groups.items()] + reasons))
 
 
-def trial_notes(labelled: Iterable[tuple[str, Trial]]) -> list[str]:
+def trial_notes(labelled: Iterable[tuple[str, Trial]], noted: dict[str, str] | None = None) -> list[str]:
     """Causes of failed trials and warnings (after their label), and the reasons for missing
-    values, once each."""
+    values of the `noted` metrics (NOTED_METRICS by default), once each."""
     out: list[str] = []
     for label, t in labelled:
-        if t.status != "ok" and t.error:
-            out.append(f"{label}: {t.status}: {t.error}")
-        out += [f"{label}: warning: {w}" for w in t.data.get("warnings") or []]
-        trial_notes = t.data.get("notes") or {}
-        out += [f"{what}: {trial_notes[metric]}" for metric, what in NOTED_METRICS.items() if metric in trial_notes]
+        said, why = _messages(t, noted)
+        out += [f"{label}: {m}" for m in said] + why
     return list(dict.fromkeys(out))
+
+
+def _messages(t: Trial, noted: dict[str, str] | None) -> tuple[list[str], list[str]]:
+    """(the trial's failure and warnings, the reasons for its missing `noted` values). The
+    warning of a timed window too short is left out: a table marks those values `~` and says
+    it once."""
+    said = [f"{t.status}: {t.error}"] if t.status != "ok" and t.error else []
+    said += [f"warning: {w}" for w in t.data.get("warnings") or [] if not str(w).startswith(window.WARNING)]
+    trial_notes = t.data.get("notes") or {}
+    why = [f"{what}: {trial_notes[metric]}" for metric, what in (NOTED_METRICS if noted is None else noted).items()
+           if metric in trial_notes]
+    return said, why
 
 
 def parity_notes(trials: Iterable[Trial], checked: str) -> list[str]:
@@ -280,6 +361,32 @@ NOTED_METRICS = {
     "cpu_energy_j": "CPU energy",
     "allocated_peak_bytes": "allocator peak",
 }
+
+
+# What a GPU measures: none of them in any ok trial means the run had no GPU (no_gpu).
+GPU_METRICS = ("vram_initial_bytes", "vram_peak_bytes", "vram_process_peak_bytes", "gpu_utilization_mean",
+               "gpu_power_mean_w", "energy_j")
+NO_GPU = "no GPU: "
+
+
+def no_gpu(configs: Iterable[Config]) -> str | None:
+    """Why these configurations measured nothing on a GPU (the trials' own reason, as the
+    memory monitor recorded it), or None where an ok trial measured something on one."""
+    ok = [t for c in configs for t in c.ok]
+    if not ok or any(t.metrics.get(m) is not None for t in ok for m in GPU_METRICS):
+        return None
+    reasons = dict.fromkeys(str(r).removeprefix(NO_GPU) for t in ok
+                            if (r := (t.data.get("notes") or {}).get("vram_peak_bytes")))
+    return "; ".join(reasons) or "no GPU was sampled"
+
+
+def missing_reason(configs: Iterable[Config], metric: str) -> str | None:
+    """The reason the ok trials give for a metric none of them measured, or None where one did."""
+    ok = [t for c in configs for t in c.ok]
+    if not ok or any(t.metrics.get(metric) is not None for t in ok):
+        return None
+    reasons = dict.fromkeys(str(r) for t in ok if (r := (t.data.get("notes") or {}).get(metric)))
+    return "; ".join(reasons) or None
 
 
 def phase_spans(trial: Trial) -> list[tuple[str, float, float | None]]:

@@ -55,6 +55,7 @@ def scaling_table(report: Report) -> Table | None:
     train = [c for c in report.configs if c.scenario == "train"]
     if not any(int(c.spec.get("devices", 1)) > 1 for c in train):
         return None
-    columns = [Column("configuration"), *(Column(h, "left" if h in ("scaling", "kind") else "right") for h in HEADERS)]
+    columns = [Column("configuration", key=True),
+               *(Column(h, "left" if h in ("scaling", "kind") else "right") for h in HEADERS)]
     return Table("scaling", "Data-parallel scaling", "data-parallel scaling (medians over repeats)",
                  tuple(columns), tuple(_row(report, c) for c in train), tuple(_notes(report, train)))

@@ -4,9 +4,10 @@ the terminal (report/terminal.py) and by the HTML report (report/html.py) alike.
 Neutral: text, alignment, intervals and flags, no styling. Every string that enters a table
 (cells, titles, notes) passes through `dlbench.text.printable` here, once, so stored text (an
 error echoing an escape sequence) never drives a terminal. A renderer decides how a flag or an
-interval looks; a change of layout (compact intervals, constant columns lifted into the title,
-empty columns dropped, wide tables split) is a function from Table to Table applied in one
-place, the renderer's entry.
+interval looks. The layout changes both renderers share are functions from Table to Table
+(`tidy`: constant columns lifted into the title, columns empty in every row dropped with one
+note); the terminal's own (compact intervals, abbreviated headers, split or vertical tables)
+live in report/terminal.py.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from dlbench.text import printable
 Align = Literal["left", "right"]
 # unstable: the median's interval is wide (UNSTABLE_NOTE); estimated: the value is an estimate
 # (marked *); not_comparable: the row failed parity, its numbers are shown in parentheses;
-# pass / fail: a parity verdict.
-Flag = Literal["unstable", "estimated", "not_comparable", "pass", "fail", "differs"]
+# pass / fail / differs: a parity verdict; short: the timed window was too short to time (analysis/window.py),
+# the value is marked ~.
+Flag = Literal["unstable", "estimated", "not_comparable", "pass", "fail", "differs", "short"]
 
 MISSING = "–"
 UNSTABLE_MARK = "!"
 ESTIMATED_MARK = "*"
+SHORT_MARK = "~"
 
 
 @dataclass(frozen=True)
@@ -36,20 +39,26 @@ class Cell:
     interval: str | None = None
     relative: str | None = None
     flags: frozenset[Flag] = field(default_factory=frozenset)
+    # The same interval as one number: how far from the value its wider side reaches, relative
+    # to the value (0.05 for `-3%/+5%`), and the interval's level as text (`75%`, `≥95%`): the
+    # terminal's compact form `1721 ±5%` with the level in a note.
+    spread: float | None = None
+    level: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "text", printable(self.text))
-        for name in ("interval", "relative"):
+        for name in ("interval", "relative", "level"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, printable(value))
 
     def shown(self) -> str:
-        """The text with the marks every renderer shows: `*` after an estimate, parentheses
-        around a number of a row that failed parity."""
+        """The text with the marks every renderer shows: `~` before a value timed over too short
+        a window, `*` after an estimate, parentheses around a number of a row that failed parity."""
         if self.text == MISSING:
             return self.text
-        text = self.text + (ESTIMATED_MARK if "estimated" in self.flags else "")
+        text = (SHORT_MARK if "short" in self.flags else "") + self.text
+        text += ESTIMATED_MARK if "estimated" in self.flags else ""
         return f"({text})" if "not_comparable" in self.flags else text
 
     def with_flags(self, *flags: Flag) -> Cell:
@@ -63,6 +72,11 @@ class Column:
     # The terminal shows this column's intervals beside the value, in the column's units (a
     # column whose header names the interval); elsewhere relative, under the value.
     inline_interval: bool = False
+    # key: the column names the row (a configuration axis): a split table repeats it in every
+    # part. lift: when every row holds the same value, the value moves into the title ("mode
+    # compiled") and the column goes (tidy); label axes and the status are lifted.
+    key: bool = False
+    lift: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "header", printable(self.header))
@@ -92,6 +106,61 @@ class Table:
         """The cells under `header`, top to bottom."""
         i = [c.header for c in self.columns].index(header)
         return [row[i] for row in self.rows]
+
+
+def lift_constants(table: Table) -> Table:
+    """Columns marked `lift` whose every row holds one value leave the table; the title names
+    them (`dlbench results · mode compiled · status ok`). A table of one row keeps its key
+    columns (a lone row still says what it is), and a table keeps at least one column."""
+    if not table.rows:
+        return table
+    lifted = [i for i, c in enumerate(table.columns) if c.lift and len({row[i].text for row in table.rows}) == 1
+              and not (len(table.rows) == 1 and c.key)]
+    if len(lifted) == len(table.columns):
+        lifted = lifted[1:]
+    if not lifted:
+        return table
+    constants = " · ".join(f"{table.columns[i].header} {table.rows[0][i].text}" for i in lifted)
+    return _keep(table, [i for i in range(len(table.columns)) if i not in lifted],
+                 title=f"{table.title} · {constants}")
+
+
+def drop_empty(table: Table) -> Table:
+    """Columns with no value in any row leave the table, named in one note."""
+    empty = [i for i, c in enumerate(table.columns)
+             if table.rows and not c.key and all(row[i].text == MISSING for row in table.rows)]
+    if not empty or len(empty) == len(table.columns):
+        return table
+    names = ", ".join(table.columns[i].header for i in empty)
+    return _keep(table, [i for i in range(len(table.columns)) if i not in empty],
+                 notes=(*table.notes, f"not shown, no value in any row: {names}"))
+
+
+def tidy(table: Table) -> Table:
+    """What both renderers show: constants in the title, empty columns dropped."""
+    return lift_constants(drop_empty(table))
+
+
+def split_rows(table: Table, header: str = "workload") -> list[Table]:
+    """The table as one table per value of its key column `header` (rows in their order, the
+    same title and notes), so that each lifts its own constants (a workload's batch size, model
+    size, dataset); the table alone where it has no such column or one value in it."""
+    i = next((i for i, c in enumerate(table.columns) if c.key and c.header == header), None)
+    if i is None:
+        return [table]
+    groups: dict[str, list[tuple[Cell, ...]]] = {}
+    for row in table.rows:
+        groups.setdefault(row[i].text, []).append(row)
+    if len(groups) < 2:
+        return [table]
+    return [dataclasses.replace(table, rows=tuple(rows)) for rows in groups.values()]
+
+
+def _keep(table: Table, keep: list[int], **changes: object) -> Table:
+    """The table with only the columns at `keep` (and `changes` to its other fields)."""
+    columns = tuple(table.columns[i] for i in keep)
+    rows = tuple(tuple(row[i] for i in keep) for row in table.rows)
+    return dataclasses.replace(table, columns=columns, rows=rows, **changes)  # type: ignore[arg-type]
 
 
 def cells(*values: object) -> list[Cell]:

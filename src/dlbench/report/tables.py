@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dlbench.report.converge import converge_table, stall_table
 from dlbench.report.headline import (
     gpu_table,
+    has_values,
     headline_configs,
     headline_table,
     startup_table,
@@ -25,7 +26,12 @@ def _startup(report: Report) -> Table | None:
 
 
 def _gpu(report: Report) -> Table | None:
-    return gpu_table(report) if any(c.ok for c in headline_configs(report)) else None
+    """The GPU and energy table, where any of its cells holds a value (without a GPU or RAPL
+    the headline's notes say why in one line)."""
+    if not any(c.ok for c in headline_configs(report)):
+        return None
+    table = gpu_table(report)
+    return table if has_values(table) else None
 
 
 TABLES: tuple[Callable[[Report], Table | None], ...] = (

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from dlbench import workloads
+from dlbench.analysis.window import FLAG_METRIC, too_short
 from dlbench.backends import support
 from dlbench.backends.base import Program, TimedBatches
 from dlbench.machine import bf16_on_cpu
@@ -227,6 +228,11 @@ def _window_metrics(ctx: TrialContext, w: Window) -> None:
             f"recompiled {w.recompiles} time(s) inside the timed window: step times include compiles")
     if not np.all(np.isfinite(w.losses)):
         result.warnings.append("non-finite loss inside the timed window")
+    m["timed_steps"] = steps
+    short = too_short(steps, w.train_s)
+    m[FLAG_METRIC] = 1.0 if short else 0.0
+    if short:
+        result.warnings.append(short)
 
 
 def evaluate(ctx: TrialContext, program: Program, state: Any) -> None:

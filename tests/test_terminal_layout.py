@@ -1,0 +1,210 @@
+"""What a user sees in a terminal of 80, 100 or 160 columns: every table of a 30-configuration
+run (headline, start-up, with and without intervals), `compare` and `list` fit without cutting a
+cell (no `…`, every number present whole, no line wider than the terminal); constant columns go
+to the title, empty ones are named once; without a GPU one line says why and no GPU table is
+printed; a timed window too short is marked. Synthetic stores (tests/zoo_store.py): no worker
+process, about two seconds in all."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from rich.cells import cell_len
+from rich.console import Console
+from test_report_model import _store_with_every_table
+from zoo_store import FRAMEWORKS, WORKLOADS, zoo_store
+
+from dlbench.analysis import window
+from dlbench.cli.main import main
+from dlbench.report import model
+from dlbench.report.tabledata import Cell, Column, Table, split_rows, tidy
+from dlbench.report.tables import report_tables
+from dlbench.report.terminal import print_report_tables, print_table
+from dlbench.results.records import TrialResult
+from dlbench.results.store import Store
+from dlbench.spec import Policy, TrialSpec, WorkloadSpec
+
+WIDTHS = (80, 100, 160)
+
+
+@pytest.fixture(scope="module", params=[1, 3], ids=["1 repeat", "3 repeats"])
+def zoo(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> list[Table]:
+    """The report tables of the 30-configuration run (built once: the terminal renders them)."""
+    path = tmp_path_factory.mktemp("zoo") / "zoo.sqlite"
+    return report_tables(model.load(zoo_store(path, repeats=request.param), [1]))
+
+
+def _console(width: int) -> tuple[Console, io.StringIO]:
+    out = io.StringIO()
+    return Console(file=out, width=width, highlight=False, markup=False, color_system=None), out
+
+
+def _assert_nothing_cut(text: str, tables: list[Table], width: int | None) -> None:
+    """No ellipsis, no line wider than the terminal, and every token of every cell (the
+    number, its marks, a framework's name) present whole in the output."""
+    assert "…" not in text
+    if width is not None:
+        assert max(cell_len(line.rstrip()) for line in text.splitlines()) <= width
+    tokens = set(text.split())
+    for table in tables:
+        for part in split_rows(table):
+            for row in tidy(part).rows:
+                for cell in row:
+                    missing = [t for t in cell.shown().split() if t not in tokens]
+                    assert not missing, (table.id, cell.text, missing)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_report_table_fits_without_cutting_a_number(zoo, width):
+    console, out = _console(width)
+    for table in zoo:  # what print_report_tables prints
+        print_table(console, table)
+    text = out.getvalue()
+    tables = zoo
+    assert [t.id for t in tables] == ["ranking", "results", "startup"]  # no GPU table without a GPU
+    _assert_nothing_cut(text, tables, width)
+    # one table per workload, its constants in its title; frameworks as rows
+    for name, size, batch, dataset in WORKLOADS:
+        assert re.search(rf"dlbench results \(run 1\) · workload {name} · mode compiled · size {size} · batch {batch}"
+                         rf" · dataset {dataset}", " ".join(text.split()))
+    for framework in FRAMEWORKS:
+        assert len(re.findall(rf"^{re.escape(framework)}\s", text, re.MULTILINE)) >= 2 * len(WORKLOADS)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_scenario_table_fits_without_cutting_a_number(width, tmp_path):
+    """Scaling, time to accuracy (with its curves in text), input pipeline, inference and the GPU
+    table, from the store of test_report_model that has a trial for each."""
+    tables = report_tables(model.load(_store_with_every_table(tmp_path / "s.sqlite"), [1]))
+    assert {"scaling", "converge", "stall", "inference", "gpu"} <= {t.id for t in tables}
+    console, out = _console(width)
+    for table in tables:
+        print_table(console, table)
+    _assert_nothing_cut(out.getvalue(), tables, width)
+
+
+def test_a_wide_terminal_shows_intervals_in_full_and_a_narrow_one_compact(tmp_path):
+    report = model.load(zoo_store(tmp_path / "z.sqlite", repeats=3), [1])
+    wide, wide_out = _console(200)
+    print_report_tables(wide, report)
+    assert re.search(r"-[\d.]+%/\+[\d.]+% 75%", wide_out.getvalue())  # relative interval, its level
+    narrow, narrow_out = _console(100)
+    print_report_tables(narrow, report)
+    text = narrow_out.getvalue()
+    assert re.search(r"~[\d.]+ ±[\d.]+%", text) and "± (level 75%)" in text
+    assert not re.search(r"-[\d.]+%/\+[\d.]+%", text)
+    forced, forced_out = _console(80)
+    print_report_tables(forced, report, wide=True)  # --wide: everything, the terminal wraps the lines
+    assert re.search(r"-[\d.]+%/\+[\d.]+% 75%", forced_out.getvalue())
+    assert max(len(line) for line in forced_out.getvalue().splitlines()) > 80
+
+
+def test_no_gpu_is_one_line_and_the_empty_gpu_table_is_not_printed(tmp_path):
+    report = model.load(zoo_store(tmp_path / "z.sqlite"), [1])
+    [headline] = [t for t in report_tables(report) if t.id == "results"]
+    gpu_lines = [n for n in headline.notes if "GPU" in n]
+    assert len(gpu_lines) == 1 and gpu_lines[0].startswith("no GPU: NVML unavailable")
+    assert "CPU energy: RAPL unavailable" in gpu_lines[0]
+    assert not any(n.startswith(("VRAM:", "GPU power", "allocator peak:")) for n in headline.notes)
+    assert not any("VRAM" in c.header for c in headline.columns)
+    # the reason for onnxruntime's five rows is one line
+    assert sum("onnxruntime cannot run the train scenario" in n for n in headline.notes) == 1
+    # the short-window warning of 30 trials is the table's one mark and note
+    assert sum(window.WARNING in n for n in headline.notes) == 1
+    assert all("short" in c.flags for c in headline.column("samples/s") if c.text != "–")
+
+
+def test_a_column_without_values_is_dropped_with_one_note_and_constants_go_to_the_title():
+    cols = (Column("framework", key=True, lift=True), Column("mode", key=True, lift=True), Column("a", "right"),
+            Column("b", "right"), Column("status", lift=True))
+    rows = tuple((Cell(f), Cell("eager"), Cell(v), Cell("–"), Cell("ok")) for f, v in (("x", "1.0"), ("y", "2.0")))
+    table = tidy(Table("t", "T", "title", cols, rows))
+    assert [c.header for c in table.columns] == ["framework", "a"]
+    assert table.title == "title · mode eager · status ok"
+    assert table.notes == ("not shown, no value in any row: b",)
+
+
+def _wide_table(n: int, key: str = "configuration") -> Table:
+    cols = (Column(key, key=True), *(Column(f"metric number {i} s", "right") for i in range(n)))
+    rows = tuple((Cell(f"{key}-{r}"), *(Cell(f"{1234.5 * (i + 1) * (r + 1):.1f}") for i in range(n))) for r in range(3))
+    return Table("wide", "Wide", "a table with many columns", cols, rows, ("a note",))
+
+
+@pytest.mark.parametrize("width,parts", [(60, True), (24, False)])
+def test_a_table_too_wide_splits_or_turns_vertical_and_cuts_nothing(width, parts):
+    table = _wide_table(12)
+    console, out = _console(width)
+    print_table(console, table)
+    text = out.getvalue()
+    _assert_nothing_cut(text, [table], width)
+    if parts:  # each part repeats the key column
+        assert "a table with many columns (1/" in text and text.count("configuration-0") >= 2
+    else:  # one block per row: `header: value`
+        assert "metric number 11 s: 44442.0" in " ".join(text.split())
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_list_is_a_matrix_that_fits(width, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert main(["list"]) == 0
+    text = capsys.readouterr().out
+    assert "…" not in text and max(cell_len(line.rstrip()) for line in text.splitlines()) <= width
+    assert "frameworks x workloads" in text and "precisions for training" in text
+    rows = [line for line in text.splitlines() if re.match(r"(torch|jax|tensorflow)\b", line)]
+    assert len(rows) >= 6  # a row per framework in each matrix, not one per framework x workload x mode
+    # the long form printed over 100 rows; the matrices and their notes fit a tall screen (at 80
+    # columns a matrix of many workloads splits, which adds its rows once more)
+    assert len(text.splitlines()) < 80
+    assert "modes: e = eager, g = graph, c = compiled" in " ".join(text.split())
+
+
+def test_list_long_and_json_keep_every_pair(capsys):
+    assert main(["list", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    torch = next(d for d in data if d["framework"] == "torch")
+    assert set(torch["modes"]) == {w for w, *_ in WORKLOADS} and set(torch["modes"]["cnn"]) == {"eager", "graph", "compiled"}
+    assert torch["modes"]["cnn"]["graph"] and torch["modes"]["cnn"]["eager"] is None
+    assert set(torch["precisions"]) == {"cpu", "cuda"}
+    assert main(["list", "--long"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("torch has no separate graph mode") >= len(WORKLOADS)  # one row per pair
+
+
+def _run(store: Store, values: list[float], framework: str) -> None:
+    run = store.create_run("dlbench run", {}, False)
+    for repeat, v in enumerate(values):
+        spec = TrialSpec(workload=WorkloadSpec(name="transformer", batch_size=16), framework=framework,
+                         policy=Policy(mode="compiled"), repeat=repeat)
+        store.finish_trial(store.add_trial(run, repeat, spec), TrialResult(
+            status="ok", metrics={"samples_per_s": v, "rss_peak_bytes": 2e9 + v}))
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_compare_fits(width, tmp_path, monkeypatch, capsys):
+    store = Store(tmp_path / "c.sqlite")
+    _run(store, [1000.0, 1010.0, 990.0, 1005.0], "keras-tensorflow")
+    _run(store, [1100.0, 1120.0, 1090.0, 1105.0], "keras-tensorflow")
+    store.close()
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert main(["compare", "1", "2", "--store", str(tmp_path / "c.sqlite"), "--metric", "rss_peak_bytes"]) == 0
+    text = capsys.readouterr().out
+    assert "…" not in text and max(cell_len(line.rstrip()) for line in text.splitlines()) <= width
+    assert "transformer/keras-tensorflow/compiled" in text and "faster" in text
+    assert "n BASE/NEW 4/4" in " ".join(text.split())  # the same in every row: in the title
+    assert re.search(r"1\.0\d\d", text)  # the ratio, whole
+
+
+def test_the_short_window_rule():
+    assert window.too_short(8, 0.3) is not None and window.too_short(4, 5.0) is not None
+    assert window.too_short(window.MIN_TIMED_STEPS, window.MIN_TIMED_WINDOW_S) is None
+    message = window.too_short(8, 0.3)
+    assert message is not None and message.startswith(window.WARNING) and "--preset cpu" in message
+
+
+def test_docs_state_the_short_window_thresholds():
+    text = (Path(__file__).resolve().parents[1] / "docs" / "methodology.md").read_text()
+    assert f"{window.MIN_TIMED_STEPS} steps" in text and f"{window.MIN_TIMED_WINDOW_S:g} s" in text
