@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from dlbench import workloads
 from dlbench.backends.precision import Support
 from dlbench.packages import installed_versions, module_installed  # noqa: F401 (for the backends)
 from dlbench.spec import Policy, TrialSpec
@@ -337,11 +338,37 @@ class TimedBatches(Iterator[Any]):
         return batch
 
 
+BUILTIN_PACKAGES = "dlbench.backends."
+
+
+def family(package: str) -> str:
+    """The key of a backend package in a plugin workload's BUILDERS: the package's name under
+    dlbench.backends ("torch", "jax", "tensorflow", "keras", "onnxruntime"), else (a plugin
+    backend) its full name."""
+    return package.removeprefix(BUILTIN_PACKAGES)
+
+
+def builder_module(package: str, workload: str) -> str | None:
+    """The module whose `build(trial)` makes `workload`'s Program for the backend package
+    `package`: `<package>.<workload>` for a built-in workload (e.g. dlbench.backends.jax.cnn),
+    the plugin's BUILDERS entry for the package's family otherwise; None where there is none."""
+    declared = workloads.builders(workload)
+    if declared is None:
+        return f"{package}.{workload}"
+    return declared.get(family(package))
+
+
 def build_program(package: str, trial: TrialSpec) -> Program:
-    """Import `<package>.<workload>` (e.g. dlbench.backends.jax.cnn) and call its `build`."""
-    name = f"{package}.{trial.workload.name}"
-    if not module_installed(name):
-        raise Unsupported(f"{package.rsplit('.', 1)[-1]} has no implementation of {trial.workload.name!r}")
-    module = importlib.import_module(name)
-    program: Program = module.build(trial)
+    """Import the workload's builder module for `package` (builder_module) and call its
+    `build`. A plugin's builder that fails to import or lacks `build` is one line naming it."""
+    workload = trial.workload.name
+    name = builder_module(package, workload)
+    if name is None or not module_installed(name):
+        raise Unsupported(f"{family(package)} has no implementation of {workload!r}")
+    try:
+        build = importlib.import_module(name).build
+    except Exception as e:
+        raise RuntimeError(f"{workload}'s {family(package)} builder {name} ({workloads.origin(workload).text()})"
+                           f" failed to import: {type(e).__name__}: {e}") from e
+    program: Program = build(trial)
     return program

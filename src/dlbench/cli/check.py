@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from rich.table import Table
 
-from dlbench import processes, workloads
+from dlbench import backends, processes, workloads
 from dlbench.analysis import parity
 from dlbench.backends import get_backend, registered, support
 from dlbench.cli.common import (
@@ -30,6 +30,7 @@ from dlbench.cli.common import (
     add_store_argument,
     comma_list,
     output_path,
+    workload_names,
     writing,
 )
 from dlbench.report.terminal import make_console
@@ -99,7 +100,11 @@ def _trial(w: str, f: str, args: argparse.Namespace) -> TrialSpec:
 def main(args: argparse.Namespace) -> int:
     if args.steps < 0:
         raise UsageError(f"steps {args.steps} must be >= 0")
-    wls = _names(args.workload, list(workloads.WORKLOADS), "workload")
+    _names(args.workload, list(workloads.names()), "workload")  # an unknown name: what is allowed
+    wls = list(workload_names(args.workload))
+    if args.framework != ("all",):
+        for f in args.framework:
+            backends.check(f)
     fws = _names(args.framework, list(registered()), "framework")
     json_path = output_path(args.json) if args.json is not None else None  # before minutes of probes
     console = make_console()

@@ -10,12 +10,14 @@ import math
 import os
 import re
 import stat
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+from dlbench import workloads
 from dlbench.results.store import RUN_ID, Store, StoreError, parse_run_selector
-from dlbench.text import shown
+from dlbench.text import printable, shown
 
 DEFAULT_STORE = "dlbench.sqlite"
 
@@ -163,3 +165,18 @@ def writing(path: Path | str) -> Iterator[None]:
     except OSError as e:
         where = e.filename if isinstance(e.filename, str) else str(path)
         raise UsageError(f"cannot write {shown(where)}: {e.strerror or e}") from None
+
+
+def workload_names(requested: tuple[str, ...]) -> tuple[str, ...]:
+    """`all`: the built-in workloads and every plugin's that passes its contract (a broken
+    plugin is left out with one warning line, so it never stops the others); else each name
+    as given, checked (workloads.check: SpecError or PluginError, one line, exit 2)."""
+    if requested == ("all",):
+        for name, origin, reason in workloads.plugin_status():
+            if reason is not None:
+                warning = f"workload {name!r} left out of 'all': {reason}".replace("\n", " ")
+                print(f"dlbench: warning: {printable(warning)}", file=sys.stderr)
+        return workloads.usable()
+    for name in requested:
+        workloads.check(name)
+    return requested

@@ -1,4 +1,5 @@
-"""`dlbench list`: which framework x workload x mode can run here, and why not.
+"""`dlbench list`: the workloads (built-in or from which plugin), then which framework x workload
+x mode can run here, and why not.
 
 By default a matrix that fits a screen: frameworks as rows, workloads as columns, the modes each
 pair supports in its cell, each framework's version once, every reason for a "no" listed once
@@ -12,9 +13,9 @@ import argparse
 import json
 from dataclasses import dataclass
 
-from dlbench import workloads
+from dlbench import backends, workloads
 from dlbench.backends import get_backend, precision, registered
-from dlbench.backends.base import module_installed
+from dlbench.backends.base import builder_module, module_installed
 from dlbench.backends.support import scenario_unsupported
 from dlbench.cli.common import add_store_argument
 from dlbench.machine import bf16_on_cpu
@@ -64,8 +65,9 @@ def support(name: str) -> Support:
     ok, detail = backend.available()
     modes = backend.modes()
     table: dict[str, dict[str, str | None]] = {}
-    for w in workloads.WORKLOADS:
-        has_impl = module_installed(f"{type(backend).__module__}.{w}")
+    for w in workloads.usable():
+        builder = builder_module(type(backend).__module__, w)
+        has_impl = builder is not None and module_installed(builder)
         for mode in MODES:
             reason = modes.get(mode)
             if not has_impl:
@@ -114,6 +116,38 @@ def _allowed(choices: dict[str, str | None], codes: dict[str, str]) -> str:
     return " ".join(codes[k] for k, r in choices.items() if r is None) or "no"
 
 
+def workload_table() -> Table:
+    """Every workload, built-in or from which plugin (distribution and version), with its
+    scenarios and quality metric, or why a plugin cannot be used."""
+    body = []
+    for name in workloads.WORKLOADS:
+        module = workloads.get(name)
+        body.append((name, "built-in", ", ".join(module.SCENARIOS), module.QUALITY, "yes"))
+    for name, origin, reason in workloads.plugin_status():
+        if reason is None:
+            module = workloads.get(name)
+            body.append((name, origin.text(), ", ".join(module.SCENARIOS), module.QUALITY, "yes"))
+        else:
+            body.append((name, origin.text(), MISSING, MISSING, f"no: {reason}"))
+    columns = (Column("workload", key=True), Column("from"), Column("scenarios"), Column("quality"),
+               Column("usable"))
+    rows = tuple(tuple(Cell(printable(v)) for v in row) for row in body)  # a plugin's names and errors
+    return Table("workloads", "Workloads", "workloads (built-in, or from an installed plugin: docs/plugins.md)",
+                 columns, rows)
+
+
+def backend_plugin_notes() -> list[str]:
+    """Frameworks from plugins (their distribution) and broken framework plugins (why)."""
+    out = []
+    for name in registered():
+        origin = backends.origin(name)
+        if not origin.builtin:
+            out.append(f"{name}: {origin.text()}")
+    out += [f"{name}: {origin.text()}: broken: {reason}" for name, origin, reason in backends.plugin_status()
+            if reason is not None]
+    return [printable(n) for n in out]
+
+
 def _framework_cell(s: Support, reasons: _Reasons) -> Cell:
     """The framework's name with the reasons for the modes it lacks everywhere: `torch [1]`
     (a mode's reason belongs to the framework, not to each workload)."""
@@ -145,13 +179,13 @@ def modes_table(rows: list[Support]) -> Table:
     body = []
     for s in rows:
         body.append((_framework_cell(s, reasons), Cell(s.version()), _scenarios_cell(s, reasons),
-                     *(_pair_cell(s, w, reasons) for w in workloads.WORKLOADS)))
+                     *(_pair_cell(s, w, reasons) for w in workloads.usable())))
     columns = (Column("framework", key=True), Column("version"), Column("scenarios"),
-               *(Column(w) for w in workloads.WORKLOADS))
+               *(Column(w) for w in workloads.usable()))
     legend = (f"modes: {', '.join(f'{c} = {m}' for m, c in MODE_CODES.items())}; scenarios: all = {', '.join(SCENARIOS)};"
               " [n]: why not, below (dlbench list --long: every pair)")
     return Table("list", "Frameworks", "frameworks x workloads: the modes each pair runs (--mode)", columns,
-                 tuple(body), (legend, *reasons.notes()))
+                 tuple(body), (legend, *reasons.notes(), *backend_plugin_notes()))
 
 
 def precision_table(rows: list[Support]) -> Table:
@@ -205,10 +239,13 @@ def as_json(rows: list[Support]) -> list[dict[str, object]]:
 def main(args: argparse.Namespace) -> int:
     rows = [support(name) for name in registered()]
     if args.json:
-        print(json.dumps(as_json(rows), indent=2))
+        print(json.dumps({"frameworks": as_json(rows), "workloads": [
+            {"workload": r[0].text, "from": r[1].text, "scenarios": r[2].text, "quality": r[3].text, "usable": r[4].text}
+            for r in workload_table().rows]}, indent=2))
         return 0
     console = make_console()
-    for table in ([long_table(rows)] if args.long else []) + [modes_table(rows), precision_table(rows)]:
+    tables = [workload_table(), *([long_table(rows)] if args.long else []), modes_table(rows), precision_table(rows)]
+    for table in tables:
         print_table(console, table, args.wide)
     for line in option_lines():
         console.print(printable(line), highlight=False)

@@ -15,7 +15,7 @@ from typing import Any
 
 from rich.console import Console
 
-from dlbench import processes, workloads
+from dlbench import backends, processes, workloads
 from dlbench.analysis import repeats, window
 from dlbench.backends import installed, registered
 from dlbench.cli import suite
@@ -31,6 +31,7 @@ from dlbench.cli.common import (
     open_store,
     run_selector,
     size_argument,
+    workload_names,
 )
 from dlbench.report.model import spec_label, varying_axes
 from dlbench.report.terminal import make_console, print_run_tables
@@ -171,8 +172,10 @@ def sweep_from_options(o: dict[str, Any]) -> Sweep:
     if o["threads"] is not None and not 1 <= o["threads"] <= cores:
         raise UsageError(f"threads {o['threads']} is not between 1 and the {cores} cores available")
     every_framework = o["framework"] == ("all",)
+    for name in () if every_framework else o["framework"] or ():
+        backends.check(name)  # a plugin's framework that is broken or clashes: one line, exit 2
     return Sweep(
-        workloads=tuple(workloads.WORKLOADS) if o["workload"] == ("all",) else o["workload"],
+        workloads=workload_names(o["workload"]),
         frameworks=tuple(registered()) if every_framework else o["framework"] or Sweep.frameworks,
         # `-f all`: every registered framework, the ones not installed skipped with a note
         frameworks_explicit=o["framework"] is not None and not every_framework,

@@ -59,7 +59,7 @@ def _cores() -> int:
 
 
 KEYS: dict[str, Key] = {
-    "workload": Key("names", lambda: tuple(workloads.WORKLOADS)),
+    "workload": Key("names", workloads.names),
     "framework": Key("names", lambda: tuple(registered())),
     "mode": Key("names", lambda: MODES),
     "batch-size": Key("ints", minimum=1),

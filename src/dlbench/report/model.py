@@ -281,18 +281,40 @@ def parity(trials: tuple[Trial, ...] | list[Trial]) -> Parity:
 def notes(report: Report, configs: Iterable[Config], noted: dict[str, str] | None = None) -> list[str]:
     """The notes under a table of these configurations: each cause of a failure and each
     warning once, after the label of the configurations it concerns (report.group_label: the
-    same reason for every workload is one line), then the reasons for missing values of the
-    `noted` metrics (NOTED_METRICS by default)."""
+    same reason for every workload is one line), after the origins of what a plugin brought
+    (origin_notes), then the reasons for missing values of the `noted` metrics (NOTED_METRICS by
+    default)."""
+    made = list(configs)
     groups: dict[str, list[Config]] = {}
     reasons: list[str] = []
-    for c in configs:
+    for c in made:
         for t in c.trials:
             said, why = _messages(t, noted)
             for message in said:
                 if c not in groups.setdefault(message, []):
                     groups[message].append(c)
             reasons += why
-    return list(dict.fromkeys([f"{report.group_label(cs)}: {m}" for m, cs in groups.items()] + reasons))
+    said = [f"{report.group_label(cs)}: {m}" for m, cs in groups.items()]
+    return list(dict.fromkeys(origin_notes(made) + said + reasons))
+
+
+# The stored origins (runner/executor.py: record_origins): framework_info key -> (what, axis).
+ORIGINS = {"workload_origin": ("workload", "workload"), "framework_origin": ("framework", "framework")}
+
+
+def origin_notes(configs: Iterable[Config]) -> list[str]:
+    """`lstm: workload from the plugin dlbench-lstm 0.1.0`, once for each workload or framework
+    of these configurations that a plugin brought (built-in ones go without saying)."""
+    out = []
+    for c in configs:
+        for t in c.trials:
+            info = t.data.get("framework_info") or {}
+            for key, (what, axis) in ORIGINS.items():
+                origin = info.get(key)
+                if isinstance(origin, dict) and origin.get("source") == "plugin":
+                    out.append(f"{c.axes[axis]}: {what} from the plugin {origin.get('distribution')}"
+                               f" {origin.get('version')}")
+    return list(dict.fromkeys(out))
 
 
 def trial_notes(labelled: Iterable[tuple[str, Trial]], noted: dict[str, str] | None = None) -> list[str]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 
+from dlbench import backends, workloads
 from dlbench.backends import get_backend
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
 from dlbench.results.store import Store
@@ -24,7 +25,7 @@ from dlbench.runner import reference, spawn
 from dlbench.runner.plan import Plan, PlannedTrial, with_ids
 from dlbench.runner.timing import parity_path
 from dlbench.runner.verdicts import Ceilings, ceilings, judge_efficiency, judge_parity
-from dlbench.spec import Policy, TrialSpec
+from dlbench.spec import Policy, SpecError, TrialSpec
 
 WARM_IMPORT_TIMEOUT_S = 600
 
@@ -64,6 +65,7 @@ def settled(trials: list[tuple[int, PlannedTrial]]) -> tuple[Outcome, list[tuple
 def finish(store: Store, tid: int, spec: TrialSpec, result: TrialResult, parity_file: Path,
            refs: dict[str, reference.Reference | str], limits: Ceilings, outcome: Outcome) -> None:
     """Judge a finished trial (parity, efficiency), store it in one transaction, count it."""
+    record_origins(spec, result)
     if result.status == "ok":
         judge_parity(spec, result, parity_file, refs)
         judge_efficiency(spec, result, limits)
@@ -71,6 +73,17 @@ def finish(store: Store, tid: int, spec: TrialSpec, result: TrialResult, parity_
             outcome.parity_failures += 1
     store.finish_trial(tid, result)
     outcome.count(result.status)
+
+
+def record_origins(spec: TrialSpec, result: TrialResult) -> None:
+    """Where the trial's workload and framework come from (built into dlbench, or which plugin
+    distribution and version), stored with the trial in its framework_info."""
+    for key, find, name in (("workload_origin", workloads.origin, spec.workload.name),
+                            ("framework_origin", backends.origin, spec.framework)):
+        try:
+            result.framework_info[key] = find(name).to_dict()
+        except SpecError as e:  # a plugin uninstalled since the plan (a resumed run)
+            result.framework_info[key] = {"source": "unknown", "error": str(e)}
 
 
 def warm_imports(plan: Plan, progress: Progress) -> None:
@@ -109,7 +122,9 @@ def register(store: Store, run_id: int, plan: Plan) -> list[tuple[int, PlannedTr
     for seq, planned in enumerate(plan.trials):
         tid = store.add_trial(run_id, seq, planned.spec, status=planned.status)
         if planned.status != "pending":
-            store.finish_trial(tid, TrialResult(status=planned.status, error=planned.reason))
+            result = TrialResult(status=planned.status, error=planned.reason)
+            record_origins(planned.spec, result)
+            store.finish_trial(tid, result)
         out.append((tid, planned))
     return out
 

@@ -1,4 +1,6 @@
-"""Workload registry: one module per workload, framework-neutral (NumPy only).
+"""Workload registry: one module per workload, framework-neutral (NumPy only): the built-in
+ones below, then those of installed plugins (entry points in the group `dlbench.workloads`,
+docs/plugins.md), each held to the same contract (workloads/contract.py) before it is used.
 
 `validate` adds to `WorkloadSpec.validate` what only the workload module knows: its name, its
 model sizes, and whether its inputs are images that can be augmented.
@@ -8,8 +10,10 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from dlbench import plugins
+from dlbench.plugins import BUILTIN, WORKLOAD_GROUP, Entry, Origin, PluginError
 from dlbench.spec import SpecError, WorkloadSpec
-from dlbench.workloads import cnn, mlp, node, resnet, transformer
+from dlbench.workloads import cnn, contract, mlp, node, resnet, transformer
 
 # Order: as listed by `dlbench list` and run by `-w all`.
 WORKLOADS: dict[str, ModuleType] = {
@@ -18,10 +22,91 @@ WORKLOADS: dict[str, ModuleType] = {
 
 
 def get(name: str) -> ModuleType:
-    try:
+    """The workload module: a built-in one, else the plugin's, imported on first use and held to
+    the interface (SpecError for an unknown name, PluginError for a broken plugin)."""
+    module = WORKLOADS.get(name)
+    return module if module is not None else _load_plugin(name)
+
+
+def names() -> tuple[str, ...]:
+    """Every workload name: the built-in ones in registry order, then the plugins' (sorted),
+    broken plugins included (`check` says what is wrong with them)."""
+    found = sorted({e.name for e in plugins.entries(WORKLOAD_GROUP)} - set(WORKLOADS))
+    return (*WORKLOADS, *found)
+
+
+def check(name: str) -> ModuleType:
+    """`get`, plus for a name a plugin registers: no clash with a built-in or another plugin,
+    and the parameter shapes of the contract on the tiny preset (what the CLI asks of a name
+    before planning anything). Raises SpecError or PluginError with one line."""
+    if name in WORKLOADS and not plugins.named(WORKLOAD_GROUP, name):
         return WORKLOADS[name]
-    except KeyError:
-        raise SpecError(f"workload {name!r} is not one of: {', '.join(WORKLOADS)}") from None
+    return _checked_plugin(name)
+
+
+def origin(name: str) -> Origin:
+    """Built into dlbench, or the plugin distribution (and version) that registers `name`."""
+    return BUILTIN if name in WORKLOADS else _plugin_entry(name).origin
+
+
+def builders(name: str) -> dict[str, str] | None:
+    """A plugin's builder modules by backend family (its BUILDERS); None for a built-in
+    workload, whose builder of a backend package `p` is the module `p.<name>`
+    (backends/base.py: build_program)."""
+    if name in WORKLOADS:
+        return None
+    declared: dict[str, str] = get(name).BUILDERS
+    return declared
+
+
+def plugin_status() -> plugins.Status:
+    """Every workload entry point installed: (name, origin, None when usable, else the one-line
+    reason), for `dlbench list`."""
+    return plugins.status(WORKLOAD_GROUP, _checked_plugin)
+
+
+def usable() -> tuple[str, ...]:
+    """What `-w all` means: the built-in workloads and every plugin that passes `check` (a
+    plugin clashing with a built-in name leaves the built-in one in)."""
+    broken = {name for name, _, reason in plugin_status() if reason is not None and name not in WORKLOADS}
+    return tuple(n for n in names() if n not in broken)
+
+
+def _plugin_entry(name: str) -> Entry:
+    """The one entry point that registers `name`, or why there is none."""
+    found = plugins.named(WORKLOAD_GROUP, name)
+    if not found:
+        raise SpecError(f"workload {name!r} is not one of: {', '.join(names())}")
+    if name in WORKLOADS:
+        raise PluginError(f"{found[0].describe()} clashes with the built-in workload {name!r}: rename its entry point")
+    if len(found) > 1:
+        raise PluginError(f"workload {name!r} is registered by several plugins ({'; '.join(e.describe() for e in found)}):"
+                          " uninstall all but one")
+    return found[0]
+
+
+@plugins.cached
+def _load_plugin(name: str) -> ModuleType:
+    entry = _plugin_entry(name)
+    module = entry.load()
+    if not isinstance(module, ModuleType):
+        raise PluginError(f"{entry.describe()} breaks the workload contract: the entry point names a"
+                          f" {type(module).__name__}, not a module")
+    _raise_problems(entry, contract.interface(module, name))
+    return module
+
+
+@plugins.cached
+def _checked_plugin(name: str) -> ModuleType:
+    module = _load_plugin(name)
+    _raise_problems(_plugin_entry(name), contract.shapes(module))
+    return module
+
+
+def _raise_problems(entry: Entry, problems: list[str]) -> None:
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise PluginError(f"{entry.describe()} breaks the workload contract: {problems[0]}{more}")
 
 
 def validate(spec: WorkloadSpec) -> None:

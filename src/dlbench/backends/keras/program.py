@@ -296,6 +296,7 @@ class KerasProgram:
         values = {var.path: params[name] for name, var in net.params.items()}
         values.update({var.path: params.get(name, net.initial_buffers[name]) for name, var in net.buffers.items()})
         model = net.model
+        values.update({v.path: _numpy(v) for v in model.non_trainable_variables if _is_rng_state(v)})
         unknown = [v.path for v in model.non_trainable_variables if v.path not in values]
         if unknown:
             raise RuntimeError(f"{self._spec.name}: no canonical name for the model's variables {unknown}")
@@ -408,6 +409,12 @@ class KerasProgram:
         found = {**optimizer_numerics(model.optimizer), "loss": loss_numerics(model.loss),
                  **model_numerics(model), **self._net.numerics}
         return {name: found[name] for name in self._workload.NUMERICS_FIELDS}
+
+
+def _is_rng_state(variable: Any) -> bool:
+    """The state of a keras.random.SeedGenerator, which LSTM, GRU and Dropout layers carry even
+    at dropout 0: the layer's random stream, not a model buffer; it keeps its value."""
+    return str(variable.path).endswith("seed_generator_state")
 
 
 def _numpy(variable: Any) -> np.ndarray:
