@@ -6,12 +6,14 @@ sys.path is an installed distribution to importlib.metadata, no pip needed."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,8 +43,17 @@ Install = Callable[..., Path]
 def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Install]:
     """install(package, {module: source}, entry_points, dist=..., version=...) -> site dir: a
     package and its dist-info in a fresh site directory, on sys.path and PYTHONPATH (for the
-    worker processes); everything is forgotten again afterwards."""
+    worker processes); everything is forgotten again afterwards. Only these distributions'
+    entry points are seen in this process (the README's test command installs the example
+    plugin examples/plugin-lstm, which would otherwise be one more workload here)."""
     added: list[str] = []
+    every = importlib.metadata.entry_points
+
+    def ours(**select: Any) -> importlib.metadata.EntryPoints:
+        return importlib.metadata.EntryPoints(
+            ep for ep in every(**select) if str(tmp_path) in str(getattr(ep.dist, "_path", "")))
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", ours)
 
     def make(package: str, modules: dict[str, str], entry_points: dict[str, dict[str, str]],
              dist: str = "acme-plugin", version: str = "1.2.3") -> Path:

@@ -165,8 +165,9 @@ def test_list_is_a_matrix_that_fits(width, monkeypatch, capsys):
 def test_list_long_and_json_keep_every_pair(capsys):
     assert main(["list", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    torch = next(d for d in data if d["framework"] == "torch")
-    assert set(torch["modes"]) == {w for w, *_ in WORKLOADS} and set(torch["modes"]["cnn"]) == {"eager", "graph", "compiled"}
+    assert [w["workload"] for w in data["workloads"]][:len(WORKLOADS)] == [w for w, *_ in WORKLOADS]
+    torch = next(d for d in data["frameworks"] if d["framework"] == "torch")
+    assert {w for w, *_ in WORKLOADS} <= set(torch["modes"]) and set(torch["modes"]["cnn"]) == {"eager", "graph", "compiled"}
     assert torch["modes"]["cnn"]["graph"] and torch["modes"]["cnn"]["eager"] is None
     assert set(torch["precisions"]) == {"cpu", "cuda"}
     assert main(["list", "--long"]) == 0

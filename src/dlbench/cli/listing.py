@@ -129,7 +129,8 @@ def workload_table() -> Table:
             body.append((name, origin.text(), ", ".join(module.SCENARIOS), module.QUALITY, "yes"))
         else:
             body.append((name, origin.text(), MISSING, MISSING, f"no: {reason}"))
-    columns = (Column("workload", key=True), Column("from"), Column("scenarios"), Column("quality"),
+    # "name", not "workload": a column of that header splits a table into one per workload.
+    columns = (Column("name", key=True), Column("from"), Column("scenarios"), Column("quality"),
                Column("usable"))
     rows = tuple(tuple(Cell(printable(v)) for v in row) for row in body)  # a plugin's names and errors
     return Table("workloads", "Workloads", "workloads (built-in, or from an installed plugin: docs/plugins.md)",
@@ -142,8 +143,8 @@ def backend_plugin_notes() -> list[str]:
     for name in registered():
         origin = backends.origin(name)
         if not origin.builtin:
-            out.append(f"{name}: {origin.text()}")
-    out += [f"{name}: {origin.text()}: broken: {reason}" for name, origin, reason in backends.plugin_status()
+            out.append(f"{name} ({origin.text()})")
+    out += [f"{name} ({origin.text()}): broken plugin: {reason}" for name, origin, reason in backends.plugin_status()
             if reason is not None]
     return [printable(n) for n in out]
 

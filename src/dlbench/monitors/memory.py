@@ -57,11 +57,28 @@ class ProcessTree:
 
 
 def os_peak_rss_bytes() -> int:
-    """The kernel's own high-water mark (ru_maxrss, KiB on Linux) for this process, and for its
-    largest waited-for child: catches peaks that fall between two samples."""
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """The kernel's own high-water mark for this process, and for its largest waited-for child:
+    catches peaks that fall between two samples. This process's is VmHWM (/proc/self/status),
+    not ru_maxrss: Linux carries ru_maxrss across execve, so a worker started by a large parent
+    (a pytest or Jupyter process with a framework loaded) would report the parent's size as its
+    own peak. ru_maxrss is the fallback where there is no /proc."""
+    own = _vm_hwm_bytes()
+    if own is None:
+        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     return int(max(own, kids))
+
+
+def _vm_hwm_bytes(status: str = "/proc/self/status") -> int | None:
+    """VmHWM in bytes (the peak RSS of this process image), None where it cannot be read."""
+    try:
+        with open(status) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 class WindowMonitor(Protocol):
