@@ -28,7 +28,7 @@ from dlbench.cli.common import (
 from dlbench.report.terminal import make_console
 from dlbench.results import dashboards
 from dlbench.results.store import Store
-from dlbench.results.tidy import METRIC_COLUMNS, metric_rows
+from dlbench.results.tidy import metric_rows
 from dlbench.text import printable, shown
 
 FORMATS = ("json", "csv", "parquet", "github-action-benchmark", "bencher")
@@ -77,10 +77,12 @@ def export_csv(store: Store, run_ids: list[int]) -> str:
     """Tidy: one row per trial x metric (values as repr, so floats read back exactly)."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(METRIC_COLUMNS)
-    for row in metric_rows(store, run_ids):
+    columns, rows = metric_rows(store, run_ids)
+    w.writerow(columns)
+    for row in rows:
         v = row["value"]
-        w.writerow([*(row[c] for c in METRIC_COLUMNS[:-2]), "" if v is None else repr(v), row["unit"]])
+        w.writerow([*("" if row[c] is None else row[c] for c in columns[:-2]), "" if v is None else repr(v),
+                    row["unit"]])
     return buf.getvalue()
 
 

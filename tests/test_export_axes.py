@@ -1,0 +1,67 @@
+"""Tidy exports keep every axis (issue 27): fp32 and bf16 rows, pipeline and device rows,
+1- and 2-device rows of one run are told apart by their own columns, in CSV and in Parquet;
+a spec field that is no named axis but varies still gets a column."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import replace
+
+import pyarrow.parquet as pq
+
+from dlbench.cli.main import main
+from dlbench.results.records import TrialResult
+from dlbench.results.store import Store
+from dlbench.results.tidy import AXIS_COLUMNS
+from dlbench.spec import Policy, TrialSpec, WorkloadSpec
+
+BASE = TrialSpec(workload=WorkloadSpec(name="cnn", batch_size=16), framework="torch", policy=Policy(mode="eager"))
+SWEEP = [
+    BASE,
+    replace(BASE, precision="bf16"),
+    replace(BASE, policy=Policy(mode="eager", data="device")),
+    replace(BASE, devices=2, scaling="strong"),
+    replace(BASE, workload=replace(BASE.workload, augment="crop_flip", model_size="default")),
+    replace(BASE, scenario="infer"),
+    replace(BASE, warmup_epochs=2),  # no named axis: a spec.<path> column
+]
+
+
+def _store(path: str) -> None:
+    store = Store(path)
+    run = store.create_run("dlbench run", {}, False)
+    for seq, spec in enumerate(SWEEP):
+        trial = store.add_trial(run, seq, spec)
+        store.finish_trial(trial, TrialResult(status="ok", metrics={"samples_per_s": 100.0 + seq}))
+    store.close()
+
+
+def test_csv_rows_of_one_run_differ_by_their_axis_columns(tmp_path, capsys):
+    path = str(tmp_path / "s.sqlite")
+    _store(path)
+    assert main(["export", "all", "--store", path, "--format", "csv"]) == 0
+    rows = [r for r in csv.DictReader(io.StringIO(capsys.readouterr().out)) if r["metric"] == "samples_per_s"]
+    assert len(rows) == len(SWEEP)
+    assert set(AXIS_COLUMNS) <= set(rows[0]) and "config" in rows[0]
+    by_value = {float(r["value"]): r for r in rows}
+    assert by_value[100.0]["precision"] == "fp32" and by_value[101.0]["precision"] == "bf16"
+    assert by_value[100.0]["data"] == "pipeline" and by_value[102.0]["data"] == "device"
+    assert by_value[103.0]["devices"] == "2" and by_value[103.0]["scaling"] == "strong"
+    assert by_value[100.0]["scaling"] == ""  # one device: nothing scales
+    assert by_value[104.0]["augment"] == "crop_flip" and by_value[105.0]["scenario"] == "infer"
+    assert by_value[106.0]["spec.warmup_epochs"] == "2" and by_value[100.0]["spec.warmup_epochs"] == "1"
+    # every row of the sweep is its own configuration, and no derived field became a column
+    assert len({r["config"] for r in rows}) == len(SWEEP)
+    assert [c for c in rows[0] if c.startswith("spec.")] == ["spec.warmup_epochs"]
+
+
+def test_parquet_carries_the_same_axes_typed(tmp_path, capsys):
+    path = str(tmp_path / "s.sqlite")
+    _store(path)
+    assert main(["export", "all", "--store", path, "--format", "parquet", "-o", str(tmp_path / "pq")]) == 0
+    table = pq.read_table(tmp_path / "pq" / "metrics.parquet")
+    assert set(AXIS_COLUMNS) <= set(table.column_names) and "spec.warmup_epochs" in table.column_names
+    assert str(table.schema.field("devices").type) == "int64"
+    rows = table.to_pylist()
+    assert {r["precision"] for r in rows} == {"fp32", "bf16"} and {r["devices"] for r in rows} == {1, 2}
