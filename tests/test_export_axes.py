@@ -65,3 +65,19 @@ def test_parquet_carries_the_same_axes_typed(tmp_path, capsys):
     assert str(table.schema.field("devices").type) == "int64"
     rows = table.to_pylist()
     assert {r["precision"] for r in rows} == {"fp32", "bf16"} and {r["devices"] for r in rows} == {1, 2}
+
+
+def test_two_runs_show_their_frameworks_in_one_order(tmp_path):
+    """Trials within a round run shuffled: run 2 met jax first, yet `report 1 2` lists both runs'
+    configurations in the order run 1 showed them (issue 27)."""
+    from dlbench.report import model
+
+    store = Store(str(tmp_path / "s.sqlite"))
+    for order in (("torch", "jax", "tensorflow"), ("jax", "tensorflow", "torch")):
+        run = store.create_run("dlbench run", {}, False)
+        for seq, fw in enumerate(order):
+            store.finish_trial(store.add_trial(run, seq, replace(BASE, framework=fw)),
+                               TrialResult(status="ok", metrics={"samples_per_s": 1.0}))
+    report = model.load(store, [1, 2])
+    assert [(c.run_id, c.axes["framework"]) for c in report.configs] == [
+        (1, "torch"), (1, "jax"), (1, "tensorflow"), (2, "torch"), (2, "jax"), (2, "tensorflow")]

@@ -208,8 +208,8 @@ class Report:
 
 
 def load(store: Store, run_ids: list[int]) -> Report:
-    """Everything the report shows for these runs, in run order, configurations in the order
-    their first trial ran."""
+    """Everything the report shows for these runs, in run order, configurations in one order
+    for every run (_in_one_order)."""
     runs = []
     configs: dict[tuple[int, str], list[Trial]] = {}
     for rid in run_ids:
@@ -222,7 +222,20 @@ def load(store: Store, run_ids: list[int]) -> Report:
             configs.setdefault((rid, configuration_key(t.spec)), []).append(t)
     made = tuple(Config(rid, key, {a: f(ts[0].spec) for a, f in AXES.items()}, tuple(ts))
                  for (rid, key), ts in configs.items())
+    made = _in_one_order(made)
     return Report(tuple(runs), made, _label_axes(made))
+
+
+def _in_one_order(configs: tuple[Config, ...]) -> tuple[Config, ...]:
+    """Configurations by run, then in one order for every run: each axis's values in the order
+    they first appear in the report (trials within a round run shuffled, so the order in which
+    a run happened to meet torch and jax must not be the order a second run is shown in)."""
+    seen: dict[str, dict[object, int]] = {a: {} for a in AXES}
+    for c in configs:
+        for a in AXES:
+            seen[a].setdefault(c.axes[a], len(seen[a]))
+    runs = {rid: i for i, rid in enumerate(dict.fromkeys(c.run_id for c in configs))}
+    return tuple(sorted(configs, key=lambda c: (runs[c.run_id], *(seen[a][c.axes[a]] for a in AXES))))
 
 
 def varying_axes(specs: list[dict[str, Any]]) -> tuple[str, ...]:
