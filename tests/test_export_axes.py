@@ -81,3 +81,30 @@ def test_two_runs_show_their_frameworks_in_one_order(tmp_path):
     report = model.load(store, [1, 2])
     assert [(c.run_id, c.axes["framework"]) for c in report.configs] == [
         (1, "torch"), (1, "jax"), (1, "tensorflow"), (2, "torch"), (2, "jax"), (2, "tensorflow")]
+
+
+def test_weak_scaling_is_charted_against_its_one_device_baseline_and_above_one_is_flagged(tmp_path):
+    """The 1- and 2-device configurations of a weak-scaling sweep differ in batch (16 per device,
+    32 global): the HTML chart pairs them anyway, the one-device point at efficiency 1; an
+    efficiency above 1 where the devices share the cores is flagged, not shown as a speed-up."""
+    from dlbench.report import figures, model
+    from dlbench.report.scaling import scaling_table
+
+    store = Store(str(tmp_path / "s.sqlite"))
+    run = store.create_run("dlbench run", {}, False)
+    shared = {"scaling_kind": "functional (CPU, 2 devices share 2 cores)"}
+    for repeat in range(2):
+        store.finish_trial(store.add_trial(run, 2 * repeat, replace(BASE, repeat=repeat)),
+                           TrialResult(status="ok", metrics={"samples_per_s": 100.0}))
+        two = replace(BASE, repeat=repeat, devices=2, workload=replace(BASE.workload, batch_size=32))
+        store.finish_trial(store.add_trial(run, 2 * repeat + 1, two), TrialResult(
+            status="ok", metrics={"samples_per_s": 266.0, "scaling_efficiency": 1.33}, notes=dict(shared)))
+    report = model.load(store, [run])
+    [curve] = figures._device_curves(report)
+    assert curve[4] == [1, 2] and [s.median for s in curve[5]] == [1.0, 1.33]
+    chart = figures.scaling(report)
+    assert chart is not None and [list(t.x) for t in chart.figure.data] == [[1, 2]]
+    table = scaling_table(report)
+    assert table is not None
+    assert "1.33 (!)" in [c.text for c in table.column("scaling efficiency")]
+    assert any("above 1 with the devices sharing the same cores is not a speed-up" in n for n in table.notes)

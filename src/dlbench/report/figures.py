@@ -376,9 +376,10 @@ def efficiency(report: Report) -> Chart | None:
 
 def scaling(report: Report) -> Chart | None:
     """Throughput against batch size where a sweep has several, and scaling efficiency against
-    devices where it was measured."""
+    devices where it was measured (each multi-device configuration with its one-device
+    baseline at efficiency 1: _device_curves)."""
     curves = _curves(report, "batch", "samples_per_s")
-    curves += _curves(report, "devices", "scaling_efficiency")
+    curves += _device_curves(report)
     if not curves:
         return None
     fig = make_subplots(rows=1, cols=len({axis for axis, *_ in curves}))
@@ -413,6 +414,35 @@ def _curves(report: Report, axis: str, metric: str) -> list[Curve]:
         name = report.label(configs[0]).replace(f"{axis} {configs[0].axes[axis]}", "").strip()
         out.append((axis, metric, name, configs[0].axes["framework"],
                     [c.axes[axis] for c in configs], [c.summary(metric) for c in configs]))
+    return out
+
+
+def _device_curves(report: Report) -> list[Curve]:
+    """Scaling efficiency against devices: each configuration that ran on several devices, with
+    the one-device configuration it was measured against (analysis/scaling.py: the per-device
+    batch under weak scaling, the same global batch under strong) as the point (1, 1). Under
+    weak scaling the two differ in batch and in the scaling axis, so `_curves` never pairs them."""
+    singles: dict[tuple[object, ...], Config] = {}
+    multis: dict[tuple[object, ...], list[Config]] = {}
+    for c in report.configs:
+        devices = int(str(c.axes["devices"]))
+        rest = tuple(v for a, v in c.axes.items() if a not in ("devices", "batch", "scaling"))
+        if devices == 1:
+            singles[(c.run_id, *rest, c.axes["batch"])] = c
+        elif c.summary("scaling_efficiency").median is not None:
+            per_device = int(str(c.axes["batch"])) // devices if c.axes["scaling"] == "weak" else c.axes["batch"]
+            multis.setdefault((c.run_id, *rest, per_device, c.axes["scaling"]), []).append(c)
+    out: list[Curve] = []
+    for key, configs in multis.items():
+        configs.sort(key=lambda c: int(str(c.axes["devices"])))
+        base = singles.get(key[:-1])
+        xs: list[object] = [c.axes["devices"] for c in configs]
+        points = [c.summary("scaling_efficiency") for c in configs]
+        if base is not None:
+            xs, points = [1, *xs], [summarize([1.0] * max(1, len(base.ok))), *points]
+        name = f"{report.label(configs[0])} ({configs[0].axes['scaling']} scaling)"
+        name = name.replace(f"devices {configs[0].axes['devices']}", "").replace("  ", " ").strip()
+        out.append(("devices", "scaling_efficiency", name, configs[0].axes["framework"], xs, points))
     return out
 
 

@@ -33,14 +33,28 @@ def _row(report: Report, c: Config) -> tuple[Cell, ...]:
     return tuple(cells(
         report.label(c), devices, spec.get("scaling", "weak") if several else "–", spec["workload"]["batch_size"],
         _fmt(c.summary("samples_per_s").median, ".1f"),
-        _fmt(c.summary("scaling_efficiency").median, ".2f") if several else "1 (baseline)",
+        (_fmt(c.summary("scaling_efficiency").median, ".2f") + (" (!)" if _above_one_on_shared_cores(c) else ""))
+        if several else "1 (baseline)",
         _fmt(None if comm is None else comm * 1e3, ".2f") if several else "–",
         _kind(c) if several else "–"))
 
 
+def _above_one_on_shared_cores(c: Config) -> bool:
+    """An efficiency above 1 where the devices share this machine's cores: not a speed-up."""
+    eff = c.summary("scaling_efficiency").median
+    return eff is not None and eff > 1 and _kind(c).startswith("functional")
+
+
 def _notes(report: Report, configs: list[Config]) -> list[str]:
-    """The definition, then why an efficiency or a communication time is missing."""
+    """The definition, then efficiencies above 1 on shared cores, then why an efficiency or a
+    communication time is missing."""
     notes = [NOTE]
+    for c in configs:
+        if _above_one_on_shared_cores(c):
+            notes.append(f"{report.label(c)}: (!) scaling efficiency above 1 with the devices sharing the same"
+                         " cores is not a speed-up: the one-device baseline used those cores less well (threads"
+                         " per process, per-process overheads); on this machine the run checks data parallelism"
+                         " only")
     for c in configs:
         for t in c.trials:
             for key in ("scaling_efficiency", "grad_comm_s_per_step"):
