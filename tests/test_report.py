@@ -335,3 +335,17 @@ def test_mlflow_export_reads_back(store, tmp_path, capsys, monkeypatch):
         history = client.get_metric_history(run.info.run_id, "loss")
         assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == [
             (i, v) for i, (_, v) in enumerate(db.series(t.id)["loss"])]
+
+
+def test_mlflow_thins_long_series_and_keeps_the_peak():
+    """A 5,000-sample RSS series becomes at most MAX_SERIES_POINTS + 1 MLflow points: first,
+    last and the largest kept, steps still the sample indices; a short one is kept whole."""
+    pytest.importorskip("mlflow")
+    from dlbench.results.mlflow_export import MAX_SERIES_POINTS, thinned
+
+    points = [(i * 0.025, float(i % 97)) for i in range(5000)]
+    points[1234] = (1234 * 0.025, 1e9)  # a spike between two evenly spaced picks
+    kept = thinned(points)
+    assert len(kept) <= MAX_SERIES_POINTS + 1 and kept == sorted(set(kept))
+    assert kept[0] == 0 and kept[-1] == 4999 and 1234 in kept
+    assert thinned(points[:10]) == list(range(10))

@@ -16,6 +16,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from dlbench.analysis import metrics
 from dlbench.cli.common import (
     UsageError,
@@ -140,9 +142,14 @@ def _mlflow(store: Store, run_ids: list[int], target: str) -> None:
     except ImportError as e:
         raise UsageError(f"--mlflow needs MLflow ({(e.name or '?').split('.')[0]} is missing): pip install 'dlbench[mlflow]'") from None
     directory = _mlflow_directory(target)
+    console = Console(stderr=True, highlight=False, markup=False)  # status only on a terminal
     try:
-        with tempfile.TemporaryDirectory(prefix="dlbench-mlflow-") as tmp, writing(directory or target):
-            done = export_runs(store, run_ids, target, lambda new: _report_artifact(store, new, Path(tmp)))
+        with (tempfile.TemporaryDirectory(prefix="dlbench-mlflow-") as tmp, writing(directory or target),
+              console.status("exporting to MLflow") as status):
+            def progress(step: str) -> None:
+                status.update(printable(f"exporting to MLflow: {step}"))
+
+            done = export_runs(store, run_ids, target, lambda new: _report_artifact(store, new, Path(tmp)), progress)
     except NeedsFullMlflow as e:
         raise UsageError(f"--mlflow {e}") from None
     except MlflowException as e:  # a bad URI, a server that refused

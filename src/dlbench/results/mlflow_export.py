@@ -27,6 +27,11 @@ MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
 MAX_PARAM_CHARS = 6000
 MAX_TAG_CHARS = 5000
+# Points per raw series in MLflow: its file store writes one file append per point (a 30-trial
+# run with 25 ms RSS samples took 20 s, nearly all of it there). A longer series is thinned
+# evenly, keeping its first, last and largest points; the store and the attached HTML report
+# keep every sample.
+MAX_SERIES_POINTS = 500
 _BAD_KEY_CHARS = re.compile(r"[^A-Za-z0-9_\-. /]")
 # dlbench status -> MLflow run status
 RUN_STATUS = {"ok": "FINISHED", "unsupported": "FINISHED", "skipped": "FINISHED",
@@ -56,8 +61,20 @@ def trial_metrics(store: Store, t: TrialRow, timestamp_ms: int) -> list[Metric]:
     if isinstance(parity.get("worst_rel_err"), int | float):
         out.append(Metric("parity_worst_rel_err", float(parity["worst_rel_err"]), timestamp_ms, 0))
     for name, points in store.series(t.id).items():
-        out += [Metric(_key(name), float(v), timestamp_ms, i) for i, (_, v) in enumerate(points)]
+        out += [Metric(_key(name), float(points[i][1]), timestamp_ms, i) for i in thinned(points)]
     return out
+
+
+def thinned(points: list[tuple[float, float]], most: int = MAX_SERIES_POINTS) -> list[int]:
+    """The indices of the points kept: every one up to `most`, else `most` evenly spaced ones
+    plus the largest value's (a peak must not be thinned away). The MLflow step stays the
+    sample index, so a thinned history keeps its shape."""
+    n = len(points)
+    if n <= most:
+        return list(range(n))
+    keep = {round(i * (n - 1) / (most - 1)) for i in range(most)}
+    keep.add(max(range(n), key=lambda i: points[i][1]))
+    return sorted(keep)
 
 
 def _log(client: MlflowClient, run_id: str, metrics: list[Metric], params: list[Param]) -> None:
@@ -87,10 +104,11 @@ class NeedsFullMlflow(Exception):
 
 
 def export_runs(store: Store, run_ids: list[int], target: str,
-                artifacts: Callable[[list[int]], list[Path]]) -> list[tuple[int, str, bool]]:
+                artifacts: Callable[[list[int]], list[Path]],
+                progress: Callable[[str], None] = lambda _: None) -> list[tuple[int, str, bool]]:
     """(dlbench run id, MLflow parent run id, newly exported?) per run; a run exported before
     (same run_uid) is left as it is, and `artifacts` (the HTML report) is made only for the runs
-    to export."""
+    to export. `progress` is told each step (`run 3: trial 12/30`)."""
     uri = tracking_uri(target)
     if uri.split(":", 1)[0].split("+")[0] in DATABASE_SCHEMES and not _has_sqlalchemy():
         raise NeedsFullMlflow(f"{target!r} is a database store, which needs the full mlflow package (pip install"
@@ -109,9 +127,11 @@ def export_runs(store: Store, run_ids: list[int], target: str,
             out[rid] = (rid, done[0].info.run_id, False)
         else:
             todo[rid] = uid
+    if todo:
+        progress("the HTML report to attach")
     files = artifacts(list(todo)) if todo else []
     for rid, uid in todo.items():
-        out[rid] = (rid, _export_run(client, experiment, store, rid, uid, files), True)
+        out[rid] = (rid, _export_run(client, experiment, store, rid, uid, files, progress), True)
     return [out[rid] for rid in run_ids]
 
 
@@ -122,7 +142,7 @@ def _has_sqlalchemy() -> bool:
 
 
 def _export_run(client: MlflowClient, experiment: str, store: Store, rid: int, uid: str,
-                artifacts: list[Path]) -> str:
+                artifacts: list[Path], progress: Callable[[str], None]) -> str:
     run = store.run(rid)
     start_ms = int(run["created_at"] * 1000)
     parent = client.create_run(experiment, start_time=start_ms, run_name=f"dlbench run {rid}", tags={
@@ -133,7 +153,9 @@ def _export_run(client: MlflowClient, experiment: str, store: Store, rid: int, u
                            for k, v in flatten(run["environment"], "environment").items()])
     for path in artifacts:
         client.log_artifact(pid, str(path))
-    for t in store.trials(rid):
+    trials = store.trials(rid)
+    for i, t in enumerate(trials, start=1):
+        progress(f"run {rid}: trial {i}/{len(trials)}")
         _export_trial(client, experiment, store, t, pid, start_ms)
     end = run.get("finished_at") or time.time()
     client.set_terminated(pid, "FINISHED" if run["status"] == "ok" else "FAILED", int(end * 1000))
