@@ -74,7 +74,8 @@ class JaxBackend:
     options: dict[str, base.Option] = {}
     recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
     # docs/benchmarks.md, whole zoo at the cpu presets (time to first step, parity compile)
-    cost_guess = CostGuess(startup_s=5.0, compile_s=6.0)
+    # fitted to a quiet whole-zoo tiny run, AMD EPYC 2 cores (docs/benchmarks.md)
+    cost_guess = CostGuess(startup_s=2.5, compile_s=2.0)
     kernel_alternatives: dict[str, dict[str, str]] = {}
     allocator_units = {f"jax_{k}": "B" for k in _ALLOCATOR_KEYS} | {"allocated_peak_bytes": "B"}
 

@@ -185,7 +185,8 @@ class _Keras(abc.ABC):
 class KerasJax(_Keras):
     name = "keras-jax"
     _keras_backend = "jax"
-    cost_guess = CostGuess(startup_s=7.0, compile_s=7.0)  # docs/benchmarks.md, whole zoo
+    # fitted to a quiet whole-zoo tiny run, AMD EPYC 2 cores (docs/benchmarks.md)
+    cost_guess = CostGuess(startup_s=3.5, compile_s=2.5)
 
     def __init__(self) -> None:
         self._native = JaxBackend()
@@ -211,7 +212,8 @@ class KerasTorch(_Keras):
     name = "keras-torch"
     _keras_backend = "torch"
     _steps_per_execution = "1"
-    cost_guess = CostGuess(startup_s=25.0, compile_s=45.0)  # docs/benchmarks.md, whole zoo
+    # fitted to a quiet whole-zoo tiny run, AMD EPYC 2 cores (docs/benchmarks.md)
+    cost_guess = CostGuess(startup_s=30.0, compile_s=30.0)
 
     def __init__(self) -> None:
         self._native = TorchBackend()
@@ -240,7 +242,8 @@ class KerasTorch(_Keras):
 class KerasTensorFlow(_Keras):
     name = "keras-tensorflow"
     _keras_backend = "tensorflow"
-    cost_guess = CostGuess(startup_s=10.0, compile_s=10.0)  # docs/benchmarks.md, whole zoo
+    # fitted to a quiet whole-zoo tiny run, AMD EPYC 2 cores (docs/benchmarks.md)
+    cost_guess = CostGuess(startup_s=6.0, compile_s=4.0)
 
     def __init__(self) -> None:
         self._native = TensorFlowBackend()

@@ -64,7 +64,8 @@ class TensorFlowBackend:
     # AVX-512, AVX512_BF16/AMX): its results may differ from float32 rounding in ways TF's own
     # Eigen kernels' do not. TF_ENABLE_ONEDNN_OPTS=0 switches it off.
     # docs/benchmarks.md, whole zoo at the cpu presets (time to first step, parity compile)
-    cost_guess = CostGuess(startup_s=10.0, compile_s=12.0)
+    # fitted to a quiet whole-zoo tiny run, AMD EPYC 2 cores (docs/benchmarks.md)
+    cost_guess = CostGuess(startup_s=6.0, compile_s=3.0)
     kernel_alternatives: dict[str, dict[str, str]] = {"oneDNN off": {"TF_ENABLE_ONEDNN_OPTS": "0"}}
     allocator_units = {"tf_gpu_current_bytes": "B", "tf_gpu_peak_bytes": "B", "allocated_peak_bytes": "B"}
 

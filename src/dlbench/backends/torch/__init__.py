@@ -98,7 +98,8 @@ class TorchBackend:
     options: dict[str, Option] = {}
     recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
     # docs/benchmarks.md, whole zoo at the cpu presets (time to first step, parity compile)
-    cost_guess = CostGuess(startup_s=15.0, compile_s=22.0)
+    # fitted to a quiet whole-zoo tiny run, AMD EPYC 2 cores (docs/benchmarks.md)
+    cost_guess = CostGuess(startup_s=10.0, compile_s=14.0)
     kernel_alternatives: dict[str, dict[str, str]] = {}
     allocator_units = ALLOCATOR_UNITS
 
