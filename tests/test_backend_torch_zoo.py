@@ -33,13 +33,13 @@ import pytest
 from dlbench import workloads
 from dlbench.backends import get_backend, support
 from dlbench.spec import Policy, TrialSpec, WorkloadSpec
+from dlbench.testing.program import K_STEPS, train_k
 from dlbench.workloads.base import numerics_readback
 from dlbench.workloads.data import batch_indices, epoch_order
 
 FRAMEWORK = "torch"
 WORKLOADS = list(workloads.WORKLOADS)
 CI_COMPILED = ("mlp", "cnn")
-K_STEPS = 4
 FD_DIRECTIONS = 3
 # Central differences in float64 along a unit direction: truncation ~h² and rounding ~1e-16/h
 # both stay below 1e-7 of the directional derivative at these steps. A ReLU kink inside the
@@ -97,20 +97,6 @@ def fd_errors(spec: WorkloadSpec, params: dict[str, np.ndarray], grads: dict[str
         fds = [(loss_at(h) - loss_at(-h)) / (2 * h) for h in FD_STEPS]
         errors.append(min(abs(fd - analytic) / abs(analytic) for fd in fds))
     return errors
-
-
-def train_k(backend: Any, program: Any, spec: WorkloadSpec, state: Any) -> tuple[Any, list[float], list[int]]:
-    """K steps on the first batch repeated, in chunks of 2: (state, losses, compile counts)."""
-    rows = batch_indices(epoch_order(spec.seed, 0, spec.dataset_size), spec.batch_size)
-    batches = program.batches(np.tile(rows[:1], (K_STEPS, 1)))
-    losses: list[float] = []
-    counts = []
-    for _ in range(K_STEPS // 2):
-        state, chunk = program.train_chunk(state, batches, 2)
-        backend.sync(state, chunk)
-        losses.extend(program.losses_to_numpy(chunk).tolist())
-        counts.append(program.compilations())
-    return state, losses, counts
 
 
 def check_float64(backend: Any, name: str) -> dict[str, Any]:

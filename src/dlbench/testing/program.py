@@ -37,6 +37,21 @@ LOSS_RTOL = 1e-5
 TIMEOUT_S = 1800.0
 
 
+def train_k(backend: Any, program: Any, spec: Any, state: Any) -> tuple[Any, list[float], list[int]]:
+    """K steps on the first batch of the spec's order, repeated, in chunks of 2: (state, the
+    losses, the compile count after each chunk). Every framework does exactly these K updates."""
+    rows = batch_indices(epoch_order(spec.seed, 0, spec.dataset_size), spec.batch_size)
+    batches = program.batches(np.tile(rows[:1], (K_STEPS, 1)))
+    losses: list[float] = []
+    counts = []
+    for _ in range(K_STEPS // 2):
+        state, chunk = program.train_chunk(state, batches, 2)
+        backend.sync(state, chunk)
+        losses.extend(program.losses_to_numpy(chunk).tolist())
+        counts.append(program.compilations())
+    return state, losses, counts
+
+
 def _mode_facts(backend: Backend, trial: TrialSpec) -> dict[str, Any]:
     """Everything judged of one mode, as plain JSON values."""
     spec = trial.workload
@@ -54,14 +69,7 @@ def _mode_facts(backend: Backend, trial: TrialSpec) -> dict[str, Any]:
     fixed = wl.fixed_batch(spec, PARITY_BATCH)
     loss, grads = program.loss_and_grads(state, fixed.x, fixed.y)
     program.compile(state, next(iter(program.batches(rows[:1]))))
-    batches = program.batches(np.tile(rows[:1], (K_STEPS, 1)))
-    losses: list[float] = []
-    counts = []
-    for _ in range(K_STEPS // 2):
-        state, chunk = program.train_chunk(state, batches, 2)
-        backend.sync(state, chunk)
-        losses.extend(program.losses_to_numpy(chunk).tolist())
-        counts.append(program.compilations())
+    state, losses, counts = train_k(backend, program, spec, state)
     trained = program.params(state)
     reset = program.params(program.init(params))
     return {
