@@ -111,7 +111,7 @@ def test_a_resumed_auto_run_continues_its_rule(tmp_path, capsys):
 
 
 def test_bad_auto_rules_are_one_line_exit_2(capsys, tmp_path):
-    assert main(["run", "-f", "fake", "--repeats", "auto:3", "--store", str(tmp_path / "s.sqlite")]) == 2
+    assert main(["run", "-f", "torch", "--repeats", "auto:3", "--store", str(tmp_path / "s.sqlite")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "the target ':3' is not :PCT%" in err
     suite = tmp_path / "suite.toml"
