@@ -3,6 +3,9 @@ report/payback.py), on cost lines and small synthetic reports: no worker process
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from dlbench.analysis import payback
@@ -83,3 +86,54 @@ def test_batch_sweep_table_and_chart_name_the_crossover():
     assert chart is not None and "torch has the higher throughput at batch 8" in chart.note
     # a single batch size is no sweep
     assert sweep_table(_report([("torch", 8, 5, 0.01, 0), ("jax", 8, 5, 0.02, 0)])) is None
+
+
+def _synthetic_store(path: Path) -> Path:
+    """A store as `run -w cnn -f torch,jax -b 8,32 --profile` leaves one, written without any
+    worker: timed trials with start-up and step medians, one profiled trial per framework."""
+    from dlbench.analysis.categories import CATEGORIES, metric_name
+    from dlbench.results.records import TrialResult
+    from dlbench.results.store import Store
+    from dlbench.runner.plan import workload_spec
+    from dlbench.spec import TrialSpec
+
+    store = Store(path)
+    run_id = store.create_run("dlbench run -w cnn -f torch,jax -b 8,32 --profile", {}, allow_concurrent=True)
+    timed = {("torch", 8): (5.0, 0.010), ("torch", 32): (5.0, 0.030), ("jax", 8): (20.0, 0.020), ("jax", 32): (20.0, 0.020)}
+    seq = 0
+    for (framework, batch), (startup, step) in timed.items():
+        for profile in (False, True) if batch == 8 else (False,):
+            spec = TrialSpec(workload=workload_spec("cnn", "tiny", batch_size=batch), framework=framework, profile=profile)
+            tid = store.add_trial(run_id, seq, spec)
+            seq += 1
+            metrics: dict[str, float | None] = {"time_to_first_step_s": startup, "step_s_median": step,
+                                                "samples_per_s": batch / step}
+            if profile:
+                metrics.update({metric_name(c): step * (i + 1) / 66 for i, c in enumerate(CATEGORIES)})
+                metrics[metric_name("pooling")] = step * (0.6 if framework == "jax" else 0.1)
+            store.finish_trial(tid, TrialResult(status="ok", metrics=metrics))
+    return path
+
+
+def test_html_report_has_the_why_charts_in_headless_chromium(tmp_path, capsys):
+    from cdp import Chromium, find_browser
+    from dlbench.cli.main import main
+    from test_report import RENDERED_CHARTS, _browser
+
+    store = _synthetic_store(tmp_path / "s.sqlite")
+    out = tmp_path / "r.html"
+    assert main(["report", "--store", str(store), "--html", str(out)]) == 0
+    assert main(["report", "--store", str(store), "--wide"]) == 0
+    text = capsys.readouterr().out
+    assert "where the time goes" in text and "findings" in text and "when compilation pays back" in text
+    assert "jax: pooling 12 ms/step, torch 1 ms" in text  # the ratio rule, from the profiled trials
+    if find_browser() is None and os.environ.get("DLBENCH_REQUIRE_BROWSER") != "1":
+        pytest.skip("no chromium on PATH")
+    b = Chromium(_browser())
+    try:
+        b.open(out)
+        rendered = b.evaluate(RENDERED_CHARTS)
+    finally:
+        b.close()
+    assert b.errors() == []
+    assert all(rendered.get(k, 0) > 0 for k in ("payback", "batch-sweep", "profile")), rendered

@@ -18,10 +18,12 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dlbench.analysis import payback as payback_analysis
+from dlbench.analysis.categories import CATEGORIES
 from dlbench.analysis.history import segments
 from dlbench.analysis.summary import Summary, summarize
 from dlbench.report import model
 from dlbench.report import payback as payback_report
+from dlbench.report import profile as profile_report
 from dlbench.report.history import Series as HistorySeries
 from dlbench.report.model import Config, Report, Trial
 
@@ -572,4 +574,34 @@ def batch_sweep(report: Report) -> Chart | None:
     return Chart("batch-sweep", "Throughput against batch size", _layout(fig), note)
 
 
-CHARTS = (*CHARTS, payback, batch_sweep)
+
+def profile_bars(report: Report) -> Chart | None:
+    """Where the time goes: one stacked bar per profiled framework (and mode), ms per step by
+    category (report/profile.py), one panel per workload."""
+    found = profile_report.profiled(report)
+    if not found:
+        return None
+    workloads = list(dict.fromkeys(p.workload for p in found))
+    fig = make_subplots(rows=1, cols=len(workloads), subplot_titles=[_t(w) for w in workloads])
+    for i, category in enumerate(CATEGORIES):
+        for col, workload in enumerate(workloads, start=1):
+            here = [p for p in found if p.workload == workload]
+            values = [p.categories().get(category, 0.0) * 1e3 for p in here]
+            totals = [sum(p.categories().values()) for p in here]
+            fig.add_trace(go.Bar(x=[_t(p.label) for p in here], y=values, name=_t(category),
+                                 legendgroup=_t(category), showlegend=col == 1,
+                                 marker={"color": CATEGORY_COLORS[i % len(CATEGORY_COLORS)]},
+                                 hovertext=[_t(f"{category}: {v:.2f} ms/step ({v / 1e3 / t:.0%})") if t else ""
+                                            for v, t in zip(values, totals, strict=True)],
+                                 hoverinfo="text"), row=1, col=col)
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(title_text="ms per step (traced op time)", row=1, col=1)
+    return Chart("profile", "Where the time goes", _layout(fig, height=480),
+                 "Profiled trials (run --profile), apart from the timed ones: each bar one framework's traced op time"
+                 " per step by category; host overhead and idle = time in the window where no traced op ran."
+                 " Categories and rules: docs/methodology.md.")
+
+
+CATEGORY_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+                   "#bcbd22", "#7f7f7f", "#c7c7c7")
+CHARTS = (*CHARTS, profile_bars, payback, batch_sweep)

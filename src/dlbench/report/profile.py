@@ -42,8 +42,11 @@ class Profiled:
 
 def profiled(report: Report) -> list[Profiled]:
     """The report's ok profiled trials, labelled by what differs among them (framework, mode)."""
+    # a report's part about some workloads (Report.only) keeps every run's trials: its own only
+    shown_workloads = report.workloads
     trials = [t for run in report.runs for t in run.trials if t.spec.get("profile") and t.status == "ok"
-              and any(k in CATEGORY_BY_METRIC for k in t.metrics)]
+              and any(k in CATEGORY_BY_METRIC for k in t.metrics)
+              and (not shown_workloads or t.spec["workload"]["name"] in shown_workloads)]
     if not trials:
         return []
     as_configs = tuple(Config(t.run_id, str(t.id), {a: f(t.spec) for a, f in AXES.items()}, (t,)) for t in trials)
