@@ -230,3 +230,15 @@ def test_run_profile_then_report_end_to_end(tmp_path, capsys, monkeypatch):
     html = tmp_path / "r.html"
     assert main(["report", "--store", str(store), "--html", str(html)]) == 0
     assert "table-profile" in html.read_text()
+
+
+def test_auto_repeats_never_repeat_or_judge_a_profiled_trial(tmp_path):
+    from dlbench.runner import rounds
+    from dlbench.runner.plan import workload_spec
+
+    store = Store(tmp_path / "s.sqlite")
+    run_id = store.create_run("test", {}, allow_concurrent=True)
+    for seq, profile in enumerate((False, True)):
+        spec = TrialSpec(workload=workload_spec("mlp", "tiny"), framework="torch", profile=profile)
+        store.finish_trial(store.add_trial(run_id, seq, spec), TrialResult(status="ok", metrics={"samples_per_s": 1.0}))
+    assert [s.profile for s in rounds.first_round(store, run_id)] == [False]
