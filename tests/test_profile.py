@@ -242,3 +242,10 @@ def test_auto_repeats_never_repeat_or_judge_a_profiled_trial(tmp_path):
         spec = TrialSpec(workload=workload_spec("mlp", "tiny"), framework="torch", profile=profile)
         store.finish_trial(store.add_trial(run_id, seq, spec), TrialResult(status="ok", metrics={"samples_per_s": 1.0}))
     assert [s.profile for s in rounds.first_round(store, run_id)] == [False]
+
+
+def test_ratio_rule_needs_a_base_that_traces_the_category():
+    # tensorflow's compiler fused its optimizer update away: no base, no finding
+    made = findings.ratio_findings({"torch": {"optimizer update": 0.05, "matmul": 0.1},
+                                    "tensorflow": {"optimizer update": 0.0, "matmul": 0.1}})
+    assert made == []

@@ -4,7 +4,8 @@ vocabulary) per framework, plus the timed trials' own metrics.
 
 Rules (docs/methodology.md, findings):
   - ratio: a category costs one framework at least RATIO times what it costs the cheapest other
-    framework, and at least MIN_SHARE of the first framework's traced step and MIN_GAP_S more;
+    framework that traces any time in it, and at least MIN_SHARE of the first framework's traced
+    step and MIN_GAP_S more;
   - input-bound: the input pipeline takes at least INPUT_SHARE of the traced step (or of the
     timed window, measured as the loop's wait for its next batch);
   - host-bound: host overhead and idle gaps take at least HOST_SHARE of the traced step;
@@ -51,15 +52,15 @@ def ratio_findings(by_framework: Mapping[str, Mapping[str, float]]) -> list[Find
         for category, s in cats.items():
             if category in (HOST, OTHER) or total <= 0 or s < MIN_SHARE * total:
                 continue
-            others = {n: c.get(category, 0.0) for n, c in by_framework.items() if n != name}
+            # a framework that traces nothing in the category (its compiler fused it elsewhere) is no base
+            others = {n: v for n, c in by_framework.items() if n != name and (v := c.get(category, 0.0)) > 0}
             if not others:
                 continue
             cheapest = min(others, key=lambda n: others[n])
             base = others[cheapest]
             if s >= RATIO * base and s - base >= MIN_GAP_S:
-                times = f"{s / base:.1f}x" if base > 0 else "none traced there"
                 out.append(Finding("ratio", name, f"{name}: {category} {_ms(s)}/step, {cheapest} {_ms(base)}"
-                                   f" ({times}; {s / total:.0%} of {name}'s traced step)"))
+                                   f" ({s / base:.1f}x; {s / total:.0%} of {name}'s traced step)"))
     return out
 
 

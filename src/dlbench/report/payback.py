@@ -24,7 +24,9 @@ def cost(report: Report, c: Config) -> payback.Cost | None:
     step = c.summary("step_s_median").median
     if startup is None or step is None or step <= 0:
         return None
-    return payback.Cost(report.short_label(c), startup, step)
+    workload = str(c.axes["workload"])
+    part = report.only(workload) if len(report.workloads) > 1 else report  # labels within the workload
+    return payback.Cost(part.short_label(c), startup, step)
 
 
 def groups(report: Report) -> list[list[tuple[Config, payback.Cost]]]:
@@ -76,7 +78,8 @@ def sweeps(report: Report) -> list[tuple[str, dict[str, dict[int, float]]]]:
         if c.scenario != "train" or rate is None:
             continue
         key = tuple(v for a, v in c.axes.items() if a not in (*PAIRED_BY, "batch")) + (c.run_id,)
-        name = report.short_label(c, without=("workload", "batch"))
+        part = report.only(str(c.axes["workload"])) if len(report.workloads) > 1 else report
+        name = part.short_label(c, without=("workload", "batch"))
         by.setdefault(key, {}).setdefault(name, {})[int(str(c.axes["batch"]))] = rate
         titles[key] = str(c.axes["workload"])
     return [(titles[k], v) for k, v in by.items()

@@ -55,8 +55,16 @@ def profiled(report: Report) -> list[Profiled]:
     out = []
     for c, t in zip(as_configs, trials, strict=True):
         key = configuration_key({k: v for k, v in t.spec.items() if k != "profile"})
-        out.append(Profiled(shown.short_label(c), str(c.axes["workload"]), t, timed.get((t.run_id, key))))
+        workload = str(c.axes["workload"])
+        label = local(shown, workload).short_label(c)  # what differs within its workload only
+        out.append(Profiled(label, workload, t, timed.get((t.run_id, key))))
     return out
+
+
+def local(report: Report, workload: str) -> Report:
+    """The report's part about one workload where it has several (labels name only what
+    differs within the workload)."""
+    return report.only(workload) if len(report.workloads) > 1 else report
 
 
 def _cell(seconds: float, total: float) -> str:
@@ -86,7 +94,13 @@ def profile_table(report: Report) -> Table | None:
     columns = (Column("workload", key=True, lift=True), Column("category", key=True),
                *(Column(f"{n} ms (share)", "right") for n in labels))
     return Table("profile", "Where the time goes", "where the time goes: profiled trials, ms per step (share)",
-                 columns, tuple(rows), (NOTE, *_trace_notes(found), *_other_notes(found)))
+                 columns, tuple(rows), (NOTE, *_caveats(found), *_trace_notes(found), *_other_notes(found)))
+
+
+def _caveats(found: list[Profiled]) -> list[str]:
+    """Each framework's own limits of its mapping (its profile module's CAVEAT), once each."""
+    return list(dict.fromkeys(f"{p.trial.spec['framework']}: {note}" for p in found
+                              if (note := (p.trial.data.get("notes") or {}).get("profile_caveat"))))
 
 
 def _steps(p: Profiled) -> str:

@@ -21,6 +21,7 @@ from dlbench.runner.context import TrialContext
 
 TRACE_NOTE = "profile_trace"
 OTHER_NOTE = "profile_other_top"
+CAVEAT_NOTE = "profile_caveat"
 WINDOW_METRIC = "profile_window_s_per_step"
 UNMAPPED_METRIC = "profile_unmapped_share"
 PROFILED_STEP_METRIC = "profile_step_s_median"
@@ -61,6 +62,9 @@ def window(ctx: TrialContext, result_path: Path) -> Iterator[None]:
     finally:
         path = stop()
     ctx.result.notes[TRACE_NOTE] = str(path)
+    caveat = getattr(module, "CAVEAT", None)
+    if caveat:
+        ctx.result.notes[CAVEAT_NOTE] = caveat
     record(ctx, profiling.attribute(profiling.read_chrome_trace(path), module.RULES, module.CONTAINERS))
 
 

@@ -17,6 +17,10 @@ RULES = (
     (r"PjitFunction|PjRt|Execute|Handle inputs|AllocateOutput|TaskDispatcher|TfrtCpu|Compile|Thunk",
      "host overhead and idle"),
 )
+# What this mapping cannot tell apart, said under the profile table (runner/profiled.py).
+CAVEAT = ("XLA:CPU hands dots and convolutions to YNNPACK as ynn_fusion, counted as matmul (a convolution may be"
+          " inside); max-pool's backward is expanded into iota, compare-select and scatter fusions (copies and"
+          " elementwise here); the optimizer update fuses into elementwise fusions")
 # Waits for other threads, the executor's wrapper around the thunks it runs, Python frames.
 CONTAINERS = r"wait for completion|^ThunkExecutor::Execute$|BlockUntilReady|^\$"
 

@@ -28,6 +28,9 @@ RULES = (
      "host overhead and idle"),
     *XLA_RULES,
 )
+# What this mapping cannot tell apart, said under the profile table (runner/profiled.py).
+CAVEAT = ("compiled mode (XLA): dots and convolutions that XLA:CPU hands to YNNPACK count as matmul, max-pool's"
+          " backward expands into copies and elementwise fusions, the optimizer update into elementwise fusions")
 # The Python thread waits inside these while the op threads work; the thread pools' regions
 # repeat the time of the op that opened them.
 CONTAINERS = (r"^TFE_Py_Execute|^EagerExecute$|^EagerLocalExecute|^EagerKernelExecute$|^KernelAndDeviceFunc::Run$"
