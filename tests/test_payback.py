@@ -117,8 +117,9 @@ def _synthetic_store(path: Path) -> Path:
 
 def test_html_report_has_the_why_charts_in_headless_chromium(tmp_path, capsys):
     from cdp import Chromium, find_browser
-    from dlbench.cli.main import main
     from test_report import RENDERED_CHARTS, _browser
+
+    from dlbench.cli.main import main
 
     store = _synthetic_store(tmp_path / "s.sqlite")
     out = tmp_path / "r.html"

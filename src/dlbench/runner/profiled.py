@@ -38,9 +38,9 @@ def _module(ctx: TrialContext) -> ModuleType | None:
 
 def prepare(ctx: TrialContext) -> None:
     """The backend's preparation before the build (torch: Inductor names its kernels)."""
-    module = _module(ctx)
-    if module is not None and hasattr(module, "prepare"):
-        module.prepare()
+    prepare_backend = getattr(_module(ctx), "prepare", None)  # optional in a profile module
+    if prepare_backend is not None:
+        prepare_backend()
 
 
 @contextlib.contextmanager
