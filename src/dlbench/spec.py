@@ -237,6 +237,10 @@ class TrialSpec:
     max_time_s: float = 600.0
     # The parent's watchdog kills the worker's process tree above this RSS (status `oom`).
     memory_limit_bytes: int | None = None
+    # A profiled trial (`run --profile`, scenario train): the timed window runs under the
+    # framework's own profiler (runner/profiled.py). Its own configuration (profile is part of
+    # the key), never in the statistics of the timed trials; left out of the spec while False.
+    profile: bool = field(default=False, metadata=OMIT_DEFAULT)
 
     interpreter: str | None = None  # None: the parent's sys.executable
     run_id: int | None = None
@@ -269,6 +273,9 @@ class TrialSpec:
         if not self.infer_budget_s > 0:
             raise SpecError(f"infer budget must be > 0 seconds, got {self.infer_budget_s!r}")
         self._validate_converge()
+        if self.profile is not False and (self.profile is not True or self.scenario != "train"):
+            raise SpecError(f"profile {self.profile!r} applies to the train scenario only (true or false),"
+                            f" not {self.scenario!r}")
 
     def _validate_devices(self) -> None:
         _check_positive_int("devices", self.devices)
@@ -322,6 +329,7 @@ class TrialSpec:
                                       (self.precision, "fp32")) if v != default]
         extra += [f"seed{self.workload.seed}"] if self.workload.seed else []
         extra += [f"{self.devices}dev-{self.scaling}"] if self.devices > 1 else []
+        extra += ["profiled"] if self.profile else []
         return "/".join([self.workload.name, self.framework, self.policy.mode, *extra]) + f"#{self.repeat}"
 
 

@@ -56,7 +56,7 @@ SWEEP_DEFAULTS: dict[str, Any] = {
     "infer_requests": 1000, "infer_budget_s": 20.0, "option": (),
     "target_accuracy": None, "eval_every": 32, "max_steps": 2000, "max_time_s": 600.0,
     "data": ("pipeline",), "loader_workers": 0, "augment": "none",
-    "executor": "local", "address": None,
+    "executor": "local", "address": None, "profile": False,
 }
 # Options that say how to run, not what: --resume takes them too.
 HOW_OPTIONS = ("allow_concurrent", "executor", "address")
@@ -117,6 +117,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="input pipeline workers: DataLoader num_workers, tf.data parallel calls,"
                         " a thread pool for JAX (default 0: the training thread)")
     p.add_argument("--augment", help="none or crop_flip (pad-4 random crop + flip; image workloads)")
+    p.add_argument("--profile", action="store_true", default=None,
+                   help="add one profiled trial per train configuration (the framework's own profiler;"
+                        " never in the statistics; traces kept in <store>.profiles/)")
     p.add_argument("--allow-concurrent", action="store_true", default=None,
 
                    help="do not wait for another dlbench run on this machine (recorded)")
@@ -189,7 +192,7 @@ def sweep_from_options(o: dict[str, Any]) -> Sweep:
         options=tuple(parse_option(text) for text in o["option"]),
         data=o["data"], loader_workers=o["loader_workers"], augment=o["augment"],
         target_accuracy=o["target_accuracy"], eval_every=o["eval_every"], max_steps=o["max_steps"],
-        max_time_s=o["max_time_s"],
+        max_time_s=o["max_time_s"], profile=bool(o["profile"]),
         order_seed=o["order_seed"] if o["order_seed"] is not None else random.randrange(2**31),
 
     )

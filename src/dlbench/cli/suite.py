@@ -80,6 +80,8 @@ KEYS: dict[str, Key] = {
     "timeout": Key("seconds"),
     "memory-limit": Key("size"),
     "allow-concurrent": Key("flag"),
+    # one extra profiled trial per configuration (issue 21)
+    "profile": Key("flag"),
     "executor": Key("name", lambda: EXECUTORS),
     "address": Key("name"),
     # time to accuracy and the input pipeline (issue 9)

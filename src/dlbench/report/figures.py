@@ -17,9 +17,13 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from dlbench.analysis import payback as payback_analysis
+from dlbench.analysis.categories import CATEGORIES
 from dlbench.analysis.history import segments
 from dlbench.analysis.summary import Summary, summarize
 from dlbench.report import model
+from dlbench.report import payback as payback_report
+from dlbench.report import profile as profile_report
 from dlbench.report.history import Series as HistorySeries
 from dlbench.report.model import Config, Report, Trial
 
@@ -513,3 +517,91 @@ def history(series: list[HistorySeries]) -> Chart | None:
     return Chart("history", "History", _layout(fig),
                  "Median over each run's processes, run by run (whiskers: its interval); dashed: the levels"
                  " of the step fit, a new level where the history table marks a STEP.")
+
+
+def payback(report: Report) -> Chart | None:
+    """Cumulative wall time against steps for configurations that differ only in framework and
+    mode (report/payback.py), each crossover marked; one panel per group."""
+    found = payback_report.groups(report)
+    if not found:
+        return None
+    fig = make_subplots(rows=1, cols=len(found), subplot_titles=[
+        _t(" ".join(f"{a} {c.axes[a]}" for a in ("workload", "batch"))) for c, _ in (g[0] for g in found)])
+    for col, group in enumerate(found, start=1):
+        costs = [made for _, made in group]
+        crossings = payback_analysis.crossovers(costs)
+        horizon = payback_analysis.horizon_steps(crossings)
+        steps = [1 + round(i * (horizon - 1) / 100) for i in range(101)]
+        for c, made in group:
+            fig.add_trace(go.Scatter(x=steps, y=[made.total_s(n) / 60 for n in steps], mode="lines",
+                                     name=_t(made.label), legendgroup=_t(made.label), showlegend=col == 1,
+                                     line={"color": _color(report, c.axes["framework"])}), row=1, col=col)
+        for x in crossings:
+            if x.steps is not None and x.seconds is not None:
+                fig.add_trace(go.Scatter(x=[x.steps], y=[x.seconds / 60], mode="markers+text", showlegend=False,
+                                         marker={"color": "#333333", "size": 8}, text=[f"{x.steps}"],
+                                         textposition="top left", hovertext=[_t(x.text())], hoverinfo="text"),
+                              row=1, col=col)
+        fig.update_xaxes(title_text="training steps", row=1, col=col)
+    fig.update_yaxes(title_text="total wall time, min", row=1, col=1)
+    return Chart("payback", "When compilation pays back", _layout(fig),
+                 "Total wall time of a run of n steps = time to first step + (n - 1) x median step time, per "
+                 "configuration (medians over processes); dots: crossovers, labelled with their step count.")
+
+
+def batch_sweep(report: Report) -> Chart | None:
+    """Throughput against batch size, one line per framework (and mode), crossovers of the
+    leader named in the chart's note and marked between the batch sizes where they happen."""
+    found = payback_report.sweeps(report)
+    if not found:
+        return None
+    fig = make_subplots(rows=1, cols=len(found), subplot_titles=[_t(w) for w, _ in found])
+    said = []
+    for col, (workload, rates) in enumerate(found, start=1):
+        for name, by_batch in rates.items():
+            xs = sorted(by_batch)
+            framework = name.split("/")[0].split(" ")[0]
+            fig.add_trace(go.Scatter(x=xs, y=[by_batch[b] for b in xs], mode="lines+markers", name=_t(name),
+                                     legendgroup=_t(name), showlegend=col == 1,
+                                     line={"color": _color(report, framework)}), row=1, col=col)
+        for x in payback_analysis.batch_crossovers(rates):
+            fig.add_vrect(x0=x.below, x1=x.above, fillcolor="#999999", opacity=0.12, line_width=0, row=1, col=col)
+            said.append(f"{workload}: {x.text()}")
+        fig.update_xaxes(title_text="batch size", type="log", row=1, col=col)
+    fig.update_yaxes(title_text="samples/s", row=1, col=1)
+    note = ("Median samples/s over processes at each batch size, one line per framework; shaded: where the"
+            " leader changes. " + ("; ".join(said) if said else "The leader is the same at every batch size."))
+    return Chart("batch-sweep", "Throughput against batch size", _layout(fig), note)
+
+
+
+def profile_bars(report: Report) -> Chart | None:
+    """Where the time goes: one stacked bar per profiled framework (and mode), ms per step by
+    category (report/profile.py), one panel per workload."""
+    found = profile_report.profiled(report)
+    if not found:
+        return None
+    workloads = list(dict.fromkeys(p.workload for p in found))
+    fig = make_subplots(rows=1, cols=len(workloads), subplot_titles=[_t(w) for w in workloads])
+    for i, category in enumerate(CATEGORIES):
+        for col, workload in enumerate(workloads, start=1):
+            here = [p for p in found if p.workload == workload]
+            values = [p.categories().get(category, 0.0) * 1e3 for p in here]
+            totals = [sum(p.categories().values()) for p in here]
+            fig.add_trace(go.Bar(x=[_t(p.label) for p in here], y=values, name=_t(category),
+                                 legendgroup=_t(category), showlegend=col == 1,
+                                 marker={"color": CATEGORY_COLORS[i % len(CATEGORY_COLORS)]},
+                                 hovertext=[_t(f"{category}: {v:.2f} ms/step ({v / 1e3 / t:.0%})") if t else ""
+                                            for v, t in zip(values, totals, strict=True)],
+                                 hoverinfo="text"), row=1, col=col)
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(title_text="ms per step (traced op time)", row=1, col=1)
+    return Chart("profile", "Where the time goes", _layout(fig, height=480),
+                 "Profiled trials (run --profile), apart from the timed ones: each bar one framework's traced op time"
+                 " per step by category; host overhead and idle = time in the window where no traced op ran."
+                 " Categories and rules: docs/methodology.md.")
+
+
+CATEGORY_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+                   "#bcbd22", "#7f7f7f", "#c7c7c7")
+CHARTS = (*CHARTS, profile_bars, payback, batch_sweep)

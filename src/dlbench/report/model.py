@@ -218,7 +218,8 @@ def load(store: Store, run_ids: list[int]) -> Report:
                   store.series(row.id), store.events(row.id), row.data)
             for row in store.trials(rid))
         runs.append(Run(rid, store.run(rid), trials))
-        for t in trials:
+        # a profiled trial (run --profile) is in its run, never in a configuration's statistics
+        for t in (t for t in trials if not t.spec.get("profile")):
             configs.setdefault((rid, configuration_key(t.spec)), []).append(t)
     made = tuple(Config(rid, key, {a: f(ts[0].spec) for a, f in AXES.items()}, tuple(ts))
                  for (rid, key), ts in configs.items())
@@ -248,7 +249,8 @@ def spec_label(spec: dict[str, Any], axes: tuple[str, ...]) -> str:
     """`cnn/torch/eager batch 64 #0`: workload, framework, mode, then `axes` (varying_axes of
     the sweep, so two trials of a sweep never read alike), then the repeat."""
     head = "/".join(str(AXES[a](spec)) for a in ("workload",) + ALWAYS_SHOWN)
-    return " ".join([head, *(f"{a} {AXES[a](spec)}" for a in axes)]) + f" #{spec.get('repeat', 0)}"
+    profiled = ["profiled"] if spec.get("profile") else []  # run --profile's extra trial
+    return " ".join([head, *(f"{a} {AXES[a](spec)}" for a in axes), *profiled]) + f" #{spec.get('repeat', 0)}"
 
 
 def _label_axes(configs: tuple[Config, ...]) -> tuple[str, ...]:

@@ -21,7 +21,7 @@ from dlbench import backends, workloads
 from dlbench.backends import get_backend
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
 from dlbench.results.store import Store
-from dlbench.runner import reference, spawn
+from dlbench.runner import profiled, reference, spawn
 from dlbench.runner.plan import Plan, PlannedTrial, with_ids
 from dlbench.runner.timing import parity_path
 from dlbench.runner.verdicts import Ceilings, ceilings, judge_efficiency, judge_parity
@@ -66,6 +66,7 @@ def finish(store: Store, tid: int, spec: TrialSpec, result: TrialResult, parity_
            refs: dict[str, reference.Reference | str], limits: Ceilings, outcome: Outcome) -> None:
     """Judge a finished trial (parity, efficiency), store it in one transaction, count it."""
     record_origins(spec, result)
+    keep_profile(store, tid, result)
     if result.status == "ok":
         judge_parity(spec, result, parity_file, refs)
         judge_efficiency(spec, result, limits)
@@ -73,6 +74,21 @@ def finish(store: Store, tid: int, spec: TrialSpec, result: TrialResult, parity_
             outcome.parity_failures += 1
     store.finish_trial(tid, result)
     outcome.count(result.status)
+
+
+def keep_profile(store: Store, tid: int, result: TrialResult) -> None:
+    """A profiled trial's trace directory moves from the worker's scratch directory to
+    `<store>.profiles/trial-<id>/`, kept with the store; the note names the trace file there."""
+    trace = result.notes.get(profiled.TRACE_NOTE)
+    source = next((p for p in Path(trace or "").parents if p.name.endswith(".profile")), None)
+    if trace is None or source is None or not Path(trace).is_file():
+        return
+    target = Path(f"{store.path}.profiles") / f"trial-{tid}"
+    if target.exists():
+        shutil.rmtree(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(source), target)
+    result.notes[profiled.TRACE_NOTE] = str(target / Path(trace).relative_to(source))
 
 
 def record_origins(spec: TrialSpec, result: TrialResult) -> None:

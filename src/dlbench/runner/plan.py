@@ -80,6 +80,9 @@ class Sweep:
     eval_every: int = 32
     max_steps: int = 2000
     max_time_s: float = 600.0
+    # One extra trial per train configuration under the framework's profiler, after the
+    # timed rounds (runner/profiled.py); its own configuration, never in their statistics.
+    profile: bool = False
 
 
 @dataclass
@@ -202,6 +205,11 @@ def make_plan(sweep: Sweep) -> Plan:
         for spec in round_:
             backend = support.validate(spec)
             plan.trials.append(_planned(spec, backend, missing[spec.framework]))
+    if sweep.profile:
+        for spec in (_trial(sweep, *a, repeat=0) for a in axes):
+            if spec.scenario == "train":
+                profiled = replace(spec, profile=True)
+                plan.trials.append(_planned(profiled, support.validate(profiled), missing[spec.framework]))
     return plan
 
 

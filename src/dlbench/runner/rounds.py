@@ -64,7 +64,9 @@ def unfinished(store: Store, run_id: int) -> bool:
 
 
 def _measured(rows: list[TrialRow]) -> list[TrialRow]:
-    return [r for r in rows if r.status not in SETTLED]
+    """The trials the rule judges and later rounds repeat: not the plan's settled ones, and not
+    a profiled trial (run --profile: one per configuration, never in the statistics)."""
+    return [r for r in rows if r.status not in SETTLED and not r.spec.get("profile")]
 
 
 def evaluate(store: Store, run_id: int, rule: repeats.RepeatRule, state: AutoState) -> repeats.Judgement:

@@ -22,7 +22,7 @@ from dlbench.analysis.window import FLAG_METRIC, too_short
 from dlbench.backends import support
 from dlbench.backends.base import Program, TimedBatches
 from dlbench.machine import bf16_on_cpu
-from dlbench.runner import fixedbatch, parallel
+from dlbench.runner import fixedbatch, parallel, profiled
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.runner.timing import split_steps
 from dlbench.spec import TrialSpec, WorkloadSpec
@@ -30,12 +30,15 @@ from dlbench.workloads.data import Dataset, batch_indices, epoch_augment, epoch_
 
 
 def run(ctx: TrialContext) -> None:
-    """Every phase of a train trial after the framework import."""
+    """Every phase of a train trial after the framework import; a profiled trial's timed
+    window under the framework's profiler (runner/profiled.py)."""
+    profiled.prepare(ctx)
     program, state = build_and_load(ctx)
     state = _warmup(ctx, program, state)
     _parity(ctx)
     comm_before_s = ctx.backend.data_parallel.comm_s()
-    state = _timed_window(ctx, program, state)
+    with profiled.window(ctx, ctx.parity_file):
+        state = _timed_window(ctx, program, state)
     parallel.comm_metrics(ctx.trial, ctx.backend, comm_before_s, ctx.result)
     evaluate(ctx, program, state)
     allocator_metrics(ctx)

@@ -1,0 +1,109 @@
+"""Findings in plain words from profiled trials: each from a stated rule with its threshold, and
+the numbers behind it. Pure functions over seconds per step by category (backends/profiling.py's
+vocabulary) per framework, plus the timed trials' own metrics.
+
+Rules (docs/methodology.md, findings):
+  - ratio: a category costs one framework at least RATIO times what it costs the cheapest other
+    framework that traces any time in it, and at least MIN_SHARE of the first framework's traced
+    step and MIN_GAP_S more;
+  - input-bound: the input pipeline takes at least INPUT_SHARE of the traced step (or of the
+    timed window, measured as the loop's wait for its next batch);
+  - host-bound: host overhead and idle gaps take at least HOST_SHARE of the traced step;
+  - recompiles: a timed trial recompiled inside its timed window;
+  - unmapped: at least UNMAPPED_SHARE of a traced step maps to no category (the breakdown is then
+    incomplete, and says so);
+  - profiler overhead: the profiled trial's median step is at least OVERHEAD slower than the
+    timed trials' (its shares, not its milliseconds, are the evidence).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from dlbench.analysis.categories import HOST, INPUT, OTHER
+
+RATIO = 2.0
+MIN_SHARE = 0.10
+MIN_GAP_S = 1e-3
+INPUT_SHARE = 0.20
+HOST_SHARE = 0.30
+UNMAPPED_SHARE = 0.25
+OVERHEAD = 0.25
+
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str  # ratio, input-bound, host-bound, recompiles, unmapped, profiler-overhead
+    subject: str  # the framework (configuration label) it is about
+    text: str
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms"
+
+
+def ratio_findings(by_framework: Mapping[str, Mapping[str, float]]) -> list[Finding]:
+    """Categories that cost one framework at least RATIO x the cheapest other one's."""
+    out = []
+    for name, cats in by_framework.items():
+        total = sum(cats.values())
+        for category, s in cats.items():
+            if category in (HOST, OTHER) or total <= 0 or s < MIN_SHARE * total:
+                continue
+            # a framework that traces nothing in the category (its compiler fused it elsewhere) is no base
+            others = {n: v for n, c in by_framework.items() if n != name and (v := c.get(category, 0.0)) > 0}
+            if not others:
+                continue
+            cheapest = min(others, key=lambda n: others[n])
+            base = others[cheapest]
+            if s >= RATIO * base and s - base >= MIN_GAP_S:
+                out.append(Finding("ratio", name, f"{name}: {category} {_ms(s)}/step, {cheapest} {_ms(base)}"
+                                   f" ({s / base:.1f}x; {s / total:.0%} of {name}'s traced step)"))
+    return out
+
+
+def share_findings(name: str, cats: Mapping[str, float],
+                   other_top: list[tuple[str, float]] | None = None) -> list[Finding]:
+    """Input-bound, host-bound and unmapped, from one framework's breakdown."""
+    total = sum(cats.values())
+    if total <= 0:
+        return []
+    out = []
+    share = {c: s / total for c, s in cats.items()}
+    if share.get(INPUT, 0.0) >= INPUT_SHARE:
+        out.append(Finding("input-bound", name, f"{name}: input-bound: the input pipeline takes {share[INPUT]:.0%}"
+                           f" of the traced step ({_ms(cats[INPUT])}/step; rule: >= {INPUT_SHARE:.0%})"))
+    if share.get(HOST, 0.0) >= HOST_SHARE:
+        out.append(Finding("host-bound", name, f"{name}: host-bound: {share[HOST]:.0%} of the traced step is host"
+                           f" overhead and idle gaps, where no traced op runs ({_ms(cats[HOST])}/step;"
+                           f" rule: >= {HOST_SHARE:.0%})"))
+    if share.get(OTHER, 0.0) >= UNMAPPED_SHARE:
+        top = ", ".join(f"{n} {_ms(s)}" for n, s in (other_top or [])[:3])
+        out.append(Finding("unmapped", name, f"{name}: {share[OTHER]:.0%} of the traced step maps to no category"
+                           f" (rule: >= {UNMAPPED_SHARE:.0%}; largest: {top or 'none named'})"))
+    return out
+
+
+def input_wait_finding(name: str, wait_share: float | None) -> list[Finding]:
+    """Input-bound from the timed trials' measured wait for the next batch."""
+    if wait_share is None or wait_share < INPUT_SHARE:
+        return []
+    return [Finding("input-bound", name, f"{name}: input-bound: the training loop waited for its next batch"
+                    f" {wait_share:.0%} of the timed window (rule: >= {INPUT_SHARE:.0%})")]
+
+
+def recompile_finding(name: str, recompiles: float | None) -> list[Finding]:
+    if not recompiles:
+        return []
+    return [Finding("recompiles", name, f"{name}: recompiled {recompiles:g} time(s) inside the timed window:"
+                    " its step times include compiles")]
+
+
+def overhead_finding(name: str, profiled_step_s: float | None, timed_step_s: float | None) -> list[Finding]:
+    if not profiled_step_s or not timed_step_s or profiled_step_s < (1 + OVERHEAD) * timed_step_s:
+        return []
+    return [Finding("profiler-overhead", name, f"{name}: the profiler slowed the step to {_ms(profiled_step_s)}"
+                    f" from {_ms(timed_step_s)} ({profiled_step_s / timed_step_s - 1:+.0%}; rule: >= +{OVERHEAD:.0%}):"
+                    " read its shares, not its milliseconds")]

@@ -1,0 +1,56 @@
+"""torch.profiler for profiled trials (backends/profiling.py): the CPU activity (and CUDA
+where a GPU is used), exported as a Chrome trace; ATen op, autograd node, optimizer and
+Inductor kernel names mapped to the shared categories."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+# First match wins; searched case-insensitively in the event's name. Inductor names its
+# generated C++ kernels after the ops they fuse (cpp_fused_max_pool2d_with_indices_relu_1), so
+# pooling comes before the elementwise ops such a kernel also contains.
+RULES = (
+    (r"Optimizer\.step|Optimizer\.zero_grad|_foreach_|fused_adam|adam", "optimizer update"),
+    (r"DataLoader|_next_data|collate|pin_memory", "input pipeline"),
+    # Inductor lowers max-pool's backward to scatter_reduce (cnn, resnet: their only scatter)
+    (r"max_pool|avg_pool|adaptive_.*pool|MaxPool|AvgPool|pool2d|scatter_reduce", "pooling"),
+    (r"conv|Convolution", "convolution"),
+    (r"addmm|\bmm\b|aten::mm|bmm|matmul|linear|MmBackward|scaled_dot_product|attention|baddbmm|dot", "matmul"),
+    (r"batch_norm|layer_norm|group_norm|NativeBatchNorm|NativeLayerNorm|NativeGroupNorm|_norm", "normalisation"),
+    (r"cross_entropy|nll_loss|log_softmax|softmax|NllLoss|LogSoftmax|aten::sum|aten::mean|amax|SumBackward|"
+     r"MeanBackward|\bsum\b|\bmean\b", "loss and reductions"),
+    (r"relu|gelu|threshold|sigmoid|tanh|erf|\badd|\bmul|\bsub|\bdiv|exp|sqrt|where|clamp|pow|neg|"
+     r"AddBackward|MulBackward|fill_|zero_|cpp_fused", "elementwise and activation"),
+    (r"copy|_to_copy|\bto\b|contiguous|transpose|permute|view|reshape|aten::t\b|expand|clone|cat|stack|"
+     r"slice|select|index|empty|as_strided|detach|unsqueeze|squeeze|flatten|TBackward|ViewBackward|"
+     r"PermuteBackward|ReshapeAlias|UnsafeView", "copies and layout"),
+    (r"TorchDynamo|CompiledFunction|AOTDispatcher|Runtime Wrapper", "host overhead and idle"),
+)
+# The profiler's own step markers and the compiled region's wrapper hold other events.
+CONTAINERS = r"^PyTorch Profiler|^ProfilerStep#|^Torch-Compiled Region|^## "
+
+
+def prepare() -> None:
+    """Inductor's generated CPU kernels record themselves in the profiler only when asked before
+    they are compiled (a profiled trial only: it adds a marker to each kernel)."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.cpp.enable_kernel_profile = True
+
+
+def start(trace_dir: Path) -> Callable[[], Path]:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    prof = profile(activities=activities)
+    prof.__enter__()
+
+    def stop() -> Path:
+        prof.__exit__(None, None, None)
+        path = trace_dir / "torch.trace.json"
+        prof.export_chrome_trace(str(path))
+        return path
+
+    return stop
