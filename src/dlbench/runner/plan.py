@@ -68,6 +68,10 @@ class Sweep:
     order_seed: int = 0
     infer_requests: int = 1000
     infer_budget_s: float = 20.0
+    # infer: the load (spec.INFER_LOADS) and the Server settings (only infer trials carry them).
+    infer_load: str = "standard"
+    server_qps: float | None = None
+    p99_bound_ms: float | None = None
     # Framework options (`--option FRAMEWORK.NAME=VALUE`): (framework, name, value); each trial's
     # policy carries only its own framework's.
     options: tuple[tuple[str, str, str], ...] = ()
@@ -128,7 +132,8 @@ def _infer_fields(sweep: Sweep, scenario: str) -> dict[str, Any]:
     scenario's configuration key."""
     if scenario != "infer":
         return {}
-    return {"infer_requests": sweep.infer_requests, "infer_budget_s": sweep.infer_budget_s}
+    return {"infer_requests": sweep.infer_requests, "infer_budget_s": sweep.infer_budget_s,
+            "infer_load": sweep.infer_load, "server_qps": sweep.server_qps, "p99_bound_ms": sweep.p99_bound_ms}
 
 
 def _converge_fields(sweep: Sweep, scenario: str) -> dict[str, Any]:
