@@ -67,7 +67,11 @@ def run(ctx: TrialContext) -> None:
     result.framework_info = backend.info()
     requests, batches = _inputs(trial, program, phases, m)
     _warmup(backend, forward, requests, batches, phases, sampler, created, m)
-    _parity(trial, program, forward, phases, m, parity_file)
+    not_judged = program.precision().get("parity_not_judged")
+    if isinstance(not_judged, str):  # a quantised model: judged by its accuracy change instead
+        result.notes["parity_not_judged"] = not_judged
+    else:
+        _parity(trial, program, forward, phases, m, parity_file)
     served.accuracy(trial, program, forward, result)
     compiles = program.compilations()
     sampler.begin_window()
