@@ -63,6 +63,16 @@ class LoadgenRun:
         return None if ns is None else float(ns) * 1e-9
 
 
+def missing() -> str | None:
+    """Why LoadGen cannot run here, or None."""
+    import importlib.util
+
+    if importlib.util.find_spec("mlperf_loadgen") is None:
+        return ("MLPerf LoadGen is not installed (pip install 'dlbench[loadgen]'); --load loop runs the"
+                " hand-written request loop without it")
+    return None
+
+
 def version() -> str:
     import importlib.metadata
 
@@ -131,7 +141,11 @@ def server(forward: Forward, sync: Callable[..., None], requests: list[Any], tar
         worker.start()
         return worker
 
-    return _run(settings, issue, len(requests), trace=False, around=(start, lambda t: (pending.put(None), t.join())))
+    def stop(worker: threading.Thread) -> None:
+        pending.put(None)
+        worker.join()
+
+    return _run(settings, issue, len(requests), trace=False, around=(start, stop))
 
 
 def _run(settings: dict[str, Any], issue: Callable[[Any, list[Any]], None], pool: int, trace: bool,

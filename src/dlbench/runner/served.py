@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from dlbench import workloads
-from dlbench.backends.base import Program
+from dlbench.backends.base import Program, Unsupported
 from dlbench.runner import loadgen
 from dlbench.runner.context import TrialContext
 from dlbench.spec import TrialSpec
@@ -48,6 +48,9 @@ def standard(ctx: TrialContext, program: Program, forward: Callable[[Any], Any],
     the Offline batches' forward seconds."""
     trial, phases, m, result = ctx.trial, ctx.phases, ctx.metrics, ctx.result
     sync = ctx.backend.sync
+    why = loadgen.missing()
+    if why is not None:
+        raise Unsupported(why)
     recorded: dict[str, Any] = {"version": loadgen.version(), "mode": "PerformanceOnly"}
     result.policy_effective["loadgen"] = recorded
     t = phases.start("latency")

@@ -12,14 +12,12 @@ tensorflow and ai_edge_litert load in the worker only.
 
 from __future__ import annotations
 
-import os
 import typing
 from typing import Any
 
 from dlbench.backends.base import (
     Capabilities,
     CostGuess,
-    Option,
     Program,
     SingleDevice,
     Unsupported,
@@ -27,6 +25,7 @@ from dlbench.backends.base import (
     installed_versions,
     module_installed,
 )
+from dlbench.backends.litert.settings import OPTIONS, quantization, threads
 from dlbench.backends.precision import Support, fp32_only
 from dlbench.spec import Policy, TrialSpec
 
@@ -38,22 +37,7 @@ _MODES: dict[str, str | None] = {
     "eager": "LiteRT runs a converted model; it has no eager mode",
     "graph": "LiteRT's one mode is its converted model: use compiled",
 }
-# The converter's dynamic-range quantisation: int8 weights, activations quantised on the fly.
-QUANTIZATIONS = ("none", "dynamic-int8")
-OPTIONS = {"quantization": Option(
-    allowed=QUANTIZATIONS, default="none",
-    help="none (float32) or dynamic-int8 (the TFLite converter's dynamic-range quantisation, judged by"
-         " held-out accuracy against the float32 model, not by the float32 parity tolerance)")}
 RECORDED_ENVIRONMENT = ("TF_ENABLE_ONEDNN_OPTS", "TF_CPP_MIN_LOG_LEVEL")
-
-
-def quantization(policy: Policy) -> str:
-    return policy.options.get("quantization", OPTIONS["quantization"].default)
-
-
-def threads(policy: Policy) -> int:
-    """The policy's threads, else every core of the worker's affinity mask."""
-    return policy.threads if policy.threads is not None else len(os.sched_getaffinity(0))
 
 
 @typing.final

@@ -31,7 +31,7 @@ from ai_edge_litert.interpreter import Interpreter
 from dlbench import workloads
 from dlbench.analysis import parity
 from dlbench.backends.base import Unsupported, build_program
-from dlbench.backends.litert import quantization, threads
+from dlbench.backends.litert.settings import quantization, threads
 from dlbench.backends.tensorflow.program import TensorFlowProgram
 from dlbench.spec import PARITY_BATCH, TrialSpec
 from dlbench.workloads.data import Augment, Dataset
