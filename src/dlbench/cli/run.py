@@ -270,6 +270,8 @@ class ConsoleProgress(Progress):
             text = f"ok: p50 {p50_ms:.3f} ms, p99 {p99_ms:.3f} ms at batch 1, " + (
                 f"{m['infer_samples_per_s']:.1f} samples/s at batch {m['infer_batch_size']:g}"
                 if m.get("infer_samples_per_s") is not None else served_text(m))
+            if m.get("infer_accuracy_change") is not None:
+                text += f", held-out accuracy {m['infer_accuracy_change']:+.4f} against float32"
         elif result.status == "ok" and planned.spec.scenario == "converge":
             text = (f"ok: {m['accuracy']:.3f} after {m['steps']:.0f} steps, "
                     + (f"target in {m['time_to_target_s']:.1f} s" if m.get("reached_target") else "target not reached")
