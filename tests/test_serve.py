@@ -72,16 +72,21 @@ def _fake_run(valid_up_to: float, tried: list[float]):  # type: ignore[no-untype
     return run_at
 
 
-def test_the_sweep_bisects_to_the_highest_valid_qps():
+def test_the_sweep_probes_by_a_factor_then_bisects_to_the_highest_valid_qps():
     tried: list[float] = []
-    sweep = loadgen.server_sweep(_fake_run(61.0, tried), low=20.0, high=100.0, steps=4)
-    assert tried == [20.0, 100.0, 60.0, 80.0, 70.0, 65.0]
-    assert sweep.best is not None and sweep.best.settings["server_target_qps"] == 60.0
+    sweep = loadgen.server_sweep(_fake_run(61.0, tried), start=20.0, steps=3, factor=4.0, probes=3)
+    assert tried == [20.0, 80.0, 50.0, 65.0, 57.5]  # up to the first INVALID, then bisection
+    assert sweep.best is not None and sweep.best.settings["server_target_qps"] == 57.5
     tried.clear()
-    assert loadgen.server_sweep(_fake_run(10.0, tried), 20.0, 100.0, 4).best is None and tried == [20.0]
+    sweep = loadgen.server_sweep(_fake_run(3.0, tried), start=100.0, steps=2, factor=4.0, probes=3)
+    assert tried == [100.0, 25.0, 6.25, 1.5625, 3.90625, 2.734375]  # down to the first VALID, then bisection
+    assert sweep.best is not None and sweep.best.settings["server_target_qps"] == 2.734375
     tried.clear()
-    best = loadgen.server_sweep(_fake_run(500.0, tried), 20.0, 100.0, 4).best
-    assert best is not None and best.settings["server_target_qps"] == 100.0 and tried == [20.0, 100.0]
+    assert loadgen.server_sweep(_fake_run(1.0, tried), 100.0, 2, 4.0, 3, floor=5.0).best is None
+    assert tried == [100.0, 25.0, 6.25]  # never below the floor
+    tried.clear()
+    best = loadgen.server_sweep(_fake_run(1e9, tried), 10.0, 2, 4.0, 2).best
+    assert best is not None and best.settings["server_target_qps"] == 160.0 and tried == [10.0, 40.0, 160.0]
 
 
 # --- spec and CLI --------------------------------------------------------------------------------
@@ -153,7 +158,7 @@ def test_server_sweep_finds_a_qps_that_meets_the_bound(tmp_path):
     assert m.get("infer_samples_per_s") is None  # no Offline test under --load server
     offered = [q for q, _ in r.series["server_latency_p99_s"]]
     assert offered == sorted(offered) and len(offered) == m["server_tests"]
-    assert r.policy_effective["loadgen"]["server_sweep"]["steps"] >= 1
+    assert r.policy_effective["loadgen"]["server_sweep"]["factor"] > 1
     assert "Server" in r.notes["loadgen_server_summary"]
 
 

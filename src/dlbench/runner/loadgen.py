@@ -213,23 +213,30 @@ class Sweep:
     best: LoadgenRun | None
 
 
-def server_sweep(run_at: Callable[[float], LoadgenRun], low: float, high: float, steps: int) -> Sweep:
-    """Bisection for the highest QPS whose Server test is VALID, between `low` (tried first:
-    when it fails, nothing lower is tried) and `high` (tried next: when it is VALID, it is the
-    answer), then `steps` midpoints."""
-    runs = [run_at(low)]
-    if not runs[-1].valid:
+def server_sweep(run_at: Callable[[float], LoadgenRun], start: float, steps: int, factor: float = 4.0,
+                 probes: int = 3, floor: float = 0.0) -> Sweep:
+    """The highest QPS whose Server test is VALID: `start` first; then up (VALID) or down
+    (INVALID) by `factor` at most `probes` times until the verdict changes (never below
+    `floor`); then `steps` bisection steps between the highest VALID and the lowest INVALID
+    target. No VALID test: best None."""
+    runs = [run_at(start)]
+    valid = runs[-1].valid
+    lo, hi = (start, None) if valid else (None, start)
+    for _ in range(probes):
+        q = start * factor ** (len(runs)) if valid else start / factor ** (len(runs))
+        if not valid and q < floor:
+            break
+        runs.append(run_at(q))
+        if runs[-1].valid != valid:
+            lo, hi = (lo, q) if valid else (q, hi)
+            break
+        lo, hi = (q, hi) if valid else (lo, q)
+    if lo is None:
         return Sweep(runs, None)
-    best = runs[-1]
-    runs.append(run_at(high))
-    if runs[-1].valid:
-        return Sweep(runs, runs[-1])
-    lo, hi = low, high
-    for _ in range(steps):
-        mid = (lo + hi) / 2
-        runs.append(run_at(mid))
-        if runs[-1].valid:
-            lo, best = mid, runs[-1]
-        else:
-            hi = mid
+    if hi is not None:
+        for _ in range(steps):
+            mid = (lo + hi) / 2
+            runs.append(run_at(mid))
+            lo, hi = (mid, hi) if runs[-1].valid else (lo, mid)
+    best = max((r for r in runs if r.valid), key=lambda r: float(r.settings["server_target_qps"]))
     return Sweep(runs, best)

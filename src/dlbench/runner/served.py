@@ -7,8 +7,9 @@ runner/inference.py after its warm-up and parity phases, inside the timed window
   Offline, whose samples per second become infer_samples_per_s (the batches' own forward times
   stay the chunk series, infer_batch_s).
 - `--load server`: SingleStream as above, then LoadGen's Server at `--qps` (one test), or a
-  bisection sweep between a fifth of the batch-1 capacity (1 / p50) and the capacity itself for
-  the highest QPS that LoadGen calls VALID against `--p99-bound-ms`.
+  sweep from half the batch-1 capacity (1 / p50), up or down by a factor of 4 until LoadGen's
+  verdict changes, then bisection, for the highest QPS that LoadGen calls VALID against
+  `--p99-bound-ms`.
 
 The settings of every test go into the trial's policy (`loadgen`), each test's summary into its
 notes. Also here: the held-out accuracy of the served model (every inference trial), and its
@@ -32,11 +33,15 @@ from dlbench.spec import TrialSpec
 
 # Host rows LoadGen's Offline samples are drawn from (the held-out split, cycled where smaller).
 OFFLINE_POOL = 1024
-# Server sweep: the first target as a share of the batch-1 capacity, bisection steps after the
-# capacity itself, and each test's share of the trial's budget (at least SERVER_MIN_RUN_S).
-SWEEP_LOW = 0.2
+# Server sweep: the first target as a share of the batch-1 capacity (1 / SingleStream p50: the
+# serving thread's handoffs make the real one lower), up or down by SWEEP_FACTOR at most
+# SWEEP_PROBES times, then SWEEP_STEPS bisection steps; each sweep test's minimum duration (its
+# query count usually decides), the whole budget for a single --qps test.
+SWEEP_START = 0.5
+SWEEP_FACTOR = 4.0
+SWEEP_PROBES = 3
 SWEEP_STEPS = 4
-SERVER_MIN_RUN_S = 0.5
+SERVER_MIN_RUN_S = 0.25
 # LoadGen's early stopping needs about 1,000 queries, none over the bound, before it calls a p99
 # VALID (its summary: "would need to run at least N more queries").
 SERVER_MIN_QUERIES = 1100
@@ -94,7 +99,7 @@ def _server(ctx: TrialContext, forward: Callable[[Any], Any], requests: list[Any
     trial, m, result = ctx.trial, ctx.metrics, ctx.result
     bound_s = float(trial.p99_bound_ms or 0.0) * 1e-3
     capacity = 1.0 / statistics.median(ss.latencies_s)
-    per_run_s = max(SERVER_MIN_RUN_S, trial.infer_budget_s if trial.server_qps else trial.infer_budget_s / (SWEEP_STEPS + 2))
+    per_run_s = trial.infer_budget_s if trial.server_qps else SERVER_MIN_RUN_S
 
     def run_at(qps: float) -> loadgen.LoadgenRun:
         ctx.log.emit("phase", name=f"server {qps:.1f} qps", state="start", t=time.monotonic())
@@ -105,9 +110,12 @@ def _server(ctx: TrialContext, forward: Callable[[Any], Any], requests: list[Any
         only = run_at(float(trial.server_qps))
         sweep = loadgen.Sweep([only], only if only.valid else None)
     else:
-        sweep = loadgen.server_sweep(run_at, SWEEP_LOW * capacity, capacity, SWEEP_STEPS)
-        recorded["server_sweep"] = {"low_qps": SWEEP_LOW * capacity, "high_qps": capacity, "steps": SWEEP_STEPS,
-                                    "capacity": "1 / SingleStream p50"}
+        # Not below the rate at which the minimum query count would take longer than the budget.
+        floor = SERVER_MIN_QUERIES / trial.infer_budget_s
+        sweep = loadgen.server_sweep(run_at, SWEEP_START * capacity, SWEEP_STEPS, SWEEP_FACTOR, SWEEP_PROBES, floor)
+        recorded["server_sweep"] = {"start_qps": SWEEP_START * capacity, "capacity": "1 / SingleStream p50",
+                                    "factor": SWEEP_FACTOR, "probes": SWEEP_PROBES, "steps": SWEEP_STEPS,
+                                    "floor_qps": floor}
     m["infer_server_window_s"] = ctx.phases.end("server", t)
     recorded["server"] = [r.settings for r in sweep.runs]
     shown = sweep.best or sweep.runs[-1]
