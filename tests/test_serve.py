@@ -188,3 +188,32 @@ def test_litert_int8_reports_its_accuracy_change_and_leaves_parity_to_it(tmp_pat
     assert conversion["quantization"] == "dynamic-int8" and conversion["served_bytes"] < conversion["fp32_bytes"]
     assert conversion["tf_logits_rel_err"] < 1e-5  # the float32 conversion is checked against TensorFlow
     assert r.policy_effective["framework"]["litert_quantization"] == "dynamic-int8"
+
+
+# --- the report: latency against offered load ------------------------------------------------------
+
+
+def test_html_report_draws_latency_against_offered_load_per_framework(tmp_path, capsys):
+    pytest.importorskip("plotly")
+    from dlbench.results.records import TrialResult
+    from dlbench.results.store import Store
+
+    store = Store(tmp_path / "s.sqlite")
+    run = store.create_run("dlbench run --scenario infer --load server --p99-bound-ms 20", {}, False)
+    for seq, (framework, knee) in enumerate((("alpha", 400.0), ("beta", 1600.0))):
+        spec = replace(_infer(infer_load="server", p99_bound_ms=20.0), framework=framework, trial_id=None)
+        offered = [knee / 4, knee / 2, knee, knee * 2]
+        p99 = [0.002, 0.004, 0.015, 0.5]
+        result = TrialResult(status="ok", metrics={
+            "latency_p50_s": 1e-3, "latency_p90_s": 2e-3, "latency_p99_s": 3e-3, "server_max_qps": knee,
+            "server_p99_bound_s": 0.02, "server_latency_p99_s": 0.015, "server_valid": 1.0})
+        result.series["server_latency_p99_s"] = list(zip(offered, p99))
+        result.series["server_valid"] = [(q, 1.0 if q <= knee else 0.0) for q in offered]
+        store.finish_trial(store.add_trial(run, seq, spec), result)
+    out = tmp_path / "r.html"
+    assert main(["report", "--store", str(tmp_path / "s.sqlite"), "--html", str(out)]) == 0
+    html = out.read_text()
+    assert "id='chart-served-load'" in html and "Latency against offered load" in html
+    chart = html.split("id='chart-served-load'", 1)[1]
+    assert "alpha" in chart and "beta" in chart and "p99 bound 20 ms" in chart
+    assert "circle-open" in chart  # the INVALID tests are drawn apart
