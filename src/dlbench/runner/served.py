@@ -102,7 +102,6 @@ def _server(ctx: TrialContext, forward: Callable[[Any], Any], requests: list[Any
     per_run_s = trial.infer_budget_s if trial.server_qps else SERVER_MIN_RUN_S
 
     def run_at(qps: float) -> loadgen.LoadgenRun:
-        ctx.log.emit("phase", name=f"server {qps:.1f} qps", state="start", t=time.monotonic())
         return loadgen.server(forward, ctx.backend.sync, requests, qps, bound_s, per_run_s, SERVER_MIN_QUERIES)
 
     t = ctx.phases.start("server")
