@@ -4,7 +4,8 @@ workload through the worker's own code (runner/inference.py), in one process.
     python infer_check.py FRAMEWORK OUT_DIR WORKLOAD=MODE[,WORKLOAD=MODE...]
 writes OUT_DIR/FRAMEWORK-WORKLOAD.json (the TrialResult) and FRAMEWORK-WORKLOAD.parity.npz (the
 fixed-batch logits the parent judges); for onnxruntime also OUT_DIR/onnxruntime-exports.json,
-what a second build of each workload found in the export cache.
+what a second build of each workload found in the export cache; for litert also
+OUT_DIR/litert-mlp-int8.json, the mlp served with the dynamic-int8 option.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import json
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from dlbench import workloads
 from dlbench.backends import get_backend
+from dlbench.backends.base import Backend
 from dlbench.monitors.memory import MemorySampler
 from dlbench.results.records import TrialResult
 from dlbench.runner import inference
@@ -45,19 +48,11 @@ def main() -> int:
     backend.import_framework()
     backend.configure(Policy(mode=first[1]))
     for w, mode in plan.items():
-        trial = trial_for(name, mode, w)
-        result = TrialResult(status="failed")
-        log = EventLog(out_dir / f"{name}-{w}.events")
-        sampler = MemorySampler(None)
-        sampler.start()
-        try:
-            inference.run(TrialContext(trial, backend, log, Phases(log), sampler, time.monotonic(), result,
-                                       out_dir / f"{name}-{w}.parity.npz"))
-            result.status = "ok"
-        finally:
-            sampler.stop()
-            log.close()
-        result.write(out_dir / f"{name}-{w}.json")
+        run_one(trial_for(name, mode, w), backend, out_dir, f"{name}-{w}")
+    if name == "litert":  # the int8 option: judged by its accuracy change, its parity not judged
+        trial = trial_for(name, "compiled", "mlp")
+        int8 = replace(trial, policy=replace(trial.policy, options={"quantization": "dynamic-int8"}))
+        run_one(int8, backend, out_dir, "litert-mlp-int8")
     if name == "onnxruntime":  # a second build of each: the export must come from the cache
         for w, mode in plan.items():
             trial = trial_for(name, mode, w)
@@ -66,6 +61,21 @@ def main() -> int:
     if fresh_cache is not None:
         shutil.rmtree(fresh_cache, ignore_errors=True)
     return 0
+
+
+def run_one(trial: TrialSpec, backend: Backend, out_dir: Path, stem: str) -> None:
+    result = TrialResult(status="failed")
+    log = EventLog(out_dir / f"{stem}.events")
+    sampler = MemorySampler(None)
+    sampler.start()
+    try:
+        inference.run(TrialContext(trial, backend, log, Phases(log), sampler, time.monotonic(), result,
+                                   out_dir / f"{stem}.parity.npz"))
+        result.status = "ok"
+    finally:
+        sampler.stop()
+        log.close()
+    result.write(out_dir / f"{stem}.json")
 
 
 if __name__ == "__main__":

@@ -100,6 +100,25 @@ def test_onnxruntime_export_is_cached_and_checked_against_torch(root: Path) -> N
         assert e["torch_logits_rel_err"] < 1e-5, e
 
 
+def test_litert_int8_is_judged_by_its_accuracy_change(root: Path) -> None:
+    """The dynamic-int8 option (run in litert's process above): parity n/a with the reason, the
+    held-out accuracy change against the float32 conversion, and a smaller model."""
+    if "litert" not in INFER:
+        pytest.skip("litert is not registered")
+    out = run_framework("litert", "ci", root)
+    result = TrialResult.from_dict(json.loads((out / "litert-mlp-int8.json").read_text()))
+    trial = TrialSpec(workload=workload_spec("mlp", "tiny"), framework="litert", scenario="infer")
+    judge_parity(trial, result, out / "litert-mlp-int8.parity.npz", {})  # no reference needed
+    m = result.metrics
+    assert result.status == "ok" and not (out / "litert-mlp-int8.parity.npz").exists()
+    assert result.parity["verdict"] == "n/a" and "accuracy" in result.parity["reason"]
+    assert m["infer_accuracy_change"] == pytest.approx(m["infer_accuracy"] - m["infer_accuracy_fp32"])
+    assert 0.5 <= m["infer_top1_agreement_fp32"] <= 1.0  # int8 weights move few top-1 decisions
+    conversion = result.framework_info["conversions"][-1]
+    assert conversion["quantization"] == "dynamic-int8" and conversion["served_bytes"] < conversion["fp32_bytes"]
+    assert conversion["tf_logits_rel_err"] < 1e-5  # the float32 conversion is checked against TensorFlow
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in ("onnxruntime", "torch", "jax", "tensorflow") if n in INFER])
 def test_inference_of_the_larger_workloads(name: str, root: Path) -> None:

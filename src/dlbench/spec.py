@@ -37,6 +37,11 @@ DTYPES = ("float32", "float64")
 MATMUL_PRECISIONS = ("highest", "tf32")
 # Inference (scenario "infer"): a p99 needs at least 100 requests to be more than the maximum.
 MIN_INFER_REQUESTS = 100
+# The inference scenario's load (runner/inference.py, runner/loadgen.py): "standard", MLPerf
+# LoadGen's SingleStream (latency) and Offline (throughput); "server", SingleStream then LoadGen's
+# Server (Poisson arrivals) at `server_qps`, or a sweep for the highest QPS meeting `p99_bound_ms`;
+# "loop", the hand-written request loop LoadGen replaced.
+INFER_LOADS = ("standard", "server", "loop")
 # Data parallelism (docs/methodology.md, multi-device scaling): "weak" keeps the per-device
 # batch (global batch = per-device batch x devices), "strong" keeps the global batch.
 SCALINGS = ("weak", "strong")
@@ -228,6 +233,12 @@ class TrialSpec:
     # back to back under the same rule (INFER_BATCHES batches or the budget).
     infer_requests: int = 1000
     infer_budget_s: float = 20.0
+    # The inference load (INFER_LOADS) and, for "server", the target QPS (None: the sweep) and the
+    # p99 latency bound LoadGen judges each Server test by. Left out of the serialised spec at
+    # their defaults, so configuration keys made before them stay what they were.
+    infer_load: str = field(default="standard", metadata=OMIT_DEFAULT)
+    server_qps: float | None = field(default=None, metadata=OMIT_DEFAULT)
+    p99_bound_ms: float | None = field(default=None, metadata=OMIT_DEFAULT)
     # Time to accuracy (scenario "converge", runner/converge.py): train from the canonical
     # weights, evaluating on the held-out split every `eval_every` steps with the clock stopped,
     # until `target_accuracy` or a budget (`max_steps`, `max_time_s` of training time).
@@ -272,10 +283,25 @@ class TrialSpec:
         _check_positive_int("infer requests", self.infer_requests, minimum=MIN_INFER_REQUESTS)
         if not self.infer_budget_s > 0:
             raise SpecError(f"infer budget must be > 0 seconds, got {self.infer_budget_s!r}")
+        self._validate_load()
         self._validate_converge()
         if self.profile is not False and (self.profile is not True or self.scenario != "train"):
             raise SpecError(f"profile {self.profile!r} applies to the train scenario only (true or false),"
                             f" not {self.scenario!r}")
+
+    def _validate_load(self) -> None:
+        _check_choice("load", self.infer_load, INFER_LOADS)
+        if self.infer_load != "standard" and self.scenario != "infer":
+            raise SpecError(f"load {self.infer_load!r} applies to the infer scenario only, not {self.scenario!r}")
+        for name, value in (("qps", self.server_qps), ("p99 bound (ms)", self.p99_bound_ms)):
+            if value is None:
+                continue
+            if self.infer_load != "server":
+                raise SpecError(f"{name} {value!r} applies to --load server only, not {self.infer_load!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise SpecError(f"{name} must be a number > 0, got {value!r}")
+        if self.infer_load == "server" and self.p99_bound_ms is None:
+            raise SpecError("load server needs a p99 latency bound: --p99-bound-ms (a number > 0)")
 
     def _validate_devices(self) -> None:
         _check_positive_int("devices", self.devices)
@@ -328,6 +354,7 @@ class TrialSpec:
         extra = [v for v, default in ((self.scenario, "train"), (self.policy.data, "pipeline"),
                                       (self.precision, "fp32")) if v != default]
         extra += [f"seed{self.workload.seed}"] if self.workload.seed else []
+        extra += [self.infer_load] if self.infer_load != "standard" else []
         extra += [f"{self.devices}dev-{self.scaling}"] if self.devices > 1 else []
         extra += ["profiled"] if self.profile else []
         return "/".join([self.workload.name, self.framework, self.policy.mode, *extra]) + f"#{self.repeat}"

@@ -25,6 +25,7 @@ REGISTRY: dict[str, str] = {
     "keras-torch": "dlbench.backends.keras:KerasTorch",
     "keras-tensorflow": "dlbench.backends.keras:KerasTensorFlow",
     "onnxruntime": "dlbench.backends.onnxruntime:OnnxRuntimeBackend",
+    "litert": "dlbench.backends.litert:LiteRTBackend",
 }
 # Frameworks that can compute the float64 parity reference, in order of preference: JAX's
 # implementations use the canonical layouts natively (nothing permuted), torch's need conversions.

@@ -54,6 +54,7 @@ SWEEP_DEFAULTS: dict[str, Any] = {
     "chunk_steps": 16, "threads": None, "compile_cache": "cold", "timeout": 1800.0,
     "memory_limit": None, "allow_concurrent": False, "order_seed": None,
     "infer_requests": 1000, "infer_budget_s": 20.0, "option": (),
+    "load": "standard", "qps": None, "p99_bound_ms": None,
     "target_accuracy": None, "eval_every": 32, "max_steps": 2000, "max_time_s": 600.0,
     "data": ("pipeline",), "loader_workers": 0, "augment": "none",
     "executor": "local", "address": None, "profile": False,
@@ -102,6 +103,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="infer: batch-1 requests timed, unless the budget runs out first (default 1000)")
     p.add_argument("--infer-budget-s", type=float,
                    help="infer: seconds each timed loop (latency, throughput) may take (default 20)")
+    p.add_argument("--load", help="infer: standard (MLPerf LoadGen SingleStream and Offline, the default),"
+                                  " server (SingleStream, then LoadGen's Server: Poisson arrivals), or loop"
+                                  " (the hand-written request loop)")
+    p.add_argument("--qps", type=float,
+                   help="infer --load server: target queries per second (default: a sweep for the highest"
+                        " QPS that meets --p99-bound-ms)")
+    p.add_argument("--p99-bound-ms", type=float, help="infer --load server: the p99 latency bound, ms (required)")
     p.add_argument("--option", type=comma_list("option"), metavar="FRAMEWORK.NAME=VALUE",
                    help="a framework's own option, e.g. onnxruntime.optimization=basic (dlbench list"
                         " shows each framework's options); part of that framework's policy")
@@ -189,6 +197,7 @@ def sweep_from_options(o: dict[str, Any]) -> Sweep:
         threads=o["threads"], compile_cache=o["compile_cache"], timeout_s=o["timeout"],
         memory_limit_bytes=o["memory_limit"],
         infer_requests=o["infer_requests"], infer_budget_s=o["infer_budget_s"],
+        infer_load=o["load"], server_qps=o["qps"], p99_bound_ms=o["p99_bound_ms"],
         options=tuple(parse_option(text) for text in o["option"]),
         data=o["data"], loader_workers=o["loader_workers"], augment=o["augment"],
         target_accuracy=o["target_accuracy"], eval_every=o["eval_every"], max_steps=o["max_steps"],
@@ -196,6 +205,16 @@ def sweep_from_options(o: dict[str, Any]) -> Sweep:
         order_seed=o["order_seed"] if o["order_seed"] is not None else random.randrange(2**31),
 
     )
+
+
+def served_text(m: dict[str, Any]) -> str:
+    """A Server test's line: the highest QPS that met the p99 bound (LoadGen's verdict)."""
+    best = m.get("server_max_qps")
+    bound_ms = 1e3 * (m.get("server_p99_bound_s") or 0.0)
+    if best is None:
+        return f"server: no QPS met p99 <= {bound_ms:g} ms (LoadGen INVALID)"
+    return (f"server: {m['server_achieved_qps']:.1f} QPS achieved at target {best:.1f}, p99"
+            f" {1e3 * (m['server_latency_p99_s'] or 0.0):.3f} ms <= {bound_ms:g} ms (LoadGen VALID)")
 
 
 def plan_from_options(options: dict[str, Any], suite_path: str | None) -> Plan:
@@ -251,8 +270,11 @@ class ConsoleProgress(Progress):
         m = result.metrics
         if result.status == "ok" and planned.spec.scenario == "infer":
             p50_ms, p99_ms = (1e3 * (m[k] or 0.0) for k in ("latency_p50_s", "latency_p99_s"))
-            text = (f"ok: p50 {p50_ms:.3f} ms, p99 {p99_ms:.3f} ms at batch 1,"
-                    f" {m['infer_samples_per_s']:.1f} samples/s at batch {m['infer_batch_size']:g}")
+            text = f"ok: p50 {p50_ms:.3f} ms, p99 {p99_ms:.3f} ms at batch 1, " + (
+                f"{m['infer_samples_per_s']:.1f} samples/s at batch {m['infer_batch_size']:g}"
+                if m.get("infer_samples_per_s") is not None else served_text(m))
+            if m.get("infer_accuracy_change") is not None:
+                text += f", held-out accuracy {m['infer_accuracy_change']:+.4f} against float32"
         elif result.status == "ok" and planned.spec.scenario == "converge":
             text = (f"ok: {m['accuracy']:.3f} after {m['steps']:.0f} steps, "
                     + (f"target in {m['time_to_target_s']:.1f} s" if m.get("reached_target") else "target not reached")

@@ -369,6 +369,37 @@ def latency(report: Report) -> Chart | None:
                  "the median over processes with its interval.")
 
 
+def served_load(report: Report) -> Chart | None:
+    """LoadGen Server tests (`--load server`): p99 latency against the offered load (target
+    QPS), one line per process, filled markers where LoadGen called the test VALID; dotted: the
+    p99 bound."""
+    lines = [(c, t) for c in report.configs for t in c.trials if t.series.get("server_latency_p99_s")]
+    if not lines:
+        return None
+    fig = go.Figure()
+    bounds = sorted({b for _, t in lines if (b := t.metrics.get("server_p99_bound_s")) is not None})
+    for i, (c, t) in enumerate(lines):
+        points = t.series["server_latency_p99_s"]
+        valid = dict(t.series.get("server_valid") or [])
+        fig.add_trace(go.Scatter(
+            x=[p[0] for p in points], y=[p[1] * 1e3 for p in points], mode="lines+markers",
+            name=_t(_trial_name(report, c, t)), line={"color": _color(report, c.axes.get("framework"))},
+            marker={"symbol": ["circle" if valid.get(p[0]) else "circle-open" for p in points], "size": 9},
+            hovertext=[_t(f"{p[0]:.1f} QPS offered: p99 {p[1] * 1e3:.3f} ms, "
+                          + ("VALID" if valid.get(p[0]) else "INVALID")) for p in points], hoverinfo="text"))
+    # The bound as a trace, not a shape: a shape's y on a log axis is read as a power of ten.
+    xs = [p[0] for _, t in lines for p in t.series["server_latency_p99_s"]]
+    for b in bounds:
+        fig.add_trace(go.Scatter(x=[min(xs), max(xs)], y=[b * 1e3, b * 1e3], mode="lines",
+                                 name=_t(f"p99 bound {b * 1e3:g} ms"), line={"dash": "dot", "color": "#6c757d"}))
+    fig.update_xaxes(title_text="offered load (target QPS, Poisson arrivals)", type="log")
+    fig.update_yaxes(title_text="p99 latency (ms)", type="log")
+    return Chart("served-load", "Latency against offered load (LoadGen Server)", _layout(fig),
+                 "Each marker one LoadGen Server test of a process (the sweep's bisection, or --qps): its p99 "
+                 "latency from issue to completion, queueing included; filled: LoadGen's VALID verdict against "
+                 "the p99 bound (early stopping included), open: INVALID.")
+
+
 def efficiency(report: Report) -> Chart | None:
     fig = _several_metrics(report, EFFICIENCY, 100.0, "% of peak")
     if fig is None:
@@ -476,7 +507,7 @@ def convergence(report: Report) -> Chart | None:
 
 
 CHARTS: tuple[Callable[[Report], Chart | None], ...] = (
-    throughput, step_times, startup, memory, loss, accuracy, convergence, latency, efficiency, scaling)
+    throughput, step_times, startup, memory, loss, accuracy, convergence, latency, served_load, efficiency, scaling)
 
 
 def charts(report: Report) -> list[Chart]:

@@ -28,10 +28,27 @@ INFER_HIDDEN = ("batch",)
 # What the parity check of an inference trial compares (model.parity_notes).
 INFER_PARITY = "eval-mode logits of the fixed batch through the timed paths"
 # No square brackets: the console reads them as markup.
-METHOD_NOTE = ("latency: one batch-1 request at a time (device input in, logits on the host out, synced),"
-               " the requests asked for (1000 by default) or the time budget, whichever comes first; the p99's"
-               " interval: order-statistic confidence interval over the requests (over the processes' p99s with"
-               " repeats), at its actual level; samples/s: the batch size back to back (docs/methodology.md)")
+METHOD_NOTE = ("latency: MLPerf LoadGen SingleStream, one batch-1 request at a time (device input in, logits on"
+               " the host out, synced), timed by LoadGen from issue to completion, the requests asked for (1000"
+               " by default) or the time budget, whichever comes first; the p99's interval: order-statistic"
+               " confidence interval over the requests (over the processes' p99s with repeats), at its actual"
+               " level; samples/s: LoadGen Offline, batches of the batch size gathered and converted inside the"
+               " timing (--load loop: the hand-written loops; docs/methodology.md)")
+
+
+def accuracy_notes(report: Report, configs: list[Config]) -> list[str]:
+    """A served quantised model's held-out accuracy against its float32 model's (medians over
+    processes): the judgement its parity verdict (n/a) leaves to it."""
+    notes = []
+    for c in configs:
+        change = c.summary("infer_accuracy_change").median
+        if change is None:
+            continue
+        acc, fp32 = c.summary("infer_accuracy").median, c.summary("infer_accuracy_fp32").median
+        agree = c.summary("infer_top1_agreement_fp32").median
+        notes.append(f"{report.label(c)}: held-out accuracy {acc:.4f} against {fp32:.4f} for float32, change"
+                     f" {change:+.4f}" + (f"; top-1 agreement with float32 {agree:.4f}" if agree is not None else ""))
+    return notes
 
 
 def p99_summary(config: Config) -> Summary:
@@ -71,7 +88,8 @@ def infer_table(report: Report) -> Table | None:
                *(TableColumn(c.header, "right", inline_interval=c.key == "latency_p99") for c in INFER),
                TableColumn("parity"), STATUS]
     notes = [METHOD_NOTE, *model.notes(report, configs, {}),  # no GPU columns: no GPU reasons
-             *model.parity_notes((t for c in configs for t in c.trials), INFER_PARITY)]
+             *model.parity_notes((t for c in configs for t in c.trials), INFER_PARITY),
+             *accuracy_notes(report, configs)]
     return Table("inference", "Inference",
                  "inference: latency at batch 1 (medians over repeats), throughput at the batch size",
                  tuple(columns), tuple(tuple(_row(report, c, axes)) for c in configs), tuple(notes))

@@ -37,7 +37,7 @@ from dlbench.backends import support
 from dlbench.backends.base import Backend, Program
 from dlbench.monitors.memory import MemorySampler
 from dlbench.results.records import TrialResult
-from dlbench.runner import fixedbatch
+from dlbench.runner import fixedbatch, served
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.runner.timing import Phases
 from dlbench.spec import PARITY_BATCH, TrialSpec
@@ -62,24 +62,42 @@ def run(ctx: TrialContext) -> None:
     created, parity_file, m = ctx.created, ctx.parity_file, ctx.metrics
     program, forward = _build(trial, backend, phases, m)
     result.numerics = program.numerics()
+    result.policy_effective["precision"] = {"precision": trial.precision, **program.precision()}
     # After build, a backend can report what building did (ONNX Runtime: the export cache).
     result.framework_info = backend.info()
     requests, batches = _inputs(trial, program, phases, m)
     _warmup(backend, forward, requests, batches, phases, sampler, created, m)
-    _parity(trial, program, forward, phases, m, parity_file)
+    not_judged = program.precision().get("parity_not_judged")
+    if isinstance(not_judged, str):  # a quantised model: judged by its accuracy change instead
+        result.notes["parity_not_judged"] = not_judged
+    else:
+        _parity(trial, program, forward, phases, m, parity_file)
+    served.accuracy(trial, program, forward, result)
     compiles = program.compilations()
     sampler.begin_window()
-    t = phases.start("latency")
-    latency_s = timed_calls(backend.sync, forward, requests, trial.infer_requests, trial.infer_budget_s)
-    m["infer_latency_window_s"] = phases.end("latency", t)
-    t = phases.start("throughput")
-    batch_s = timed_calls(backend.sync, forward, batches, INFER_BATCHES, trial.infer_budget_s)
-    m["infer_throughput_window_s"] = phases.end("throughput", t)
+    if trial.infer_load == "loop":
+        latency_s, batch_s = _loop(ctx, forward, requests, batches)
+    else:
+        latency_s, batch_s = served.standard(ctx, program, forward, requests, INFER_BATCHES)
     window = sampler.end_window()
     m["recompiles_in_window"] = program.compilations() - compiles
     m["rss_window_peak_bytes"], m["vram_window_peak_bytes"] = window["rss"], window["vram"]
     infer_metrics(trial, result, latency_s, batch_s)
+    served.loadgen_metrics(ctx)
     allocator_metrics(ctx)
+
+
+def _loop(ctx: TrialContext, forward: Callable[[Any], Any], requests: list[Any],
+          batches: list[Any]) -> tuple[list[float], list[float]]:
+    """The hand-written loops (`--load loop`): batch-1 requests, then large batches."""
+    trial, phases, m = ctx.trial, ctx.phases, ctx.metrics
+    t = phases.start("latency")
+    latency_s = timed_calls(ctx.backend.sync, forward, requests, trial.infer_requests, trial.infer_budget_s)
+    m["infer_latency_window_s"] = phases.end("latency", t)
+    t = phases.start("throughput")
+    batch_s = timed_calls(ctx.backend.sync, forward, batches, INFER_BATCHES, trial.infer_budget_s)
+    m["infer_throughput_window_s"] = phases.end("throughput", t)
+    return latency_s, batch_s
 
 
 def _build(trial: TrialSpec, backend: Backend, phases: Phases, m: Metrics) -> tuple[Program, Callable[[Any], Any]]:
@@ -175,15 +193,16 @@ def infer_metrics(trial: TrialSpec, result: TrialResult, latency_s: list[float],
     m["infer_requests"] = len(latency_s)
     m["infer_batches"] = len(batch_s)
     m["infer_batch_size"] = spec.batch_size
-    m["infer_batch_median_s"] = statistics.median(batch_s)
-    m["infer_samples_per_s"] = spec.batch_size * len(batch_s) / sum(batch_s)
-    # A few stalls (a 70 ms page fault among 0.1 ms calls) move the total-time rate, not the median
-    # call's: both are kept, and a disagreement is said.
-    m["infer_samples_per_s_median"] = spec.batch_size / statistics.median(batch_s)
-    _throughput_warnings(result, latency_s, batch_s, spec.batch_size)
     flops = workloads.get(spec.name).flops_per_sample(spec, train=False)
     m["flops_per_sample"] = flops
-    m["achieved_flops_per_s"] = flops * m["infer_samples_per_s"]
+    if batch_s:  # none under --load server (its throughput is the Server test's)
+        m["infer_batch_median_s"] = statistics.median(batch_s)
+        m["infer_samples_per_s"] = spec.batch_size * len(batch_s) / sum(batch_s)
+        # A few stalls (a 70 ms page fault among 0.1 ms calls) move the total-time rate, not the
+        # median call's: both are kept, and a disagreement is said.
+        m["infer_samples_per_s_median"] = spec.batch_size / statistics.median(batch_s)
+        _throughput_warnings(result, latency_s, batch_s, spec.batch_size)
+        m["achieved_flops_per_s"] = flops * m["infer_samples_per_s"]
     first = m.get("first_request_s")
     if first is not None:
         m["compile_estimate_s"] = max(first - stats.quantile(latency_s, QUANTILES["p50"]), 0.0)
@@ -193,7 +212,7 @@ def infer_metrics(trial: TrialSpec, result: TrialResult, latency_s: list[float],
         result.warnings.append(
             f"latency: the {trial.infer_budget_s:g} s budget ran out after {len(latency_s)} of"
             f" {trial.infer_requests} requests (p99 CI level {level:.0%})")
-    if len(batch_s) < INFER_BATCHES:
+    if batch_s and len(batch_s) < INFER_BATCHES:
         result.warnings.append(
             f"throughput: the {trial.infer_budget_s:g} s budget ran out after {len(batch_s)} of"
             f" {INFER_BATCHES} batches")

@@ -23,6 +23,10 @@ from dlbench.backends.base import Backend
 from dlbench.workloads.base import Preset
 
 DEFAULT_FRAMEWORKS = ("torch", "tensorflow", "jax")
+# A Server sweep's tests (the first, 3 probes, 4 bisection steps: runner/served.py) and a guess
+# of each one's seconds (1,100 queries at a few thousand QPS, slower ones at lower rates).
+SERVER_SWEEP_TESTS = 8
+SERVER_TEST_GUESS_S = 2.0
 # Compute at this rate in a first estimate (achieved FLOP/s of the zoo on two cores spans 1-40
 # GFLOP/s; start-up dominates short trials and comes from each backend's cost_guess).
 CPU_FLOPS_GUESS = 20e9
@@ -68,6 +72,10 @@ class Sweep:
     order_seed: int = 0
     infer_requests: int = 1000
     infer_budget_s: float = 20.0
+    # infer: the load (spec.INFER_LOADS) and the Server settings (only infer trials carry them).
+    infer_load: str = "standard"
+    server_qps: float | None = None
+    p99_bound_ms: float | None = None
     # Framework options (`--option FRAMEWORK.NAME=VALUE`): (framework, name, value); each trial's
     # policy carries only its own framework's.
     options: tuple[tuple[str, str, str], ...] = ()
@@ -131,7 +139,8 @@ def _infer_fields(sweep: Sweep, scenario: str) -> dict[str, Any]:
     scenario's configuration key."""
     if scenario != "infer":
         return {}
-    return {"infer_requests": sweep.infer_requests, "infer_budget_s": sweep.infer_budget_s}
+    return {"infer_requests": sweep.infer_requests, "infer_budget_s": sweep.infer_budget_s,
+            "infer_load": sweep.infer_load, "server_qps": sweep.server_qps, "p99_bound_ms": sweep.p99_bound_ms}
 
 
 def _converge_fields(sweep: Sweep, scenario: str) -> dict[str, Any]:
@@ -305,6 +314,8 @@ def _rough_s(trial: TrialSpec, samples: int) -> float:
         flops = module.flops_per_sample(spec, train=False)
         requests = trial.infer_requests + INFER_BATCHES * spec.batch_size
         compute = min(requests * flops / CPU_FLOPS_GUESS, 2 * trial.infer_budget_s)
+        if trial.infer_load == "server":  # each Server test: its minimum duration or ~1,100 queries
+            compute += trial.infer_budget_s if trial.server_qps else SERVER_TEST_GUESS_S * SERVER_SWEEP_TESTS
         return guess.startup_s + 2 * compile_ + compute
     if trial.scenario == "converge":  # the presets reach their targets in a few hundred steps
         samples = min(trial.max_steps, 8 * trial.eval_every) * spec.batch_size

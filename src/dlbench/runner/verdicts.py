@@ -56,7 +56,10 @@ def judge_parity(trial: TrialSpec, result: TrialResult, path: Path, refs: dict[s
     float64 reference: the verdict goes into result.parity, the worst numbers into its metrics."""
     ref = refs.get(reference.key(trial.workload, 0), "no reference was computed for this workload")
     judge = JUDGES.get(workloads.get(trial.workload.name).SCENARIOS[trial.scenario])
-    if isinstance(ref, str):
+    not_judged = result.notes.get("parity_not_judged")  # a quantised model: its accuracy change judges it
+    if not_judged is not None:
+        verdict = parity.not_available(not_judged)
+    elif isinstance(ref, str):
         verdict = parity.not_available(ref)
     elif not path.exists():
         verdict = parity.not_available("the worker wrote no fixed-batch arrays")

@@ -346,6 +346,11 @@ class TensorFlowProgram:
         logits = self._logits
         return lambda x: logits(x).numpy()
 
+    def eval_forward(self) -> Callable[[tf.Tensor], tf.Tensor]:
+        """The eval-mode forward on the program's variables, untraced: what a converter traces
+        with a signature of its own (backends/litert: the TFLite converter)."""
+        return self._predict
+
     def infer_input(self, x: np.ndarray) -> tf.Tensor:
         # tf.constant lives in host memory; the identity puts it on the default device.
         return tf.identity(tf.constant(x, dtype=self._x_dtype))
