@@ -26,9 +26,9 @@ from dlbench.workloads.data import Dataset, dataset_makers
 from dlbench.workloads.params import ONES, ZEROS, Init, draw_params, fan_in_uniform
 
 NAME = "ddpm"
-# The supervised runner scenarios: train (the denoiser's training step) and infer (one denoiser
-# call per request; the DDIM sampler is workloads/ddpm.py: ddim_sample and the docs).
-SCENARIOS = {"train": "train", "infer": "infer"}
+# train: the denoiser's training step; infer: DDIM sampling (runner/sample.py), not single
+# denoiser requests.
+SCENARIOS = {"train": "train", "infer": "sample"}
 # Held-out denoising loss (mean squared error of the predicted noise): lower is better.
 QUALITY = "denoising_mse"
 CHANNELS = 3  # image channels; the input has one more, the timestep

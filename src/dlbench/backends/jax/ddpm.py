@@ -5,8 +5,10 @@ eps; every 3x3 convolution pads 1 on every side, the stride-2 one included, writ
 
 from __future__ import annotations
 
+import functools
 import math
 import typing
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -23,7 +25,31 @@ IMPLEMENTED = {"time_embedding": "sin_cos_period_10000", "upsample": "nearest_x2
 
 
 def build(trial: TrialSpec) -> program.JaxProgram:
-    return program.build(trial, DdpmModel(trial))
+    model = DdpmModel(trial)
+    prog = program.build(trial, model)
+    # The sampling scenario's whole DDIM loop (runner/sample.py looks for sample_fn).
+    prog.sample_fn = functools.partial(compiled_sampler, trial, model)  # type: ignore[attr-defined]
+    return prog
+
+
+def compiled_sampler(trial: TrialSpec, model: DdpmModel, state: program.TrainState) -> Callable[[np.ndarray], np.ndarray]:
+    """Deterministic DDIM as one jitted lax.fori_loop over the S steps (workloads.ddpm:
+    ddim_coefficients): x <- a_i x + b_i eps(x, t_i), in the program's dtype."""
+    coef = workload.ddim_coefficients(trial.workload)
+    dtype = np.dtype(trial.workload.numerics.dtype)
+    table = jnp.asarray(coef, dtype)
+
+    def loop(params: Params, x: jax.Array) -> jax.Array:
+        def step(i: jax.Array, x: jax.Array) -> jax.Array:
+            t = jnp.broadcast_to(table[i, 0], (*x.shape[:3], 1))
+            eps, _ = model.apply(params, {}, jnp.concatenate([x, t], axis=-1), False)
+            return table[i, 1] * x + table[i, 2] * eps.reshape(x.shape)
+
+        return lax.fori_loop(0, len(coef), step, x)
+
+    jitted = jax.jit(loop)
+    params = state.params
+    return lambda noise: np.asarray(jitted(params, jnp.asarray(noise, dtype)))
 
 
 def time_embedding(t: jax.Array, dim: int) -> jax.Array:

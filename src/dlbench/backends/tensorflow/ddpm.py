@@ -5,10 +5,13 @@ pad explicitly (TF's "SAME" would pad the stride-2 one (0, 1)); nearest x2 by tf
 
 from __future__ import annotations
 
+import functools
 import math
 import typing
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from dlbench.backends.base import Program, Unsupported
@@ -80,4 +83,28 @@ def build(trial: TrialSpec) -> Program:
         if n.value(name) != value:
             raise Unsupported(f"the TensorFlow ddpm implements {name} {value!r}, not {n.value(name)!r}")
     size = workload.MODEL_SIZES[trial.workload.model_size]
-    return program.build(trial, workload, UNet(size, int(n.value("group_norm_groups")), float(n.value("group_norm_eps"))))
+    model = UNet(size, int(n.value("group_norm_groups")), float(n.value("group_norm_eps")))
+    prog = program.build(trial, workload, model)
+    if trial.policy.mode != "eager":  # eager: the sampling scenario's host loop, op by op
+        # The sampling scenario's whole DDIM loop (runner/sample.py looks for sample_fn).
+        prog.sample_fn = functools.partial(compiled_sampler, trial, model)  # type: ignore[attr-defined]
+    return prog
+
+
+def compiled_sampler(trial: TrialSpec, model: UNet, state: program.State) -> Callable[[np.ndarray], np.ndarray]:
+    """Deterministic DDIM as one tf.function (jit_compile in compiled mode) whose loop over the S
+    steps AutoGraph turns into a tf.while_loop: x <- a_i x + b_i eps(x, t_i)."""
+    coef = workload.ddim_coefficients(trial.workload)
+    dtype = program.DTYPES[trial.workload.numerics.dtype]
+    table = tf.constant(coef, dtype)
+    params = state.params
+
+    @tf.function(jit_compile=trial.policy.mode == "compiled", reduce_retracing=False)
+    def loop(x: tf.Tensor) -> tf.Tensor:
+        for i in tf.range(len(coef)):
+            t = tf.fill(tf.concat([tf.shape(x)[:3], [1]], axis=0), table[i, 0])
+            eps, _ = model.forward(params, {}, tf.concat([x, t], axis=-1), False)
+            x = table[i, 1] * x + table[i, 2] * tf.reshape(eps, tf.shape(x))
+        return x
+
+    return lambda noise: np.asarray(loop(tf.constant(noise, dtype)).numpy())
