@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from dlbench.runner.fixedbatch import load_grads
 from dlbench.runner.plan import workload_spec
 from dlbench.runner.probe_client import run_probe
-from dlbench.runner.fixedbatch import load_grads
 from dlbench.spec import Policy, TrialSpec, WorkloadSpec, to_dict
 from dlbench.workloads import ddpm
 from dlbench.workloads.base import numerics_readback

@@ -19,8 +19,8 @@ from typing import final
 
 import numpy as np
 
-from dlbench.spec import Numerics, WorkloadSpec
 import dlbench.workloads.reference_ops as ops
+from dlbench.spec import Numerics, WorkloadSpec
 from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, Preset
 from dlbench.workloads.data import Dataset, dataset_makers
 from dlbench.workloads.params import ONES, ZEROS, Init, draw_params, fan_in_uniform
@@ -369,8 +369,8 @@ def ddim_sample(spec: WorkloadSpec, denoise: Callable[[np.ndarray], np.ndarray],
     """The deterministic DDIM loop in NumPy around `denoise(model_input) -> eps (N, HWC)`
     (the float64 reference forward with dtype float64, or ONNX Runtime's session); the state is
     kept in `dtype`."""
-    out = np.asarray(x, dtype)
+    out: np.ndarray = np.asarray(x, dtype)
     for t, a, b, _ in ddim_coefficients(spec, steps):
-        eps = np.asarray(denoise(with_timestep(out, np.full(len(out), t), dtype)), dtype)
+        eps: np.ndarray = np.asarray(denoise(with_timestep(out, np.full(len(out), t), dtype)), dtype)
         out = (a * out + b * eps.reshape(out.shape)).astype(dtype)
     return out

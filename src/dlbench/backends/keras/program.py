@@ -152,7 +152,7 @@ class Loss:
     numerics() reads the name back from what the object computes."""
 
     make: Callable[[], keras.losses.Loss]
-    kind: type
+    kind: type[Any]
     target_dtype: type
     probe: Callable[[], tuple[np.ndarray, np.ndarray, float]]
 
