@@ -214,3 +214,55 @@ def test_compiled_and_keras_match_the_float64_reference(tmp_path: Path):
     results = _run(tmp_path, modes)
     for framework in modes:
         _check_framework(framework, results[framework], results["reference"])
+
+
+# --- the sampling scenario's verdict and a whole run ---------------------------------------------
+
+
+def test_sample_verdict_holds_the_sample_to_its_bound(tmp_path: Path):
+    """The denoiser outputs pass as inference logits; the sample is then held to SAMPLE_RTOL
+    against the float64 sample: a sample off by a wrong coefficient fails, rounding passes."""
+    from dlbench.runner import fixedbatch, reference, verdicts
+
+    trial = _trial("jax", "compiled")
+    spec = trial.workload
+    params = ddpm.init_params(spec)
+    outputs = ddpm.reference_forward(spec, params, ddpm.fixed_batch(spec, 8).x)
+    ref = reference.Reference(loss=0.0, grads={}, losses=None, logits=None, framework="torch", init_logits=outputs)
+    expected = np.random.default_rng(0).standard_normal((8, 8, 8, 3))
+    path = tmp_path / "parity.npz"
+    batch = np.resize(outputs, (spec.batch_size, outputs.shape[1])).astype(np.float32)
+    fixedbatch.save_samples(path, {f"batch {spec.batch_size}": batch}, expected * (1 + 1e-6), expected)
+    ok = verdicts.sample_verdict(trial, path, ref)
+    assert ok.verdict == "pass" and ok.per_tensor is not None and ok.per_tensor["sample"][0] == pytest.approx(1e-6)
+    fixedbatch.save_samples(path, {f"batch {spec.batch_size}": batch}, expected * 1.01, expected)
+    bad = verdicts.sample_verdict(trial, path, ref)
+    assert bad.verdict == "fail" and bad.worst_tensor == "sample" and "DDIM sample" in (bad.reason or "")
+
+
+@pytest.mark.slow
+def test_sampling_runs_and_agrees_in_jax_and_onnxruntime(tmp_path: Path):
+    """`dlbench run --scenario infer -w ddpm`: the compiled JAX loop and ONNX Runtime's exported
+    denoiser in the host loop, both timed and both within the sample bound."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    pytest.importorskip("jax")
+    pytest.importorskip("onnxruntime")
+    store = tmp_path / "s.sqlite"
+    cmd = [sys.executable, "-c", "from dlbench.cli.main import entry; entry()", "run", "-w", "ddpm",
+           "-f", "jax,onnxruntime", "--scenario", "infer", "--preset", "tiny", "--repeats", "1",
+           "--infer-budget-s", "5", "--store", str(store), "--allow-concurrent"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    db = sqlite3.connect(store)
+    trials = {fw: (tid, json.loads(p), json.loads(notes)) for tid, fw, p, notes in
+              db.execute("select id, framework, parity, notes from trials")}
+    assert set(trials) == {"jax", "onnxruntime"}
+    for fw, (tid, parity, notes) in trials.items():
+        metrics = dict(db.execute("select name, value from metrics where trial_id = ?", (tid,)).fetchall())
+        assert parity["verdict"] == "pass" and parity["per_tensor"]["sample"][0] < 1e-5, (fw, parity)
+        assert metrics["sample_steps"] == 10 and metrics["sample_images_per_s"] > 0, fw
+        assert metrics["sample_step_s"] == pytest.approx(metrics["sample_batch_median_s"] / 10), fw
+        assert notes["sampler_loop"] == ("compiled" if fw == "jax" else "host"), fw
