@@ -100,7 +100,7 @@ class UNet(nn.Module):
         h = self.up.conv(F.interpolate(h, scale_factor=2.0, mode="nearest"))
         h = self.up.block(torch.cat([h, skip], dim=1), temb)
         out = self.out.conv(F.silu(self.out.gn(h)))
-        return out.permute(0, 2, 3, 1).reshape(len(x), -1)  # canonical HWC order
+        return out.permute(0, 2, 3, 1).flatten(1)  # canonical HWC order
 
 
 @typing.final
