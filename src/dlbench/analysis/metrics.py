@@ -103,6 +103,12 @@ METRICS: dict[str, Metric] = {
     "latency_p99_ci_level": _ratio(),
     "first_request_s": _s("first request s"),
     "time_to_first_request_s": _s("time to first request s"),
+    # diffusion sampling (runner/sample.py: --scenario infer on ddpm)
+    "sample_images_per_s": Metric("1/s", "higher", "images/s"),
+    "sample_batch_median_s": _s("s/batch"),
+    "sample_step_s": _s("ms/step"),
+    "sample_steps": _ratio("none", "steps"),
+    "time_to_first_sample_s": _s("time to first sample s"),
     # data parallelism (runner/parallel.py)
     "grad_comm_s_per_step": _s("grad comm ms/step"),
     "grad_comm_share": _ratio("lower"),
