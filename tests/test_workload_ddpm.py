@@ -266,3 +266,24 @@ def test_sampling_runs_and_agrees_in_jax_and_onnxruntime(tmp_path: Path):
         assert metrics["sample_steps"] == 10 and metrics["sample_images_per_s"] > 0, fw
         assert metrics["sample_step_s"] == pytest.approx(metrics["sample_batch_median_s"] / 10), fw
         assert notes["sampler_loop"] == ("compiled" if fw == "jax" else "host"), fw
+
+
+def test_frechet_distance_in_the_pooled_feature_space():
+    """Zero for identical sets, |shift|² for a shifted copy (same covariance), and the held-out
+    images against themselves; features are the 4x4 block means."""
+    spec = tiny()
+    images = ddpm.held_out_images(spec)
+    data = ddpm.make_eval_dataset(spec)
+    assert images.shape == (32, 8, 8, 3) and np.abs(images).max() <= 1.0
+    # The very images that were noised into the held-out split.
+    t = data.x[:, 0, 0, 3].astype(int)
+    ab = ddpm.alpha_bars(spec.numerics)[t][:, None, None, None]
+    x0 = (data.x[..., :3] - np.sqrt(1 - ab) * data.y.reshape(images.shape)) / np.sqrt(ab)
+    np.testing.assert_allclose(x0[t < 500], images[t < 500], atol=1e-3)
+    f = ddpm.image_features(images)
+    assert f.shape == (32, 12)
+    np.testing.assert_allclose(f[0, :3], images[0, :4, :4].mean(axis=(0, 1)))
+    assert abs(ddpm.frechet_distance(f, f)) < 1e-9
+    assert ddpm.frechet_distance(f, f + 0.5) == pytest.approx(12 * 0.25, rel=1e-6)
+    other = ddpm.image_features(ddpm.clean_images(np.random.default_rng(1), 32, 8))
+    assert 0 < ddpm.frechet_distance(f, other) < ddpm.frechet_distance(f, 3 * other)

@@ -81,6 +81,10 @@ def run(ctx: TrialContext) -> None:
         sample(noise)
     m["warmup_s"] = phases.end("warmup", t)
     _parity(trial, module, forward, program, first, phases, m, ctx)
+    # Quality: the Fréchet distance of the first batch's images to the held-out clean images in
+    # the workload's fixed feature space (not FID; the canonical parameters are untrained).
+    m["frechet_distance"] = module.frechet_distance(module.image_features(first),
+                                                    module.image_features(module.held_out_images(spec)))
     compiles = program.compilations()
     sampler.begin_window()
     t = phases.start("sampling")

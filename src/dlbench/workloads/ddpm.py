@@ -22,7 +22,7 @@ import numpy as np
 import dlbench.workloads.reference_ops as ops
 from dlbench.spec import Numerics, WorkloadSpec
 from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, Preset
-from dlbench.workloads.data import Dataset, dataset_makers
+from dlbench.workloads.data import STREAM_EVAL, Dataset, dataset_makers
 from dlbench.workloads.params import ONES, ZEROS, Init, draw_params, fan_in_uniform
 
 NAME = "ddpm"
@@ -225,6 +225,38 @@ def score(spec: WorkloadSpec, outputs: np.ndarray, data: Dataset) -> float:
     """The held-out denoising loss: mean squared error of the predicted noise."""
     y = data.y[: len(outputs)].astype(np.float64)
     return float(np.mean((np.asarray(outputs, np.float64).reshape(y.shape) - y) ** 2))
+
+
+# --- a Fréchet distance in a fixed feature space (not FID) ---------------------------------------
+
+# Feature space: the means of non-overlapping FEATURE_POOL x FEATURE_POOL blocks of each channel
+# (48 values per 16x16 image, 12 per 8x8): fixed, framework-free and cheap; no Inception network,
+# so the number is not comparable with any published FID.
+FEATURE_POOL = 4
+
+
+def held_out_images(spec: WorkloadSpec) -> np.ndarray:
+    """The clean images of the held-out split (the first draw of its stream), float64."""
+    rng = np.random.default_rng((spec.seed, STREAM_EVAL))
+    return clean_images(rng, spec.eval_size, _size(spec).image)
+
+
+def image_features(x: np.ndarray) -> np.ndarray:
+    """(n, H, W, C) -> (n, H/4 * W/4 * C): FEATURE_POOL-block means, float64."""
+    pooled = ops.avg_pool(np.asarray(x, np.float64), FEATURE_POOL)
+    return pooled.reshape(len(x), -1)
+
+
+def frechet_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """|mu_a - mu_b|² + tr(S_a + S_b - 2 (S_a S_b)^(1/2)) between Gaussians fitted to the
+    feature rows of `a` and `b` (covariances with n - 1); tr (S_a S_b)^(1/2) is the sum of the
+    square roots of the eigenvalues of S_a S_b, real and >= 0 for covariance matrices (rounding
+    below 0 is clipped)."""
+    mu_a, mu_b = a.mean(axis=0), b.mean(axis=0)
+    s_a, s_b = np.atleast_2d(np.cov(a, rowvar=False)), np.atleast_2d(np.cov(b, rowvar=False))
+    eig = np.linalg.eigvals(s_a @ s_b).real
+    cross = float(np.sum(np.sqrt(np.clip(eig, 0.0, None))))
+    return float(np.sum((mu_a - mu_b) ** 2) + np.trace(s_a) + np.trace(s_b) - 2.0 * cross)
 
 
 # --- FLOPs --------------------------------------------------------------------------------------
