@@ -52,6 +52,8 @@ METRICS: dict[str, Metric] = {
     "epoch_s_median": _s(),
     "final_loss": _ratio(),
     "accuracy": _ratio("higher", "accuracy"),
+    # ddpm's held-out quality (workloads/ddpm.py: score): the denoising loss, lower is better
+    "denoising_mse": _ratio("lower", "denoising MSE"),
     "eval_s": _s("eval s"),
     "recompiles_in_window": _ratio("lower"),
     "timed_steps": _ratio(),
