@@ -11,6 +11,7 @@ and TensorFlow steps and the three Keras backends run under the `slow` marker.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import math
 from concurrent.futures import ThreadPoolExecutor
@@ -194,10 +195,15 @@ def _check_reference(ref: dict[str, np.ndarray]) -> None:
     np.testing.assert_allclose(ref["init_logits"], ddpm.reference_forward(spec, params, batch.x), rtol=0, atol=1e-12)
 
 
+def _require(*modules: str) -> None:
+    """Skip unless installed, without importing them here (the probes import them)."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"not installed: {', '.join(missing)}")
+
+
 def test_torch_jax_tensorflow_match_the_float64_reference(tmp_path: Path):
-    pytest.importorskip("torch")
-    pytest.importorskip("jax")
-    pytest.importorskip("tensorflow")
+    _require("torch", "jax", "tensorflow")
     modes = {"torch": "eager", "jax": "compiled", "tensorflow": "eager"}
     results = _run(tmp_path, modes)
     _check_reference(results["reference"])
@@ -207,8 +213,7 @@ def test_torch_jax_tensorflow_match_the_float64_reference(tmp_path: Path):
 
 @pytest.mark.slow
 def test_compiled_and_keras_match_the_float64_reference(tmp_path: Path):
-    pytest.importorskip("torch")
-    pytest.importorskip("keras")
+    _require("torch", "tensorflow", "jax", "keras")
     modes = {"torch": "compiled", "tensorflow": "compiled", "keras-jax": "compiled", "keras-torch": "eager",
              "keras-tensorflow": "graph"}
     results = _run(tmp_path, modes)
@@ -248,8 +253,7 @@ def test_sampling_runs_and_agrees_in_jax_and_onnxruntime(tmp_path: Path):
     import subprocess
     import sys
 
-    pytest.importorskip("jax")
-    pytest.importorskip("onnxruntime")
+    _require("jax", "onnxruntime", "torch")
     store = tmp_path / "s.sqlite"
     cmd = [sys.executable, "-c", "from dlbench.cli.main import entry; entry()", "run", "-w", "ddpm",
            "-f", "jax,onnxruntime", "--scenario", "infer", "--preset", "tiny", "--repeats", "1",
