@@ -52,6 +52,8 @@ METRICS: dict[str, Metric] = {
     "epoch_s_median": _s(),
     "final_loss": _ratio(),
     "accuracy": _ratio("higher", "accuracy"),
+    # ddpm's held-out quality (workloads/ddpm.py: score): the denoising loss, lower is better
+    "denoising_mse": _ratio("lower", "denoising MSE"),
     "eval_s": _s("eval s"),
     "recompiles_in_window": _ratio("lower"),
     "timed_steps": _ratio(),
@@ -117,6 +119,12 @@ METRICS: dict[str, Metric] = {
     "infer_accuracy_fp32": _ratio("none", "fp32 accuracy"),
     "infer_accuracy_change": _ratio("higher", "accuracy change vs fp32"),
     "infer_top1_agreement_fp32": _ratio("higher", "top-1 agreement with fp32"),
+    # diffusion sampling (runner/sample.py: --scenario infer on ddpm)
+    "sample_images_per_s": Metric("1/s", "higher", "images/s"),
+    "sample_batch_median_s": _s("s/batch"),
+    "sample_step_s": _s("ms/step"),
+    "sample_steps": _ratio("none", "steps"),
+    "time_to_first_sample_s": _s("time to first sample s"),
     # data parallelism (runner/parallel.py)
     "grad_comm_s_per_step": _s("grad comm ms/step"),
     "grad_comm_share": _ratio("lower"),

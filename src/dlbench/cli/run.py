@@ -268,7 +268,10 @@ class ConsoleProgress(Progress):
 
     def trial_finished(self, index: int, total: int, planned: PlannedTrial, result: TrialResult) -> None:
         m = result.metrics
-        if result.status == "ok" and planned.spec.scenario == "infer":
+        if result.status == "ok" and "sample_images_per_s" in m:  # a diffusion workload's sampling
+            text = (f"ok: {m['sample_images_per_s']:.1f} images/s sampling ({m['sample_steps']:g} steps of"
+                    f" {1e3 * (m['sample_step_s'] or 0.0):.2f} ms at batch {m['sample_batch_size']:g})")
+        elif result.status == "ok" and planned.spec.scenario == "infer":
             p50_ms, p99_ms = (1e3 * (m[k] or 0.0) for k in ("latency_p50_s", "latency_p99_s"))
             text = f"ok: p50 {p50_ms:.3f} ms, p99 {p99_ms:.3f} ms at batch 1, " + (
                 f"{m['infer_samples_per_s']:.1f} samples/s at batch {m['infer_batch_size']:g}"

@@ -24,6 +24,7 @@ from dlbench.spec import PARITY_BATCH, TrialSpec
 
 GRAD_PREFIX = "grad/"
 LOGITS_PREFIX = "logits/"
+SAMPLE, SAMPLE_REFERENCE = "sample", "sample_reference"
 
 
 def grads(trial: TrialSpec, program: Program) -> tuple[float, dict[str, np.ndarray]]:
@@ -63,6 +64,19 @@ def load_grads(path: Path) -> tuple[float, dict[str, np.ndarray], dict[str, np.n
 
 def save_logits(path: Path, outputs: Mapping[str, np.ndarray]) -> None:
     _save(path, {LOGITS_PREFIX + k: np.asarray(v) for k, v in outputs.items()})
+
+
+def save_samples(path: Path, outputs: Mapping[str, np.ndarray], sample: np.ndarray, reference: np.ndarray) -> None:
+    """A sampling trial's arrays: the denoiser's outputs (as save_logits) and the first images of
+    its sample with the float64 NumPy sample from the same noise."""
+    _save(path, {**{LOGITS_PREFIX + k: np.asarray(v) for k, v in outputs.items()},
+                 SAMPLE: np.asarray(sample), SAMPLE_REFERENCE: np.asarray(reference)})
+
+
+def load_samples(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
+    """(sample, float64 reference sample) from a file written by save_samples, else None."""
+    with np.load(path) as f:
+        return (f[SAMPLE], f[SAMPLE_REFERENCE]) if SAMPLE in f.files else None
 
 
 def load_logits(path: Path) -> dict[str, np.ndarray]:

@@ -60,7 +60,7 @@ def run(ctx: TrialContext) -> None:
     so that a failure keeps every metric measured before it."""
     trial, backend, phases, sampler, result = ctx.trial, ctx.backend, ctx.phases, ctx.sampler, ctx.result
     created, parity_file, m = ctx.created, ctx.parity_file, ctx.metrics
-    program, forward = _build(trial, backend, phases, m)
+    program, forward = build_forward(trial, backend, phases, m)
     result.numerics = program.numerics()
     result.policy_effective["precision"] = {"precision": trial.precision, **program.precision()}
     # After build, a backend can report what building did (ONNX Runtime: the export cache).
@@ -100,7 +100,7 @@ def _loop(ctx: TrialContext, forward: Callable[[Any], Any], requests: list[Any],
     return latency_s, batch_s
 
 
-def _build(trial: TrialSpec, backend: Backend, phases: Phases, m: Metrics) -> tuple[Program, Callable[[Any], Any]]:
+def build_forward(trial: TrialSpec, backend: Backend, phases: Phases, m: Metrics) -> tuple[Program, Callable[[Any], Any]]:
     """The Program, its state from the canonical parameters and its inference function (an
     ONNX export or a cached one is loaded here): build_s."""
     t = phases.start("build")

@@ -18,6 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dlbench import workloads
 from dlbench.analysis import efficiency, parity
 from dlbench.backends import get_backend, precision
@@ -47,8 +49,36 @@ def logits_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> pa
                                        trial.workload.numerics.dtype, reference=ref.label, floor=ref.floor)
 
 
+# A float32 DDIM sample against the float64 one from the same noise and parameters, normwise. The
+# sampler amplifies the denoiser's rounding (each step divides by sqrt(alpha_bar)): measured
+# 1e-6..1e-5 at the tiny and cpu presets in every framework (docs/workloads.md#ddpm), against
+# O(1) for a wrong schedule or a swapped coefficient.
+SAMPLE_RTOL = 1e-3
+
+
+def sample_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> parity.Verdict:
+    """The sampling scenario: the denoiser's outputs on the fixed batch as an inference trial's
+    logits, then its sample against the float64 NumPy sample (SAMPLE_RTOL)."""
+    verdict = logits_verdict(trial, path, ref)
+    found = fixedbatch.load_samples(path)
+    if found is None or verdict.verdict != "pass":
+        return verdict
+    sample, expected = found
+    err = parity.rel_err(sample, expected) if np.all(np.isfinite(sample)) else float("inf")
+    tolerance = {**(verdict.tolerance or {}), "sample_rel_err": SAMPLE_RTOL}
+    per = {**(verdict.per_tensor or {}), "sample": (err, parity.cosine(sample, expected))}
+    if err > SAMPLE_RTOL:
+        return replace(verdict, verdict="fail", tolerance=tolerance, per_tensor=per, worst_tensor="sample",
+                       worst_rel_err=err, reason=f"the DDIM sample errs by {err:.3g} against the float64"
+                       f" sample from the same noise (bound {SAMPLE_RTOL:g})")
+    if verdict.worst_rel_err is None or err > verdict.worst_rel_err:
+        verdict = replace(verdict, worst_rel_err=err, worst_tensor="sample")
+    return replace(verdict, tolerance=tolerance, per_tensor=per)
+
+
 # runner scenario (workloads: SCENARIOS) -> how its parity arrays are judged
-JUDGES: dict[str, Judge] = {"train": grads_verdict, "converge": grads_verdict, "infer": logits_verdict}
+JUDGES: dict[str, Judge] = {"train": grads_verdict, "converge": grads_verdict, "infer": logits_verdict,
+                            "sample": sample_verdict}
 
 
 def judge_parity(trial: TrialSpec, result: TrialResult, path: Path, refs: dict[str, reference.Reference | str]) -> None:

@@ -10,6 +10,7 @@ buffers and its own numerics read back; `JaxProgram` does the rest.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import itertools
 import time
@@ -31,7 +32,6 @@ from dlbench.workloads.data import Augment, Dataset
 Params = dict[str, jax.Array]
 Batch = tuple[jax.Array, jax.Array]
 
-LOSS = "mean_softmax_cross_entropy"
 
 
 class TrainState(NamedTuple):
@@ -78,6 +78,26 @@ def make_optimizer(numerics: Numerics) -> optax.GradientTransformation:
 
 def mean_cross_entropy(logits: jax.Array, y: jax.Array) -> jax.Array:
     return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+
+def mean_squared_error(outputs: jax.Array, y: jax.Array) -> jax.Array:
+    return jnp.mean((outputs - y) ** 2)
+
+
+@dataclasses.dataclass(frozen=True)
+class Loss:
+    """One loss of the numerics block: the function of (outputs, targets), and whether the
+    targets are integer class indices (int32) or floats in the program's dtype."""
+
+    fn: Callable[[jax.Array, jax.Array], jax.Array]
+    integer_targets: bool
+
+
+# spec.Numerics.loss -> how JAX computes it.
+LOSSES: dict[str, Loss] = {
+    "mean_softmax_cross_entropy": Loss(mean_cross_entropy, True),
+    "mean_squared_error": Loss(mean_squared_error, False),
+}
 
 
 # --- compile counting --------------------------------------------------------------------------
@@ -138,12 +158,16 @@ class JaxProgram:
         # Float inputs follow the program's dtype (float64 for the reference); token ids do not.
         self._x_dtype = self._dtype if np.issubdtype(x_dtype, np.floating) else np.dtype(x_dtype)
         self._tx = make_optimizer(spec.numerics)
+        if spec.numerics.loss not in LOSSES:
+            raise refuse(spec.name, "loss", spec.numerics.loss, LOSSES)
+        self._loss = LOSSES[spec.numerics.loss]
+        self._y_dtype = np.dtype(np.int32) if self._loss.integer_targets else self._dtype
         self._mesh = _Mesh(trial.devices)
         tx = self._tx
         # The compute dtype policy: parameters, buffers and optimizer state stay in the
         # program's dtype; the model applies in bfloat16 (bf16) and the loss is float32.
         self._compute = COMPUTE_DTYPES.get(trial.precision)
-        loss_fn = functools.partial(_loss, model, self._compute)
+        loss_fn = functools.partial(_loss, model, self._loss.fn, self._compute)
 
         def train_step(state: TrainState, x: jax.Array, y: jax.Array) -> tuple[TrainState, jax.Array]:
             (loss, buffers), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, state.buffers, x, y)
@@ -180,7 +204,7 @@ class JaxProgram:
         # Host NumPy, indexed per batch and put on the device by batches(): what JAX
         # practitioners do for an in-memory data set; or the whole of it on the device once.
         self._x = np.ascontiguousarray(dataset.x, dtype=self._x_dtype)
-        self._y = np.ascontiguousarray(dataset.y, dtype=np.int32)
+        self._y = np.ascontiguousarray(dataset.y, dtype=self._y_dtype)
         if self._policy.data == "device":
             self._x, self._y = jax.block_until_ready(jax.device_put((self._x, self._y)))
 
@@ -229,7 +253,7 @@ class JaxProgram:
 
     def loss_and_grads(self, state: TrainState, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
         # Training mode (batch statistics in BatchNorm); the buffers it would update are dropped.
-        batch = jax.device_put((np.asarray(x, self._x_dtype), np.asarray(y, np.int32)), self._mesh.batch)
+        batch = jax.device_put((np.asarray(x, self._x_dtype), np.asarray(y, self._y_dtype)), self._mesh.batch)
         (loss, _), grads = self._value_and_grad(state.params, state.buffers, *batch)
         return float(loss), {k: np.array(g) for k, g in grads.items()}
 
@@ -287,7 +311,7 @@ class JaxProgram:
             "bias_correction": is_adam,
             "weight_decay": hyper.get("weight_decay", 0.0),
             "dropout": 0.0,  # no JAX model here has a dropout layer
-            "loss": LOSS,
+            "loss": next(name for name, v in LOSSES.items() if v is self._loss),
             "dtype": str(probe["probe"].dtype),
             **self._model.numerics(),
         }
@@ -309,17 +333,17 @@ def _cast_floats(tree: Params, dtype: Any) -> Params:
     return {k: v.astype(dtype) if jnp.issubdtype(v.dtype, jnp.floating) else v for k, v in tree.items()}
 
 
-def _loss(model: Model, compute: Any, params: Params, buffers: Params, x: jax.Array,
-          y: jax.Array) -> tuple[jax.Array, Params]:
+def _loss(model: Model, loss: Callable[[jax.Array, jax.Array], jax.Array], compute: Any, params: Params,
+          buffers: Params, x: jax.Array, y: jax.Array) -> tuple[jax.Array, Params]:
     if compute is None:
         logits, new_buffers = model.apply(params, buffers, x, True)
-        return mean_cross_entropy(logits, y), new_buffers
+        return loss(logits, y), new_buffers
     # Casts inside the differentiated function: the gradients come back in the parameters'
     # dtype through the casts' transposes; updated buffers return to their stored dtype.
     x = x.astype(compute) if jnp.issubdtype(x.dtype, jnp.floating) else x
     logits, new_buffers = model.apply(_cast_floats(params, compute), _cast_floats(buffers, compute), x, True)
     stored = {k: v.astype(buffers[k].dtype) for k, v in new_buffers.items()}
-    return mean_cross_entropy(logits.astype(jnp.float32), y), stored
+    return loss(logits.astype(jnp.float32), y), stored
 
 
 def _logits(model: Model, params: Params, buffers: Params, x: jax.Array) -> jax.Array:

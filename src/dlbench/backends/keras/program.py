@@ -39,7 +39,6 @@ from dlbench.backends.keras.native import Native, Pipeline, native
 from dlbench.spec import Numerics, TrialSpec, WorkloadSpec
 from dlbench.workloads.data import Augment, Dataset
 
-LOSS = "mean_softmax_cross_entropy"
 # Keras's dtype policy per precision: "mixed_*" keeps variables in float32 and computes in the
 # reduced type; compile() wraps the optimizer in a LossScaleOptimizer for mixed_float16
 # (auto_scale_loss). tf32 is float32 storage with the native framework's TF32 switches.
@@ -130,6 +129,44 @@ def make_loss() -> keras.losses.SparseCategoricalCrossentropy:
                                                        reduction="sum_over_batch_size")
 
 
+def _cross_entropy_probe() -> tuple[np.ndarray, np.ndarray, float]:
+    """Integer labels, logits, and their mean softmax cross-entropy written out."""
+    logits = np.array([[2.0, 0.0, -1.0], [0.5, 0.5, 3.0]], np.float32)
+    y = np.array([0, 2], np.int32)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return y, logits, float(-logp[np.arange(2), y].mean())
+
+
+def _squared_error_probe() -> tuple[np.ndarray, np.ndarray, float]:
+    """Float targets, outputs, and the mean of their squared differences over every value."""
+    y = np.array([[0.5, -1.0, 2.0], [0.0, 1.5, -0.5]], np.float32)
+    out = np.array([[1.0, 0.0, -1.0], [0.25, 0.5, 3.0]], np.float32)
+    return y, out, float(np.mean((out.astype(np.float64) - y) ** 2))
+
+
+@dataclass(frozen=True)
+class Loss:
+    """One loss of the numerics block: the Keras loss object, its targets' dtype (int32 class
+    indices, or float32 values), and a probe (targets, outputs, the loss written out) by which
+    numerics() reads the name back from what the object computes."""
+
+    make: Callable[[], keras.losses.Loss]
+    kind: type[Any]
+    target_dtype: type
+    probe: Callable[[], tuple[np.ndarray, np.ndarray, float]]
+
+
+# spec.Numerics.loss -> how Keras computes it. MeanSquaredError averages each sample's values,
+# then the batch (sum_over_batch_size): with every sample the same size, the mean of all values.
+LOSSES: dict[str, Loss] = {
+    "mean_softmax_cross_entropy": Loss(make_loss, keras.losses.SparseCategoricalCrossentropy, np.int32,
+                                       _cross_entropy_probe),
+    "mean_squared_error": Loss(lambda: keras.losses.MeanSquaredError(reduction="sum_over_batch_size"),
+                               keras.losses.MeanSquaredError, np.float32, _squared_error_probe),
+}
+
+
 # --- numerics read back ------------------------------------------------------------------------
 
 
@@ -160,17 +197,17 @@ def optimizer_numerics(optimizer: keras.optimizers.Optimizer) -> dict[str, Any]:
 
 
 def loss_numerics(loss: keras.losses.Loss) -> str:
-    """LOSS when the loss object computes the mean softmax cross-entropy of integer labels on
-    a probe (its from_logits flag is private)."""
-    logits = np.array([[2.0, 0.0, -1.0], [0.5, 0.5, 3.0]], np.float32)
-    y = np.array([0, 2], np.int32)
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-    wanted = float(-logp[np.arange(2), y].mean())
-    got = float(ops.convert_to_numpy(loss(y, logits)))
-    if isinstance(loss, keras.losses.SparseCategoricalCrossentropy) and math.isclose(got, wanted, rel_tol=1e-6):
-        return LOSS
-    return f"{type(loss).__name__} (reduction {loss.reduction}): {got} on the probe, not {wanted}"
+    """The name in LOSSES whose probe the loss object computes (a cross-entropy's from_logits
+    flag is private, so the value decides), else what it computed."""
+    for name, kind in LOSSES.items():
+        if not isinstance(loss, kind.kind):
+            continue
+        y, outputs, wanted = kind.probe()
+        got = float(ops.convert_to_numpy(loss(y, outputs)))
+        if math.isclose(got, wanted, rel_tol=1e-6):
+            return name
+        return f"{type(loss).__name__} (reduction {loss.reduction}): {got} on the probe of {name}, not {wanted}"
+    return f"{type(loss).__name__} is none of the losses {', '.join(LOSSES)}"
 
 
 def model_numerics(model: keras.Model) -> dict[str, Any]:
@@ -247,6 +284,9 @@ class KerasProgram:
         spec = trial.workload
         self._spec, self._mode = spec, trial.policy.mode
         self._workload = workloads.get(spec.name)
+        if spec.numerics.loss not in LOSSES:
+            raise Unsupported(f"the Keras backends implement the losses {', '.join(LOSSES)}, not {spec.numerics.loss!r}")
+        self._loss = LOSSES[spec.numerics.loss]
         self._native: Native = native()
         # Global in Keras, and set before any layer exists: every layer takes it when built.
         keras.config.set_dtype_policy(DTYPE_POLICIES[trial.precision])
@@ -256,7 +296,7 @@ class KerasProgram:
         limit = self._native.max_steps_per_execution
         model.compile(
             optimizer=make_optimizer(spec.numerics, self._native.dense_gradient),
-            loss=make_loss(),
+            loss=self._loss.make(),
             run_eagerly=self._mode == "eager",
             jit_compile=self._mode == "compiled",
             steps_per_execution=trial.chunk_steps if limit is None else min(trial.chunk_steps, limit),
@@ -285,7 +325,8 @@ class KerasProgram:
         return self._net.model.loss(y, logits)
 
     def load(self, dataset: Dataset) -> None:
-        self._pipeline.load(dataset)
+        # The targets in the loss's dtype; every pipeline keeps the dtype it is given.
+        self._pipeline.load(Dataset(dataset.x, np.asarray(dataset.y, self._loss.target_dtype)))
 
     def init(self, params: dict[str, np.ndarray]) -> State:
         """A parked state of these parameters (and the initial buffers, a fresh optimizer); the
@@ -366,7 +407,7 @@ class KerasProgram:
         trainable = [ops.convert_to_tensor(v) for v in self._values(state, model.trainable_variables)]
         non_trainable = [ops.convert_to_tensor(v) for v in self._values(state, model.non_trainable_variables)]
         loss, grads = self._grad_fn(trainable, non_trainable, ops.convert_to_tensor(x),
-                                    ops.convert_to_tensor(np.asarray(y, np.int32)))
+                                    ops.convert_to_tensor(np.asarray(y, self._loss.target_dtype)))
         out = {name: self._canonical(name, g) for name, g in zip(self._trainable_names, grads)}
         return float(ops.convert_to_numpy(loss)), out
 

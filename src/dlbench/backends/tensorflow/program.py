@@ -11,6 +11,7 @@ tf.function(jit_compile=True) (XLA).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
@@ -19,7 +20,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 import tensorflow as tf
 
-from dlbench.backends.base import Program
+from dlbench.backends.base import Program, Unsupported
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.backends.tensorflow import mirrored, pipeline
 from dlbench.workloads.data import Augment, Dataset
@@ -28,7 +29,29 @@ DTYPES = {"float32": tf.float32, "float64": tf.float64}
 # Compute dtype per reduced precision: variables and the optimizer stay float32, the forward pass
 # runs on bfloat16 casts of them (fp16 needs Keras's loss scaler: TensorFlowBackend.precisions).
 COMPUTE_DTYPES = {"bf16": tf.bfloat16}
-LOSS = "mean_softmax_cross_entropy"  # reduce_mean of sparse_softmax_cross_entropy_with_logits
+
+
+def _squared_error(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+    return tf.reduce_mean(tf.square(logits - labels), axis=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Loss:
+    """One loss of the numerics block: per-sample losses from (labels, logits), whose mean over
+    the batch is the loss; the targets' dtype (None: the program's float dtype) and shape per
+    sample (None: any length, fixed by the first batch)."""
+
+    per_sample: Callable[..., tf.Tensor]
+    target_dtype: tf.DType | None
+    target_shape: tuple[int | None, ...]
+
+
+# spec.Numerics.loss -> how TF computes it. The squared error averages each sample's values
+# first: with every sample the same size, the batch mean of those is the mean over all values.
+LOSSES: dict[str, Loss] = {
+    "mean_softmax_cross_entropy": Loss(tf.nn.sparse_softmax_cross_entropy_with_logits, tf.int32, ()),
+    "mean_squared_error": Loss(_squared_error, None, (None,)),
+}
 DROPOUT = 0.0  # no model has a dropout layer
 
 Batch = tuple[tf.Tensor, tf.Tensor]
@@ -178,7 +201,13 @@ class TensorFlowProgram:
         spec = trial.workload
         self._model = model
         self._fields: tuple[str, ...] = workload.NUMERICS_FIELDS
+        if spec.numerics.loss not in LOSSES:
+            raise Unsupported(f"the TensorFlow backend implements the losses {', '.join(LOSSES)},"
+                              f" not {spec.numerics.loss!r}")
+        self._loss_name = spec.numerics.loss
+        self._loss = LOSSES[spec.numerics.loss]
         self._dtype = DTYPES[spec.numerics.dtype]
+        self._y_dtype = self._loss.target_dtype or self._dtype
         self._compute: tf.DType | None = COMPUTE_DTYPES.get(trial.precision)
         self._strategy = mirrored.strategy() if trial.devices > 1 else None
         with self._strategy.scope() if self._strategy is not None else contextlib.nullcontext():
@@ -191,7 +220,7 @@ class TensorFlowProgram:
         # Fixed shapes: the step traces (and compiles) exactly once.
         signature = [
             tf.TensorSpec((spec.batch_size, *sample_shape), self._x_dtype),
-            tf.TensorSpec((spec.batch_size,), tf.int32),
+            tf.TensorSpec((spec.batch_size, *self._loss.target_shape), self._y_dtype),
         ]
         mode = trial.policy.mode
         # Data parallelism: XLA compiles each replica's forward and backward (jit_compile on
@@ -241,7 +270,7 @@ class TensorFlowProgram:
             return loss, grads, {}
         with tf.GradientTape() as tape:
             logits, updates = self._forward(x, True)
-            losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+            losses = self._loss.per_sample(labels=y, logits=logits)
             loss = tf.reduce_mean(losses)
         grads = tape.gradient(loss, self._vars)
         # An embedding lookup's gradient is IndexedSlices: dense, as torch and JAX update it.
@@ -276,7 +305,7 @@ class TensorFlowProgram:
         summed over the replicas they are the global batch's mean loss and gradients."""
         with tf.GradientTape() as tape:
             logits, _ = self._forward(x, True)
-            losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+            losses = self._loss.per_sample(labels=y, logits=logits)
             loss = tf.nn.compute_average_loss(losses, global_batch_size=global_rows)
         grads = tape.gradient(loss, self._vars)
         return loss, {k: tf.convert_to_tensor(g) for k, g in grads.items()}
@@ -303,7 +332,7 @@ class TensorFlowProgram:
         on = None if self._policy.data == "device" else "/CPU:0"
         with tf.device(on):
             self._x = tf.Variable(dataset.x, trainable=False, dtype=self._x_dtype, name="inputs")
-            self._y = tf.Variable(dataset.y, trainable=False, dtype=tf.int32, name="labels")
+            self._y = tf.Variable(dataset.y, trainable=False, dtype=self._y_dtype, name="labels")
         self._device_gather = pipeline.DeviceGather(self._x, self._y)
 
     def init(self, params: dict[str, np.ndarray]) -> State:
@@ -358,7 +387,7 @@ class TensorFlowProgram:
     def loss_and_grads(
         self, state: State, x: np.ndarray, y: np.ndarray
     ) -> tuple[float, dict[str, np.ndarray]]:
-        x_t, y_t = tf.constant(x, dtype=self._x_dtype), tf.constant(y, dtype=tf.int32)
+        x_t, y_t = tf.constant(x, dtype=self._x_dtype), tf.constant(y, dtype=self._y_dtype)
         loss, grads, _ = self._grads(x_t, y_t)
         canonical = self._model.layout.to_canonical({k: g.numpy() for k, g in grads.items()})
         return float(loss.numpy()), canonical
@@ -397,7 +426,7 @@ class TensorFlowProgram:
             "bias_correction": adam.bias_correction,
             "weight_decay": adam.weight_decay,
             "dropout": DROPOUT,
-            "loss": LOSS,
+            "loss": self._loss_name,
             "dtype": ",".join(dtypes),
             **self._model.numerics(),
         }

@@ -1,5 +1,5 @@
 """The training machinery every torch workload shares, written the way a careful practitioner
-writes it by hand: an nn.Module, torch.optim.Adam (fused), nn.CrossEntropyLoss, a DataLoader
+writes it by hand: an nn.Module, torch.optim.Adam (fused), the spec's loss (LOSSES), a DataLoader
 over in-memory tensors fed by the spec's index rows, and in `compiled` mode torch.compile of the
 whole train step.
 
@@ -26,14 +26,13 @@ import torch
 from torch import nn
 
 from dlbench import workloads
-from dlbench.backends.base import shard_slice
+from dlbench.backends.base import Unsupported, shard_slice
 from dlbench.backends.torch import COMPILE_OPTIONS, INFER_COMPILE_OPTIONS, ddp, device, pipeline
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.workloads.data import Augment, Dataset
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
-LOSS = "mean_softmax_cross_entropy"
 # Larger prediction inputs are split so that activations stay bounded (outside the timed window).
 PREDICT_CHUNK = 1024
 
@@ -80,7 +79,7 @@ class ConvKernel:
         return a.transpose(2, 3, 1, 0)
 
 
-_NORMS = (nn.modules.batchnorm._BatchNorm, nn.LayerNorm)
+_NORMS = (nn.modules.batchnorm._BatchNorm, nn.LayerNorm, nn.GroupNorm)
 # Leaf renames per owner type; a norm's num_batches_tracked (None) has no canonical twin.
 _NORM_LEAVES: dict[str, str | None] = {
     "weight": "scale", "bias": "bias", "running_mean": "mean", "running_var": "var",
@@ -231,6 +230,38 @@ def make_loss() -> nn.CrossEntropyLoss:
     return nn.CrossEntropyLoss(reduction="mean", label_smoothing=0.0)
 
 
+def _cross_entropy_name(loss: nn.Module) -> str:
+    assert isinstance(loss, nn.CrossEntropyLoss)
+    if loss.label_smoothing == 0.0 and loss.weight is None:
+        return f"{loss.reduction}_softmax_cross_entropy"
+    return repr(loss)
+
+
+@dataclass(frozen=True)
+class Loss:
+    """One loss of the numerics block: the module, whether its targets are integer class
+    indices (int64) or floats in the program's dtype, and its name read back from the module."""
+
+    make: Callable[[], nn.Module]
+    integer_targets: bool
+    name: Callable[[nn.Module], str]
+
+
+# spec.Numerics.loss -> how torch computes it.
+LOSSES: dict[str, Loss] = {
+    "mean_softmax_cross_entropy": Loss(make_loss, True, _cross_entropy_name),
+    "mean_squared_error": Loss(lambda: nn.MSELoss(reduction="mean"), False,
+                               lambda m: f"{getattr(m, 'reduction', '?')}_squared_error"),
+}
+
+
+def pick_loss(name: str) -> Loss:
+    """LOSSES[name], or Unsupported naming the loss and those implemented."""
+    if name not in LOSSES:
+        raise Unsupported(f"the torch backend implements the losses {', '.join(LOSSES)}, not {name!r}")
+    return LOSSES[name]
+
+
 @dataclass
 class State:
     """Training state: torch keeps parameters, BatchNorm buffers and optimizer moments in these
@@ -268,7 +299,8 @@ class TorchProgram:
         # Float inputs follow the program's dtype (float64 for the reference); token ids are
         # int64, the index type nn.functional.embedding is written for.
         self._x_dtype = self._dtype if np.issubdtype(self._x_canonical, np.floating) else torch.int64
-        self._loss_fn = make_loss()
+        self._loss = pick_loss(spec.numerics.loss)
+        self._loss_fn = self._loss.make()
         meta = self._meta_module()
         self._params, self._buffers = slots(meta, model.layouts)
         _check_canonical(meta, self._workload.param_shapes(spec), self._params, "parameters")
@@ -310,7 +342,10 @@ class TorchProgram:
         return t.to(on, dtype=self._x_dtype, copy=True)
 
     def _labels(self, y: np.ndarray, on: torch.device | None = None) -> torch.Tensor:
-        return torch.from_numpy(np.asarray(y, dtype=np.int64)).to(self._device if on is None else on, copy=True)
+        on = self._device if on is None else on
+        if self._loss.integer_targets:
+            return torch.from_numpy(np.asarray(y, dtype=np.int64)).to(on, copy=True)
+        return torch.from_numpy(np.ascontiguousarray(y)).to(on, dtype=self._dtype, copy=True)
 
     def load(self, dataset: Dataset) -> None:
         # "pipeline": host tensors, which the DataLoader gathers (in its workers, if any).
@@ -476,9 +511,7 @@ class TorchProgram:
             "bias_correction": True,  # likewise: torch.optim.Adam always bias-corrects
             "weight_decay": float(group["weight_decay"]),
             "dropout": max((float(m.p) for m in module.modules() if isinstance(m, nn.Dropout)), default=0.0),
-            "loss": f"{loss.reduction}_softmax_cross_entropy"
-            if loss.label_smoothing == 0.0 and loss.weight is None
-            else repr(loss),
+            "loss": self._loss.name(loss),
             "dtype": str(next(module.parameters()).dtype).removeprefix("torch."),
             **self._model.numerics(module),
         }
