@@ -21,7 +21,7 @@ MODES = ("eager", "graph", "compiled")
 # Which framework runs which on which device is data in each backend (backends/precision.py).
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 # What a trial measures; each workload says which it runs and how (workloads: SCENARIOS).
-SCENARIOS = ("train", "infer", "converge")
+SCENARIOS = ("train", "infer", "converge", "rollout")
 COMPILE_CACHES = ("cold", "warm")
 LABELS = ("learnable", "random")
 # Where the training data lives: "pipeline", the framework's idiomatic loader (DataLoader,

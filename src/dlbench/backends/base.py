@@ -362,6 +362,9 @@ def build_program(package: str, trial: TrialSpec) -> Program:
     """Import the workload's builder module for `package` (builder_module) and call its
     `build`. A plugin's builder that fails to import or lacks `build` is one line naming it."""
     workload = trial.workload.name
+    declared = workloads.framework_unsupported(workload, family(package))
+    if declared is not None:
+        raise Unsupported(f"{family(package)} does not run {workload}: {declared}")
     name = builder_module(package, workload)
     if name is None or not module_installed(name):
         raise Unsupported(f"{family(package)} has no implementation of {workload!r}")

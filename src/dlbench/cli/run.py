@@ -74,7 +74,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--mode", type=comma_list("mode"), help="eager, graph, compiled (default: compiled)")
     p.add_argument("--precision", type=comma_list("precision"),
                    help="fp32, tf32, bf16, fp16 (comma list; default fp32; dlbench list shows what runs here)")
-    p.add_argument("--scenario", type=comma_list("scenario"), help="train, infer, converge (default: train)")
+    p.add_argument("--scenario", type=comma_list("scenario"), help="train, infer, converge, rollout (RL workloads) (default: train)")
     p.add_argument("--devices", type=int_list("devices"),
                    help="data-parallel devices per trial, e.g. 1,2,4 (default: 1)")
     p.add_argument("--scaling", help="with --devices: weak (batch per device, the default) or strong"
@@ -250,6 +250,8 @@ class ConsoleProgress(Progress):
             p50_ms, p99_ms = (1e3 * (m[k] or 0.0) for k in ("latency_p50_s", "latency_p99_s"))
             text = (f"ok: p50 {p50_ms:.3f} ms, p99 {p99_ms:.3f} ms at batch 1,"
                     f" {m['infer_samples_per_s']:.1f} samples/s at batch {m['infer_batch_size']:g}")
+        elif result.status == "ok" and "env_steps_per_s" in m:  # an RL workload (runner/rl.py)
+            text = rl_line(planned.spec.scenario, m)
         elif result.status == "ok" and planned.spec.scenario == "converge":
             text = (f"ok: {m['accuracy']:.3f} after {m['steps']:.0f} steps, "
                     + (f"target in {m['time_to_target_s']:.1f} s" if m.get("reached_target") else "target not reached")
@@ -261,6 +263,19 @@ class ConsoleProgress(Progress):
         else:
             text = f"{result.status}: {result.error}"
         self.console.print(printable(f"{self._label} {text}"), highlight=False)  # errors echo the environment
+
+
+def rl_line(scenario: str, m: dict[str, float | None]) -> str:
+    """The one-line outcome of an RL trial (runner/rl.py)."""
+    if scenario == "converge":
+        return (f"ok: mean return {m.get('final_return') or 0.0:.1f} after {m.get('episodes') or 0:.0f} episodes, "
+                + (f"target in {m['steps_to_target']:.0f} env steps, {m['time_to_target_s']:.1f} s"
+                   if m.get("reached_target") else "target not reached"))
+    parts = [f"{m['env_steps_per_s'] or 0.0:.0f} env steps/s"]
+    if m.get("update_samples_per_s") is not None:
+        parts.append(f"{m['update_samples_per_s']:.0f} update samples/s, {1e3 * (m.get('iteration_s_median') or 0.0):.1f}"
+                     " ms per iteration")
+    return "ok: " + ", ".join(parts)
 
 
 def print_plan(console: Console, plan: Plan, costs: Costs) -> None:

@@ -22,7 +22,7 @@ from dlbench import workloads
 from dlbench.backends import support
 from dlbench.backends.base import Backend, Unsupported
 from dlbench.results.records import TrialResult
-from dlbench.runner import converge, inference, parallel, train
+from dlbench.runner import converge, inference, parallel, rl, train
 from dlbench.runner.child import setup_environment
 from dlbench.runner.context import Monitors, TrialContext, import_and_configure
 from dlbench.runner.timing import EventLog, Phases, events_path, parity_path, process_start_monotonic
@@ -33,6 +33,9 @@ SCENARIOS: dict[str, Callable[[TrialContext], None]] = {
     "train": train.run,
     "infer": inference.run,
     "converge": converge.run,
+    "rl_rollout": rl.run_rollout,
+    "rl_train": rl.run_train,
+    "rl_converge": rl.run_converge,
 }
 
 
