@@ -55,7 +55,7 @@ SWEEP_DEFAULTS: dict[str, Any] = {
     "memory_limit": None, "allow_concurrent": False, "order_seed": None,
     "infer_requests": 1000, "infer_budget_s": 20.0, "option": (),
     "target_accuracy": None, "eval_every": 32, "max_steps": 2000, "max_time_s": 600.0,
-    "data": ("pipeline",), "loader_workers": 0, "augment": "none",
+    "data": ("pipeline",), "rollout": ("default",), "loader_workers": 0, "augment": "none",
     "executor": "local", "address": None,
 }
 # Options that say how to run, not what: --resume takes them too.
@@ -111,6 +111,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--max-steps", type=int, help="converge: step budget (default 2000)")
     p.add_argument("--max-time-s", type=float,
                    help="converge: training-time budget in seconds, evaluation excluded (default 600)")
+    p.add_argument("--rollout", type=comma_list("rollout"),
+                   help="RL workloads: where the rollout runs: host (a Python loop of steps), fused (one compiled"
+                        " program), default (fused where the mode compiles and the framework can), or several")
     p.add_argument("--data", type=comma_list("data placement"),
                    help="pipeline (the framework's loader), device (whole dataset on the device), or both")
     p.add_argument("--loader-workers", type=int,
@@ -187,7 +190,7 @@ def sweep_from_options(o: dict[str, Any]) -> Sweep:
         memory_limit_bytes=o["memory_limit"],
         infer_requests=o["infer_requests"], infer_budget_s=o["infer_budget_s"],
         options=tuple(parse_option(text) for text in o["option"]),
-        data=o["data"], loader_workers=o["loader_workers"], augment=o["augment"],
+        data=o["data"], rollouts=o["rollout"], loader_workers=o["loader_workers"], augment=o["augment"],
         target_accuracy=o["target_accuracy"], eval_every=o["eval_every"], max_steps=o["max_steps"],
         max_time_s=o["max_time_s"],
         order_seed=o["order_seed"] if o["order_seed"] is not None else random.randrange(2**31),

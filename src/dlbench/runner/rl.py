@@ -210,6 +210,7 @@ def run_converge(ctx: TrialContext) -> None:
     result.series["accuracy"] = [(float(s), r / cartpole.MAX_STEPS) for s, _, r in points]
     result.series["accuracy_by_time"] = [(t, r / cartpole.MAX_STEPS) for _, t, r in points]
     m[workloads.get(trial.workload.name).QUALITY] = m["final_return"]
+    _parity(ctx)  # after training: its compile must not warm anything the clock measures
     allocator_metrics(ctx)
 
 

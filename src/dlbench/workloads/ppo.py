@@ -62,7 +62,7 @@ MODEL_SIZES = {
 
 # dataset_size: transitions of the frozen rollout (parity); batch_size: its minibatch.
 PRESETS = {
-    "tiny": Preset(model_size="tiny", dataset_size=64, batch_size=32, epochs=2, warmup_epochs=1, eval_size=32),
+    "tiny": Preset(model_size="tiny", dataset_size=64, batch_size=32, epochs=1, warmup_epochs=1, eval_size=32),
     "cpu": Preset(model_size="default", dataset_size=512, batch_size=128, epochs=20, warmup_epochs=2,
                   eval_size=128),
     "gpu": Preset(model_size="default", dataset_size=512, batch_size=128, epochs=50, warmup_epochs=2,
