@@ -17,6 +17,7 @@ from dlbench.report.headline import (
 from dlbench.report.inference import infer_table
 from dlbench.report.model import Report
 from dlbench.report.ranking import ranking_table
+from dlbench.report.rl import rl_table
 from dlbench.report.scaling import scaling_table
 from dlbench.report.tabledata import Table
 
@@ -35,7 +36,8 @@ def _gpu(report: Report) -> Table | None:
 
 
 TABLES: tuple[Callable[[Report], Table | None], ...] = (
-    ranking_table, headline_table, _startup, _gpu, scaling_table, converge_table, stall_table, infer_table)
+    ranking_table, headline_table, _startup, _gpu, scaling_table, converge_table, stall_table, infer_table,
+    rl_table)
 
 
 def report_tables(report: Report) -> list[Table]:
