@@ -48,6 +48,13 @@ class Capabilities:
     train: bool = True
     infer: bool = False
     grads: bool = True
+    # Workloads this backend does not run, each with the reason a user reads in `dlbench list`
+    # and in the trial's status: (workload, reason) pairs.
+    declined: tuple[tuple[str, str], ...] = ()
+
+    def declines(self, workload: str) -> str | None:
+        """The reason this backend does not run `workload`, or None."""
+        return dict(self.declined).get(workload)
 
     def names(self) -> list[str]:
         return [name for name, has in (("train", self.train), ("infer", self.infer), ("grads", self.grads)) if has]
@@ -362,9 +369,6 @@ def build_program(package: str, trial: TrialSpec) -> Program:
     """Import the workload's builder module for `package` (builder_module) and call its
     `build`. A plugin's builder that fails to import or lacks `build` is one line naming it."""
     workload = trial.workload.name
-    declared = workloads.framework_unsupported(workload, family(package))
-    if declared is not None:
-        raise Unsupported(f"{family(package)} does not run {workload}: {declared}")
     name = builder_module(package, workload)
     if name is None or not module_installed(name):
         raise Unsupported(f"{family(package)} has no implementation of {workload!r}")

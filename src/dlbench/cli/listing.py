@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from dlbench import backends, workloads
 from dlbench.backends import get_backend, precision, registered
-from dlbench.backends.base import builder_module, family, module_installed
+from dlbench.backends.base import builder_module, module_installed
 from dlbench.backends.support import scenario_unsupported
 from dlbench.cli.common import add_store_argument
 from dlbench.machine import bf16_on_cpu
@@ -68,11 +68,11 @@ def support(name: str) -> Support:
     for w in workloads.usable():
         builder = builder_module(type(backend).__module__, w)
         has_impl = builder is not None and module_installed(builder)
-        declared = workloads.framework_unsupported(w, family(type(backend).__module__))
+        declined = backend.capabilities.declines(w)
         for mode in MODES:
             reason = modes.get(mode)
-            if declared is not None:
-                reason = f"{family(type(backend).__module__)} does not run {w}: {declared}"
+            if declined is not None:
+                reason = declined
             elif not has_impl:
                 reason = f"{name} has no implementation of {w!r}"
             elif not ok:

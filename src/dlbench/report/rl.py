@@ -6,7 +6,14 @@ headline table. Time to the return target is the converge table's (report/conver
 from __future__ import annotations
 
 from dlbench.report import model
-from dlbench.report.cells import STATUS, label_cells, label_columns, metric_cell, parity_cell, status_cell
+from dlbench.report.cells import (
+    STATUS,
+    label_cells,
+    label_columns,
+    metric_cell,
+    parity_cell,
+    status_cell,
+)
 from dlbench.report.columns import RL
 from dlbench.report.model import Config, Report
 from dlbench.report.tabledata import Cell, Table

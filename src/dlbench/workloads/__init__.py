@@ -124,13 +124,6 @@ def validate(spec: WorkloadSpec) -> None:
                             " allowed is none")
 
 
-def framework_unsupported(name: str, family: str) -> str | None:
-    """The reason the workload declares for not running on a backend family ("keras", "torch",
-    ...; its optional UNSUPPORTED table), else None."""
-    declared: dict[str, str] = getattr(get(name), "UNSUPPORTED", {})
-    return declared.get(family)
-
-
 def scenario_unsupported(name: str, scenario: str) -> str | None:
     """None when the workload runs `scenario`, else the reason (one line)."""
     runs = get(name).SCENARIOS

@@ -25,8 +25,8 @@ from typing import NamedTuple, final
 
 import numpy as np
 
+import dlbench.workloads.cartpole as cartpole
 from dlbench.spec import Numerics, WorkloadSpec
-from dlbench.workloads import cartpole
 from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, Preset
 from dlbench.workloads.data import STREAM_DATA, STREAM_EVAL, STREAM_FIXED_BATCH, Dataset
 from dlbench.workloads.params import dense_inits, dense_shapes, draw_params
@@ -35,13 +35,6 @@ NAME = "ppo"
 # --scenario -> runner scenario (runner/worker.py: SCENARIOS; runner/rl.py).
 SCENARIOS = {"rollout": "rl_rollout", "train": "rl_train", "converge": "rl_converge"}
 QUALITY = "episode_return"
-# Frameworks that do not run PPO, and why (shown by `dlbench list`, the trial's status).
-UNSUPPORTED = {
-    "keras": ("Keras has no environment or rollout API and its fit loop cannot express PPO's"
-              " interleaved rollouts and clipped-ratio updates; a Keras PPO would be a hand-written"
-              " loop in the backend's own ops, i.e. the jax, torch or tensorflow program again"),
-    "onnxruntime": "ONNX Runtime runs inference only; PPO trains",
-}
 
 
 @final
