@@ -157,8 +157,9 @@ def test_list_is_a_matrix_that_fits(width, monkeypatch, capsys):
     rows = [line for line in text.splitlines() if re.match(r"(torch|jax|tensorflow)\b", line)]
     assert len(rows) >= 6  # a row per framework in each matrix, not one per framework x workload x mode
     # the long form printed over 100 rows; the matrices and their notes fit a tall screen (at 80
-    # columns a matrix of many workloads splits, which adds its rows once more)
-    assert len(text.splitlines()) < 80
+    # columns a matrix of many workloads splits, which adds its rows once more; 6 built-in
+    # workloads, the plugin's and the rollout scenario's notes: 90 lines at 80 columns)
+    assert len(text.splitlines()) < 95
     assert "modes: e = eager, g = graph, c = compiled" in " ".join(text.split())
 
 

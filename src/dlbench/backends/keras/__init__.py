@@ -39,9 +39,8 @@ from dlbench.spec import Policy, TrialSpec
 
 PACKAGE = "dlbench.backends.keras"
 # PPO (workloads/ppo.py) is a loop of rollouts and updates written in a framework's own ops.
-PPO_REASON = ("Keras has no environment or rollout API, and its fit loop cannot express PPO's interleaved"
-              " rollouts and clipped-ratio updates; a Keras PPO would be a hand-written loop in the backend"
-              " framework's own ops, which is the jax, torch or tensorflow program again: run those")
+PPO_REASON = ("Keras has no rollout API and its fit loop cannot express PPO's interleaved rollouts and"
+              " updates (a Keras PPO would be the jax, torch or tensorflow loop again)")
 CAPABILITIES = Capabilities(train=True, infer=True, grads=True, declined=(("ppo", PPO_REASON),))
 # Keras 3's own data parallelism (keras.distribution.DataParallel) exists for the JAX backend
 # only, and a Keras-on-TF MirroredStrategy or Keras-on-torch DDP would be the native backends'
