@@ -17,9 +17,9 @@ from dlbench.workloads import WORKLOADS, cnn, node, resnet
 from dlbench.workloads.data import STREAM_TEACHER, teacher_labels
 
 NAMES = list(WORKLOADS)
-# The classifiers (integer labels, teacher, chance-level loss); ddpm regresses noise and has its
-# own checks in tests/test_workload_ddpm.py.
-CLASSIFIERS = [n for n in NAMES if n != "ddpm"]
+# The classifiers: labels, chance-level loss and the shared numerics hold for them (ppo and
+# ddpm have their own tests: tests/test_ppo.py, tests/test_workload_ddpm.py).
+SUPERVISED = [n for n in NAMES if WORKLOADS[n].QUALITY == "accuracy"]
 COMMON_FIELDS = {"optimizer", "learning_rate", "beta1", "beta2", "eps", "eps_placement",
                  "bias_correction", "weight_decay", "dropout", "loss", "dtype"}
 
@@ -35,7 +35,7 @@ def small_spec(name: str, **kw: object) -> WorkloadSpec:
 
 
 def test_registry_order():
-    assert NAMES == ["mlp", "cnn", "resnet", "transformer", "node", "ddpm"]
+    assert NAMES == ["mlp", "cnn", "resnet", "transformer", "node", "ppo", "ddpm"]
     assert all(WORKLOADS[n].NAME == n for n in NAMES)
 
 
@@ -72,7 +72,7 @@ def test_initial_values_follow_the_rule(name: str):
             assert np.abs(v).max() <= bound and np.abs(v).max() > 0.9 * bound, k
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", SUPERVISED)
 def test_numerics_block(name: str):
     module = WORKLOADS[name]
     fields = set(module.NUMERICS_FIELDS)
@@ -91,7 +91,7 @@ def test_numerics_block(name: str):
         assert module.NUMERICS == Numerics(padding=padding)
 
 
-@pytest.mark.parametrize("name", CLASSIFIERS)
+@pytest.mark.parametrize("name", SUPERVISED)
 def test_datasets_match_the_input_spec_and_are_seeded(name: str):
     module, spec = WORKLOADS[name], small_spec(name)
     shape, dtype = module.input_spec(spec)
@@ -116,7 +116,7 @@ def test_fixed_batch_and_eval_split_are_not_training_samples(name: str):
     assert not rows & {r.tobytes() for r in module.make_eval_dataset(spec).x}
 
 
-@pytest.mark.parametrize("name", CLASSIFIERS)
+@pytest.mark.parametrize("name", SUPERVISED)
 def test_learnable_labels_are_balanced(name: str):
     spec = small_spec(name, dataset_size=1024)
     counts = np.bincount(WORKLOADS[name].make_dataset(spec).y, minlength=spec.num_classes)
@@ -124,7 +124,7 @@ def test_learnable_labels_are_balanced(name: str):
     assert counts.max() <= 3 * share and counts.min() > 0, counts
 
 
-@pytest.mark.parametrize("name", [n for n in CLASSIFIERS if n != "node"])
+@pytest.mark.parametrize("name", [n for n in SUPERVISED if n != "node"])
 def test_teacher_labels_hold_with_the_margin(name: str):
     """The labels are the teacher's on the module's teacher features, every sample beyond the
     margin (a hair less: the features are recomputed from float32 inputs)."""
@@ -155,7 +155,7 @@ def test_node_labels_are_the_nearest_spiral_arm():
     assert np.mean(dist.argmin(axis=1) == data.y) > 0.99
 
 
-@pytest.mark.parametrize("name", CLASSIFIERS)
+@pytest.mark.parametrize("name", SUPERVISED)
 def test_random_labels_are_uniform_and_unrelated(name: str):
     module = WORKLOADS[name]
     learnable = module.make_dataset(small_spec(name, dataset_size=1024))
@@ -165,7 +165,7 @@ def test_random_labels_are_uniform_and_unrelated(name: str):
     assert np.mean(rand.y == learnable.y) < 0.2
 
 
-@pytest.mark.parametrize("name", CLASSIFIERS)
+@pytest.mark.parametrize("name", SUPERVISED)
 def test_reference_loss_at_init_is_near_chance(name: str):
     module, spec = WORKLOADS[name], small_spec(name)
     batch = module.fixed_batch(spec, 32)

@@ -21,7 +21,7 @@ MODES = ("eager", "graph", "compiled")
 # Which framework runs which on which device is data in each backend (backends/precision.py).
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 # What a trial measures; each workload says which it runs and how (workloads: SCENARIOS).
-SCENARIOS = ("train", "infer", "converge")
+SCENARIOS = ("train", "infer", "converge", "rollout")
 COMPILE_CACHES = ("cold", "warm")
 LABELS = ("learnable", "random")
 # Where the training data lives: "pipeline", the framework's idiomatic loader (DataLoader,
@@ -35,6 +35,11 @@ DTYPES = ("float32", "float64")
 # Matmul precision of float32 matmuls and convolutions: "highest" (IEEE fp32, every TF32 switch
 # off) or "tf32" (TF32 tensor cores), which precision tf32 and only it selects.
 MATMUL_PRECISIONS = ("highest", "tf32")
+# Where a reinforcement-learning rollout runs (workloads/ppo.py): "host", a Python loop of
+# environment steps, each a call into the framework; "fused", the whole rollout one compiled
+# program (lax.scan, tf.function over a tf.while_loop); "default", fused where the mode compiles
+# and the framework can, else host. Supervised workloads ignore it.
+ROLLOUTS = ("default", "host", "fused")
 # Inference (scenario "infer"): a p99 needs at least 100 requests to be more than the maximum.
 MIN_INFER_REQUESTS = 100
 # The inference scenario's load (runner/inference.py, runner/loadgen.py): "standard", MLPerf
@@ -195,9 +200,12 @@ class Policy:
     # value, each declared and validated by its backend (Backend.options); empty for the
     # framework's defaults, and then left out of the serialised spec.
     options: dict[str, str] = field(default_factory=dict, metadata=OMIT_DEFAULT)
+    # Rollout placement of RL workloads (ROLLOUTS).
+    rollout: str = field(default="default", metadata=OMIT_DEFAULT)
 
     def validate(self) -> None:
         _check_choice("mode", self.mode, MODES)
+        _check_choice("rollout", self.rollout, ROLLOUTS)
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.options.items()):
             raise SpecError(f"options must map names to strings, got {self.options!r}")
         _check_choice("compile cache", self.compile_cache, COMPILE_CACHES)

@@ -58,6 +58,13 @@ METRICS: dict[str, Metric] = {
     "recompiles_in_window": _ratio("lower"),
     "timed_steps": _ratio(),
     "timed_window_short": _ratio(),  # 1.0: too short to time (analysis/window.py)
+    # reinforcement learning (runner/rl.py)
+    "env_steps_per_s": Metric("1/s", "higher", "env steps/s"),
+    "update_samples_per_s": Metric("1/s", "higher", "update samples/s"),
+    "iteration_s_median": _s("median iteration ms"),
+    "rollout_s_median": _s("median rollout ms"),
+    "final_return": _ratio("higher", "mean return"),
+    "episodes": _ratio(),
     # memory
     "rss_start_bytes": _b(),
     "rss_after_import_bytes": _b(),
@@ -165,6 +172,7 @@ HEADLINE_BY_SCENARIO = {
     "train": "samples_per_s",
     "infer": "infer_samples_per_s",
     "converge": "time_to_target_s",
+    "rollout": "env_steps_per_s",
 }
 
 

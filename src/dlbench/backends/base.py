@@ -48,6 +48,13 @@ class Capabilities:
     train: bool = True
     infer: bool = False
     grads: bool = True
+    # Workloads this backend does not run, each with the reason a user reads in `dlbench list`
+    # and in the trial's status: (workload, reason) pairs.
+    declined: tuple[tuple[str, str], ...] = ()
+
+    def declines(self, workload: str) -> str | None:
+        """The reason this backend does not run `workload`, or None."""
+        return dict(self.declined).get(workload)
 
     def names(self) -> list[str]:
         return [name for name, has in (("train", self.train), ("infer", self.infer), ("grads", self.grads)) if has]

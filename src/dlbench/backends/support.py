@@ -67,6 +67,9 @@ def unsupported(trial: TrialSpec, backend: Backend, device: str) -> str | None:
     """None when `backend` runs the (valid) `trial` on `device` ("cpu" or "cuda"), else the
     reason, one line: the first of the workload's scenarios, the backend's capability, its
     modes, its precisions on that device, and data parallelism that says no."""
+    declined = backend.capabilities.declines(trial.workload.name)
+    if declined is not None:
+        return f"{trial.framework} does not run {trial.workload.name}: {declined}"
     reason = workloads.scenario_unsupported(trial.workload.name, trial.scenario)
     if reason is None:
         reason = scenario_unsupported(trial.framework, backend.capabilities, trial.scenario)

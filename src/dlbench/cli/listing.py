@@ -68,9 +68,12 @@ def support(name: str) -> Support:
     for w in workloads.usable():
         builder = builder_module(type(backend).__module__, w)
         has_impl = builder is not None and module_installed(builder)
+        declined = backend.capabilities.declines(w)
         for mode in MODES:
             reason = modes.get(mode)
-            if not has_impl:
+            if declined is not None:
+                reason = declined
+            elif not has_impl:
                 reason = f"{name} has no implementation of {w!r}"
             elif not ok:
                 reason = f"not installed: pip install 'dlbench[{name}]'"

@@ -56,7 +56,7 @@ SWEEP_DEFAULTS: dict[str, Any] = {
     "infer_requests": 1000, "infer_budget_s": 20.0, "option": (),
     "load": "standard", "qps": None, "p99_bound_ms": None,
     "target_accuracy": None, "eval_every": 32, "max_steps": 2000, "max_time_s": 600.0,
-    "data": ("pipeline",), "loader_workers": 0, "augment": "none",
+    "data": ("pipeline",), "rollout": ("default",), "loader_workers": 0, "augment": "none",
     "executor": "local", "address": None, "profile": False,
 }
 # Options that say how to run, not what: --resume takes them too.
@@ -75,7 +75,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--mode", type=comma_list("mode"), help="eager, graph, compiled (default: compiled)")
     p.add_argument("--precision", type=comma_list("precision"),
                    help="fp32, tf32, bf16, fp16 (comma list; default fp32; dlbench list shows what runs here)")
-    p.add_argument("--scenario", type=comma_list("scenario"), help="train, infer, converge (default: train)")
+    p.add_argument("--scenario", type=comma_list("scenario"), help="train, infer, converge, rollout (RL workloads) (default: train)")
     p.add_argument("--devices", type=int_list("devices"),
                    help="data-parallel devices per trial, e.g. 1,2,4 (default: 1)")
     p.add_argument("--scaling", help="with --devices: weak (batch per device, the default) or strong"
@@ -119,6 +119,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--max-steps", type=int, help="converge: step budget (default 2000)")
     p.add_argument("--max-time-s", type=float,
                    help="converge: training-time budget in seconds, evaluation excluded (default 600)")
+    p.add_argument("--rollout", type=comma_list("rollout"),
+                   help="RL workloads: where the rollout runs: host (a Python loop of steps), fused (one compiled"
+                        " program), default (fused where the mode compiles and the framework can), or several")
     p.add_argument("--data", type=comma_list("data placement"),
                    help="pipeline (the framework's loader), device (whole dataset on the device), or both")
     p.add_argument("--loader-workers", type=int,
@@ -199,7 +202,7 @@ def sweep_from_options(o: dict[str, Any]) -> Sweep:
         infer_requests=o["infer_requests"], infer_budget_s=o["infer_budget_s"],
         infer_load=o["load"], server_qps=o["qps"], p99_bound_ms=o["p99_bound_ms"],
         options=tuple(parse_option(text) for text in o["option"]),
-        data=o["data"], loader_workers=o["loader_workers"], augment=o["augment"],
+        data=o["data"], rollouts=o["rollout"], loader_workers=o["loader_workers"], augment=o["augment"],
         target_accuracy=o["target_accuracy"], eval_every=o["eval_every"], max_steps=o["max_steps"],
         max_time_s=o["max_time_s"], profile=bool(o["profile"]),
         order_seed=o["order_seed"] if o["order_seed"] is not None else random.randrange(2**31),
@@ -278,6 +281,8 @@ class ConsoleProgress(Progress):
                 if m.get("infer_samples_per_s") is not None else served_text(m))
             if m.get("infer_accuracy_change") is not None:
                 text += f", held-out accuracy {m['infer_accuracy_change']:+.4f} against float32"
+        elif result.status == "ok" and "env_steps_per_s" in m:  # an RL workload (runner/rl.py)
+            text = rl_line(planned.spec.scenario, m)
         elif result.status == "ok" and planned.spec.scenario == "converge":
             text = (f"ok: {m['accuracy']:.3f} after {m['steps']:.0f} steps, "
                     + (f"target in {m['time_to_target_s']:.1f} s" if m.get("reached_target") else "target not reached")
@@ -289,6 +294,19 @@ class ConsoleProgress(Progress):
         else:
             text = f"{result.status}: {result.error}"
         self.console.print(printable(f"{self._label} {text}"), highlight=False)  # errors echo the environment
+
+
+def rl_line(scenario: str, m: dict[str, float | None]) -> str:
+    """The one-line outcome of an RL trial (runner/rl.py)."""
+    if scenario == "converge":
+        return (f"ok: mean return {m.get('final_return') or 0.0:.1f} after {m.get('episodes') or 0:.0f} episodes, "
+                + (f"target in {m['steps_to_target']:.0f} env steps, {m['time_to_target_s']:.1f} s"
+                   if m.get("reached_target") else "target not reached"))
+    parts = [f"{m['env_steps_per_s'] or 0.0:.0f} env steps/s"]
+    if m.get("update_samples_per_s") is not None:
+        parts.append(f"{m['update_samples_per_s']:.0f} update samples/s, {1e3 * (m.get('iteration_s_median') or 0.0):.1f}"
+                     " ms per iteration")
+    return "ok: " + ", ".join(parts)
 
 
 def print_plan(console: Console, plan: Plan, costs: Costs) -> None:

@@ -28,6 +28,7 @@ from dlbench.spec import (
     DATA_PLACEMENTS,
     MODES,
     PRECISIONS,
+    ROLLOUTS,
     SCALINGS,
     SCENARIOS,
 )
@@ -90,6 +91,7 @@ KEYS: dict[str, Key] = {
     "max-steps": Key("int", minimum=1),
     "max-time-s": Key("seconds"),
     "data": Key("names", lambda: DATA_PLACEMENTS),
+    "rollout": Key("names", lambda: ROLLOUTS),
     "loader-workers": Key("int", minimum=0),
     "augment": Key("name", lambda: AUGMENTATIONS),
     # framework options: "FRAMEWORK.NAME=VALUE" each, checked by the framework's backend

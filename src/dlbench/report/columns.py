@@ -116,6 +116,17 @@ INFER = [
 ]
 
 
+# The reinforcement-learning table (report/rl.py).
+RL = [
+    _m("env_steps_per_s", "env_steps_per_s", _f(0)),
+    _m("update_samples_per_s", "update_samples_per_s", _f(0)),
+    _m("iteration_ms", "iteration_s_median", lambda v: f"{v * 1e3:.1f}"),
+    _m("rollout_ms", "rollout_s_median", lambda v: f"{v * 1e3:.1f}"),
+    _m("first_step_s", "first_step_s", _f(2)),
+    _m("ttfs", "time_to_first_step_s", _f(2)),
+]
+
+
 def compile_value(metrics: Metrics) -> tuple[float | None, bool]:
     """Measured ahead-of-time compile seconds, else the estimate (first step minus a step)."""
     if metrics.get("compile_s") is not None:

@@ -484,7 +484,8 @@ def _device_curves(report: Report) -> list[Curve]:
 def convergence(report: Report) -> Chart | None:
     """Held-out accuracy at each evaluation of the converge scenario, by step and by training
     seconds (evaluation excluded), one line per process, the target dashed."""
-    pairs = [(c, t) for c, t in report.trials() if t.series.get("accuracy_by_time")]
+    # RL trials (a `return` series) have their own chart: returns()
+    pairs = [(c, t) for c, t in report.trials() if t.series.get("accuracy_by_time") and not t.series.get("return")]
     if not pairs:
         return None
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.05,
@@ -506,8 +507,40 @@ def convergence(report: Report) -> Chart | None:
                  "against training seconds (the clock stops while evaluating); dashed: the target.")
 
 
+def returns(report: Report) -> Chart | None:
+    """Reinforcement learning (runner/rl.py, converge): the mean return of the last finished
+    episodes after each iteration, by environment steps and by training seconds, one line per
+    process (seed), the target dashed."""
+    pairs = [(c, t) for c, t in report.trials() if t.series.get("return")]
+    if not pairs:
+        return None
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.05,
+                        subplot_titles=["by environment steps", "by wall-clock time (training only)"])
+    for c, t in pairs:
+        name, color = _t(_trial_name(report, c, t)), _color(report, c.axes["framework"])
+        for col, series in enumerate(("return", "return_by_time"), start=1):
+            points = t.series.get(series) or []
+            fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines",
+                                     name=name, legendgroup=name, showlegend=col == 1,
+                                     line={"color": color, "width": 1.5}), row=1, col=col)
+    for target in sorted({float(t.spec["target_accuracy"]) for _, t in pairs if t.spec.get("target_accuracy")}):
+        fig.add_hline(y=target * RL_MAX_RETURN, line_dash="dash", line_color="#555555", line_width=1)
+    fig.update_xaxes(title_text="environment steps", row=1, col=1)
+    fig.update_xaxes(title_text="seconds of training (first compile included)", row=1, col=2)
+    fig.update_yaxes(title_text="mean episodic return", row=1, col=1)
+    return Chart("returns", "Reinforcement learning: returns", _layout(fig, height=460),
+                 "Mean return of the last 20 finished episodes after each PPO iteration, one line per process"
+                 " (seed): against environment steps and against training seconds; dashed: the target (the"
+                 " normalised target x 500, CartPole's longest episode). Seeds differ by design: once one action"
+                 " flips at a rounding boundary two frameworks' runs diverge, so compare distributions.")
+
+
+# CartPole-v1's longest episode: the converge target of an RL trial is a share of it.
+RL_MAX_RETURN = 500.0
+
 CHARTS: tuple[Callable[[Report], Chart | None], ...] = (
-    throughput, step_times, startup, memory, loss, accuracy, convergence, latency, served_load, efficiency, scaling)
+    throughput, step_times, startup, memory, loss, accuracy, convergence, returns, latency, served_load, efficiency,
+    scaling)
 
 
 def charts(report: Report) -> list[Chart]:

@@ -43,6 +43,8 @@ AXES: dict[str, Callable[[dict[str, Any]], object]] = {
     "data": lambda s: s["policy"].get("data", "pipeline"),
     "augment": lambda s: s["workload"].get("augment", "none"),
     "workers": lambda s: s["policy"].get("loader_workers", 0),
+    # where an RL rollout runs (--rollout); older stores and supervised workloads: default
+    "rollout": lambda s: s["policy"].get("rollout", "default"),
     # a framework's own options (--option; stores before them kept one as ort_optimization)
     "options": lambda s: _options_text(s["policy"]),
 }

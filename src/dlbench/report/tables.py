@@ -19,6 +19,7 @@ from dlbench.report.model import Report
 from dlbench.report.payback import payback_table, sweep_table
 from dlbench.report.profile import findings_table, profile_table
 from dlbench.report.ranking import ranking_table
+from dlbench.report.rl import rl_table
 from dlbench.report.scaling import scaling_table
 from dlbench.report.tabledata import Table
 
@@ -39,7 +40,7 @@ def _gpu(report: Report) -> Table | None:
 TABLES: tuple[Callable[[Report], Table | None], ...] = (
     ranking_table, headline_table, _startup, _gpu, scaling_table, profile_table, findings_table, payback_table,
     sweep_table, converge_table, stall_table,
-    infer_table)
+    infer_table, rl_table)
 
 
 def report_tables(report: Report) -> list[Table]:

@@ -81,6 +81,9 @@ class Sweep:
     options: tuple[tuple[str, str, str], ...] = ()
     # Input pipeline: data placements (an axis), loader workers and augmentation (policy).
     data: tuple[str, ...] = ("pipeline",)
+    # RL rollout placements (an axis; spec.ROLLOUTS): only RL workloads (a `rollout` scenario)
+    # take it, the others run once with the default.
+    rollouts: tuple[str, ...] = ("default",)
     loader_workers: int = 0
     augment: str = "none"
     # converge: target, evaluation interval K and budgets (only converge trials carry them).
@@ -153,7 +156,7 @@ def _converge_fields(sweep: Sweep, scenario: str) -> dict[str, Any]:
 
 
 def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, prec: str,
-           scen: str, dev: int, data: str, repeat: int) -> TrialSpec:
+           scen: str, dev: int, data: str, rollout: str, repeat: int) -> TrialSpec:
     p = preset(w, sweep.preset)
     spec = replace(workload_spec(w, sweep.preset, seed, bs, sweep.dataset_size), augment=sweep.augment)
     if sweep.scaling == "weak" and dev > 1:  # the batch given (or the preset's) is each device's
@@ -163,7 +166,8 @@ def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, p
         framework=f,
         policy=Policy(mode=mode, threads=sweep.threads, compile_cache=sweep.compile_cache,
                       options={n: v for fw, n, v in sweep.options if fw == f}, loader_workers=sweep.loader_workers,
-                      data=data, matmul_precision="tf32" if prec == "tf32" else "highest"),
+                      data=data, matmul_precision="tf32" if prec == "tf32" else "highest",
+                      rollout=rollout if _is_rl(w) else "default"),
         scenario=scen,
         precision=prec,
         devices=dev,
@@ -205,7 +209,9 @@ def make_plan(sweep: Sweep) -> Plan:
     batch_sizes: tuple[int | None, ...] = sweep.batch_sizes or (None,)
     axes = list(itertools.product(sweep.workloads, sweep.frameworks, sweep.modes, batch_sizes,
                                   sweep.seeds, sweep.precisions, sweep.scenarios, sweep.devices,
-                                  sweep.data))
+                                  sweep.data, sweep.rollouts))
+    # A workload without rollouts runs once, not once per rollout placement.
+    axes = [a for a in axes if _is_rl(a[0]) or a[-1] == sweep.rollouts[0]]
     rng = random.Random(sweep.order_seed)
     for repeat in range(sweep.repeats):
         round_ = [_trial(sweep, *a, repeat=repeat) for a in axes]
@@ -220,6 +226,11 @@ def make_plan(sweep: Sweep) -> Plan:
                 profiled = replace(spec, profile=True)
                 plan.trials.append(_planned(profiled, support.validate(profiled), missing[spec.framework]))
     return plan
+
+
+def _is_rl(workload: str) -> bool:
+    """A reinforcement-learning workload: one with a `rollout` scenario."""
+    return "rollout" in workloads.get(workload).SCENARIOS
 
 
 def _check_options(sweep: Sweep) -> None:

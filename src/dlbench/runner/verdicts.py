@@ -78,7 +78,8 @@ def sample_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> pa
 
 # runner scenario (workloads: SCENARIOS) -> how its parity arrays are judged
 JUDGES: dict[str, Judge] = {"train": grads_verdict, "converge": grads_verdict, "infer": logits_verdict,
-                            "sample": sample_verdict}
+                            "sample": sample_verdict,
+                            "rl_rollout": grads_verdict, "rl_train": grads_verdict, "rl_converge": grads_verdict}
 
 
 def judge_parity(trial: TrialSpec, result: TrialResult, path: Path, refs: dict[str, reference.Reference | str]) -> None:

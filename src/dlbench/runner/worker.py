@@ -22,7 +22,7 @@ from dlbench import workloads
 from dlbench.backends import support
 from dlbench.backends.base import Backend, Unsupported
 from dlbench.results.records import TrialResult
-from dlbench.runner import converge, inference, parallel, sample, train
+from dlbench.runner import converge, inference, parallel, rl, sample, train
 from dlbench.runner.child import setup_environment
 from dlbench.runner.context import Monitors, TrialContext, import_and_configure
 from dlbench.runner.timing import EventLog, Phases, events_path, parity_path, process_start_monotonic
@@ -34,6 +34,9 @@ SCENARIOS: dict[str, Callable[[TrialContext], None]] = {
     "infer": inference.run,
     "converge": converge.run,
     "sample": sample.run,
+    "rl_rollout": rl.run_rollout,
+    "rl_train": rl.run_train,
+    "rl_converge": rl.run_converge,
 }
 
 

@@ -13,12 +13,12 @@ from types import ModuleType
 from dlbench import plugins
 from dlbench.plugins import BUILTIN, WORKLOAD_GROUP, Entry, Origin, PluginError
 from dlbench.spec import SpecError, WorkloadSpec
-from dlbench.workloads import cnn, contract, ddpm, mlp, node, resnet, transformer
+from dlbench.workloads import cnn, contract, ddpm, mlp, node, ppo, resnet, transformer
 
 # Order: as listed by `dlbench list` and run by `-w all`.
 WORKLOADS: dict[str, ModuleType] = {
     "mlp": mlp, "cnn": cnn, "resnet": resnet, "transformer": transformer, "node": node,
-    "ddpm": ddpm,
+    "ppo": ppo, "ddpm": ddpm,
 }
 
 

@@ -1,0 +1,245 @@
+"""The ppo workload (workloads/ppo.py, workloads/cartpole.py, backends/*/ppo.py, runner/rl.py).
+
+CI tier: the NumPy definition (environment, GAE, loss), the spec's draws, the plan's rollout axis,
+Keras declared unsupported, and one cross-framework parity test (torch eager, tensorflow eager,
+jax compiled: one process each, side by side) against the float64 NumPy definition.
+Slow tier (pytest -m slow): every framework x mode x rollout placement, the FLOP count, and a
+real `dlbench run` of the RL scenarios.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlbench.backends import installed
+from dlbench.cli import listing
+from dlbench.runner.plan import Sweep, make_plan
+from dlbench.workloads import cartpole, contract, ppo
+
+HERE = Path(__file__).parent
+SPEC = contract.preset_spec(ppo)
+P64 = {k: v.astype(np.float64) for k, v in ppo.init_params(SPEC).items()}
+
+
+def _obs(n: int = 4, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(-0.05, 0.05, (n, 4))
+
+
+def test_env_step_is_gymnasiums_euler_step():
+    """One step written out by hand for one environment (Gymnasium's CartPoleEnv.step)."""
+    x, x_dot, th, th_dot = 0.01, -0.02, 0.03, 0.04
+    force = -10.0  # action 0
+    temp = (force + 0.05 * th_dot**2 * math.sin(th)) / 1.1
+    th_acc = (9.8 * math.sin(th) - math.cos(th) * temp) / (0.5 * (4 / 3 - 0.1 * math.cos(th) ** 2 / 1.1))
+    x_acc = temp - 0.05 * th_acc * math.cos(th) / 1.1
+    want = [x + 0.02 * x_dot, x_dot + 0.02 * x_acc, th + 0.02 * th_dot, th_dot + 0.02 * th_acc]
+    got = cartpole.dynamics(np.array([[x, x_dot, th, th_dot]]), np.array([0]))
+    np.testing.assert_allclose(got[0], want, rtol=1e-12)
+
+
+def test_env_terminates_resets_and_truncates():
+    reset = np.full((2, 4), 0.01)
+    far = np.array([[2.39, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    state = cartpole.EnvState(far, np.array([3, cartpole.MAX_STEPS - 1], np.int32), np.array([3.0, 499.0]))
+    new, reward, done, finished = cartpole.step(state, np.array([1, 1]), reset)
+    # the first leaves |x| <= 2.4 (terminated), the second reaches 500 steps (truncated)
+    assert done.tolist() == [True, True] and reward.tolist() == [1.0, 1.0]
+    assert finished.tolist() == [4.0, 500.0]
+    np.testing.assert_array_equal(new.obs, reset)
+    assert new.t.tolist() == [0, 0] and new.ret.tolist() == [0.0, 0.0]
+    new, _, done, finished = cartpole.step(new, np.array([0, 1]), reset)
+    assert done.tolist() == [False, False] and finished.tolist() == [0.0, 0.0] and new.t.tolist() == [1, 1]
+
+
+def test_gae_with_lambda_one_is_the_discounted_return():
+    rng = np.random.default_rng(0)
+    rewards, values = np.ones((6, 3)), rng.normal(size=(6, 3))
+    dones = np.zeros((6, 3), bool)
+    dones[2, 1] = True
+    last = rng.normal(size=3)
+    adv, ret = ppo.gae(rewards, values, dones, last, 0.9, 1.0)
+    for n in range(3):
+        g = last[n]
+        for t in range(5, -1, -1):
+            g = rewards[t, n] + 0.9 * g * (1.0 - dones[t, n])
+            assert ret[t, n] == pytest.approx(g) and adv[t, n] == pytest.approx(g - values[t, n])
+
+
+def test_loss_at_the_rollout_policy_is_value_and_entropy_only():
+    """At the parameters that collected the batch the ratio is 1 and normalised advantages have
+    mean 0, so the surrogate is exactly 0; the rest is vf_coef x 0.5 MSE - ent_coef x entropy."""
+    batch = ppo.fixed_batch(SPEC, 16).x.astype(np.float64)
+    logits, value = ppo.forward(P64, batch[:, :4])
+    logps = ppo.log_softmax(logits)
+    entropy = -(np.exp(logps) * logps).sum(axis=1).mean()
+    want = 0.5 * 0.5 * np.mean((value - batch[:, 7]) ** 2) - 0.01 * entropy
+    assert ppo.ppo_loss(SPEC, P64, batch) == pytest.approx(want, rel=1e-5)
+
+
+def test_frozen_rollout_rows_are_the_policys_actions_and_log_probs():
+    data = ppo.make_dataset(SPEC)
+    logits, _ = ppo.forward(P64, data.x[:, :4].astype(np.float64))
+    logp = ppo.log_softmax(logits)[np.arange(len(data)), data.y]
+    np.testing.assert_allclose(data.x[:, 5], logp, rtol=1e-5)
+    assert set(np.unique(data.y)) == {0, 1} and np.array_equal(data.y, data.x[:, 4])
+
+
+def test_sampling_is_the_inverse_cdf():
+    logits = np.log(np.array([[0.25, 0.75], [0.9, 0.1]]))
+    assert ppo.sample(logits, np.array([0.2, 0.95])).tolist() == [0, 1]
+    assert ppo.sample(logits, np.array([0.3, 0.5])).tolist() == [1, 0]
+
+
+def test_draws_are_the_specs():
+    a, b = ppo.draws(SPEC, 3), ppo.draws(SPEC, 3)
+    s = ppo.size(SPEC)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not np.array_equal(a.uniforms, ppo.draws(SPEC, 4).uniforms)
+    assert not np.array_equal(a.uniforms, ppo.draws(dataclasses.replace(SPEC, seed=1), 3).uniforms)
+    assert a.resets.shape == (s.steps, s.envs, 4) and np.abs(a.resets).max() <= 0.05
+    assert all(sorted(p) == list(range(s.envs * s.steps)) for p in a.perms)
+
+
+def test_plan_sweeps_rollout_placement_for_ppo_only():
+    sweep = Sweep(workloads=("ppo", "mlp"), frameworks=("jax",), scenarios=("train",), preset="tiny",
+                  rollouts=("host", "fused"), repeats=1)
+    trials = [t.spec for t in make_plan(sweep).trials]
+    assert sorted((t.workload.name, t.policy.rollout) for t in trials) == [
+        ("mlp", "default"), ("ppo", "fused"), ("ppo", "host")]
+
+
+@pytest.mark.parametrize("framework", ["keras-jax", "keras-torch", "keras-tensorflow"])
+def test_list_shows_ppo_unsupported_with_the_reason(framework):
+    reasons = listing.support(framework).modes["ppo"]
+    assert all(r is not None and "Keras has no rollout API" in r for r in reasons.values()), reasons
+
+
+def _probe(framework: str, mode: str, rollouts: str, tmp: Path) -> dict[str, np.ndarray]:
+    out = tmp / f"{framework}-{mode}.npz"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(HERE / "ppo_check.py"), framework, mode, rollouts, str(out)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with np.load(out) as f:
+        return dict(f)
+
+
+def _numpy_reference(rollouts: int = 2) -> dict[str, np.ndarray]:
+    """What ppo_check.py computes, in float64 NumPy (the environment, the rollouts' actions)."""
+    sys.path.insert(0, str(HERE))
+    import ppo_check
+
+    out: dict[str, np.ndarray] = {}
+    env = cartpole.initial(ppo.initial_obs(SPEC).astype(np.float64))
+    actions, resets = ppo_check.env_actions(ppo.size(SPEC).envs, ppo_check.K_ENV_STEPS)
+    obs, done = [], []
+    for a, r in zip(actions, resets):
+        env, _, d, _ = cartpole.step(env, a, r.astype(np.float64))
+        obs.append(env.obs)
+        done.append(d)
+    out["env_obs"], out["env_done"] = np.stack(obs), np.stack(done)
+    env = cartpole.initial(ppo.initial_obs(SPEC).astype(np.float64))
+    d = ppo.draws(SPEC, 0)
+    _, r = ppo.rollout(P64, env, d.uniforms.astype(np.float64), d.resets.astype(np.float64))
+    out["actions0"] = r.actions
+    batch = ppo.fixed_batch(SPEC, 8)
+    out["loss"] = np.float64(ppo.reference_loss(SPEC, ppo.init_params(SPEC), batch.x, batch.y))
+    return out
+
+
+def _assert_matches(got: dict[str, np.ndarray], ref: dict[str, np.ndarray], placements: list[str]) -> None:
+    assert got["env_done"].any() and np.array_equal(got["env_done"], ref["env_done"])  # the reset path ran
+    np.testing.assert_allclose(got["env_obs"], ref["env_obs"], atol=2e-5)
+    assert got["loss"] == pytest.approx(float(ref["loss"]), rel=1e-5)
+    for p in placements:
+        assert np.array_equal(got[f"{p}/actions"][0], ref["actions0"])
+        assert np.all(np.isfinite(got[f"{p}/losses"]))
+
+
+def test_frameworks_agree_with_the_numpy_definition_and_each_other(tmp_path):
+    """torch (eager), tensorflow (eager) and jax (compiled, fused) at the tiny preset: K
+    environment steps through terminations and resets, the first rollout's actions, the frozen
+    batch's loss; then gradients, both iterations' actions and update losses across frameworks."""
+    wanted = {"torch": ("eager", "host"), "tensorflow": ("eager", "host"), "jax": ("compiled", "fused")}
+    here = {f: mr for f, mr in wanted.items() if f in installed()}
+    if len(here) < 2:
+        pytest.skip(f"needs two of {', '.join(wanted)} installed")
+    with ThreadPoolExecutor(len(here)) as pool:
+        futures = {f: pool.submit(_probe, f, m, r, tmp_path) for f, (m, r) in here.items()}
+        got = {f: fut.result() for f, fut in futures.items()}
+    ref = _numpy_reference()
+    for f, arrays in got.items():
+        _assert_matches(arrays, ref, [here[f][1]])
+    first, *others = got
+    for f in others:
+        a, b = got[first], got[f]
+        for k in (k for k in a if k.startswith("grad/")):
+            assert np.linalg.norm(a[k] - b[k]) <= 1e-5 * np.linalg.norm(a[k]) + 1e-9, (f, k)
+        assert np.array_equal(a[f"{here[first][1]}/actions"], b[f"{here[f][1]}/actions"])
+        np.testing.assert_allclose(a[f"{here[first][1]}/losses"], b[f"{here[f][1]}/losses"], rtol=1e-4)
+
+
+MATRIX = [("torch", "eager", "host"), ("torch", "compiled", "host"), ("tensorflow", "eager", "host"),
+          ("tensorflow", "graph", "host,fused"), ("tensorflow", "compiled", "host,fused"),
+          ("jax", "compiled", "host,fused")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("framework", "mode", "rollouts"), MATRIX)
+def test_every_mode_and_rollout_placement(framework, mode, rollouts, tmp_path):
+    if framework not in installed():
+        pytest.skip(f"{framework} is not installed")
+    got = _probe(framework, mode, rollouts, tmp_path)
+    placements = rollouts.split(",")
+    _assert_matches(got, _numpy_reference(), placements)
+    for p in placements[1:]:  # host and fused take the same actions and updates
+        assert np.array_equal(got[f"{placements[0]}/actions"], got[f"{p}/actions"])
+        np.testing.assert_allclose(got[f"{placements[0]}/losses"], got[f"{p}/losses"], rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_flops_per_sample_equal_torch_flop_counter():
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from dlbench.backends.torch import ppo as torch_ppo
+
+    p = {k: torch.tensor(v, requires_grad=True) for k, v in ppo.init_params(SPEC).items()}
+    batch = torch.tensor(ppo.fixed_batch(SPEC, 8).x)
+    with FlopCounterMode(display=False) as forward:
+        torch_ppo.forward(p, batch[:, :4])
+    with FlopCounterMode(display=False) as train:
+        torch_ppo.ppo_loss(dict(SPEC.numerics.extra), p, batch).backward()
+    assert forward.get_total_flops() == 8 * ppo.flops_per_sample(SPEC, train=False)
+    assert train.get_total_flops() == 8 * ppo.flops_per_sample(SPEC, train=True)
+
+
+@pytest.mark.slow
+def test_run_reports_env_steps_for_every_framework(tmp_path):
+    store = tmp_path / "s.sqlite"
+    cmd = [sys.executable, "-m", "dlbench.cli.main", "run", "-w", "ppo", "-f", "jax,torch,tensorflow", "--mode", "eager,compiled",
+           "--scenario", "rollout,train", "--rollout", "host,fused", "--preset", "tiny", "--repeats", "1", "--store", str(store),
+           "--allow-concurrent"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    from dlbench.results.store import Store
+
+    with Store(store) as s:
+        trials = s.trials()
+    done = {(t.spec["framework"], t.spec["policy"]["mode"], t.spec["policy"].get("rollout"), t.spec["scenario"]): t
+            for t in trials}
+    ok = {k for k, t in done.items() if t.status == "ok"}
+    assert ("jax", "compiled", "fused", "rollout") in ok and ("tensorflow", "compiled", "fused", "train") in ok
+    assert ("torch", "eager", "host", "train") in ok
+    assert done[("torch", "compiled", "fused", "rollout")].status == "unsupported"
+    for k in ok:
+        assert done[k].metrics["env_steps_per_s"] > 0
