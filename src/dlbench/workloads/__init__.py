@@ -13,11 +13,12 @@ from types import ModuleType
 from dlbench import plugins
 from dlbench.plugins import BUILTIN, WORKLOAD_GROUP, Entry, Origin, PluginError
 from dlbench.spec import SpecError, WorkloadSpec
-from dlbench.workloads import cnn, contract, mlp, node, resnet, transformer
+from dlbench.workloads import cnn, contract, detect, mlp, node, resnet, transformer
 
 # Order: as listed by `dlbench list` and run by `-w all`.
 WORKLOADS: dict[str, ModuleType] = {
     "mlp": mlp, "cnn": cnn, "resnet": resnet, "transformer": transformer, "node": node,
+    "detect": detect,
 }
 
 

@@ -15,6 +15,7 @@ import itertools
 import time
 import typing
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 import jax
@@ -25,13 +26,42 @@ import optax
 from dlbench import workloads
 from dlbench.backends.base import Unsupported
 from dlbench.spec import Numerics, TrialSpec
-from dlbench.backends.jax import pipeline
+from dlbench.backends.jax import losses, pipeline
 from dlbench.workloads.data import Augment, Dataset
 
 Params = dict[str, jax.Array]
 Batch = tuple[jax.Array, jax.Array]
 
-LOSS = "mean_softmax_cross_entropy"
+
+
+class Loss(Protocol):
+    def __call__(self, out: jax.Array, y: jax.Array) -> jax.Array: ...
+
+    def numerics(self) -> dict[str, Any]: ...
+
+
+@typing.final
+@dataclass(frozen=True)
+class LossKind:
+    """One loss: its factory from the numerics block and its targets' dtype (None: the
+    program's float dtype; else that integer dtype)."""
+
+    make: Callable[[Numerics], Loss]
+    label_dtype: str | None
+
+
+# The numerics block's loss name -> how the program trains with it.
+LOSSES: dict[str, LossKind] = {
+    "mean_softmax_cross_entropy": LossKind(losses.cross_entropy, "int32"),
+    "focal_l1_detection": LossKind(losses.focal_l1, None),
+}
+
+
+def loss_kind(n: Numerics) -> LossKind:
+    """The LossKind of the numerics block's loss, or Unsupported naming what is implemented."""
+    if n.loss not in LOSSES:
+        raise Unsupported(f"the JAX programs implement the losses {', '.join(LOSSES)}, not {n.loss!r}")
+    return LOSSES[n.loss]
 
 
 class TrainState(NamedTuple):
@@ -74,10 +104,6 @@ def make_optimizer(numerics: Numerics) -> optax.GradientTransformation:
         eps_root=0.0,
         nesterov=False,
     )
-
-
-def mean_cross_entropy(logits: jax.Array, y: jax.Array) -> jax.Array:
-    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
 
 # --- compile counting --------------------------------------------------------------------------
@@ -143,7 +169,10 @@ class JaxProgram:
         # The compute dtype policy: parameters, buffers and optimizer state stay in the
         # program's dtype; the model applies in bfloat16 (bf16) and the loss is float32.
         self._compute = COMPUTE_DTYPES.get(trial.precision)
-        loss_fn = functools.partial(_loss, model, self._compute)
+        kind = loss_kind(spec.numerics)
+        self._loss = kind.make(spec.numerics)
+        self._y_dtype = self._dtype if kind.label_dtype is None else np.dtype(kind.label_dtype)
+        loss_fn = functools.partial(_loss, model, self._compute, self._loss)
 
         def train_step(state: TrainState, x: jax.Array, y: jax.Array) -> tuple[TrainState, jax.Array]:
             (loss, buffers), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, state.buffers, x, y)
@@ -174,13 +203,13 @@ class JaxProgram:
         self._policy = trial.policy
         # The dataset as load() placed it: host NumPy (pipeline) or device arrays (device).
         self._x: np.ndarray | jax.Array = np.empty((0, *shape), self._x_dtype)
-        self._y: np.ndarray | jax.Array = np.empty((0,), np.int32)
+        self._y: np.ndarray | jax.Array = np.empty((0,), self._y_dtype)
 
     def load(self, dataset: Dataset) -> None:
         # Host NumPy, indexed per batch and put on the device by batches(): what JAX
         # practitioners do for an in-memory data set; or the whole of it on the device once.
         self._x = np.ascontiguousarray(dataset.x, dtype=self._x_dtype)
-        self._y = np.ascontiguousarray(dataset.y, dtype=np.int32)
+        self._y = np.ascontiguousarray(dataset.y, dtype=self._y_dtype)
         if self._policy.data == "device":
             self._x, self._y = jax.block_until_ready(jax.device_put((self._x, self._y)))
 
@@ -229,7 +258,7 @@ class JaxProgram:
 
     def loss_and_grads(self, state: TrainState, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
         # Training mode (batch statistics in BatchNorm); the buffers it would update are dropped.
-        batch = jax.device_put((np.asarray(x, self._x_dtype), np.asarray(y, np.int32)), self._mesh.batch)
+        batch = jax.device_put((np.asarray(x, self._x_dtype), np.asarray(y, self._y_dtype)), self._mesh.batch)
         (loss, _), grads = self._value_and_grad(state.params, state.buffers, *batch)
         return float(loss), {k: np.array(g) for k, g in grads.items()}
 
@@ -287,7 +316,7 @@ class JaxProgram:
             "bias_correction": is_adam,
             "weight_decay": hyper.get("weight_decay", 0.0),
             "dropout": 0.0,  # no JAX model here has a dropout layer
-            "loss": LOSS,
+            **self._loss.numerics(),
             "dtype": str(probe["probe"].dtype),
             **self._model.numerics(),
         }
@@ -309,17 +338,17 @@ def _cast_floats(tree: Params, dtype: Any) -> Params:
     return {k: v.astype(dtype) if jnp.issubdtype(v.dtype, jnp.floating) else v for k, v in tree.items()}
 
 
-def _loss(model: Model, compute: Any, params: Params, buffers: Params, x: jax.Array,
+def _loss(model: Model, compute: Any, loss: Loss, params: Params, buffers: Params, x: jax.Array,
           y: jax.Array) -> tuple[jax.Array, Params]:
     if compute is None:
         logits, new_buffers = model.apply(params, buffers, x, True)
-        return mean_cross_entropy(logits, y), new_buffers
+        return loss(logits, y), new_buffers
     # Casts inside the differentiated function: the gradients come back in the parameters'
     # dtype through the casts' transposes; updated buffers return to their stored dtype.
     x = x.astype(compute) if jnp.issubdtype(x.dtype, jnp.floating) else x
     logits, new_buffers = model.apply(_cast_floats(params, compute), _cast_floats(buffers, compute), x, True)
     stored = {k: v.astype(buffers[k].dtype) for k, v in new_buffers.items()}
-    return mean_cross_entropy(logits.astype(jnp.float32), y), stored
+    return loss(logits.astype(jnp.float32), y), stored
 
 
 def _logits(model: Model, params: Params, buffers: Params, x: jax.Array) -> jax.Array:
