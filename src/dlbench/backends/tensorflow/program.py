@@ -13,22 +13,55 @@ from __future__ import annotations
 import contextlib
 import typing
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import tensorflow as tf
 
-from dlbench.backends.base import Program
+from dlbench.backends.base import Program, Unsupported
 from dlbench.spec import Numerics, TrialSpec
-from dlbench.backends.tensorflow import mirrored, pipeline
+from dlbench.backends.tensorflow import losses, mirrored, pipeline
 from dlbench.workloads.data import Augment, Dataset
 
 DTYPES = {"float32": tf.float32, "float64": tf.float64}
 # Compute dtype per reduced precision: variables and the optimizer stay float32, the forward pass
 # runs on bfloat16 casts of them (fp16 needs Keras's loss scaler: TensorFlowBackend.precisions).
 COMPUTE_DTYPES = {"bf16": tf.bfloat16}
-LOSS = "mean_softmax_cross_entropy"  # reduce_mean of sparse_softmax_cross_entropy_with_logits
+
+
+class Loss(Protocol):
+    def __call__(self, out: tf.Tensor, y: tf.Tensor) -> tf.Tensor: ...
+
+    def numerics(self) -> dict[str, Any]: ...
+
+
+@typing.final
+@dataclass(frozen=True)
+class LossKind:
+    """One loss: its factory from the numerics block and its targets' dtype (None: the
+    program's float dtype, one float array per sample; else integer labels of that dtype)."""
+
+    make: Callable[[Numerics], Loss]
+    label_dtype: tf.DType | None
+
+
+# The numerics block's loss name -> how the program trains with it.
+LOSSES: dict[str, LossKind] = {
+    "mean_softmax_cross_entropy": LossKind(losses.cross_entropy, tf.int32),
+    "focal_l1_detection": LossKind(losses.focal_l1, None),
+}
+
+
+def loss_kind(n: Numerics, devices: int) -> LossKind:
+    """The LossKind of the numerics block's loss, or Unsupported naming what is implemented (on
+    several devices only cross-entropy: its per-sample losses split over replicas)."""
+    if n.loss not in LOSSES:
+        raise Unsupported(f"the TensorFlow programs implement the losses {', '.join(LOSSES)}, not {n.loss!r}")
+    if devices > 1 and n.loss != "mean_softmax_cross_entropy":
+        raise Unsupported(f"the TensorFlow loss {n.loss!r} is not implemented on several devices")
+    return LOSSES[n.loss]
 DROPOUT = 0.0  # no model has a dropout layer
 
 Batch = tuple[tf.Tensor, tf.Tensor]
@@ -180,6 +213,9 @@ class TensorFlowProgram:
         self._fields: tuple[str, ...] = workload.NUMERICS_FIELDS
         self._dtype = DTYPES[spec.numerics.dtype]
         self._compute: tf.DType | None = COMPUTE_DTYPES.get(trial.precision)
+        kind = loss_kind(spec.numerics, trial.devices)
+        self._loss = kind.make(spec.numerics)
+        self._y_dtype = self._dtype if kind.label_dtype is None else kind.label_dtype
         self._strategy = mirrored.strategy() if trial.devices > 1 else None
         with self._strategy.scope() if self._strategy is not None else contextlib.nullcontext():
             self._make_variables(spec, workload, model)
@@ -191,7 +227,7 @@ class TensorFlowProgram:
         # Fixed shapes: the step traces (and compiles) exactly once.
         signature = [
             tf.TensorSpec((spec.batch_size, *sample_shape), self._x_dtype),
-            tf.TensorSpec((spec.batch_size,), tf.int32),
+            tf.TensorSpec((spec.batch_size, *_target_shape(workload, spec, kind)), self._y_dtype),
         ]
         mode = trial.policy.mode
         # Data parallelism: XLA compiles each replica's forward and backward (jit_compile on
@@ -241,8 +277,7 @@ class TensorFlowProgram:
             return loss, grads, {}
         with tf.GradientTape() as tape:
             logits, updates = self._forward(x, True)
-            losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
-            loss = tf.reduce_mean(losses)
+            loss = self._loss(logits, y)
         grads = tape.gradient(loss, self._vars)
         # An embedding lookup's gradient is IndexedSlices: dense, as torch and JAX update it.
         return loss, {k: tf.convert_to_tensor(g) for k, g in grads.items()}, updates
@@ -303,7 +338,7 @@ class TensorFlowProgram:
         on = None if self._policy.data == "device" else "/CPU:0"
         with tf.device(on):
             self._x = tf.Variable(dataset.x, trainable=False, dtype=self._x_dtype, name="inputs")
-            self._y = tf.Variable(dataset.y, trainable=False, dtype=tf.int32, name="labels")
+            self._y = tf.Variable(dataset.y, trainable=False, dtype=self._y_dtype, name="labels")
         self._device_gather = pipeline.DeviceGather(self._x, self._y)
 
     def init(self, params: dict[str, np.ndarray]) -> State:
@@ -353,7 +388,7 @@ class TensorFlowProgram:
     def loss_and_grads(
         self, state: State, x: np.ndarray, y: np.ndarray
     ) -> tuple[float, dict[str, np.ndarray]]:
-        x_t, y_t = tf.constant(x, dtype=self._x_dtype), tf.constant(y, dtype=tf.int32)
+        x_t, y_t = tf.constant(x, dtype=self._x_dtype), tf.constant(y, dtype=self._y_dtype)
         loss, grads, _ = self._grads(x_t, y_t)
         canonical = self._model.layout.to_canonical({k: g.numpy() for k, g in grads.items()})
         return float(loss.numpy()), canonical
@@ -392,11 +427,19 @@ class TensorFlowProgram:
             "bias_correction": adam.bias_correction,
             "weight_decay": adam.weight_decay,
             "dropout": DROPOUT,
-            "loss": LOSS,
+            **self._loss.numerics(),
             "dtype": ",".join(dtypes),
             **self._model.numerics(),
         }
         return {k: found[k] for k in self._fields}
+
+
+def _target_shape(workload: ModuleType, spec: Any, kind: LossKind) -> tuple[int, ...]:
+    """One sample's target shape: () for integer labels, else that of the workload's targets
+    (read off a one-sample fixed batch: the workload interface has no shape for them)."""
+    if kind.label_dtype is not None:
+        return ()
+    return tuple(workload.fixed_batch(spec, 1).y.shape[1:])
 
 
 def build(trial: TrialSpec, workload: ModuleType, model: Model) -> Program:
