@@ -247,7 +247,7 @@ class ArrayPipeline:
 
     def load(self, dataset: Dataset) -> None:
         self._x = np.ascontiguousarray(dataset.x)
-        self._y = np.ascontiguousarray(dataset.y, dtype=np.int32)
+        self._y = np.ascontiguousarray(dataset.y)
 
     def fit_input(self, rows: np.ndarray, augment: Augment | None) -> RowBatches:
         return RowBatches(self._x, self._y, rows, augment, self._workers)
@@ -276,7 +276,7 @@ class TFDataPipeline:
         # be copied into every chunk's pipeline graph.
         with tf.device(None if self._device else "/CPU:0"):
             self._x = tf.Variable(dataset.x, trainable=False, name="images")
-            self._y = tf.Variable(np.asarray(dataset.y, np.int32), trainable=False, name="labels")
+            self._y = tf.Variable(dataset.y, trainable=False, name="labels")
 
     def fit_input(self, rows: np.ndarray, augment: Augment | None) -> Any:
         from dlbench.backends.tensorflow import pipeline

@@ -66,7 +66,7 @@ class DevicePipeline:
 
     def load(self, dataset: Dataset) -> None:
         self._x = ops.convert_to_tensor(np.ascontiguousarray(dataset.x))
-        self._y = ops.convert_to_tensor(np.ascontiguousarray(dataset.y, dtype=np.int32))
+        self._y = ops.convert_to_tensor(np.ascontiguousarray(dataset.y))
 
     def fit_input(self, rows: np.ndarray, augment: Augment | None) -> DeviceRowBatches:
         if self._x is None:

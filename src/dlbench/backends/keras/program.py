@@ -35,11 +35,11 @@ from keras import layers, ops
 
 from dlbench import workloads
 from dlbench.backends.base import TimedBatches, Unsupported
+from dlbench.backends.keras import losses
 from dlbench.backends.keras.native import Native, Pipeline, native
 from dlbench.spec import Numerics, TrialSpec, WorkloadSpec
 from dlbench.workloads.data import Augment, Dataset
 
-LOSS = "mean_softmax_cross_entropy"
 # Keras's dtype policy per precision: "mixed_*" keeps variables in float32 and computes in the
 # reduced type; compile() wraps the optimizer in a LossScaleOptimizer for mixed_float16
 # (auto_scale_loss). tf32 is float32 storage with the native framework's TF32 switches.
@@ -125,9 +125,37 @@ def make_optimizer(n: Numerics, dense_gradient: Callable[[Any], Any]) -> TorchFo
                             clipvalue=None, global_clipnorm=None, use_ema=False)
 
 
-def make_loss() -> keras.losses.SparseCategoricalCrossentropy:
+def make_cross_entropy(n: Numerics) -> keras.losses.Loss:
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=None,
                                                        reduction="sum_over_batch_size")
+
+
+def make_focal_l1(n: Numerics) -> keras.losses.Loss:
+    return losses.FocalL1(float(n.extra["focal_alpha"]), float(n.extra["focal_gamma"]))
+
+
+@typing.final
+@dataclass(frozen=True)
+class LossKind:
+    """One loss: its factory from the numerics block and its targets' dtype (integer labels, or
+    float32 targets: Keras's variables are float32 under every dtype policy)."""
+
+    make: Callable[[Numerics], keras.losses.Loss]
+    label_dtype: str
+
+
+# The numerics block's loss name -> how the program compiles with it.
+LOSSES: dict[str, LossKind] = {
+    "mean_softmax_cross_entropy": LossKind(make_cross_entropy, "int32"),
+    "focal_l1_detection": LossKind(make_focal_l1, "float32"),
+}
+
+
+def loss_kind(n: Numerics) -> LossKind:
+    """The LossKind of the numerics block's loss, or Unsupported naming what is implemented."""
+    if n.loss not in LOSSES:
+        raise Unsupported(f"the Keras programs implement the losses {', '.join(LOSSES)}, not {n.loss!r}")
+    return LOSSES[n.loss]
 
 
 # --- numerics read back ------------------------------------------------------------------------
@@ -159,7 +187,14 @@ def optimizer_numerics(optimizer: keras.optimizers.Optimizer) -> dict[str, Any]:
     }
 
 
-def loss_numerics(loss: keras.losses.Loss) -> str:
+def loss_numerics(loss: keras.losses.Loss) -> dict[str, Any]:
+    """The loss's name (and its own numerics) read back from the loss object."""
+    if isinstance(loss, losses.FocalL1):
+        return loss.numerics()
+    return {"loss": cross_entropy_numerics(loss)}
+
+
+def cross_entropy_numerics(loss: keras.losses.Loss) -> str:
     """LOSS when the loss object computes the mean softmax cross-entropy of integer labels on
     a probe (its from_logits flag is private)."""
     logits = np.array([[2.0, 0.0, -1.0], [0.5, 0.5, 3.0]], np.float32)
@@ -169,7 +204,7 @@ def loss_numerics(loss: keras.losses.Loss) -> str:
     wanted = float(-logp[np.arange(2), y].mean())
     got = float(ops.convert_to_numpy(loss(y, logits)))
     if isinstance(loss, keras.losses.SparseCategoricalCrossentropy) and math.isclose(got, wanted, rel_tol=1e-6):
-        return LOSS
+        return "mean_softmax_cross_entropy"
     return f"{type(loss).__name__} (reduction {loss.reduction}): {got} on the probe, not {wanted}"
 
 
@@ -251,12 +286,14 @@ class KerasProgram:
         # Global in Keras, and set before any layer exists: every layer takes it when built.
         keras.config.set_dtype_policy(DTYPE_POLICIES[trial.precision])
         self._net = make_net(spec, self._native.model_class)
+        kind = loss_kind(spec.numerics)
+        self._label_dtype = np.dtype(kind.label_dtype)
         self._canonical_shapes = {**self._workload.param_shapes(spec), **self._workload.buffer_shapes(spec)}
         model = self._net.model
         limit = self._native.max_steps_per_execution
         model.compile(
             optimizer=make_optimizer(spec.numerics, self._native.dense_gradient),
-            loss=make_loss(),
+            loss=kind.make(spec.numerics),
             run_eagerly=self._mode == "eager",
             jit_compile=self._mode == "compiled",
             steps_per_execution=trial.chunk_steps if limit is None else min(trial.chunk_steps, limit),
@@ -285,7 +322,7 @@ class KerasProgram:
         return self._net.model.loss(y, logits)
 
     def load(self, dataset: Dataset) -> None:
-        self._pipeline.load(dataset)
+        self._pipeline.load(Dataset(dataset.x, np.asarray(dataset.y, self._label_dtype)))
 
     def init(self, params: dict[str, np.ndarray]) -> State:
         """A parked state of these parameters (and the initial buffers, a fresh optimizer); the
@@ -366,7 +403,7 @@ class KerasProgram:
         trainable = [ops.convert_to_tensor(v) for v in self._values(state, model.trainable_variables)]
         non_trainable = [ops.convert_to_tensor(v) for v in self._values(state, model.non_trainable_variables)]
         loss, grads = self._grad_fn(trainable, non_trainable, ops.convert_to_tensor(x),
-                                    ops.convert_to_tensor(np.asarray(y, np.int32)))
+                                    ops.convert_to_tensor(np.asarray(y, self._label_dtype)))
         out = {name: self._canonical(name, g) for name, g in zip(self._trainable_names, grads)}
         return float(ops.convert_to_numpy(loss)), out
 
@@ -406,7 +443,7 @@ class KerasProgram:
 
     def numerics(self) -> dict[str, Any]:
         model = self._net.model
-        found = {**optimizer_numerics(model.optimizer), "loss": loss_numerics(model.loss),
+        found = {**optimizer_numerics(model.optimizer), **loss_numerics(model.loss),
                  **model_numerics(model), **self._net.numerics}
         return {name: found[name] for name in self._workload.NUMERICS_FIELDS}
 
