@@ -52,6 +52,8 @@ METRICS: dict[str, Metric] = {
     "epoch_s_median": _s(),
     "final_loss": _ratio(),
     "accuracy": _ratio("higher", "accuracy"),
+    # detect's held-out quality (workloads/boxes.py): mAP@0.5, VOC all-point
+    "map": _ratio("higher", "mAP@0.5"),
     "eval_s": _s("eval s"),
     "recompiles_in_window": _ratio("lower"),
     "timed_steps": _ratio(),
@@ -102,6 +104,9 @@ METRICS: dict[str, Metric] = {
     "latency_p99_s": _s("p99 ms"),
     "latency_p99_ci_level": _ratio(),
     "first_request_s": _s("first request s"),
+    # a workload's post-processing (detect: decode + NMS, NumPy), timed apart from the network
+    "postprocess_p50_s": _s("postprocess p50 ms"),
+    "postprocess_batch_median_s": _s("postprocess batch ms"),
     "time_to_first_request_s": _s("time to first request s"),
     # data parallelism (runner/parallel.py)
     "grad_comm_s_per_step": _s("grad comm ms/step"),
@@ -109,6 +114,10 @@ METRICS: dict[str, Metric] = {
     "scaling_efficiency": _ratio("higher", "scaling efficiency"),
     "scaling_baseline_samples_per_s": Metric("1/s"),
 }
+
+# The held-out quality metrics a trial can carry (a workload's QUALITY): the headline's accuracy
+# column shows the first one a trial has (accuracy for a classifier, map for detect).
+QUALITY_METRICS = ("accuracy", "map")
 
 # Units by name suffix, for names the registry does not list (longest suffix first).
 SUFFIX_UNITS = (("_per_s", "1/s"), ("_bytes", "B"), ("_s", "s"), ("_w", "W"), ("_j", "J"))

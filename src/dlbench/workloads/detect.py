@@ -15,9 +15,9 @@ from typing import final
 
 import numpy as np
 
+import dlbench.workloads.boxes as boxes
 import dlbench.workloads.reference_ops as ops
 from dlbench.spec import Numerics, WorkloadSpec
-from dlbench.workloads import boxes
 from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, SUPERVISED_SCENARIOS, Preset
 from dlbench.workloads.data import Dataset, dataset_makers
 from dlbench.workloads.params import Init, draw_params, fan_in_uniform

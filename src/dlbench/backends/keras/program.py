@@ -33,9 +33,9 @@ import keras
 import numpy as np
 from keras import layers, ops
 
+import dlbench.backends.keras.losses as losses
 from dlbench import workloads
 from dlbench.backends.base import TimedBatches, Unsupported
-from dlbench.backends.keras import losses
 from dlbench.backends.keras.native import Native, Pipeline, native
 from dlbench.spec import Numerics, TrialSpec, WorkloadSpec
 from dlbench.workloads.data import Augment, Dataset

@@ -27,7 +27,14 @@ from torch import nn
 
 from dlbench import workloads
 from dlbench.backends.base import shard_slice
-from dlbench.backends.torch import COMPILE_OPTIONS, INFER_COMPILE_OPTIONS, ddp, device, losses, pipeline
+from dlbench.backends.torch import (
+    COMPILE_OPTIONS,
+    INFER_COMPILE_OPTIONS,
+    ddp,
+    device,
+    losses,
+    pipeline,
+)
 from dlbench.backends.torch.layers import pick
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.workloads.data import Augment, Dataset
