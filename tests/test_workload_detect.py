@@ -144,3 +144,27 @@ def test_program_contract(framework: str):
 @pytest.mark.parametrize("framework", list(SLOW_MODES))
 def test_program_contract_slow(framework: str):
     _contract(framework, SLOW_MODES[framework])
+
+
+def test_infer_times_postprocessing_apart_only_where_a_workload_has_it():
+    """runner/inference.py: each pool input's output is post-processed once, timed; the medians
+    land in their own metrics (a workload without post-processing gets none)."""
+    from dlbench.runner.inference import postprocess_metrics
+    from dlbench.spec import TrialSpec
+
+    grid = detect.size(SPEC).grid
+    calls: list[int] = []
+
+    def forward(x: np.ndarray) -> np.ndarray:
+        calls.append(len(x))
+        return np.zeros((len(x), grid, grid, detect.CLASSES + 4), np.float32)
+
+    requests, batches = [np.zeros(1)] * 3, [np.zeros(SPEC.batch_size)] * 2
+    m: dict[str, float | None] = {}
+    postprocess_metrics(TrialSpec(workload=SPEC, framework="torch", scenario="infer"), forward, requests, batches, m)
+    assert calls == [1, 1, 1, SPEC.batch_size, SPEC.batch_size]
+    assert set(m) == {"postprocess_p50_s", "postprocess_batch_median_s"} and all(v > 0 for v in m.values())
+    m = {}
+    postprocess_metrics(TrialSpec(workload=workload_spec("cnn", "tiny"), framework="torch", scenario="infer"),
+                        forward, requests, batches, m)
+    assert m == {}
