@@ -168,3 +168,15 @@ def test_infer_times_postprocessing_apart_only_where_a_workload_has_it():
     postprocess_metrics(TrialSpec(workload=workload_spec("cnn", "tiny"), framework="torch", scenario="infer"),
                         forward, requests, batches, m)
     assert m == {}
+
+
+def test_infer_parity_takes_grid_outputs():
+    """analysis/parity.py: inference outputs with rows of any shape (detect's grids) are compared
+    with the reference's rows, cycled; a different row shape fails."""
+    from dlbench.analysis import parity
+
+    ref = np.random.default_rng(0).standard_normal((8, 4, 4, 7))
+    ok = parity.compare_infer_logits({"batch 1": ref, "batch 16": np.resize(ref, (16, 4, 4, 7))}, ref, "float32")
+    assert ok.verdict == "pass" and ok.worst_rel_err == 0.0
+    bad = parity.compare_infer_logits({"batch 1": ref.reshape(8, 4, 28)}, ref, "float32")
+    assert bad.verdict == "fail" and "does not match" in (bad.reason or "")
