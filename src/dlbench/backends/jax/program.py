@@ -33,7 +33,6 @@ Params = dict[str, jax.Array]
 Batch = tuple[jax.Array, jax.Array]
 
 
-
 class Loss(Protocol):
     def __call__(self, out: jax.Array, y: jax.Array) -> jax.Array: ...
 
