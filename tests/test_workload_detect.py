@@ -180,3 +180,19 @@ def test_infer_parity_takes_grid_outputs():
     assert ok.verdict == "pass" and ok.worst_rel_err == 0.0
     bad = parity.compare_infer_logits({"batch 1": ref.reshape(8, 4, 28)}, ref, "float32")
     assert bad.verdict == "fail" and "does not match" in (bad.reason or "")
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_an_unknown_loss_is_unsupported(framework: str):
+    """backends/<fw>/program.py: LOSSES is keyed by the numerics block's loss name; a name no
+    entry has is Unsupported (a pair's status), not a KeyError."""
+    pytest.importorskip(framework)
+    import importlib
+
+    from dlbench.backends.base import Unsupported
+    from dlbench.spec import Numerics
+
+    program = importlib.import_module(f"dlbench.backends.{framework}.program")
+    assert set(program.LOSSES) == {"mean_softmax_cross_entropy", "focal_l1_detection"}
+    with pytest.raises(Unsupported, match="'hinge'"):
+        program.loss_kind(Numerics(loss="hinge"))
