@@ -159,9 +159,9 @@ def test_list_is_a_matrix_that_fits(width, monkeypatch, capsys):
     assert len(rows) >= 6  # a row per framework in each matrix, not one per framework x workload x mode
     # the long form printed over 100 rows; the matrices and their notes fit a tall screen (at 80
     # columns a matrix of many workloads splits, which adds its rows once more; eight frameworks,
-    # two of them inference-only with their notes, and the built-in workloads with the example
-    # plugin: about 95 lines at 80 columns once detect and ppo are in)
-    assert len(text.splitlines()) < 110
+    # two of them inference-only with their notes, eight built-in workloads with the example
+    # plugin, and the reasons Keras declines ppo: 113 lines at 80 columns)
+    assert len(text.splitlines()) < 125
     assert "modes: e = eager, g = graph, c = compiled" in " ".join(text.split())
 
 

@@ -330,7 +330,8 @@ def compare_infer_logits(
     per: dict[str, tuple[float, float]] = {}
     for name in sorted(outputs):
         a = np.asarray(outputs[name], np.float64)
-        if a.ndim != 2 or a.shape[1:] != r.shape[1:]:
+        # Rows of any shape (detect's are (G, G, C + 4) grids), as long as they are the reference's.
+        if a.ndim != r.ndim or a.shape[1:] != r.shape[1:]:
             return Verdict("fail", reason=f"{name}: shape {a.shape} does not match reference rows {r.shape[1:]}",
                            tolerance=tol_d, reference=reference)
         expected = np.resize(r, a.shape)  # cycles the fixed batch's rows

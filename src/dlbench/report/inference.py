@@ -78,6 +78,21 @@ def _row(report: Report, config: Config, axes: tuple[str, ...]) -> list[Cell]:
     return [*label_cells(report, config, axes), *numbers, parity_cell(config.trials), status_cell(config.trials)]
 
 
+def postprocess_notes(configs: list[Config]) -> list[str]:
+    """One line for the configurations whose workload post-processes its outputs (detect:
+    decoding and NMS in NumPy, runner/inference.py), timed apart from the latencies: medians."""
+    parts = []
+    for c in configs:
+        one, batch = c.summary("postprocess_p50_s").median, c.summary("postprocess_batch_median_s").median
+        if one is not None and batch is not None:
+            parts.append(f"{c.axes.get('workload')}/{c.axes.get('framework')} {one * 1e3:.2f} ms per request,"
+                         f" {batch * 1e3:.2f} ms per batch of {c.spec.get('workload', {}).get('batch_size')}")
+    if not parts:
+        return []
+    return ["postprocess (the workload's NumPy decoding and NMS, on each trial's outputs, not in the"
+            " latencies): " + "; ".join(parts)]
+
+
 def infer_table(report: Report) -> Table | None:
     """One row per inference configuration with its notes; None when the runs have none."""
     configs = [c for c in report.configs if c.scenario == "infer"]
@@ -87,7 +102,7 @@ def infer_table(report: Report) -> Table | None:
     columns = [*label_columns(report, axes),
                *(TableColumn(c.header, "right", inline_interval=c.key == "latency_p99") for c in INFER),
                TableColumn("parity"), STATUS]
-    notes = [METHOD_NOTE, *model.notes(report, configs, {}),  # no GPU columns: no GPU reasons
+    notes = [METHOD_NOTE, *postprocess_notes(configs), *model.notes(report, configs, {}),  # no GPU columns
              *model.parity_notes((t for c in configs for t in c.trials), INFER_PARITY),
              *accuracy_notes(report, configs)]
     return Table("inference", "Inference",

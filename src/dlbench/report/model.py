@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlbench.analysis import window
+from dlbench.analysis.metrics import QUALITY_METRICS
 from dlbench.analysis.summary import Summary, summarize
 from dlbench.report.columns import compile_value
 from dlbench.results.store import Store
@@ -106,6 +107,12 @@ class Config:
     def summary(self, metric: str) -> Summary:
         """The metric over the configuration's successful trials: one value per process."""
         return summarize(t.metrics.get(metric) for t in self.ok)
+
+    def quality_summary(self) -> Summary:
+        """The held-out quality over the successful trials: each trial's first metric of
+        metrics.QUALITY_METRICS (accuracy, or detect's mAP)."""
+        return summarize(next((t.metrics[q] for q in QUALITY_METRICS if t.metrics.get(q) is not None), None)
+                         for t in self.ok)
 
     def compile_summary(self) -> tuple[Summary, bool]:
         """Compile seconds (measured, else estimated) and whether any value is an estimate."""

@@ -84,6 +84,7 @@ def run(ctx: TrialContext) -> None:
     m["rss_window_peak_bytes"], m["vram_window_peak_bytes"] = window["rss"], window["vram"]
     infer_metrics(trial, result, latency_s, batch_s)
     served.loadgen_metrics(ctx)
+    postprocess_metrics(trial, forward, requests, batches, m)
     allocator_metrics(ctx)
 
 
@@ -220,6 +221,27 @@ def infer_metrics(trial: TrialSpec, result: TrialResult, latency_s: list[float],
     if recompiles:
         result.warnings.append(
             f"recompiled {recompiles:g} time(s) inside the timed loops: latencies include compiles")
+
+
+def postprocess_metrics(trial: TrialSpec, forward: Callable[[Any], Any], requests: list[Any], batches: list[Any],
+                        m: Metrics) -> None:
+    """A workload with a post-processing step (workloads.postprocess: detect's decoding and NMS,
+    in neutral NumPy) has it timed apart, after the timed windows, on this trial's own outputs:
+    each request's output of the pool and each large batch's, one timed call each; medians as
+    `postprocess_p50_s` (batch 1) and `postprocess_batch_median_s`. The network's latency above
+    never includes it, so the framework comparison stays the network's."""
+    post = workloads.postprocess(trial.workload.name)
+    if post is None:
+        return
+    spec = trial.workload
+    for key, inputs in (("postprocess_p50_s", requests), ("postprocess_batch_median_s", batches)):
+        seconds = []
+        for x in inputs:
+            out = np.asarray(forward(x))
+            t0 = time.perf_counter()
+            post(spec, out)
+            seconds.append(time.perf_counter() - t0)
+        m[key] = statistics.median(seconds)
 
 
 # The total-time rate below this share of the median call's is flagged: stalls, not throughput.

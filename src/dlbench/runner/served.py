@@ -167,7 +167,10 @@ def accuracy(trial: TrialSpec, program: Program, forward: Callable[[Any], Any], 
     size (the last padded); a program serving a quantised model names its float32 model's
     accuracy (precision()["fp32_accuracy"]), and the change is reported (infer_accuracy_change)."""
     spec = trial.workload
-    data = workloads.get(spec.name).make_eval_dataset(spec)
+    workload = workloads.get(spec.name)
+    if getattr(workload, "QUALITY", "accuracy") != "accuracy":  # not a classifier (detect: mAP)
+        return
+    data = workload.make_eval_dataset(spec)
     m = result.metrics
     m["infer_accuracy"] = accuracy_of(lambda x: np.asarray(forward(program.infer_input(x))), data.x, data.y,
                                       spec.batch_size)

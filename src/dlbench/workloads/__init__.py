@@ -8,17 +8,21 @@ model sizes, and whether its inputs are images that can be augmented.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any
+
+import numpy as np
 
 from dlbench import plugins
 from dlbench.plugins import BUILTIN, WORKLOAD_GROUP, Entry, Origin, PluginError
 from dlbench.spec import SpecError, WorkloadSpec
-from dlbench.workloads import cnn, contract, ddpm, mlp, node, ppo, resnet, transformer
+from dlbench.workloads import cnn, contract, ddpm, detect, mlp, node, ppo, resnet, transformer
 
 # Order: as listed by `dlbench list` and run by `-w all`.
 WORKLOADS: dict[str, ModuleType] = {
     "mlp": mlp, "cnn": cnn, "resnet": resnet, "transformer": transformer, "node": node,
-    "ppo": ppo, "ddpm": ddpm,
+    "detect": detect, "ppo": ppo, "ddpm": ddpm,
 }
 
 
@@ -123,6 +127,14 @@ def validate(spec: WorkloadSpec) -> None:
         if len(shape) != 3 or dtype != "float32":
             raise SpecError(f"augment {spec.augment!r} needs NHWC images; {spec.name} takes {shape} {dtype}:"
                             " allowed is none")
+
+
+def postprocess(name: str) -> Callable[[WorkloadSpec, np.ndarray], Any] | None:
+    """The workload's post-processing of its outputs (detect: decoding, score threshold and
+    class-wise NMS), which the infer scenario times apart; None for a workload without one
+    (an optional member of the interface, workloads/base.py)."""
+    found: Callable[[WorkloadSpec, np.ndarray], Any] | None = vars(get(name)).get("postprocess")
+    return found
 
 
 def scenario_unsupported(name: str, scenario: str) -> str | None:

@@ -42,7 +42,10 @@ class Preset:
 
 
 class Workload(Protocol):
-    """The module interface, written as a Protocol for the type checker and the reader."""
+    """The module interface, written as a Protocol for the type checker and the reader.
+    Optional, outside the Protocol: `postprocess(spec, outputs)`, the step from Program outputs
+    to results that the infer scenario times apart (detect: decoding and NMS;
+    workloads.postprocess finds it)."""
 
     NAME: str
     # --scenario name -> runner scenario (SUPERVISED_SCENARIOS for a classifier)

@@ -10,12 +10,12 @@ buffers and its own numerics read back; `JaxProgram` does the rest.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import functools
 import itertools
 import time
 import typing
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 import jax
@@ -26,12 +26,42 @@ import optax
 from dlbench import workloads
 from dlbench.backends.base import Unsupported
 from dlbench.spec import Numerics, TrialSpec
-from dlbench.backends.jax import pipeline
+from dlbench.backends.jax import losses, pipeline
 from dlbench.workloads.data import Augment, Dataset
 
 Params = dict[str, jax.Array]
 Batch = tuple[jax.Array, jax.Array]
 
+
+class Loss(Protocol):
+    def __call__(self, out: jax.Array, y: jax.Array) -> jax.Array: ...
+
+    def numerics(self) -> dict[str, Any]: ...
+
+
+@typing.final
+@dataclass(frozen=True)
+class LossKind:
+    """One loss: its factory from the numerics block and its targets' dtype (None: the
+    program's float dtype; else that integer dtype)."""
+
+    make: Callable[[Numerics], Loss]
+    label_dtype: str | None
+
+
+# The numerics block's loss name -> how the program trains with it.
+LOSSES: dict[str, LossKind] = {
+    "mean_softmax_cross_entropy": LossKind(losses.cross_entropy, "int32"),
+    "focal_l1_detection": LossKind(losses.focal_l1, None),
+    "mean_squared_error": LossKind(losses.squared_error, None),
+}
+
+
+def loss_kind(n: Numerics) -> LossKind:
+    """The LossKind of the numerics block's loss, or Unsupported naming what is implemented."""
+    if n.loss not in LOSSES:
+        raise Unsupported(f"the JAX programs implement the losses {', '.join(LOSSES)}, not {n.loss!r}")
+    return LOSSES[n.loss]
 
 
 class TrainState(NamedTuple):
@@ -74,30 +104,6 @@ def make_optimizer(numerics: Numerics) -> optax.GradientTransformation:
         eps_root=0.0,
         nesterov=False,
     )
-
-
-def mean_cross_entropy(logits: jax.Array, y: jax.Array) -> jax.Array:
-    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
-
-
-def mean_squared_error(outputs: jax.Array, y: jax.Array) -> jax.Array:
-    return jnp.mean((outputs - y) ** 2)
-
-
-@dataclasses.dataclass(frozen=True)
-class Loss:
-    """One loss of the numerics block: the function of (outputs, targets), and whether the
-    targets are integer class indices (int32) or floats in the program's dtype."""
-
-    fn: Callable[[jax.Array, jax.Array], jax.Array]
-    integer_targets: bool
-
-
-# spec.Numerics.loss -> how JAX computes it.
-LOSSES: dict[str, Loss] = {
-    "mean_softmax_cross_entropy": Loss(mean_cross_entropy, True),
-    "mean_squared_error": Loss(mean_squared_error, False),
-}
 
 
 # --- compile counting --------------------------------------------------------------------------
@@ -158,16 +164,15 @@ class JaxProgram:
         # Float inputs follow the program's dtype (float64 for the reference); token ids do not.
         self._x_dtype = self._dtype if np.issubdtype(x_dtype, np.floating) else np.dtype(x_dtype)
         self._tx = make_optimizer(spec.numerics)
-        if spec.numerics.loss not in LOSSES:
-            raise refuse(spec.name, "loss", spec.numerics.loss, LOSSES)
-        self._loss = LOSSES[spec.numerics.loss]
-        self._y_dtype = np.dtype(np.int32) if self._loss.integer_targets else self._dtype
         self._mesh = _Mesh(trial.devices)
         tx = self._tx
         # The compute dtype policy: parameters, buffers and optimizer state stay in the
         # program's dtype; the model applies in bfloat16 (bf16) and the loss is float32.
         self._compute = COMPUTE_DTYPES.get(trial.precision)
-        loss_fn = functools.partial(_loss, model, self._loss.fn, self._compute)
+        kind = loss_kind(spec.numerics)
+        self._loss = kind.make(spec.numerics)
+        self._y_dtype = self._dtype if kind.label_dtype is None else np.dtype(kind.label_dtype)
+        loss_fn = functools.partial(_loss, model, self._compute, self._loss)
 
         def train_step(state: TrainState, x: jax.Array, y: jax.Array) -> tuple[TrainState, jax.Array]:
             (loss, buffers), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, state.buffers, x, y)
@@ -198,7 +203,7 @@ class JaxProgram:
         self._policy = trial.policy
         # The dataset as load() placed it: host NumPy (pipeline) or device arrays (device).
         self._x: np.ndarray | jax.Array = np.empty((0, *shape), self._x_dtype)
-        self._y: np.ndarray | jax.Array = np.empty((0,), np.int32)
+        self._y: np.ndarray | jax.Array = np.empty((0,), self._y_dtype)
 
     def load(self, dataset: Dataset) -> None:
         # Host NumPy, indexed per batch and put on the device by batches(): what JAX
@@ -311,7 +316,7 @@ class JaxProgram:
             "bias_correction": is_adam,
             "weight_decay": hyper.get("weight_decay", 0.0),
             "dropout": 0.0,  # no JAX model here has a dropout layer
-            "loss": next(name for name, v in LOSSES.items() if v is self._loss),
+            **self._loss.numerics(),
             "dtype": str(probe["probe"].dtype),
             **self._model.numerics(),
         }
@@ -333,8 +338,8 @@ def _cast_floats(tree: Params, dtype: Any) -> Params:
     return {k: v.astype(dtype) if jnp.issubdtype(v.dtype, jnp.floating) else v for k, v in tree.items()}
 
 
-def _loss(model: Model, loss: Callable[[jax.Array, jax.Array], jax.Array], compute: Any, params: Params,
-          buffers: Params, x: jax.Array, y: jax.Array) -> tuple[jax.Array, Params]:
+def _loss(model: Model, compute: Any, loss: Loss, params: Params, buffers: Params, x: jax.Array,
+          y: jax.Array) -> tuple[jax.Array, Params]:
     if compute is None:
         logits, new_buffers = model.apply(params, buffers, x, True)
         return loss(logits, y), new_buffers

@@ -33,6 +33,7 @@ import keras
 import numpy as np
 from keras import layers, ops
 
+import dlbench.backends.keras.losses as losses
 from dlbench import workloads
 from dlbench.backends.base import TimedBatches, Unsupported
 from dlbench.backends.keras.native import Native, Pipeline, native
@@ -124,47 +125,41 @@ def make_optimizer(n: Numerics, dense_gradient: Callable[[Any], Any]) -> TorchFo
                             clipvalue=None, global_clipnorm=None, use_ema=False)
 
 
-def make_loss() -> keras.losses.SparseCategoricalCrossentropy:
+def make_cross_entropy(n: Numerics) -> keras.losses.Loss:
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=None,
                                                        reduction="sum_over_batch_size")
 
 
-def _cross_entropy_probe() -> tuple[np.ndarray, np.ndarray, float]:
-    """Integer labels, logits, and their mean softmax cross-entropy written out."""
-    logits = np.array([[2.0, 0.0, -1.0], [0.5, 0.5, 3.0]], np.float32)
-    y = np.array([0, 2], np.int32)
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-    return y, logits, float(-logp[np.arange(2), y].mean())
+def make_focal_l1(n: Numerics) -> keras.losses.Loss:
+    return losses.FocalL1(float(n.extra["focal_alpha"]), float(n.extra["focal_gamma"]))
 
 
-def _squared_error_probe() -> tuple[np.ndarray, np.ndarray, float]:
-    """Float targets, outputs, and the mean of their squared differences over every value."""
-    y = np.array([[0.5, -1.0, 2.0], [0.0, 1.5, -0.5]], np.float32)
-    out = np.array([[1.0, 0.0, -1.0], [0.25, 0.5, 3.0]], np.float32)
-    return y, out, float(np.mean((out.astype(np.float64) - y) ** 2))
-
-
+@typing.final
 @dataclass(frozen=True)
-class Loss:
-    """One loss of the numerics block: the Keras loss object, its targets' dtype (int32 class
-    indices, or float32 values), and a probe (targets, outputs, the loss written out) by which
-    numerics() reads the name back from what the object computes."""
+class LossKind:
+    """One loss: its factory from the numerics block and its targets' dtype (integer labels, or
+    float32 targets: Keras's variables are float32 under every dtype policy)."""
 
-    make: Callable[[], keras.losses.Loss]
-    kind: type[Any]
-    target_dtype: type
-    probe: Callable[[], tuple[np.ndarray, np.ndarray, float]]
+    make: Callable[[Numerics], keras.losses.Loss]
+    label_dtype: str
 
 
-# spec.Numerics.loss -> how Keras computes it. MeanSquaredError averages each sample's values,
-# then the batch (sum_over_batch_size): with every sample the same size, the mean of all values.
-LOSSES: dict[str, Loss] = {
-    "mean_softmax_cross_entropy": Loss(make_loss, keras.losses.SparseCategoricalCrossentropy, np.int32,
-                                       _cross_entropy_probe),
-    "mean_squared_error": Loss(lambda: keras.losses.MeanSquaredError(reduction="sum_over_batch_size"),
-                               keras.losses.MeanSquaredError, np.float32, _squared_error_probe),
+# The numerics block's loss name -> how the program compiles with it.
+LOSSES: dict[str, LossKind] = {
+    "mean_softmax_cross_entropy": LossKind(make_cross_entropy, "int32"),
+    "focal_l1_detection": LossKind(make_focal_l1, "float32"),
+    # MeanSquaredError averages each sample's values, then the batch (sum_over_batch_size): with
+    # every sample the same size, the mean of all values.
+    "mean_squared_error": LossKind(lambda n: keras.losses.MeanSquaredError(reduction="sum_over_batch_size"),
+                                   "float32"),
 }
+
+
+def loss_kind(n: Numerics) -> LossKind:
+    """The LossKind of the numerics block's loss, or Unsupported naming what is implemented."""
+    if n.loss not in LOSSES:
+        raise Unsupported(f"the Keras programs implement the losses {', '.join(LOSSES)}, not {n.loss!r}")
+    return LOSSES[n.loss]
 
 
 # --- numerics read back ------------------------------------------------------------------------
@@ -196,18 +191,39 @@ def optimizer_numerics(optimizer: keras.optimizers.Optimizer) -> dict[str, Any]:
     }
 
 
-def loss_numerics(loss: keras.losses.Loss) -> str:
-    """The name in LOSSES whose probe the loss object computes (a cross-entropy's from_logits
-    flag is private, so the value decides), else what it computed."""
-    for name, kind in LOSSES.items():
-        if not isinstance(loss, kind.kind):
-            continue
-        y, outputs, wanted = kind.probe()
-        got = float(ops.convert_to_numpy(loss(y, outputs)))
-        if math.isclose(got, wanted, rel_tol=1e-6):
-            return name
-        return f"{type(loss).__name__} (reduction {loss.reduction}): {got} on the probe of {name}, not {wanted}"
-    return f"{type(loss).__name__} is none of the losses {', '.join(LOSSES)}"
+def loss_numerics(loss: keras.losses.Loss) -> dict[str, Any]:
+    """The loss's name (and its own numerics) read back from the loss object."""
+    if isinstance(loss, losses.FocalL1):
+        return loss.numerics()
+    if isinstance(loss, keras.losses.MeanSquaredError):
+        return {"loss": squared_error_numerics(loss)}
+    return {"loss": cross_entropy_numerics(loss)}
+
+
+def cross_entropy_numerics(loss: keras.losses.Loss) -> str:
+    """LOSS when the loss object computes the mean softmax cross-entropy of integer labels on
+    a probe (its from_logits flag is private)."""
+    logits = np.array([[2.0, 0.0, -1.0], [0.5, 0.5, 3.0]], np.float32)
+    y = np.array([0, 2], np.int32)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    wanted = float(-logp[np.arange(2), y].mean())
+    got = float(ops.convert_to_numpy(loss(y, logits)))
+    if isinstance(loss, keras.losses.SparseCategoricalCrossentropy) and math.isclose(got, wanted, rel_tol=1e-6):
+        return "mean_softmax_cross_entropy"
+    return f"{type(loss).__name__} (reduction {loss.reduction}): {got} on the probe, not {wanted}"
+
+
+def squared_error_numerics(loss: keras.losses.Loss) -> str:
+    """mean_squared_error when the loss object computes the mean of the squared differences over
+    every value on a probe (its reduction decides)."""
+    y = np.array([[0.5, -1.0, 2.0], [0.0, 1.5, -0.5]], np.float32)
+    out = np.array([[1.0, 0.0, -1.0], [0.25, 0.5, 3.0]], np.float32)
+    wanted = float(np.mean((out.astype(np.float64) - y) ** 2))
+    got = float(ops.convert_to_numpy(loss(y, out)))
+    if math.isclose(got, wanted, rel_tol=1e-6):
+        return "mean_squared_error"
+    return f"{type(loss).__name__} (reduction {loss.reduction}): {got} on the probe, not {wanted}"
 
 
 def model_numerics(model: keras.Model) -> dict[str, Any]:
@@ -284,19 +300,18 @@ class KerasProgram:
         spec = trial.workload
         self._spec, self._mode = spec, trial.policy.mode
         self._workload = workloads.get(spec.name)
-        if spec.numerics.loss not in LOSSES:
-            raise Unsupported(f"the Keras backends implement the losses {', '.join(LOSSES)}, not {spec.numerics.loss!r}")
-        self._loss = LOSSES[spec.numerics.loss]
+        kind = loss_kind(spec.numerics)
         self._native: Native = native()
         # Global in Keras, and set before any layer exists: every layer takes it when built.
         keras.config.set_dtype_policy(DTYPE_POLICIES[trial.precision])
         self._net = make_net(spec, self._native.model_class)
+        self._label_dtype = np.dtype(kind.label_dtype)
         self._canonical_shapes = {**self._workload.param_shapes(spec), **self._workload.buffer_shapes(spec)}
         model = self._net.model
         limit = self._native.max_steps_per_execution
         model.compile(
             optimizer=make_optimizer(spec.numerics, self._native.dense_gradient),
-            loss=self._loss.make(),
+            loss=kind.make(spec.numerics),
             run_eagerly=self._mode == "eager",
             jit_compile=self._mode == "compiled",
             steps_per_execution=trial.chunk_steps if limit is None else min(trial.chunk_steps, limit),
@@ -325,8 +340,7 @@ class KerasProgram:
         return self._net.model.loss(y, logits)
 
     def load(self, dataset: Dataset) -> None:
-        # The targets in the loss's dtype; every pipeline keeps the dtype it is given.
-        self._pipeline.load(Dataset(dataset.x, np.asarray(dataset.y, self._loss.target_dtype)))
+        self._pipeline.load(Dataset(dataset.x, np.asarray(dataset.y, self._label_dtype)))
 
     def init(self, params: dict[str, np.ndarray]) -> State:
         """A parked state of these parameters (and the initial buffers, a fresh optimizer); the
@@ -407,7 +421,7 @@ class KerasProgram:
         trainable = [ops.convert_to_tensor(v) for v in self._values(state, model.trainable_variables)]
         non_trainable = [ops.convert_to_tensor(v) for v in self._values(state, model.non_trainable_variables)]
         loss, grads = self._grad_fn(trainable, non_trainable, ops.convert_to_tensor(x),
-                                    ops.convert_to_tensor(np.asarray(y, self._loss.target_dtype)))
+                                    ops.convert_to_tensor(np.asarray(y, self._label_dtype)))
         out = {name: self._canonical(name, g) for name, g in zip(self._trainable_names, grads)}
         return float(ops.convert_to_numpy(loss)), out
 
@@ -447,7 +461,7 @@ class KerasProgram:
 
     def numerics(self) -> dict[str, Any]:
         model = self._net.model
-        found = {**optimizer_numerics(model.optimizer), "loss": loss_numerics(model.loss),
+        found = {**optimizer_numerics(model.optimizer), **loss_numerics(model.loss),
                  **model_numerics(model), **self._net.numerics}
         return {name: found[name] for name in self._workload.NUMERICS_FIELDS}
 

@@ -11,9 +11,9 @@ tf.function(jit_compile=True) (XLA).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import typing
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, NamedTuple, Protocol
 
@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from dlbench.backends.base import Program, Unsupported
 from dlbench.spec import Numerics, TrialSpec
-from dlbench.backends.tensorflow import mirrored, pipeline
+from dlbench.backends.tensorflow import losses, mirrored, pipeline
 from dlbench.workloads.data import Augment, Dataset
 
 DTYPES = {"float32": tf.float32, "float64": tf.float64}
@@ -31,27 +31,38 @@ DTYPES = {"float32": tf.float32, "float64": tf.float64}
 COMPUTE_DTYPES = {"bf16": tf.bfloat16}
 
 
-def _squared_error(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
-    return tf.reduce_mean(tf.square(logits - labels), axis=-1)
+class Loss(Protocol):
+    def __call__(self, out: tf.Tensor, y: tf.Tensor) -> tf.Tensor: ...
+
+    def numerics(self) -> dict[str, Any]: ...
 
 
-@dataclasses.dataclass(frozen=True)
-class Loss:
-    """One loss of the numerics block: per-sample losses from (labels, logits), whose mean over
-    the batch is the loss; the targets' dtype (None: the program's float dtype) and shape per
-    sample (None: any length, fixed by the first batch)."""
+@typing.final
+@dataclass(frozen=True)
+class LossKind:
+    """One loss: its factory from the numerics block and its targets' dtype (None: the
+    program's float dtype, one float array per sample; else integer labels of that dtype)."""
 
-    per_sample: Callable[..., tf.Tensor]
-    target_dtype: tf.DType | None
-    target_shape: tuple[int | None, ...]
+    make: Callable[[Numerics], Loss]
+    label_dtype: tf.DType | None
 
 
-# spec.Numerics.loss -> how TF computes it. The squared error averages each sample's values
-# first: with every sample the same size, the batch mean of those is the mean over all values.
-LOSSES: dict[str, Loss] = {
-    "mean_softmax_cross_entropy": Loss(tf.nn.sparse_softmax_cross_entropy_with_logits, tf.int32, ()),
-    "mean_squared_error": Loss(_squared_error, None, (None,)),
+# The numerics block's loss name -> how the program trains with it.
+LOSSES: dict[str, LossKind] = {
+    "mean_softmax_cross_entropy": LossKind(losses.cross_entropy, tf.int32),
+    "focal_l1_detection": LossKind(losses.focal_l1, None),
+    "mean_squared_error": LossKind(losses.squared_error, None),
 }
+
+
+def loss_kind(n: Numerics, devices: int) -> LossKind:
+    """The LossKind of the numerics block's loss, or Unsupported naming what is implemented (on
+    several devices only cross-entropy: its per-sample losses split over replicas)."""
+    if n.loss not in LOSSES:
+        raise Unsupported(f"the TensorFlow programs implement the losses {', '.join(LOSSES)}, not {n.loss!r}")
+    if devices > 1 and n.loss != "mean_softmax_cross_entropy":
+        raise Unsupported(f"the TensorFlow loss {n.loss!r} is not implemented on several devices")
+    return LOSSES[n.loss]
 DROPOUT = 0.0  # no model has a dropout layer
 
 Batch = tuple[tf.Tensor, tf.Tensor]
@@ -201,14 +212,11 @@ class TensorFlowProgram:
         spec = trial.workload
         self._model = model
         self._fields: tuple[str, ...] = workload.NUMERICS_FIELDS
-        if spec.numerics.loss not in LOSSES:
-            raise Unsupported(f"the TensorFlow backend implements the losses {', '.join(LOSSES)},"
-                              f" not {spec.numerics.loss!r}")
-        self._loss_name = spec.numerics.loss
-        self._loss = LOSSES[spec.numerics.loss]
         self._dtype = DTYPES[spec.numerics.dtype]
-        self._y_dtype = self._loss.target_dtype or self._dtype
         self._compute: tf.DType | None = COMPUTE_DTYPES.get(trial.precision)
+        kind = loss_kind(spec.numerics, trial.devices)
+        self._loss = kind.make(spec.numerics)
+        self._y_dtype = self._dtype if kind.label_dtype is None else kind.label_dtype
         self._strategy = mirrored.strategy() if trial.devices > 1 else None
         with self._strategy.scope() if self._strategy is not None else contextlib.nullcontext():
             self._make_variables(spec, workload, model)
@@ -220,7 +228,7 @@ class TensorFlowProgram:
         # Fixed shapes: the step traces (and compiles) exactly once.
         signature = [
             tf.TensorSpec((spec.batch_size, *sample_shape), self._x_dtype),
-            tf.TensorSpec((spec.batch_size, *self._loss.target_shape), self._y_dtype),
+            tf.TensorSpec((spec.batch_size, *_target_shape(workload, spec, kind)), self._y_dtype),
         ]
         mode = trial.policy.mode
         # Data parallelism: XLA compiles each replica's forward and backward (jit_compile on
@@ -270,8 +278,7 @@ class TensorFlowProgram:
             return loss, grads, {}
         with tf.GradientTape() as tape:
             logits, updates = self._forward(x, True)
-            losses = self._loss.per_sample(labels=y, logits=logits)
-            loss = tf.reduce_mean(losses)
+            loss = self._loss(logits, y)
         grads = tape.gradient(loss, self._vars)
         # An embedding lookup's gradient is IndexedSlices: dense, as torch and JAX update it.
         return loss, {k: tf.convert_to_tensor(g) for k, g in grads.items()}, updates
@@ -305,8 +312,9 @@ class TensorFlowProgram:
         summed over the replicas they are the global batch's mean loss and gradients."""
         with tf.GradientTape() as tape:
             logits, _ = self._forward(x, True)
-            losses = self._loss.per_sample(labels=y, logits=logits)
-            loss = tf.nn.compute_average_loss(losses, global_batch_size=global_rows)
+            # several devices train cross-entropy only (loss_kind)
+            per_sample = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+            loss = tf.nn.compute_average_loss(per_sample, global_batch_size=global_rows)
         grads = tape.gradient(loss, self._vars)
         return loss, {k: tf.convert_to_tensor(g) for k, g in grads.items()}
 
@@ -426,11 +434,19 @@ class TensorFlowProgram:
             "bias_correction": adam.bias_correction,
             "weight_decay": adam.weight_decay,
             "dropout": DROPOUT,
-            "loss": self._loss_name,
+            **self._loss.numerics(),
             "dtype": ",".join(dtypes),
             **self._model.numerics(),
         }
         return {k: found[k] for k in self._fields}
+
+
+def _target_shape(workload: ModuleType, spec: Any, kind: LossKind) -> tuple[int, ...]:
+    """One sample's target shape: () for integer labels, else that of the workload's targets
+    (read off a one-sample fixed batch: the workload interface has no shape for them)."""
+    if kind.label_dtype is not None:
+        return ()
+    return tuple(workload.fixed_batch(spec, 1).y.shape[1:])
 
 
 def build(trial: TrialSpec, workload: ModuleType, model: Model) -> Program:

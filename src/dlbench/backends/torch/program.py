@@ -26,8 +26,16 @@ import torch
 from torch import nn
 
 from dlbench import workloads
-from dlbench.backends.base import Unsupported, shard_slice
-from dlbench.backends.torch import COMPILE_OPTIONS, INFER_COMPILE_OPTIONS, ddp, device, pipeline
+from dlbench.backends.base import shard_slice
+from dlbench.backends.torch import (
+    COMPILE_OPTIONS,
+    INFER_COMPILE_OPTIONS,
+    ddp,
+    device,
+    losses,
+    pipeline,
+)
+from dlbench.backends.torch.layers import pick
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.workloads.data import Augment, Dataset
 
@@ -226,40 +234,46 @@ def make_optimizer(module: nn.Module, n: Numerics) -> torch.optim.Adam:
     )
 
 
-def make_loss() -> nn.CrossEntropyLoss:
+def make_cross_entropy(n: Numerics) -> nn.Module:
     return nn.CrossEntropyLoss(reduction="mean", label_smoothing=0.0)
 
 
-def _cross_entropy_name(loss: nn.Module) -> str:
-    assert isinstance(loss, nn.CrossEntropyLoss)
-    if loss.label_smoothing == 0.0 and loss.weight is None:
-        return f"{loss.reduction}_softmax_cross_entropy"
-    return repr(loss)
+def make_focal_l1(n: Numerics) -> nn.Module:
+    return losses.FocalL1Loss(float(n.extra["focal_alpha"]), float(n.extra["focal_gamma"]))
 
 
 @dataclass(frozen=True)
-class Loss:
-    """One loss of the numerics block: the module, whether its targets are integer class
-    indices (int64) or floats in the program's dtype, and its name read back from the module."""
+class LossKind:
+    """One loss: its factory from the numerics block and its targets' dtype (None: the
+    program's float dtype, float32 under autocast; else that integer dtype)."""
 
-    make: Callable[[], nn.Module]
-    integer_targets: bool
-    name: Callable[[nn.Module], str]
+    make: Callable[[Numerics], nn.Module]
+    label_dtype: torch.dtype | None
 
 
-# spec.Numerics.loss -> how torch computes it.
-LOSSES: dict[str, Loss] = {
-    "mean_softmax_cross_entropy": Loss(make_loss, True, _cross_entropy_name),
-    "mean_squared_error": Loss(lambda: nn.MSELoss(reduction="mean"), False,
-                               lambda m: f"{getattr(m, 'reduction', '?')}_squared_error"),
+# The numerics block's loss name -> how the program trains with it.
+LOSSES: dict[str, LossKind] = {
+    "mean_softmax_cross_entropy": LossKind(make_cross_entropy, torch.int64),
+    "focal_l1_detection": LossKind(make_focal_l1, None),
+    "mean_squared_error": LossKind(lambda n: nn.MSELoss(reduction="mean"), None),
 }
 
 
-def pick_loss(name: str) -> Loss:
-    """LOSSES[name], or Unsupported naming the loss and those implemented."""
-    if name not in LOSSES:
-        raise Unsupported(f"the torch backend implements the losses {', '.join(LOSSES)}, not {name!r}")
-    return LOSSES[name]
+def loss_kind(n: Numerics) -> LossKind:
+    """The LossKind of the numerics block's loss, or Unsupported naming what is implemented."""
+    return pick(LOSSES, n.loss, "the torch loss")
+
+
+def loss_numerics(loss: nn.Module) -> dict[str, Any]:
+    """The loss's name (and its own numerics) read back from the module."""
+    if isinstance(loss, nn.CrossEntropyLoss):
+        plain = loss.label_smoothing == 0.0 and loss.weight is None
+        return {"loss": f"{loss.reduction}_softmax_cross_entropy" if plain else repr(loss)}
+    if isinstance(loss, nn.MSELoss):
+        return {"loss": f"{loss.reduction}_squared_error"}
+    if isinstance(loss, losses.FocalL1Loss):
+        return loss.numerics()
+    return {"loss": repr(loss)}
 
 
 @dataclass
@@ -299,8 +313,9 @@ class TorchProgram:
         # Float inputs follow the program's dtype (float64 for the reference); token ids are
         # int64, the index type nn.functional.embedding is written for.
         self._x_dtype = self._dtype if np.issubdtype(self._x_canonical, np.floating) else torch.int64
-        self._loss = pick_loss(spec.numerics.loss)
-        self._loss_fn = self._loss.make()
+        kind = loss_kind(spec.numerics)
+        self._loss_fn = kind.make(spec.numerics)
+        self._label_dtype = self._dtype if kind.label_dtype is None else kind.label_dtype
         meta = self._meta_module()
         self._params, self._buffers = slots(meta, model.layouts)
         _check_canonical(meta, self._workload.param_shapes(spec), self._params, "parameters")
@@ -342,10 +357,8 @@ class TorchProgram:
         return t.to(on, dtype=self._x_dtype, copy=True)
 
     def _labels(self, y: np.ndarray, on: torch.device | None = None) -> torch.Tensor:
-        on = self._device if on is None else on
-        if self._loss.integer_targets:
-            return torch.from_numpy(np.asarray(y, dtype=np.int64)).to(on, copy=True)
-        return torch.from_numpy(np.ascontiguousarray(y)).to(on, dtype=self._dtype, copy=True)
+        return torch.from_numpy(np.ascontiguousarray(y)).to(self._device if on is None else on, dtype=self._label_dtype,
+                                                          copy=True)
 
     def load(self, dataset: Dataset) -> None:
         # "pipeline": host tensors, which the DataLoader gathers (in its workers, if any).
@@ -511,7 +524,7 @@ class TorchProgram:
             "bias_correction": True,  # likewise: torch.optim.Adam always bias-corrects
             "weight_decay": float(group["weight_decay"]),
             "dropout": max((float(m.p) for m in module.modules() if isinstance(m, nn.Dropout)), default=0.0),
-            "loss": self._loss.name(loss),
+            **loss_numerics(loss),
             "dtype": str(next(module.parameters()).dtype).removeprefix("torch."),
             **self._model.numerics(module),
         }
