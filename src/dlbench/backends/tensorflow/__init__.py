@@ -11,6 +11,7 @@ import os
 import typing
 from typing import Any
 
+from dlbench.backends import multistep
 from dlbench.backends.base import (
     CostGuess,
     Capabilities,
@@ -58,7 +59,8 @@ class TensorFlowBackend:
     precisions: Support = {**NATIVE, ("cuda", "fp16"): (
         "TensorFlow's loss scaler is Keras's LossScaleOptimizer; the raw-TF backend has none (run"
         " keras-tensorflow for fp16)")}
-    options: dict[str, Option] = {}
+    # Several train steps per tf.function call (backends/multistep.py), written out in order.
+    options: dict[str, Option] = multistep.options(("unroll",), "tf.function")
     recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
     # oneDNN (on by default for x86 builds) picks kernels by the CPU's instruction set (AVX2,
     # AVX-512, AVX512_BF16/AMX): its results may differ from float32 rounding in ways TF's own
