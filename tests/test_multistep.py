@@ -94,7 +94,7 @@ def child(framework: str, out: Path) -> int:
     return 0
 
 
-def test_auto_rule_runs_k_steps_per_call_only_where_an_epoch_is_long_enough():
+def test_auto_rule_runs_k_steps_per_call_only_for_cheap_steps_in_long_enough_epochs():
     cpu = dataclasses.replace(preset_spec(workloads.get("mlp"), "cpu"), dataset_size=64 * 128)
     tiny = _trial("jax", {})
     assert tiny.workload.dataset_size // tiny.workload.batch_size < multistep.MIN_EPOCH_STEPS
@@ -104,6 +104,8 @@ def test_auto_rule_runs_k_steps_per_call_only_where_an_epoch_is_long_enough():
     assert multistep.train_loop(dataclasses.replace(at_cpu, chunk_steps=4)).steps_per_call == 4
     short = dataclasses.replace(at_cpu, workload=dataclasses.replace(cpu, dataset_size=63 * 128))
     assert multistep.train_loop(short).steps_per_call == 1
+    node = TrialSpec(workload=preset_spec(workloads.get("node"), "cpu"), framework="tensorflow")
+    assert multistep.train_loop(node).steps_per_call == 1 and "FLOPs per step" in multistep.train_loop(node).rule
     forced = multistep.train_loop(_trial("jax", {"steps_per_call": "16", "loop": "scan"}))
     assert (forced.steps_per_call, forced.loop) == (16, "scan") and "option" in forced.rule
 

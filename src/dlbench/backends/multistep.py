@@ -15,7 +15,12 @@ The rule (`auto`), the same for every workload and both device classes:
   straight-line ones: measured in docs/benchmarks.md), the state donated (JAX);
 - one step per call when an epoch has fewer than MIN_EPOCH_STEPS steps: the K-step program is a
   second compile (seconds for the larger models) that such a short trial never earns back, and
-  the tiny presets the tests run are such trials.
+  the tiny presets the tests run are such trials;
+- one step per call when a step costs CHEAP_STEP_FLOPS or more (the workload's analytic
+  flops_per_sample x batch): the per-call cost is then a small share of the step, and unrolling
+  measured slower (TF node at the cpu preset, 4e8 FLOPs per step: 0.81x per CPU-second at K = 8;
+  TF mlp, 8.6e7: 1.61x; docs/benchmarks.md). Measured on CPU; the same threshold is assumed on
+  a GPU, unmeasured.
 A chunk's steps that do not fill a K-step call (a chunk of 12 at K = 8: 8 + 4) run one per call
 in the one-step program, which the first step needs anyway.
 """
@@ -25,11 +30,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dlbench import workloads
 from dlbench.backends.base import Option
 from dlbench.spec import TrialSpec
 
 AUTO_STEPS = 8
 MIN_EPOCH_STEPS = 64
+CHEAP_STEP_FLOPS = 2e8
 STEPS = ("auto", "1", "2", "4", "8", "16", "32")
 
 
@@ -40,7 +47,8 @@ def options(loops: tuple[str, ...], framework: str) -> dict[str, Option]:
         "steps_per_call": Option(
             allowed=STEPS, default="auto",
             help=f"training steps per compiled {framework} call (auto: min({AUTO_STEPS}, chunk steps) where an"
-                 f" epoch has at least {MIN_EPOCH_STEPS} steps, else 1; backends/multistep.py)"),
+                 f" epoch has at least {MIN_EPOCH_STEPS} steps and a step under {CHEAP_STEP_FLOPS:.0e} FLOPs,"
+                 " else 1; backends/multistep.py)"),
         "loop": Option(
             allowed=loops, default=loops[0],
             help="how the steps of one call are written: unroll (one after another) or a compiled loop"),
@@ -71,5 +79,8 @@ def train_loop(trial: TrialSpec) -> TrainLoop:
     epoch_steps = spec.dataset_size // spec.batch_size
     if epoch_steps < MIN_EPOCH_STEPS:
         return TrainLoop(1, loop, f"auto: {epoch_steps} steps per epoch < {MIN_EPOCH_STEPS}, one step per call")
+    step_flops = workloads.get(spec.name).flops_per_sample(spec) * spec.batch_size
+    if step_flops >= CHEAP_STEP_FLOPS:
+        return TrainLoop(1, loop, f"auto: {step_flops:.3g} FLOPs per step >= {CHEAP_STEP_FLOPS:.3g}, one step per call")
     k = min(AUTO_STEPS, trial.chunk_steps)
     return TrainLoop(k, loop, f"auto: min({AUTO_STEPS}, chunk_steps {trial.chunk_steps})")
