@@ -153,6 +153,7 @@ def test_tensorflow_eager_runs_one_step_per_call_and_says_why(facts):
     assert loop["steps_per_call"] == 1 and "eager" in loop["rule"]
 
 
+@pytest.mark.slow  # a whole JAX trial (13 s under load); the chunk arithmetic is covered above
 def test_converge_trial_runs_k_steps_per_call(tmp_path):
     """Evaluation every 6 steps at K = 4: chunks that end between K-step calls."""
     t = _trial("jax", {"steps_per_call": K}, scenario="converge", target_accuracy=1.0, eval_every=6,
