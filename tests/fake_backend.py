@@ -151,6 +151,9 @@ class FakeProgram:
     def compile(self, state: Any, batch: Any) -> float | None:
         return None
 
+    def train_loop(self) -> dict[str, Any]:
+        return {"steps_per_call": 1, "loop": "python", "rule": "the fake backend"}
+
     def train_chunk(self, state: Any, batches: Iterator[Any], n_steps: int) -> tuple[Any, Any]:
         b = behaviour()
         if self.compiles == 0 or b == "recompile":

@@ -174,6 +174,12 @@ class Program(Protocol):
         """Run n_steps training steps -> (new state, per-step losses, still on the device)."""
         ...
 
+    def train_loop(self) -> dict[str, Any]:
+        """How train_chunk runs its steps, recorded with the effective policy (`train_loop`):
+        steps per compiled call, the loop that runs them and the rule that chose it
+        (backends/multistep.py), or why the framework runs one step per call."""
+        ...
+
     def predict(self, state: Any, x: np.ndarray) -> np.ndarray:
         """Logits for canonical NHWC inputs, as NumPy (used for accuracy, outside the window)."""
         ...

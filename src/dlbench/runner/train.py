@@ -54,6 +54,7 @@ def build_and_load(ctx: TrialContext) -> tuple[Program, Any]:
     m["build_s"] = ctx.phases.end("build", t)
     ctx.result.numerics = program.numerics()
     ctx.result.policy_effective["precision"] = {"precision": trial.precision, **program.precision()}
+    ctx.result.policy_effective["train_loop"] = program.train_loop()
     if trial.precision == "bf16" and ctx.backend.device_kind() == "cpu":
         ctx.result.policy_effective["precision"]["cpu_bf16"] = bf16_on_cpu()
     t = ctx.phases.start("data")

@@ -8,7 +8,7 @@ import os
 import typing
 from typing import Any
 
-from dlbench.backends import base
+from dlbench.backends import base, multistep
 from dlbench.backends.base import CostGuess
 from dlbench.backends.precision import NATIVE, Support
 from dlbench.spec import Policy, TrialSpec
@@ -71,7 +71,8 @@ class JaxBackend:
     precisions: Support = {**NATIVE, ("cuda", "fp16"): (
         "JAX has no built-in dynamic loss scaling (it lives in the separate jmp library) and fp16"
         " without it underflows gradients; use bf16")}
-    options: dict[str, base.Option] = {}
+    # Several train steps per jitted call (backends/multistep.py): unrolled, or a lax.scan.
+    options: dict[str, base.Option] = multistep.options(("unroll", "scan"), "jax.jit", multistep.JAX_AUTO_STEPS)
     recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
     # docs/benchmarks.md, whole zoo at the cpu presets (time to first step, parity compile)
     # fitted to a quiet whole-zoo tiny run, AMD EPYC 2 cores (docs/benchmarks.md)

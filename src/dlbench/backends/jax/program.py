@@ -24,6 +24,7 @@ import numpy as np
 import optax
 
 from dlbench import workloads
+from dlbench.backends import multistep
 from dlbench.backends.base import Unsupported
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.backends.jax import losses, pipeline
@@ -186,6 +187,13 @@ class JaxProgram:
         # Until compile() runs, the jitted function compiles in its first call.
         self._step: Any = self._jitted
         self._compiled: jax.stages.Compiled | None = None
+        # K steps per call (backends/multistep.py), their own name for the compile count.
+        self._loop = multistep.train_loop(trial, multistep.JAX_AUTO_STEPS)
+        multi = _multi_step(train_step, self._loop.loop)
+        multi.__name__ = f"{spec.name}_train_{self._loop.steps_per_call}_steps_{next(_STEP_IDS)}"
+        self._multi_name = f"jit({multi.__name__})"
+        self._multi_jitted = jax.jit(multi, donate_argnums=0)
+        self._multi: Any = self._multi_jitted
         self._value_and_grad = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
         init = functools.partial(_init_state, tx, self._dtype)
         # The state replicated over the mesh (data parallelism), else on the default device.
@@ -228,20 +236,38 @@ class JaxProgram:
         raise RuntimeError("load(dataset) must come before batches(order)")
 
     def compile(self, state: TrainState, batch: Batch) -> float:
-        # Lowering only traces abstract values: nothing runs, so nothing is donated.
+        # Lowering only traces abstract values: nothing runs, so nothing is donated. Both
+        # programs a chunk may run: one step (the first step, a chunk's leftover steps) and K.
         start = time.perf_counter()
         self._compiled = self._jitted.lower(state, *batch).compile()
         self._step = self._compiled
+        k = self._loop.steps_per_call
+        if k > 1:
+            x, y = batch
+            self._multi = self._multi_jitted.lower(state, (x,) * k, (y,) * k).compile()
         return time.perf_counter() - start
 
     def train_chunk(self, state: TrainState, batches: Iterator[Batch], n_steps: int) -> tuple[TrainState, jax.Array]:
-        # Dispatch is asynchronous: the loop runs ahead of the device and never blocks.
+        # Dispatch is asynchronous: the loop runs ahead of the device and never blocks. K steps
+        # per call while a chunk has K left (their batches pulled in order), then one per call.
+        k = self._loop.steps_per_call
+        calls = n_steps // k if k > 1 else 0
+        per_call = []
+        for _ in range(calls):
+            xs, ys = zip(*(next(batches) for _ in range(k)), strict=True)
+            state, chunk = self._multi(state, xs, ys)
+            per_call.append(chunk)
         losses = []
-        for _ in range(n_steps):
+        for _ in range(n_steps - calls * k):
             x, y = next(batches)
             state, loss = self._step(state, x, y)
             losses.append(loss)
-        return state, jnp.stack(losses)
+        if losses:
+            per_call.append(jnp.stack(losses))
+        return state, per_call[0] if len(per_call) == 1 else jnp.concatenate(per_call)
+
+    def train_loop(self) -> dict[str, Any]:
+        return {**self._loop.record(), "donated": "state"}
 
     def predict(self, state: TrainState, x: np.ndarray) -> np.ndarray:
         return np.asarray(self._predict(state.params, state.buffers, np.asarray(x, self._x_dtype)))
@@ -278,7 +304,7 @@ class JaxProgram:
         return np.asarray(losses, dtype=np.float64)
 
     def compilations(self) -> int:
-        return _COMPILES[self._step_name] + _COMPILES[self._infer_name]
+        return _COMPILES[self._step_name] + _COMPILES[self._multi_name] + _COMPILES[self._infer_name]
 
     def compiled_flops(self) -> float | None:
         """XLA's own FLOP count of one compiled train step (elementwise ops included), once
@@ -321,6 +347,25 @@ class JaxProgram:
             **self._model.numerics(),
         }
         return {name: found[name] for name in self._workload.NUMERICS_FIELDS}
+
+
+def _multi_step(train_step: Callable[[TrainState, jax.Array, jax.Array], tuple[TrainState, jax.Array]],
+                loop: str) -> Callable[[TrainState, tuple[jax.Array, ...], tuple[jax.Array, ...]], tuple[TrainState, jax.Array]]:
+    """train_step over K batches (tuples of K arrays, in order) in one function: the steps
+    written out one after another (unroll, as Keras's JAX trainer does for steps_per_execution),
+    or a lax.scan over the batches stacked inside the compiled function. (state, K losses)."""
+
+    def unrolled(state: TrainState, xs: tuple[jax.Array, ...], ys: tuple[jax.Array, ...]) -> tuple[TrainState, jax.Array]:
+        losses = []
+        for x, y in zip(xs, ys, strict=True):
+            state, loss = train_step(state, x, y)
+            losses.append(loss)
+        return state, jnp.stack(losses)
+
+    def scanned(state: TrainState, xs: tuple[jax.Array, ...], ys: tuple[jax.Array, ...]) -> tuple[TrainState, jax.Array]:
+        return jax.lax.scan(lambda s, b: train_step(s, *b), state, (jnp.stack(xs), jnp.stack(ys)))
+
+    return unrolled if loop == "unroll" else scanned
 
 
 def _init_state(tx: optax.GradientTransformation, dtype: np.dtype[Any], params: Params, buffers: Params) -> TrainState:

@@ -398,6 +398,11 @@ class KerasProgram:
         history = state.model.fit(data, epochs=1, steps_per_epoch=n_steps, verbose=0, shuffle=False)
         return state, np.asarray(history.history["loss"], dtype=np.float64)
 
+    def train_loop(self) -> dict[str, Any]:
+        model = self._net.model
+        return {"steps_per_call": int(model.steps_per_execution), "loop": "fit",
+                "rule": "Keras steps_per_execution = chunk_steps (at most the backend's limit)"}
+
     def predict(self, state: State, x: np.ndarray) -> np.ndarray:
         self._activate(state)
         return np.asarray(state.model.predict_on_batch(x))

@@ -234,6 +234,9 @@ class OrtProgram:
     def train_chunk(self, state: State, batches: Iterator[Any], n_steps: int) -> tuple[State, Any]:
         raise Unsupported(NOT_TRAINABLE)
 
+    def train_loop(self) -> dict[str, Any]:
+        raise Unsupported(NOT_TRAINABLE)
+
     def loss_and_grads(self, state: State, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
         raise Unsupported(NOT_TRAINABLE)
 

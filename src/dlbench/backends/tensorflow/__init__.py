@@ -11,6 +11,7 @@ import os
 import typing
 from typing import Any
 
+from dlbench.backends import multistep
 from dlbench.backends.base import (
     CostGuess,
     Capabilities,
@@ -58,7 +59,8 @@ class TensorFlowBackend:
     precisions: Support = {**NATIVE, ("cuda", "fp16"): (
         "TensorFlow's loss scaler is Keras's LossScaleOptimizer; the raw-TF backend has none (run"
         " keras-tensorflow for fp16)")}
-    options: dict[str, Option] = {}
+    # Several train steps per tf.function call (backends/multistep.py), written out in order.
+    options: dict[str, Option] = multistep.options(("unroll",), "tf.function")
     recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
     # Settings that swap TF's CPU-specific code for plainer code, probed when a trial fails
     # parity (runner/verdicts.py: a pass there makes the verdict `differs`):

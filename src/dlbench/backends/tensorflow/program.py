@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 import tensorflow as tf
 
+from dlbench.backends import multistep
 from dlbench.backends.base import Program, Unsupported
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.backends.tensorflow import losses, mirrored, pipeline
@@ -237,9 +238,16 @@ class TensorFlowProgram:
         outer = mode if self._strategy is None else ("graph" if mode == "compiled" else mode)
         self._shard_grads = _in_mode(self._shard_loss_grads, "compiled") if mode == "compiled" else self._shard_loss_grads
         self._step = _in_mode(self._train_step, outer, signature)
-        self._tracing_count: Callable[[], int] = (
-            (lambda: 0) if mode == "eager" else self._step.experimental_get_tracing_count
-        )
+        # K steps per tf.function call (backends/multistep.py), written out one after another;
+        # eager mode has no compiled call to amortise, and a MirroredStrategy step stays one.
+        self._loop = multistep.train_loop(trial)
+        if mode == "eager" or self._strategy is not None:
+            why = "eager: no compiled call to amortise" if mode == "eager" else "MirroredStrategy: one step per call"
+            self._loop = multistep.TrainLoop(1, self._loop.loop, why)
+        k = self._loop.steps_per_call
+        self._steps = _in_mode(self._train_steps, outer, [(signature[0],) * k, (signature[1],) * k])
+        traced = [] if mode == "eager" else [self._step, self._steps]
+        self._tracing_count: Callable[[], int] = lambda: sum(f.experimental_get_tracing_count() for f in traced)
         # Checks and evaluation run under the trial's mode too (their own traces, not counted).
         self._grads = _in_mode(self._loss_grads_updates, outer)
         # Evaluation and inference (infer_fn): one trace per input shape (batch size), counted.
@@ -325,6 +333,11 @@ class TensorFlowProgram:
             self._buffers[name].assign(value)
         return loss
 
+    def _train_steps(self, xs: tuple[tf.Tensor, ...], ys: tuple[tf.Tensor, ...]) -> tf.Tensor:
+        """K train steps in order (automatic control dependencies keep the variable updates of
+        one step before the reads of the next): the K losses."""
+        return tf.stack([self._train_step(x, y) for x, y in zip(xs, ys, strict=True)])
+
     def _predict(self, x: tf.Tensor) -> tf.Tensor:
         return self._model.forward(self._vars, self._buffers, x, False)[0]
 
@@ -370,8 +383,21 @@ class TensorFlowProgram:
     def train_chunk(
         self, state: State, batches: Iterator[Batch], n_steps: int
     ) -> tuple[State, tf.Tensor]:
-        losses = [self._step(*next(batches)) for _ in range(n_steps)]
-        return state, tf.stack(losses)  # stays a tensor: no host fetch per step
+        # K steps per call while the chunk has K left (their batches pulled in order), then one
+        # per call; the losses stay a tensor: no host fetch per step.
+        k = self._loop.steps_per_call
+        calls = n_steps // k if k > 1 else 0
+        per_call = []
+        for _ in range(calls):
+            xs, ys = zip(*(next(batches) for _ in range(k)), strict=True)
+            per_call.append(self._steps(xs, ys))
+        losses = [self._step(*next(batches)) for _ in range(n_steps - calls * k)]
+        if losses:
+            per_call.append(tf.stack(losses))
+        return state, per_call[0] if len(per_call) == 1 else tf.concat(per_call, 0)
+
+    def train_loop(self) -> dict[str, Any]:
+        return self._loop.record()
 
     def predict(self, state: State, x: np.ndarray) -> np.ndarray:
         return np.asarray(self._logits(tf.constant(x, dtype=self._x_dtype)).numpy())

@@ -296,6 +296,14 @@ def build(trial: TrialSpec, model: Model) -> TorchProgram:
     return TorchProgram(trial, model)
 
 
+# Why torch runs one step per Python call (docs/benchmarks.md, "Native loops against Keras").
+ONE_STEP_PER_CALL = (
+    "one step per call: CUDA graphs (torch.compile mode reduce-overhead) replay captured GPU kernels only,"
+    " so there is nothing of theirs on CPU; torch.compile of a Python loop over K steps traces K copies of"
+    " the step (compile time about K times) to save a guard check and wrapper per step, and Keras on torch"
+    " runs one step per call too")
+
+
 @typing.final
 class TorchProgram:
     def __init__(self, trial: TrialSpec, model: Model) -> None:
@@ -431,6 +439,9 @@ class TorchProgram:
         stacked = torch.stack(losses)
         # Each rank's loss is its shard's mean: one all-reduce per chunk gives the global one.
         return state, ddp.mean_over_ranks(stacked) if self._world > 1 else stacked
+
+    def train_loop(self) -> dict[str, Any]:
+        return {"steps_per_call": 1, "loop": "python", "rule": ONE_STEP_PER_CALL}
 
     def predict(self, state: State, x: np.ndarray) -> np.ndarray:
         """Evaluation mode: BatchNorm uses its running statistics."""
