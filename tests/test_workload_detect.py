@@ -193,6 +193,6 @@ def test_an_unknown_loss_is_unsupported(framework: str):
     from dlbench.spec import Numerics
 
     program = importlib.import_module(f"dlbench.backends.{framework}.program")
-    assert set(program.LOSSES) == {"mean_softmax_cross_entropy", "focal_l1_detection"}
+    assert set(program.LOSSES) == {"mean_softmax_cross_entropy", "focal_l1_detection", "mean_squared_error"}
     with pytest.raises(Unsupported, match="'hinge'"):
         program.loss_kind(Numerics(loss="hinge"))
