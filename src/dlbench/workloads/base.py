@@ -8,6 +8,7 @@ cross-checked in the tests against the module's own NumPy `reference_loss`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -15,7 +16,6 @@ import numpy as np
 
 from dlbench.spec import Numerics, WorkloadSpec
 from dlbench.workloads.data import Dataset
-
 
 # A supervised workload's scenarios: user-facing name (`--scenario`) -> the runner's scenario that
 # runs it (runner/worker.py: SCENARIOS). A workload with a loop of its own (reinforcement learning,
@@ -114,3 +114,15 @@ def numerics_readback(numerics: Numerics, fields: tuple[str, ...]) -> dict[str, 
 def accuracy(spec: WorkloadSpec, outputs: np.ndarray, data: Dataset) -> float:
     """A classifier's `score`: the share of samples whose largest logit is the label's."""
     return float(np.mean(np.argmax(outputs, axis=1) == data.y[: len(outputs)]))
+
+
+def layer_flops(layers: Iterable[tuple[str, int, bool]], train: bool) -> int:
+    """A layer stack's FLOPs per sample from (name, forward FLOPs, needs an input gradient):
+    the forward, plus for training the backward: weight gradients always (the forward's count),
+    input gradients only where the layer's input needs one (not the first layer's)."""
+    total = 0
+    for _, fwd, needs_input_grad in layers:
+        total += fwd
+        if train:
+            total += fwd + (fwd if needs_input_grad else 0)
+    return total

@@ -9,9 +9,15 @@ from typing import final
 
 import numpy as np
 
-from dlbench.spec import Numerics, WorkloadSpec
 import dlbench.workloads.reference_ops as ops
-from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, SUPERVISED_SCENARIOS, Preset, accuracy
+from dlbench.spec import Numerics, WorkloadSpec
+from dlbench.workloads.base import (
+    COMMON_NUMERICS_FIELDS,
+    SUPERVISED_SCENARIOS,
+    Preset,
+    accuracy,
+    layer_flops,
+)
 from dlbench.workloads.data import (
     Dataset,
     dataset_makers,
@@ -145,14 +151,8 @@ def _layers(spec: WorkloadSpec) -> list[tuple[str, int, bool]]:
 
 
 def flops_per_sample(spec: WorkloadSpec, train: bool = True) -> int:
-    """Forward FLOPs, plus for training the backward: weight gradients always (same count as the
-    forward), input gradients only where the layer's input needs one."""
-    total = 0
-    for _, fwd, needs_input_grad in _layers(spec):
-        total += fwd
-        if train:
-            total += fwd + (fwd if needs_input_grad else 0)
-    return total
+    """Forward FLOPs, plus for training the backward (workloads.base.layer_flops)."""
+    return layer_flops(_layers(spec), train)
 
 
 def reference_loss(spec: WorkloadSpec, params: dict[str, np.ndarray], x: np.ndarray,

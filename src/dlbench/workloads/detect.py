@@ -18,7 +18,12 @@ import numpy as np
 import dlbench.workloads.boxes as boxes
 import dlbench.workloads.reference_ops as ops
 from dlbench.spec import Numerics, WorkloadSpec
-from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, SUPERVISED_SCENARIOS, Preset
+from dlbench.workloads.base import (
+    COMMON_NUMERICS_FIELDS,
+    SUPERVISED_SCENARIOS,
+    Preset,
+    layer_flops,
+)
 from dlbench.workloads.data import Dataset, dataset_makers
 from dlbench.workloads.params import Init, draw_params, fan_in_uniform
 
@@ -231,14 +236,8 @@ def _layers(spec: WorkloadSpec) -> list[tuple[str, int, bool]]:
 
 
 def flops_per_sample(spec: WorkloadSpec, train: bool = True) -> int:
-    """Forward FLOPs, plus for training the backward: weight gradients always, input gradients
-    where the layer's input needs one (not conv1's)."""
-    total = 0
-    for _, fwd, needs_input_grad in _layers(spec):
-        total += fwd
-        if train:
-            total += fwd + (fwd if needs_input_grad else 0)
-    return total
+    """Forward FLOPs, plus for training the backward (workloads.base.layer_flops)."""
+    return layer_flops(_layers(spec), train)
 
 
 def forward(params: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
