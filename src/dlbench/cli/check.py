@@ -194,13 +194,16 @@ def _diagnose(trial: TrialSpec, ref: reference.Reference, k_steps: int) -> tuple
 
 def _pairwise(cells: dict[tuple[str, str], Cell], wls: list[str], fws: list[str]) -> dict[tuple[str, str, str], tuple[bool, float]]:
     """Worst normwise gradient difference between two frameworks, relative to the second; the
-    bound is twice the larger of the two's bounds against the reference."""
+    bound is twice the larger of the two's bounds against the reference. A cell that `differs`
+    (its default kernels over the bound, an alternative within it) is compared by the
+    alternative's arrays: its default-kernel difference is already stated, once, by its verdict."""
     out = {}
     for w in wls:
         for f1, f2 in itertools.combinations(fws, 2):
             c1, c2 = cells[(w, f1)], cells[(w, f2)]
             if c1.status != "ok" or c2.status != "ok":
                 continue
+            c1, c2 = (c.differs[1] if c.differs is not None else c for c in (c1, c2))
             own = [b for c in (c1, c2) for b in ((c.grads.bounds or {}).values() if c.grads else ())]
             tol = 2 * max(own, default=parity.tolerance("float32", w).rel_err)
             g1, g2 = c1.arrays["grads"], c2.arrays["grads"]
