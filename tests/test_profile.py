@@ -156,7 +156,11 @@ def _profiled_spec(framework: str, workload: str, mode: str) -> TrialSpec:
 
     from dlbench.runner.plan import workload_spec
 
-    return TrialSpec(workload=replace(workload_spec(workload, "tiny"), dataset_size=128), framework=framework,
+    # The tiny mlp's step is about a millisecond: 32 profiled steps, so that one stray event (an
+    # allocation, a page fault inside an op no rule names) cannot be a third of the window, as
+    # it was in one CI run with 4 steps (30 % unmapped; 2 % at 32 steps here).
+    size = 1024 if workload == "mlp" else 128
+    return TrialSpec(workload=replace(workload_spec(workload, "tiny"), dataset_size=size), framework=framework,
                      policy=Policy(mode=mode), epochs=1, warmup_epochs=1, profile=True)
 
 
@@ -189,7 +193,7 @@ def test_profiled_torch_trial_keeps_its_trace_and_covers_the_step(tmp_path):
     m = result.metrics
     cats = {c: m[profiling.metric_name(c)] for c in profiling.CATEGORIES}
     assert cats["matmul"] > 0 and cats["optimizer update"] > 0 and cats["input pipeline"] > 0
-    assert m["profile_unmapped_share"] < 0.10  # docs/methodology.md: unmapped under 10 % for torch
+    assert m["profile_unmapped_share"] < 0.10, (m["profile_unmapped_share"], result.notes.get("profile_other_top"))  # methodology.md
     # the traced time is the step's, give or take the gaps: categories within 50 % of the window
     assert 0.5 < sum(cats.values()) / m["profile_window_s_per_step"] < 1.5
     report = model.load(Store(store, readonly=True), [1])
