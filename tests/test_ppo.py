@@ -234,7 +234,7 @@ def test_run_reports_env_steps_for_every_framework(tmp_path):
     from dlbench.results.store import Store
 
     with Store(store) as s:
-        trials = s.trials()
+        trials = s.trials(1)
     done = {(t.spec["framework"], t.spec["policy"]["mode"], t.spec["policy"].get("rollout"), t.spec["scenario"]): t
             for t in trials}
     ok = {k for k, t in done.items() if t.status == "ok"}
@@ -243,3 +243,21 @@ def test_run_reports_env_steps_for_every_framework(tmp_path):
     assert done[("torch", "compiled", "fused", "rollout")].status == "unsupported"
     for k in ok:
         assert done[k].metrics["env_steps_per_s"] > 0
+
+
+@pytest.mark.skipif("torch" not in installed(), reason="torch is not installed")
+def test_one_ppo_trial_runs_through_the_runner(tmp_path):
+    """One tiny torch-eager rollout trial through `dlbench run` and the worker (no compile): ok,
+    env steps/s measured, and the loop it ran recorded with the effective policy. (The runner
+    asks every program for its train loop; a PPO program without one failed every trial.)"""
+    from dlbench.cli.main import main
+    from dlbench.results.store import Store
+
+    store = tmp_path / "s.sqlite"
+    assert main(["run", "-w", "ppo", "-f", "torch", "--mode", "eager", "--scenario", "rollout", "--preset", "tiny",
+                 "--repeats", "1", "--threads", "1", "--store", str(store), "--allow-concurrent"]) == 0
+    with Store(store) as s:
+        [trial] = s.trials(1)
+    assert trial.status == "ok", trial.error
+    assert trial.metrics["env_steps_per_s"] > 0
+    assert trial.data["policy"]["train_loop"]["loop"] == "ppo, rollout host"

@@ -234,6 +234,12 @@ class PpoProgram:
     def losses_to_numpy(self, losses: jax.Array) -> np.ndarray:
         return np.asarray(losses, np.float64)
 
+    def train_loop(self) -> dict[str, Any]:
+        """How the trial's steps run, recorded with the effective policy (`train_loop`): one
+        compiled update call per minibatch; the rollout placed by the rollout policy."""
+        return {"steps_per_call": 1, "loop": f"ppo, rollout {self.rollout_placement}",
+                "rule": "PPO: one update call per minibatch; the rollout's placement is the rollout policy"}
+
     def compilations(self) -> int:
         return sum(_COMPILES[name] for name in self._names)
 

@@ -240,6 +240,12 @@ class PpoProgram:
     def losses_to_numpy(self, losses: tf.Tensor) -> np.ndarray:
         return typing.cast(np.ndarray, losses.numpy().astype(np.float64))
 
+    def train_loop(self) -> dict[str, Any]:
+        """How the trial's steps run, recorded with the effective policy (`train_loop`): one
+        compiled update call per minibatch; the rollout placed by the rollout policy."""
+        return {"steps_per_call": 1, "loop": f"ppo, rollout {self.rollout_placement}",
+                "rule": "PPO: one update call per minibatch; the rollout's placement is the rollout policy"}
+
     def compilations(self) -> int:
         return sum(int(f.experimental_get_tracing_count()) for f in self._traced)
 

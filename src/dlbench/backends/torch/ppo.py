@@ -208,6 +208,12 @@ class PpoProgram:
     def losses_to_numpy(self, losses: torch.Tensor) -> np.ndarray:
         return losses.double().numpy()
 
+    def train_loop(self) -> dict[str, Any]:
+        """How the trial's steps run, recorded with the effective policy (`train_loop`): one
+        compiled update call per minibatch; the rollout placed by the rollout policy."""
+        return {"steps_per_call": 1, "loop": f"ppo, rollout {self.rollout_placement}",
+                "rule": "PPO: one update call per minibatch; the rollout's placement is the rollout policy"}
+
     def compilations(self) -> int:
         if not self._compiled:
             return 0
