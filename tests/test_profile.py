@@ -71,6 +71,7 @@ RECORDED = {
               "aten::native_layer_norm": "normalisation", "aten::_log_softmax": "loss and reductions",
               "Optimizer.step#Adam.step": "optimizer update", "aten::relu": "elementwise and activation",
               "cpp_fused_max_pool2d_with_indices_relu_1": "pooling", "aten::copy_": "copies and layout",
+              "aten::item": "copies and layout",
               "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__": "input pipeline"},
     "jax": {"conv_general_dilated.2": "convolution", "wrapped_reduce-window": "pooling",
             "select-and-scatter.1": "pooling", "broadcast_maximum_fusion": "elementwise and activation",

@@ -24,7 +24,7 @@ RULES = (
      r"AddBackward|MulBackward|fill_|zero_|cpp_fused", "elementwise and activation"),
     (r"copy|_to_copy|\bto\b|contiguous|transpose|permute|view|reshape|aten::t\b|expand|clone|cat|stack|"
      r"slice|select|index|empty|as_strided|detach|unsqueeze|squeeze|flatten|TBackward|ViewBackward|"
-     r"PermuteBackward|ReshapeAlias|UnsafeView", "copies and layout"),
+     r"PermuteBackward|ReshapeAlias|UnsafeView|aten::item|_local_scalar_dense", "copies and layout"),
     (r"TorchDynamo|CompiledFunction|AOTDispatcher|Runtime Wrapper", "host overhead and idle"),
 )
 # The profiler's own step markers and the compiled region's wrapper hold other events.
