@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -30,11 +30,11 @@ from ai_edge_litert.interpreter import Interpreter
 
 from dlbench import workloads
 from dlbench.analysis import parity
-from dlbench.backends.base import Unsupported, build_program
+from dlbench.backends.base import InferenceOnly, Unsupported, build_program
 from dlbench.backends.litert.settings import quantization, threads
 from dlbench.backends.tensorflow.program import TensorFlowProgram
 from dlbench.spec import PARITY_BATCH, TrialSpec
-from dlbench.workloads.data import Augment, Dataset
+from dlbench.workloads.data import Dataset
 
 PREDICT_CHUNK = 1024
 # What each init() in this process did: reported by LiteRTBackend.info().
@@ -92,7 +92,9 @@ def convert(tf_program: TensorFlowProgram, sample_shape: tuple[int, ...], x_dtyp
 
 
 @typing.final
-class LiteRTProgram:
+class LiteRTProgram(InferenceOnly):
+    not_trainable = NOT_TRAINABLE
+
     def __init__(self, trial: TrialSpec) -> None:
         spec = trial.workload
         self._trial = trial
@@ -192,21 +194,3 @@ class LiteRTProgram:
 
     def load(self, dataset: Dataset) -> None:
         return None
-
-    def batches(self, order: np.ndarray, augment: Augment | None = None) -> Iterator[Any]:
-        raise Unsupported(NOT_TRAINABLE)
-
-    def compile(self, state: State, batch: Any) -> float | None:
-        raise Unsupported(NOT_TRAINABLE)
-
-    def train_chunk(self, state: State, batches: Iterator[Any], n_steps: int) -> tuple[State, Any]:
-        raise Unsupported(NOT_TRAINABLE)
-
-    def loss_and_grads(self, state: State, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
-        raise Unsupported(NOT_TRAINABLE)
-
-    def canonical_batch(self, batch: Any) -> tuple[np.ndarray, np.ndarray]:
-        raise Unsupported(NOT_TRAINABLE)
-
-    def losses_to_numpy(self, losses: Any) -> np.ndarray:
-        raise Unsupported(NOT_TRAINABLE)

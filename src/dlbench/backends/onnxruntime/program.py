@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import time
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -33,11 +33,11 @@ import onnxruntime as ort
 
 from dlbench import workloads
 from dlbench.analysis import parity
-from dlbench.backends.base import Unsupported, build_program
+from dlbench.backends.base import InferenceOnly, build_program
 from dlbench.backends.onnxruntime.session import providers, session_options
 from dlbench.paths import cache_base
 from dlbench.spec import PARITY_BATCH, TrialSpec, WorkloadSpec, to_dict
-from dlbench.workloads.data import Augment, Dataset
+from dlbench.workloads.data import Dataset
 
 # The dynamo exporter's own opset (torch.onnx's TORCHLIB_OPSET in torch 2.13): exported as is,
 # no version conversion pass.
@@ -154,7 +154,9 @@ class State:
 
 
 @typing.final
-class OrtProgram:
+class OrtProgram(InferenceOnly):
+    not_trainable = NOT_TRAINABLE
+
     def __init__(self, trial: TrialSpec) -> None:
         spec = trial.workload
         self._trial = trial
@@ -224,24 +226,3 @@ class OrtProgram:
 
     def load(self, dataset: Dataset) -> None:
         return None  # inference inputs come through infer_input
-
-    def batches(self, order: np.ndarray, augment: Augment | None = None) -> Iterator[Any]:
-        raise Unsupported(NOT_TRAINABLE)
-
-    def compile(self, state: State, batch: Any) -> float | None:
-        raise Unsupported(NOT_TRAINABLE)
-
-    def train_chunk(self, state: State, batches: Iterator[Any], n_steps: int) -> tuple[State, Any]:
-        raise Unsupported(NOT_TRAINABLE)
-
-    def train_loop(self) -> dict[str, Any]:
-        raise Unsupported(NOT_TRAINABLE)
-
-    def loss_and_grads(self, state: State, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
-        raise Unsupported(NOT_TRAINABLE)
-
-    def canonical_batch(self, batch: Any) -> tuple[np.ndarray, np.ndarray]:
-        raise Unsupported(NOT_TRAINABLE)
-
-    def losses_to_numpy(self, losses: Any) -> np.ndarray:
-        raise Unsupported(NOT_TRAINABLE)
