@@ -120,6 +120,22 @@ def test_workload_contract_and_flops():
     assert detect.flops_per_sample(SPEC) == 3 * fwd - 2 * 16 * 16 * 16 * 27
 
 
+def test_num_classes_is_fixed_at_three():
+    """detect fixes its class count (NUM_CLASSES): the CLI's specs carry 3 and any other value
+    is refused in one line naming it and what is allowed, not silently ignored."""
+    from dataclasses import replace
+
+    from dlbench.spec import SpecError
+
+    assert SPEC.num_classes == contract.preset_spec(detect).num_classes == detect.CLASSES == 3
+    workloads.validate(SPEC)
+    with pytest.raises(SpecError, match=r"^detect num_classes 10 is not one of: 3 \(detect fixes its class count\)$"):
+        workloads.validate(replace(SPEC, num_classes=10))
+    # A classifier's num_classes stays the spec's.
+    assert workloads.fixed_classes("cnn") is None
+    workloads.validate(replace(workload_spec("cnn", "tiny"), num_classes=7))
+
+
 # One process per framework; compiled mode only where it is cheap (JAX's jit is the only mode).
 CI_MODES = {"torch": "eager", "jax": "compiled", "tensorflow": "graph"}
 SLOW_MODES = {"torch": "compiled", "tensorflow": "compiled", "keras-jax": "compiled", "keras-torch": "compiled",

@@ -124,8 +124,10 @@ def preset(w: str, name: str) -> Preset:
 
 def workload_spec(w: str, preset_name: str, seed: int = 0, batch_size: int | None = None,
                   dataset_size: int | None = None) -> WorkloadSpec:
-    """The workload spec of a preset: its model size, sizes and the workload's numerics block."""
+    """The workload spec of a preset: its model size, sizes, the workload's numerics block and
+    its class count where it fixes one."""
     p = preset(w, preset_name)
+    fixed = workloads.fixed_classes(w)
     return WorkloadSpec(
         name=w,
         model_size=p.model_size,
@@ -134,6 +136,7 @@ def workload_spec(w: str, preset_name: str, seed: int = 0, batch_size: int | Non
         eval_size=p.eval_size,
         seed=seed,
         numerics=workloads.get(w).NUMERICS,
+        **({} if fixed is None else {"num_classes": fixed}),
     )
 
 

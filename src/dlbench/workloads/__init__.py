@@ -114,14 +114,26 @@ def _raise_problems(entry: Entry, problems: list[str]) -> None:
         raise PluginError(f"{entry.describe()} breaks the workload contract: {problems[0]}{more}")
 
 
+def fixed_classes(name: str) -> int | None:
+    """The class count the workload fixes (its optional NUM_CLASSES, workloads/base.py), or None
+    where the spec's num_classes sets it."""
+    found: int | None = vars(get(name)).get("NUM_CLASSES")
+    return found
+
+
 def validate(spec: WorkloadSpec) -> None:
-    """The spec's own checks, then the workload's: a known name and model size, augmentation
-    only where the inputs are NHWC images. Raises SpecError with one line."""
+    """The spec's own checks, then the workload's: a known name and model size, the class
+    count where the workload fixes it, augmentation only where the inputs are NHWC images.
+    Raises SpecError with one line."""
     spec.validate()
     module = get(spec.name)
     if spec.model_size not in module.MODEL_SIZES:
         raise SpecError(f"{spec.name} model size {spec.model_size!r} is not one of:"
                         f" {', '.join(module.MODEL_SIZES)}")
+    fixed = fixed_classes(spec.name)
+    if fixed is not None and spec.num_classes != fixed:
+        raise SpecError(f"{spec.name} num_classes {spec.num_classes} is not one of: {fixed}"
+                        f" ({spec.name} fixes its class count)")
     if spec.augment != "none":
         shape, dtype = module.input_spec(spec)
         if len(shape) != 3 or dtype != "float32":

@@ -45,7 +45,8 @@ class Workload(Protocol):
     """The module interface, written as a Protocol for the type checker and the reader.
     Optional, outside the Protocol: `postprocess(spec, outputs)`, the step from Program outputs
     to results that the infer scenario times apart (detect: decoding and NMS;
-    workloads.postprocess finds it)."""
+    workloads.postprocess finds it); `NUM_CLASSES`, a class count the workload fixes (detect's
+    three object classes): its specs carry it and workloads.validate refuses another."""
 
     NAME: str
     # --scenario name -> runner scenario (SUPERVISED_SCENARIOS for a classifier)

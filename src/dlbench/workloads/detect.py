@@ -31,8 +31,10 @@ NAME = "detect"
 SCENARIOS = SUPERVISED_SCENARIOS
 # The held-out quality: mAP@0.5, VOC all-point (workloads/boxes.py).
 QUALITY = "map"
-# The detector's classes; WorkloadSpec.num_classes (a classifier's knob) is not used.
+# The detector's classes: three textures (_texture). Fixed: the spec's num_classes is this
+# (NUM_CLASSES, an optional workload member) and workloads.validate refuses another value.
 CLASSES = 3
+NUM_CLASSES = CLASSES
 STRIDE = 8
 CHANNELS = 3
 # Backbone: (name, output channels, stride); every kernel 3x3, pad 1 on every side, relu.
