@@ -91,9 +91,15 @@ def converge_table(report: Report) -> Table | None:
     notes += [f"{_trial_label(c, t)}: {why}" for c in shown for t in c.ok
               if (why := (t.data.get("notes") or {}).get("steps_to_target"))]
     targets = sorted({f"{t.spec['target_accuracy']:g}" for c in shown for t in c.ok})
-    columns = [*label_columns(report, axes), *(Column(h, "right") for h in CONVERGE_HEADERS)]
+    # The quality is the workload's (converge stores it as `accuracy`: detect's is mAP@0.5).
+    quality, quality_notes = model.quality_header(
+        (str(c.axes["workload"]), model.workload_quality(str(c.axes["workload"]))) for c in shown
+        if c.summary("accuracy").median is not None)
+    notes += quality_notes
+    columns = [*label_columns(report, axes),
+               *(Column(h.replace("accuracy", quality), "right") for h in CONVERGE_HEADERS)]
     return Table("converge", "Time to accuracy",
-                 f"time to accuracy {', '.join(targets)} (converge; training time only, evaluation apart;"
+                 f"time to {quality} {', '.join(targets)} (converge; training time only, evaluation apart;"
                  " medians over repeats)", tuple(columns), tuple(map(tuple, rows)),
                  tuple(notes + describe_pairs(pairs) + [COMPILE_NOTE]))
 

@@ -4,6 +4,8 @@ own (converge, infer) has its configurations here."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from dlbench.analysis.summary import UNSTABLE_REL_HALF_WIDTH
 from dlbench.report import model
 from dlbench.report.cells import (
@@ -74,10 +76,14 @@ def headline_table(report: Report) -> Table:
     why values are missing. Without a GPU, the VRAM columns are left out and one note says why."""
     configs = headline_configs(report)
     gpu_note = no_gpu_note(configs)
-    metrics = [c for c in HEADLINE if not (gpu_note and c.key in VRAM_KEYS)]
+    # The quality column is named for the metric its rows hold (accuracy, detect's mAP@0.5).
+    quality, quality_notes = model.quality_header(
+        (str(c.axes["workload"]), q) for c in configs if (q := c.quality_metric()) is not None)
+    metrics = [dataclasses.replace(c, header=quality) if c.key == "accuracy" else c
+               for c in HEADLINE if not (gpu_note and c.key in VRAM_KEYS)]
     rows = [_headline_row(report, c, metrics) for c in configs]
     noted: dict[str, str] | None = None if gpu_note is None else {}
-    notes = mark_notes(rows) + ([gpu_note] if gpu_note else []) + model.notes(report, configs, noted)
+    notes = mark_notes(rows) + quality_notes + ([gpu_note] if gpu_note else []) + model.notes(report, configs, noted)
     notes += model.repeat_notes(report)
     notes += model.parity_notes((t for c in configs for t in c.trials), TRAIN_PARITY)
     ids = [r.id for r in report.runs]

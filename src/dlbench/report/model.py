@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from dlbench.analysis import window
+from dlbench import workloads
+from dlbench.analysis import metrics, window
 from dlbench.analysis.metrics import QUALITY_METRICS
 from dlbench.analysis.summary import Summary, summarize
 from dlbench.report.columns import compile_value
@@ -113,6 +114,10 @@ class Config:
         metrics.QUALITY_METRICS (accuracy, or detect's mAP)."""
         return summarize(next((t.metrics[q] for q in QUALITY_METRICS if t.metrics.get(q) is not None), None)
                          for t in self.ok)
+
+    def quality_metric(self) -> str | None:
+        """The name of the quality metric quality_summary shows (the first an ok trial has)."""
+        return next((q for t in self.ok for q in QUALITY_METRICS if t.metrics.get(q) is not None), None)
 
     def compile_summary(self) -> tuple[Summary, bool]:
         """Compile seconds (measured, else estimated) and whether any value is an estimate."""
@@ -469,3 +474,26 @@ def loss_by_time(trial: Trial) -> Series:
         for j in range(n):
             out.append((end - (n - 1 - j) * per_step_s, losses[len(out)][1]))
     return out
+
+
+def workload_quality(name: str) -> str:
+    """The workload's held-out quality metric (its QUALITY: detect's `map`), as the converge
+    scenario stores under `accuracy`; "accuracy" for a workload not known here (a plugin not
+    installed)."""
+    try:
+        return str(workloads.get(name).QUALITY)
+    except Exception:  # noqa: BLE001 - an unknown or broken plugin: the stored name stays
+        return "accuracy"
+
+
+def quality_header(rows: Iterable[tuple[str, str]]) -> tuple[str, list[str]]:
+    """The header of a held-out quality column over its rows' (workload, quality metric): the
+    metric's label where every row shares one ("accuracy", "mAP@0.5"); else "quality" and a
+    note naming each workload's metric, so mAP is never read as accuracy."""
+    by_metric: dict[str, set[str]] = {}
+    for workload, metric in rows:
+        by_metric.setdefault(metric, set()).add(workload)
+    if len(by_metric) <= 1:
+        return metrics.label(next(iter(by_metric), "accuracy")), []
+    parts = [f"{metrics.label(m)} for {', '.join(sorted(ws))}" for m, ws in sorted(by_metric.items())]
+    return "quality", [f"quality: the held-out {'; '.join(parts)}"]
