@@ -65,3 +65,16 @@ def test_the_converge_table_names_the_workloads_metric_and_the_html_shows_it(tmp
 
     page = render(report, [], None)
     assert html.escape("mAP@0.5 by step") in page and html.escape("accuracy by step") not in page
+
+
+def test_the_inference_notes_name_the_served_models_map(tmp_path):
+    store = Store(tmp_path / "s.sqlite")
+    run = store.create_run("dlbench run", {}, False)
+    for seq, (workload, extra) in enumerate((("detect", {"infer_map": 0.123}), ("cnn", {"infer_accuracy": 0.1}))):
+        spec = TrialSpec(workload=WorkloadSpec(name=workload, batch_size=16), framework="fw",
+                         policy=Policy(mode="eager"), scenario="infer")
+        result = TrialResult(status="ok", metrics={"latency_p50_s": 0.001, "infer_samples_per_s": 10.0, **extra})
+        store.finish_trial(store.add_trial(run, seq, spec), result)
+    notes = [n for n in _table(model.load(store, [run]), "inference").notes if "served model" in n]
+    assert len(notes) == 1 and notes[0].startswith("held-out mAP@0.5 of the served model")
+    assert notes[0].endswith(": detect/fw 0.123")

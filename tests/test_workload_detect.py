@@ -6,6 +6,7 @@ float64 `reference_loss`, canonical gradients, K falling steps, no recompiles, p
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -212,3 +213,35 @@ def test_an_unknown_loss_is_unsupported(framework: str):
     assert set(program.LOSSES) == {"mean_softmax_cross_entropy", "focal_l1_detection", "mean_squared_error"}
     with pytest.raises(Unsupported, match="'hinge'"):
         program.loss_kind(Numerics(loss="hinge"))
+
+
+def test_the_served_model_is_scored_by_the_workloads_own_metric():
+    """runner/served.py: a non-classifier's served outputs over the whole eval split (batches of
+    the spec's size, the last padded and cut back) are scored by the workload's `score`, stored
+    as infer_<QUALITY> (detect: infer_map), never as accuracy. The float64 reference network
+    stands in for a framework; near-perfect outputs for the first rows make the score non-zero."""
+    from types import SimpleNamespace
+
+    from dlbench.runner import served
+    from dlbench.spec import TrialSpec
+
+    # 21 held-out rows in batches of 16: the second batch is padded.
+    spec = replace(SPEC, eval_size=SPEC.batch_size + 5)
+    data = detect.make_eval_dataset(spec)
+    params = detect.init_params(spec)
+    c = detect.CLASSES
+    lookup = {x.tobytes(): np.concatenate([y[..., :c] * 20 - 10, y[..., c:c + 4]], axis=-1)
+              for x, y in zip(data.x[:10], data.y[:10])}
+    seen: list[int] = []
+
+    def forward(x: np.ndarray) -> np.ndarray:
+        seen.append(len(x))
+        out = detect.forward(params, x).astype(np.float32)
+        return np.stack([lookup.get(row.tobytes(), o) for row, o in zip(x, out)])
+
+    program = SimpleNamespace(infer_input=lambda x: x, precision=lambda: {})
+    result = SimpleNamespace(metrics={})
+    served.accuracy(TrialSpec(workload=spec, framework="torch", scenario="infer"), program, forward, result)  # type: ignore[arg-type]
+    assert seen == [spec.batch_size, spec.batch_size]
+    assert set(result.metrics) == {"infer_map"}
+    assert result.metrics["infer_map"] == detect.score(spec, forward(data.x), data) > 0.0

@@ -128,6 +128,8 @@ METRICS: dict[str, Metric] = {
     "server_latency_p99_s": _s("server p99 ms"),
     "server_p99_bound_s": _s("p99 bound ms"),
     "infer_accuracy": _ratio("higher", "held-out accuracy"),
+    # a non-classifier's served quality, infer_<QUALITY> (runner/served.py): detect's mAP@0.5
+    "infer_map": _ratio("higher", "held-out mAP@0.5"),
     "infer_accuracy_fp32": _ratio("none", "fp32 accuracy"),
     "infer_accuracy_change": _ratio("higher", "accuracy change vs fp32"),
     "infer_top1_agreement_fp32": _ratio("higher", "top-1 agreement with fp32"),

@@ -4,6 +4,8 @@ the headline table (report/model.py)."""
 
 from __future__ import annotations
 
+from dlbench.analysis import metrics
+from dlbench.analysis.metrics import QUALITY_METRICS
 from dlbench.analysis.summary import Summary
 from dlbench.report import model
 from dlbench.report.cells import (
@@ -48,6 +50,23 @@ def accuracy_notes(report: Report, configs: list[Config]) -> list[str]:
         agree = c.summary("infer_top1_agreement_fp32").median
         notes.append(f"{report.label(c)}: held-out accuracy {acc:.4f} against {fp32:.4f} for float32, change"
                      f" {change:+.4f}" + (f"; top-1 agreement with float32 {agree:.4f}" if agree is not None else ""))
+    return notes
+
+
+def served_quality_notes(configs: list[Config]) -> list[str]:
+    """One line per quality metric other than accuracy that the served models were scored by
+    (runner/served.py: infer_<QUALITY>, the workload's own score; detect: mAP@0.5): medians."""
+    notes = []
+    for quality in QUALITY_METRICS:
+        if quality == "accuracy":
+            continue
+        parts = [f"{c.axes.get('workload')}/{c.axes.get('framework')} {value:.3f}" for c in configs
+                 if (value := c.summary(f"infer_{quality}").median) is not None]
+        if parts:
+            notes.append(f"held-out {metrics.label(quality)} of the served model (the workload's own score of"
+                         " its outputs on the eval split, post-processed; the infer scenario serves the initial"
+                         " weights, so this checks that the served paths agree, not a trained model's quality): "
+                         + "; ".join(parts))
     return notes
 
 
@@ -104,7 +123,7 @@ def infer_table(report: Report) -> Table | None:
                TableColumn("parity"), STATUS]
     notes = [METHOD_NOTE, *postprocess_notes(configs), *model.notes(report, configs, {}),  # no GPU columns
              *model.parity_notes((t for c in configs for t in c.trials), INFER_PARITY),
-             *accuracy_notes(report, configs)]
+             *accuracy_notes(report, configs), *served_quality_notes(configs)]
     return Table("inference", "Inference",
                  "inference: latency at batch 1 (medians over repeats), throughput at the batch size",
                  tuple(columns), tuple(tuple(_row(report, c, axes)) for c in configs), tuple(notes))

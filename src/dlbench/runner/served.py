@@ -163,17 +163,24 @@ def loadgen_metrics(ctx: TrialContext) -> None:
 
 
 def accuracy(trial: TrialSpec, program: Program, forward: Callable[[Any], Any], result: Any) -> None:
-    """Held-out accuracy of the model as served (infer_accuracy), in batches of the spec's batch
-    size (the last padded); a program serving a quantised model names its float32 model's
-    accuracy (precision()["fp32_accuracy"]), and the change is reported (infer_accuracy_change)."""
+    """Held-out quality of the model as served, in batches of the spec's batch size (the last
+    padded). A classifier: infer_accuracy; a program serving a quantised model names its float32
+    model's accuracy (precision()["fp32_accuracy"]), and the change is reported
+    (infer_accuracy_change). Any other workload: its own `score` (its QUALITY) of the served
+    outputs as `infer_<QUALITY>` (detect: infer_map, mAP@0.5 after its NumPy post-processing)."""
     spec = trial.workload
     workload = workloads.get(spec.name)
-    if getattr(workload, "QUALITY", "accuracy") != "accuracy":  # not a classifier (detect: mAP)
-        return
+    quality = getattr(workload, "QUALITY", "accuracy")
     data = workload.make_eval_dataset(spec)
     m = result.metrics
-    m["infer_accuracy"] = accuracy_of(lambda x: np.asarray(forward(program.infer_input(x))), data.x, data.y,
-                                      spec.batch_size)
+
+    def served(x: np.ndarray) -> np.ndarray:
+        return np.asarray(forward(program.infer_input(x)))
+
+    if quality != "accuracy":  # not a classifier (detect: mAP of the post-processed outputs)
+        m[f"infer_{quality}"] = float(workload.score(spec, outputs_of(served, data.x, spec.batch_size), data))
+        return
+    m["infer_accuracy"] = accuracy_of(served, data.x, data.y, spec.batch_size)
     fp32 = program.precision().get("fp32_accuracy")
     if isinstance(fp32, float):
         m["infer_accuracy_fp32"] = fp32
@@ -188,8 +195,14 @@ def accuracy_of(logits_of: Callable[[np.ndarray], np.ndarray], x: np.ndarray, y:
 
 
 def predictions(logits_of: Callable[[np.ndarray], np.ndarray], x: np.ndarray, batch: int) -> np.ndarray:
+    return np.argmax(outputs_of(logits_of, x, batch), axis=-1)
+
+
+def outputs_of(outputs: Callable[[np.ndarray], np.ndarray], x: np.ndarray, batch: int) -> np.ndarray:
+    """The served outputs of every row of `x`, in order: fixed-size batches, the last padded
+    (with rows from its start) and cut back."""
     out = []
     for start in range(0, len(x), batch):
         rows = np.resize(np.arange(start, min(start + batch, len(x))), batch)
-        out.append(np.argmax(logits_of(x[rows]), axis=-1)[: min(batch, len(x) - start)])
+        out.append(outputs(x[rows])[: min(batch, len(x) - start)])
     return np.concatenate(out)
