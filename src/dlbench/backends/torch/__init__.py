@@ -40,8 +40,12 @@ INFER_COMPILE_OPTIONS: dict[str, Any] = {**COMPILE_OPTIONS, "dynamic": False}
 
 _DISTRIBUTIONS = ("torch", "triton", "numpy")
 # Variables that change torch's speed, memory or compiled code (Backend.recorded_environment).
+# OMP_WAIT_POLICY and GOMP_SPINCOUNT set how torch's OpenMP runtime (GNU libgomp in the CPU wheels)
+# waits at the end of each parallel region: on a machine shared with other processes they change
+# CPU step times several-fold (docs/benchmarks.md, "detect": why torch's steps were slow).
 RECORDED_ENVIRONMENT = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "TORCHINDUCTOR_CACHE_DIR",
-                        "TRITON_CACHE_DIR", "TORCHINDUCTOR_FREEZING", "TORCH_COMPILE_DEBUG")
+                        "TRITON_CACHE_DIR", "TORCHINDUCTOR_FREEZING", "TORCH_COMPILE_DEBUG",
+                        "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 # allocator_stats() on a GPU: the caching allocator's counters.
 ALLOCATOR_UNITS = {"torch_allocated_peak_bytes": "B", "torch_reserved_peak_bytes": "B",
                    "torch_allocated_bytes": "B", "torch_reserved_bytes": "B", "allocated_peak_bytes": "B"}
