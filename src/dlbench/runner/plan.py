@@ -128,7 +128,7 @@ def workload_spec(w: str, preset_name: str, seed: int = 0, batch_size: int | Non
     its class count where it fixes one."""
     p = preset(w, preset_name)
     fixed = workloads.fixed_classes(w)
-    return WorkloadSpec(
+    spec = WorkloadSpec(
         name=w,
         model_size=p.model_size,
         batch_size=batch_size if batch_size is not None else p.batch_size,
@@ -136,8 +136,8 @@ def workload_spec(w: str, preset_name: str, seed: int = 0, batch_size: int | Non
         eval_size=p.eval_size,
         seed=seed,
         numerics=workloads.get(w).NUMERICS,
-        **({} if fixed is None else {"num_classes": fixed}),
     )
+    return spec if fixed is None else replace(spec, num_classes=fixed)
 
 
 def _infer_fields(sweep: Sweep, scenario: str) -> dict[str, Any]:

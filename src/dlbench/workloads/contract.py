@@ -89,10 +89,10 @@ def numerics_problems(numerics: Numerics, fields: tuple[str, ...]) -> Problems:
 def preset_spec(module: ModuleType, preset: str = "tiny") -> WorkloadSpec:
     """The workload spec of one of the module's presets, as the CLI makes it."""
     p = module.PRESETS[preset]
+    spec = WorkloadSpec(name=module.NAME, model_size=p.model_size, batch_size=p.batch_size,
+                        dataset_size=p.dataset_size, eval_size=p.eval_size, numerics=module.NUMERICS)
     fixed = vars(module).get("NUM_CLASSES")
-    return WorkloadSpec(name=module.NAME, model_size=p.model_size, batch_size=p.batch_size,
-                        dataset_size=p.dataset_size, eval_size=p.eval_size, numerics=module.NUMERICS,
-                        **({} if fixed is None else {"num_classes": fixed}))
+    return spec if fixed is None else dataclasses.replace(spec, num_classes=int(fixed))
 
 
 def _shape_table(value: Any, what: str) -> Problems:
