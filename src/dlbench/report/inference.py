@@ -64,8 +64,8 @@ def served_quality_notes(configs: list[Config]) -> list[str]:
                  if (value := c.summary(f"infer_{quality}").median) is not None]
         if parts:
             notes.append(f"held-out {metrics.label(quality)} of the served model (the workload's own score of"
-                         " its outputs on the eval split, post-processed; the infer scenario serves the initial"
-                         " weights, so this checks that the served paths agree, not a trained model's quality): "
+                         " its outputs on the eval split; the infer scenario serves the untrained initial"
+                         " weights, so this is no trained model's quality: docs/methodology.md): "
                          + "; ".join(parts))
     return notes
 
