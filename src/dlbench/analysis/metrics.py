@@ -146,8 +146,9 @@ METRICS: dict[str, Metric] = {
     "scaling_baseline_samples_per_s": Metric("1/s"),
 }
 
-# The held-out quality metrics a trial can carry (a workload's QUALITY): the headline's accuracy
-# column shows the first one a trial has (accuracy for a classifier, map for detect).
+# The held-out quality metrics a trial can carry (a workload's QUALITY): the headline's quality
+# column shows the first one a trial has (accuracy for a classifier, map for detect), headed by
+# its label (report/model.py: quality_header).
 QUALITY_METRICS = ("accuracy", "map")
 
 # Units by name suffix, for names the registry does not list (longest suffix first).
