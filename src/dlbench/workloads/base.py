@@ -45,7 +45,9 @@ class Workload(Protocol):
     """The module interface, written as a Protocol for the type checker and the reader.
     Optional, outside the Protocol: `postprocess(spec, outputs)`, the step from Program outputs
     to results that the infer scenario times apart (detect: decoding and NMS;
-    workloads.postprocess finds it)."""
+    workloads.postprocess finds it); `epoch_copies(spec) -> int`, how many per-epoch copies
+    of its samples `make_dataset` holds (ddpm: timesteps and noise redrawn per epoch; epoch e
+    reads copy e mod that, workloads.epoch_steps), 1 without it."""
 
     NAME: str
     # --scenario name -> runner scenario (SUPERVISED_SCENARIOS for a classifier)
@@ -80,7 +82,8 @@ class Workload(Protocol):
         ...
 
     def make_dataset(self, spec: WorkloadSpec) -> Dataset:
-        """The training split (`spec.dataset_size` samples, labels per `spec.labels`)."""
+        """The training split (`spec.dataset_size` samples, labels per `spec.labels`; times
+        `epoch_copies(spec)` where the workload has per-epoch copies)."""
         ...
 
     def make_eval_dataset(self, spec: WorkloadSpec) -> Dataset:
