@@ -240,13 +240,19 @@ def _window_metrics(ctx: TrialContext, w: Window) -> None:
 
 def evaluate(ctx: TrialContext, program: Program, state: Any) -> None:
     """The workload's quality metric on the held-out split (accuracy for a classifier), outside
-    the timed window."""
+    the timed window; for a generative workload also the quality of samples generated from the
+    trained parameters (ddpm: a Fréchet distance, not FID)."""
     spec = ctx.trial.workload
     wl = workloads.get(spec.name)
     data = wl.make_eval_dataset(spec)
     t = ctx.phases.start("evaluate")
     ctx.metrics[wl.QUALITY] = held_out_score(program, state, spec, data)
     ctx.metrics["eval_s"] = ctx.phases.end("evaluate", t)
+    generated = workloads.generated_quality(spec.name)
+    if generated is not None:  # a generative workload: samples from the trained parameters
+        t = ctx.phases.start("generated_quality")
+        ctx.metrics.update(generated(spec, lambda x: np.asarray(program.predict(state, x))))
+        ctx.metrics["generated_quality_s"] = ctx.phases.end("generated_quality", t)
 
 
 def held_out_score(program: Program, state: Any, spec: WorkloadSpec, data: Dataset) -> float:

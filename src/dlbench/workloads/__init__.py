@@ -155,6 +155,16 @@ def epoch_steps(spec: WorkloadSpec, epoch: int) -> tuple[np.ndarray, data.Augmen
     return data.epoch_steps(spec, epoch, epoch_copies(spec))
 
 
+def generated_quality(name: str) -> Callable[[WorkloadSpec, Callable[[np.ndarray], np.ndarray]], dict[str, float]] | None:
+    """The workload's quality of generated samples after training, `generated_quality(spec,
+    denoise)` (ddpm: DDIM samples from the trained parameters, their Fréchet distance to held-out
+    images), which the train scenario reports beside the held-out score; None for a workload
+    without one (optional member)."""
+    found: Callable[[WorkloadSpec, Callable[[np.ndarray], np.ndarray]], dict[str, float]] | None = \
+        vars(get(name)).get("generated_quality")
+    return found
+
+
 def postprocess(name: str) -> Callable[[WorkloadSpec, np.ndarray], Any] | None:
     """The workload's post-processing of its outputs (detect: decoding, score threshold and
     class-wise NMS), which the infer scenario times apart; None for a workload without one

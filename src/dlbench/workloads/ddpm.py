@@ -422,6 +422,8 @@ def ddim_coefficients(spec: WorkloadSpec, steps: int | None = None) -> np.ndarra
 
 # The sampler's initial noise: default_rng((seed, STREAM_SAMPLE)).
 STREAM_SAMPLE = 7
+# The real images that give generated_quality's floor.
+STREAM_QUALITY = 9
 
 
 def initial_noise(spec: WorkloadSpec, n: int) -> np.ndarray:
@@ -429,6 +431,20 @@ def initial_noise(spec: WorkloadSpec, n: int) -> np.ndarray:
     s = _size(spec).image
     rng = np.random.default_rng((spec.seed, STREAM_SAMPLE))
     return rng.standard_normal((n, s, s, CHANNELS)).astype(np.float32)
+
+
+def generated_quality(spec: WorkloadSpec, denoise: Callable[[np.ndarray], np.ndarray]) -> dict[str, float]:
+    """The quality of generated images after training (the train scenario calls it after the
+    timed window, with the trained parameters' predict; workloads.generated_quality): one batch
+    of `batch_size` DDIM samples (S steps, the sampler's initial noise) and their Fréchet
+    distance to the held-out clean images in the 4x4-block-mean space: `sample_frechet_distance`.
+    Beside it `sample_frechet_floor`, what `batch_size` real images (fresh clean images) score
+    against the same held-out set: a perfect sampler's value at this sample size. Not FID."""
+    held_out = image_features(held_out_images(spec))
+    images = ddim_sample(spec, denoise, initial_noise(spec, spec.batch_size))
+    real = clean_images(np.random.default_rng((spec.seed, STREAM_QUALITY)), spec.batch_size, _size(spec).image)
+    return {"sample_frechet_distance": frechet_distance(image_features(images), held_out),
+            "sample_frechet_floor": frechet_distance(image_features(real), held_out)}
 
 
 def ddim_sample(spec: WorkloadSpec, denoise: Callable[[np.ndarray], np.ndarray], x: np.ndarray,
