@@ -346,3 +346,25 @@ def test_frechet_distance_in_the_pooled_feature_space():
     assert ddpm.frechet_distance(f, f + 0.5) == pytest.approx(12 * 0.25, rel=1e-6)
     other = ddpm.image_features(ddpm.clean_images(np.random.default_rng(1), 32, 8))
     assert 0 < ddpm.frechet_distance(f, other) < ddpm.frechet_distance(f, 3 * other)
+
+
+def test_generated_quality_scores_trained_samples_against_held_out_images():
+    """What the train scenario reports after training: a sampler that generates real images
+    (an oracle denoiser steering DDIM onto the floor's own images) scores the floor; the
+    untrained sampler scores far above it."""
+    spec = tiny()
+    assert workloads.generated_quality("ddpm") is ddpm.generated_quality
+    assert workloads.generated_quality("cnn") is None
+    ab = ddpm.alpha_bars(spec.numerics)
+    real = ddpm.clean_images(np.random.default_rng((spec.seed, ddpm.STREAM_QUALITY)), spec.batch_size, 8)
+
+    def oracle(inp: np.ndarray) -> np.ndarray:
+        t = int(inp[0, 0, 0, 3])
+        return ((inp[..., :3] - np.sqrt(ab[t]) * real) / np.sqrt(1 - ab[t])).reshape(len(inp), -1)
+
+    perfect = ddpm.generated_quality(spec, oracle)
+    assert perfect["sample_frechet_distance"] == pytest.approx(perfect["sample_frechet_floor"], rel=1e-3)
+    params = ddpm.init_params(spec)
+    untrained = ddpm.generated_quality(spec, lambda x: ddpm.reference_forward(spec, params, x))
+    assert untrained["sample_frechet_floor"] == perfect["sample_frechet_floor"]
+    assert untrained["sample_frechet_distance"] > 100 * untrained["sample_frechet_floor"] > 0
