@@ -368,3 +368,12 @@ def test_generated_quality_scores_trained_samples_against_held_out_images():
     untrained = ddpm.generated_quality(spec, lambda x: ddpm.reference_forward(spec, params, x))
     assert untrained["sample_frechet_floor"] == perfect["sample_frechet_floor"]
     assert untrained["sample_frechet_distance"] > 100 * untrained["sample_frechet_floor"] > 0
+
+
+def test_augmentation_is_refused_with_its_reason():
+    """crop_flip would move the noised image but not the noise it is trained to predict."""
+    from dlbench.spec import SpecError
+
+    with pytest.raises(SpecError, match="crop_flip.*does not fit ddpm.*the noise.*allowed is none"):
+        workloads.validate(dataclasses.replace(tiny(), augment="crop_flip"))
+    workloads.validate(tiny())

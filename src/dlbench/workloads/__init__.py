@@ -125,6 +125,9 @@ def validate(spec: WorkloadSpec) -> None:
         raise SpecError(f"{spec.name} model size {spec.model_size!r} is not one of:"
                         f" {', '.join(module.MODEL_SIZES)}")
     if spec.augment != "none":
+        why = vars(module).get("NO_AUGMENT")  # optional: why the workload takes no augmentation
+        if why is not None:
+            raise SpecError(f"augment {spec.augment!r} does not fit {spec.name} ({why}): allowed is none")
         shape, dtype = module.input_spec(spec)
         if len(shape) != 3 or dtype != "float32":
             raise SpecError(f"augment {spec.augment!r} needs NHWC images; {spec.name} takes {shape} {dtype}:"

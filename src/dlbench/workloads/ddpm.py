@@ -32,6 +32,8 @@ SCENARIOS = {"train": "train", "infer": "sample"}
 # Held-out denoising loss (mean squared error of the predicted noise): lower is better.
 QUALITY = "denoising_mse"
 CHANNELS = 3  # image channels; the input has one more, the timestep
+# workloads.validate refuses --augment on ddpm with this reason.
+NO_AUGMENT = "a crop or flip would move x_t but not its target, the noise"
 
 # Diffusion schedule (pinned in the numerics block): linear betas from BETA_START to BETA_END
 # over T steps.
