@@ -21,14 +21,17 @@ from typing import Any
 import numpy as np
 import pytest
 
+from dlbench import workloads
 from dlbench.runner.fixedbatch import load_grads
 from dlbench.runner.plan import workload_spec
+from dlbench.runner.probe import trajectory_rows
 from dlbench.runner.probe_client import run_probe
 from dlbench.spec import Policy, TrialSpec, WorkloadSpec, to_dict
 from dlbench.workloads import ddpm
 from dlbench.workloads.base import numerics_readback
+from dlbench.workloads.data import Dataset, epoch_steps
 
-K_STEPS = 3
+K_STEPS = 5  # tiny: 4 steps per epoch, so the last step is epoch 1's first (its own noise)
 LOSS_RTOL = 1e-5  # float32 loss on the fixed batch against the float64 NumPy reference
 GRAD_RTOL = 1e-4  # float32 gradients against float64, normwise per tensor
 TRAJECTORY_RTOL = 1e-4  # K Adam steps: float32 losses against float64
@@ -70,11 +73,20 @@ def test_schedule_is_the_linear_ddpm_one():
     assert ab[-1] == pytest.approx(4.04e-5, rel=0.01)
 
 
+def _clean(spec: WorkloadSpec, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(x0 undone from x_t and its noise, t) per sample, float64."""
+    t = x[:, 0, 0, 3].astype(int)
+    ab = ddpm.alpha_bars(spec.numerics)[t][:, None, None, None]
+    eps = y.reshape(len(x), *x.shape[1:3], 3).astype(np.float64)
+    return (x[..., :3] - np.sqrt(1 - ab) * eps) / np.sqrt(ab), t
+
+
 def test_samples_are_noised_clean_images_with_their_timestep_and_noise():
     spec = dataclasses.replace(tiny(), dataset_size=256)
-    data = ddpm.make_dataset(spec)
-    assert data.x.shape == (256, 8, 8, 4) and data.x.dtype == np.float32
-    assert data.y.shape == (256, 8 * 8 * 3) and data.y.dtype == np.float32
+    whole = ddpm.make_dataset(spec)  # NOISE_EPOCHS copies; the first is epoch 0's
+    assert whole.x.shape == (256 * ddpm.NOISE_EPOCHS, 8, 8, 4) and whole.x.dtype == np.float32
+    assert whole.y.shape == (256 * ddpm.NOISE_EPOCHS, 8 * 8 * 3) and whole.y.dtype == np.float32
+    data = Dataset(whole.x[:256], whole.y[:256])
     t = data.x[..., 3]
     assert np.all(t == t[:, :1, :1]) and np.all(t == np.round(t)) and 0 <= t.min() and t.max() < 1000
     assert len(np.unique(t[:, 0, 0])) > 200  # drawn per sample
@@ -86,9 +98,35 @@ def test_samples_are_noised_clean_images_with_their_timestep_and_noise():
     assert np.abs(x0[small_t]).max() <= 1 + 1e-3 and np.abs(x0[small_t]).max() > 0.5
     assert abs(eps.std() - 1) < 0.05 and abs(eps.mean()) < 0.05
     again = ddpm.make_dataset(spec)
-    assert np.array_equal(again.x, data.x) and np.array_equal(again.y, data.y)
+    assert np.array_equal(again.x, whole.x) and np.array_equal(again.y, whole.y)
     held_out = ddpm.make_eval_dataset(spec)
-    assert not {r.tobytes() for r in held_out.x} & {r.tobytes() for r in data.x}
+    assert not {r.tobytes() for r in held_out.x} & {r.tobytes() for r in whole.x}
+
+
+def test_every_epoch_redraws_timesteps_and_noise_of_the_same_images():
+    """Epoch e's order indexes its own noised copy (copy e mod NOISE_EPOCHS): the same clean
+    image under a new timestep and new noise. Other workloads keep one copy, rows unchanged."""
+    spec = tiny()
+    n = spec.dataset_size
+    data = ddpm.make_dataset(spec)
+    rows = [workloads.epoch_steps(spec, e)[0] for e in range(ddpm.NOISE_EPOCHS + 1)]
+    for e, r in enumerate(rows[: ddpm.NOISE_EPOCHS]):
+        order = epoch_steps(spec, e)[0]  # the plain order of the epoch's samples
+        np.testing.assert_array_equal(r, order + e * n)
+    np.testing.assert_array_equal(rows[ddpm.NOISE_EPOCHS], epoch_steps(spec, ddpm.NOISE_EPOCHS)[0])  # the cycle
+    x0, t = _clean(spec, data.x, data.y)
+    t0, t1 = t[:n], t[n : 2 * n]
+    assert np.mean(t0 != t1) > 0.95  # redrawn timesteps (a repeat has chance 1/1000)
+    assert not np.any(np.all(data.y[:n] == data.y[n : 2 * n], axis=1))  # redrawn noise, every sample
+    both_small = (t0 < 500) & (t1 < 500)  # large t amplifies float32 rounding in the undo
+    assert both_small.sum() >= 8
+    np.testing.assert_allclose(x0[:n][both_small], x0[n : 2 * n][both_small], atol=1e-3)  # same images
+    # The first sample of epoch 1's first step is fed with epoch 1's draw, not epoch 0's.
+    i = int(rows[1][0, 0]) - n
+    assert not np.array_equal(data.x[rows[1][0, 0]], data.x[i]) and not np.array_equal(data.y[rows[1][0, 0]], data.y[i])
+    cnn = workload_spec("cnn", "tiny")
+    assert workloads.epoch_copies(cnn) == 1
+    np.testing.assert_array_equal(workloads.epoch_steps(cnn, 1)[0], epoch_steps(cnn, 1)[0])
 
 
 def test_ddim_with_an_oracle_denoiser_returns_the_clean_image():
@@ -183,6 +221,12 @@ def _check_framework(framework: str, found: list[dict[str, Any]], ref: dict[str,
     assert np.all(np.diff(ref["losses"]) != 0)  # the steps moved the parameters
     out_err = np.linalg.norm(a["logits"] - ref["logits"]) / np.linalg.norm(ref["logits"])
     assert out_err < OUTPUT_RTOL, (framework, out_err)
+    # The pipeline fed the spec's rows of epoch 1's copy, bit for bit.
+    data = ddpm.make_dataset(spec)
+    row = int(trajectory_rows(_trial(framework, "eager"), K_STEPS)[-1][0])
+    assert row >= spec.dataset_size, row  # epoch 1's copy
+    np.testing.assert_array_equal(a["last_batch_x"][0], data.x[row], err_msg=framework)
+    np.testing.assert_array_equal(a["last_batch_y"][0], data.y[row], err_msg=framework)
     assert unknown["status"] == "unsupported" and "hinge" in unknown["error"], (framework, unknown)
 
 
@@ -209,6 +253,16 @@ def test_torch_jax_tensorflow_match_the_float64_reference(tmp_path: Path):
     _check_reference(results["reference"])
     for framework in modes:
         _check_framework(framework, results[framework], results["reference"])
+    _check_same_batches(results, modes)
+
+
+def _check_same_batches(results: dict[str, Any], modes: dict[str, str]) -> None:
+    """Every framework's pipeline fed the same bytes for the same step."""
+    first, *others = modes
+    for framework in others:
+        for name in ("last_batch_x", "last_batch_y"):
+            a, b = results[first][0]["arrays"][name], results[framework][0]["arrays"][name]
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (first, framework, name)
 
 
 @pytest.mark.slow
@@ -219,6 +273,7 @@ def test_compiled_and_keras_match_the_float64_reference(tmp_path: Path):
     results = _run(tmp_path, modes)
     for framework in modes:
         _check_framework(framework, results[framework], results["reference"])
+    _check_same_batches(results, modes)
 
 
 # --- the sampling scenario's verdict and a whole run ---------------------------------------------
@@ -291,3 +346,34 @@ def test_frechet_distance_in_the_pooled_feature_space():
     assert ddpm.frechet_distance(f, f + 0.5) == pytest.approx(12 * 0.25, rel=1e-6)
     other = ddpm.image_features(ddpm.clean_images(np.random.default_rng(1), 32, 8))
     assert 0 < ddpm.frechet_distance(f, other) < ddpm.frechet_distance(f, 3 * other)
+
+
+def test_generated_quality_scores_trained_samples_against_held_out_images():
+    """What the train scenario reports after training: a sampler that generates real images
+    (an oracle denoiser steering DDIM onto the floor's own images) scores the floor; the
+    untrained sampler scores far above it."""
+    spec = tiny()
+    assert workloads.generated_quality("ddpm") is ddpm.generated_quality
+    assert workloads.generated_quality("cnn") is None
+    ab = ddpm.alpha_bars(spec.numerics)
+    real = ddpm.clean_images(np.random.default_rng((spec.seed, ddpm.STREAM_QUALITY)), spec.batch_size, 8)
+
+    def oracle(inp: np.ndarray) -> np.ndarray:
+        t = int(inp[0, 0, 0, 3])
+        return ((inp[..., :3] - np.sqrt(ab[t]) * real) / np.sqrt(1 - ab[t])).reshape(len(inp), -1)
+
+    perfect = ddpm.generated_quality(spec, oracle)
+    assert perfect["sample_frechet_distance"] == pytest.approx(perfect["sample_frechet_floor"], rel=1e-3)
+    params = ddpm.init_params(spec)
+    untrained = ddpm.generated_quality(spec, lambda x: ddpm.reference_forward(spec, params, x))
+    assert untrained["sample_frechet_floor"] == perfect["sample_frechet_floor"]
+    assert untrained["sample_frechet_distance"] > 100 * untrained["sample_frechet_floor"] > 0
+
+
+def test_augmentation_is_refused_with_its_reason():
+    """crop_flip would move the noised image but not the noise it is trained to predict."""
+    from dlbench.spec import SpecError
+
+    with pytest.raises(SpecError, match="crop_flip.*does not fit ddpm.*the noise.*allowed is none"):
+        workloads.validate(dataclasses.replace(tiny(), augment="crop_flip"))
+    workloads.validate(tiny())

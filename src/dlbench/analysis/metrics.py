@@ -54,6 +54,10 @@ METRICS: dict[str, Metric] = {
     "accuracy": _ratio("higher", "accuracy"),
     # ddpm's held-out quality (workloads/ddpm.py: score): the denoising loss, lower is better
     "denoising_mse": _ratio("lower", "denoising MSE"),
+    # ddpm after training: Fréchet distance of DDIM samples to held-out images in 4x4-block
+    # means (not FID), and what real images of the same count score (workloads/ddpm.py)
+    "sample_frechet_distance": _ratio("lower", "sample FD"),
+    "sample_frechet_floor": _ratio("lower"),
     # detect's held-out quality (workloads/boxes.py): mAP@0.5, VOC all-point
     "map": _ratio("higher", "mAP@0.5"),
     "eval_s": _s("eval s"),

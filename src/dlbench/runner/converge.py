@@ -32,7 +32,7 @@ from dlbench.runner import fixedbatch, train
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.runner.timing import EventLog, split_steps
 from dlbench.spec import TrialSpec
-from dlbench.workloads.data import Dataset, epoch_steps
+from dlbench.workloads.data import Dataset
 
 
 @typing.final
@@ -70,12 +70,12 @@ class Feed:
 
     def next_epoch(self) -> None:
         self.epoch += 1
-        rows, augment = epoch_steps(self._trial.workload, self.epoch)
+        rows, augment = workloads.epoch_steps(self._trial.workload, self.epoch)
         self.batches, self.left = self._program.batches(rows, augment), len(rows)
 
     def first_batch(self) -> Any:
         """A batch for an ahead-of-time compile: epoch 0's first, from a pipeline of its own."""
-        rows, augment = epoch_steps(self._trial.workload, 0)
+        rows, augment = workloads.epoch_steps(self._trial.workload, 0)
         return next(iter(self._program.batches(rows[:1], None if augment is None else augment.steps(0, 1))))
 
 

@@ -10,7 +10,8 @@ REQUEST is JSON {"trials": [TrialSpec dicts, one framework], "k_steps": K}. For 
 writes OUT/i.npz (the fixed batch's loss and gradients in canonical names, and the eval-mode
 logits on the fixed batch from the canonical parameters (`init_logits`, what inference trials are
 judged against); with K > 0 also the K-step loss trajectory from the canonical parameters and the
-eval-mode logits on the fixed batch after those steps) and OUT/i.json ({"status", "error",
+eval-mode logits on the fixed batch after those steps, and the batch its pipeline fed for the
+last step) and OUT/i.json ({"status", "error",
 "numerics"}). A failure of one workload is recorded and the probe goes on with the next.
 """
 
@@ -32,7 +33,6 @@ from dlbench.backends.base import Backend, Program, Unsupported
 from dlbench.runner import fixedbatch
 from dlbench.runner.child import setup_environment
 from dlbench.spec import PARITY_BATCH, TrialSpec, trial_from_dict
-from dlbench.workloads.data import batch_indices, epoch_order
 
 
 def trajectory_rows(trial: TrialSpec, k_steps: int) -> np.ndarray:
@@ -41,26 +41,30 @@ def trajectory_rows(trial: TrialSpec, k_steps: int) -> np.ndarray:
     rows: list[np.ndarray] = []
     epoch = 0
     while sum(len(r) for r in rows) < k_steps:
-        rows.append(batch_indices(epoch_order(spec.seed, epoch, spec.dataset_size), spec.batch_size))
+        rows.append(workloads.epoch_steps(spec, epoch)[0])
         epoch += 1
     return np.concatenate(rows)[:k_steps]
 
 
-def trajectory(backend: Backend, program: Program, trial: TrialSpec, k_steps: int) -> tuple[np.ndarray, np.ndarray]:
+def trajectory(backend: Backend, program: Program, trial: TrialSpec, k_steps: int) -> dict[str, np.ndarray]:
     """K training steps from the canonical parameters, one step per chunk so every framework
-    reports per-step losses; then eval-mode logits on the fixed batch."""
+    reports per-step losses; then eval-mode logits on the fixed batch. Also the batch the
+    pipeline feeds for the last step (canonical layout): bit-identical in every framework."""
     spec = trial.workload
     wl = workloads.get(spec.name)
     state = support.init(trial, program)
     program.load(wl.make_dataset(spec))
-    batches = program.batches(trajectory_rows(trial, k_steps))
+    rows = trajectory_rows(trial, k_steps)
+    last_x, last_y = program.canonical_batch(next(iter(program.batches(rows[-1:]))))
+    batches = program.batches(rows)
     losses = []
     for _ in range(k_steps):
         state, chunk = program.train_chunk(state, batches, 1)
         backend.sync(state, chunk)
         losses.append(program.losses_to_numpy(chunk)[-1])
     logits = program.predict(state, wl.fixed_batch(spec, PARITY_BATCH).x)
-    return np.asarray(losses, np.float64), np.asarray(logits, np.float64)
+    return {"losses": np.asarray(losses, np.float64), "logits": np.asarray(logits, np.float64),
+            "last_batch_x": np.asarray(last_x), "last_batch_y": np.asarray(last_y)}
 
 
 def probe_one(backend: Backend, trial: TrialSpec, k_steps: int, out: Path) -> dict[str, Any]:
@@ -73,7 +77,7 @@ def probe_one(backend: Backend, trial: TrialSpec, k_steps: int, out: Path) -> di
     loss, grads = fixedbatch.grads(trial, program)
     extra: dict[str, np.ndarray] = {"init_logits": fixedbatch.logits(trial, program)}
     if k_steps > 0:
-        extra["losses"], extra["logits"] = trajectory(backend, program, trial, k_steps)
+        extra.update(trajectory(backend, program, trial, k_steps))
     fixedbatch.save_grads(out, loss, grads, **extra)
     return {"status": "ok", "numerics": program.numerics()}
 

@@ -4,7 +4,8 @@ The reference is the float64 run of one framework's implementation (JAX with x64
 float64), in a probe process of its own (runner/probe.py); the tests cross-check each workload's
 reference loss against its NumPy definition. Cached under DLBENCH_CACHE_DIR (default
 ~/.cache/dlbench)/reference, keyed by everything that determines the fixed batch, the initial
-parameters and the numerics, so batch size and data set size share one entry.
+parameters and the numerics (the spec and a hash of the workload's source), so batch size and
+data set size share one entry.
 
 Beside it, the *floor* of float32 parity (analysis/parity.py): the same framework's float32 run of
 the same workload against its float64 run, per tensor, measured on this machine (a second probe)
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dlbench import paths
+from dlbench import paths, workloads
 from dlbench.analysis import parity
 from dlbench.backends import REFERENCE_PREFERENCE, get_backend
 from dlbench.machine import cpu_isa, cpu_model
@@ -64,12 +65,14 @@ def float64(spec: WorkloadSpec) -> WorkloadSpec:
 
 def key(spec: WorkloadSpec, k_steps: int) -> str:
     """Without K steps, batch and data set sizes do not matter (the fixed batch is its own
-    stream); with them, they do."""
+    stream); with them, they do. The workload's definition digest is in it: a changed model or
+    data definition computes a new reference instead of meeting a stale one."""
     d = to_dict(float64(spec))
     if k_steps == 0:
         for field in ("batch_size", "dataset_size", "eval_size"):
             d.pop(field)
-    blob = json.dumps({"spec": d, "k": k_steps, "format": REFERENCE_FORMAT}, sort_keys=True)
+    blob = json.dumps({"spec": d, "k": k_steps, "format": REFERENCE_FORMAT,
+                       "definition": workloads.definition_digest(spec.name)}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 

@@ -26,7 +26,7 @@ from dlbench.runner import fixedbatch, parallel, profiled
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.runner.timing import split_steps
 from dlbench.spec import TrialSpec, WorkloadSpec
-from dlbench.workloads.data import Dataset, batch_indices, epoch_augment, epoch_order, epoch_steps
+from dlbench.workloads.data import Dataset, epoch_augment
 
 
 def run(ctx: TrialContext) -> None:
@@ -64,8 +64,7 @@ def build_and_load(ctx: TrialContext) -> tuple[Program, Any]:
 
 
 def _epoch_rows(trial: TrialSpec, epoch: int) -> np.ndarray:
-    spec = trial.workload
-    return batch_indices(epoch_order(spec.seed, epoch, spec.dataset_size), spec.batch_size)
+    return workloads.epoch_steps(trial.workload, epoch)[0]
 
 
 def _epoch_batches(trial: TrialSpec, program: Program, epoch: int, rows: np.ndarray, steps: int | None = None) -> Any:
@@ -141,7 +140,7 @@ def _timed_window(ctx: TrialContext, program: Program, state: Any) -> Any:
     the window; each epoch's pipeline is created inside it, as in any training loop."""
     trial, backend, log = ctx.trial, ctx.backend, ctx.log
     first = max(trial.warmup_epochs, 0)
-    epochs = [epoch_steps(trial.workload, e) for e in range(first, first + trial.epochs)]
+    epochs = [workloads.epoch_steps(trial.workload, e) for e in range(first, first + trial.epochs)]
     chunks: list[tuple[int, float, float]] = []
     epoch_s: list[float] = []
     device_losses = []
@@ -241,13 +240,19 @@ def _window_metrics(ctx: TrialContext, w: Window) -> None:
 
 def evaluate(ctx: TrialContext, program: Program, state: Any) -> None:
     """The workload's quality metric on the held-out split (accuracy for a classifier), outside
-    the timed window."""
+    the timed window; for a generative workload also the quality of samples generated from the
+    trained parameters (ddpm: a Fréchet distance, not FID)."""
     spec = ctx.trial.workload
     wl = workloads.get(spec.name)
     data = wl.make_eval_dataset(spec)
     t = ctx.phases.start("evaluate")
     ctx.metrics[wl.QUALITY] = held_out_score(program, state, spec, data)
     ctx.metrics["eval_s"] = ctx.phases.end("evaluate", t)
+    generated = workloads.generated_quality(spec.name)
+    if generated is not None:  # a generative workload: samples from the trained parameters
+        t = ctx.phases.start("generated_quality")
+        ctx.metrics.update(generated(spec, lambda x: np.asarray(program.predict(state, x))))
+        ctx.metrics["generated_quality_s"] = ctx.phases.end("generated_quality", t)
 
 
 def held_out_score(program: Program, state: Any, spec: WorkloadSpec, data: Dataset) -> float:

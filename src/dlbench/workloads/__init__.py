@@ -8,7 +8,9 @@ model sizes, and whether its inputs are images that can be augmented.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -17,7 +19,7 @@ import numpy as np
 from dlbench import plugins
 from dlbench.plugins import BUILTIN, WORKLOAD_GROUP, Entry, Origin, PluginError
 from dlbench.spec import SpecError, WorkloadSpec
-from dlbench.workloads import cnn, contract, ddpm, detect, mlp, node, ppo, resnet, transformer
+from dlbench.workloads import cnn, contract, data, ddpm, detect, mlp, node, params, ppo, resnet, transformer
 
 # Order: as listed by `dlbench list` and run by `-w all`.
 WORKLOADS: dict[str, ModuleType] = {
@@ -135,10 +137,47 @@ def validate(spec: WorkloadSpec) -> None:
         raise SpecError(f"{spec.name} num_classes {spec.num_classes} is not one of: {fixed}"
                         f" ({spec.name} fixes its class count)")
     if spec.augment != "none":
+        why = vars(module).get("NO_AUGMENT")  # optional: why the workload takes no augmentation
+        if why is not None:
+            raise SpecError(f"augment {spec.augment!r} does not fit {spec.name} ({why}): allowed is none")
         shape, dtype = module.input_spec(spec)
         if len(shape) != 3 or dtype != "float32":
             raise SpecError(f"augment {spec.augment!r} needs NHWC images; {spec.name} takes {shape} {dtype}:"
                             " allowed is none")
+
+
+def definition_digest(name: str) -> str:
+    """A hash of the source that defines the workload: its module and the shared modules its
+    data and initial parameters come from (data.py, params.py). Caches of what a definition
+    produces (the ONNX export, the float64 parity reference) put it in their key, so a fix to a
+    model or its data never meets a stale entry."""
+    h = hashlib.sha256()
+    for module in (get(name), data, params):
+        h.update(Path(str(module.__file__)).read_bytes())
+    return h.hexdigest()[:20]
+
+
+def epoch_copies(spec: WorkloadSpec) -> int:
+    """How many per-epoch copies of its samples the workload's training split holds (its
+    optional `epoch_copies(spec)`; ddpm redraws timesteps and noise per epoch); 1 for most."""
+    found: Callable[[WorkloadSpec], int] | None = vars(get(spec.name)).get("epoch_copies")
+    return 1 if found is None else int(found(spec))
+
+
+def epoch_steps(spec: WorkloadSpec, epoch: int) -> tuple[np.ndarray, data.Augment | None]:
+    """One epoch's index rows into the training split and its augmentation parameters, what every
+    Program.batches consumes (data.epoch_steps with the workload's epoch_copies)."""
+    return data.epoch_steps(spec, epoch, epoch_copies(spec))
+
+
+def generated_quality(name: str) -> Callable[[WorkloadSpec, Callable[[np.ndarray], np.ndarray]], dict[str, float]] | None:
+    """The workload's quality of generated samples after training, `generated_quality(spec,
+    denoise)` (ddpm: DDIM samples from the trained parameters, their Fréchet distance to held-out
+    images), which the train scenario reports beside the held-out score; None for a workload
+    without one (optional member)."""
+    found: Callable[[WorkloadSpec, Callable[[np.ndarray], np.ndarray]], dict[str, float]] | None = \
+        vars(get(name)).get("generated_quality")
+    return found
 
 
 def postprocess(name: str) -> Callable[[WorkloadSpec, np.ndarray], Any] | None:

@@ -46,7 +46,10 @@ class Workload(Protocol):
     Optional, outside the Protocol: `postprocess(spec, outputs)`, the step from Program outputs
     to results that the infer scenario times apart (detect: decoding and NMS;
     workloads.postprocess finds it); `NUM_CLASSES`, a class count the workload fixes (detect's
-    three object classes): its specs carry it and workloads.validate refuses another."""
+    three object classes): its specs carry it and workloads.validate refuses another;
+    `epoch_copies(spec) -> int`, how many per-epoch copies of its samples `make_dataset` holds
+    (ddpm: timesteps and noise redrawn per epoch; epoch e reads copy e mod that,
+    workloads.epoch_steps), 1 without it."""
 
     NAME: str
     # --scenario name -> runner scenario (SUPERVISED_SCENARIOS for a classifier)
@@ -81,7 +84,8 @@ class Workload(Protocol):
         ...
 
     def make_dataset(self, spec: WorkloadSpec) -> Dataset:
-        """The training split (`spec.dataset_size` samples, labels per `spec.labels`)."""
+        """The training split (`spec.dataset_size` samples, labels per `spec.labels`; times
+        `epoch_copies(spec)` where the workload has per-epoch copies)."""
         ...
 
     def make_eval_dataset(self, spec: WorkloadSpec) -> Dataset:

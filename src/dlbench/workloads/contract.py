@@ -163,7 +163,8 @@ def _seeded_params(module: ModuleType, spec: WorkloadSpec) -> Problems:
 def _splits(module: ModuleType, spec: WorkloadSpec) -> Problems:
     shape, dtype = module.input_spec(spec)
     out = []
-    for what, data, n in (("make_dataset", module.make_dataset(spec), spec.dataset_size),
+    copies = vars(module).get("epoch_copies", lambda _: 1)(spec)  # ddpm: per-epoch noised copies
+    for what, data, n in (("make_dataset", module.make_dataset(spec), copies * spec.dataset_size),
                           ("make_eval_dataset", module.make_eval_dataset(spec), spec.eval_size),
                           ("fixed_batch", module.fixed_batch(spec, 8), 8)):
         if data.x.shape != (n, *shape) or data.x.dtype != np.dtype(dtype):

@@ -90,10 +90,15 @@ def epoch_augment(spec: WorkloadSpec, epoch: int) -> Augment | None:
     return Augment(offsets[: steps * b].reshape(steps, b, 2), flips[: steps * b].reshape(steps, b))
 
 
-def epoch_steps(spec: WorkloadSpec, epoch: int) -> tuple[np.ndarray, Augment | None]:
+def epoch_steps(spec: WorkloadSpec, epoch: int, copies: int = 1) -> tuple[np.ndarray, Augment | None]:
     """One epoch's per-step index rows (steps, batch) and its augmentation parameters (None
-    without augmentation): what every Program.batches consumes."""
+    without augmentation): what every Program.batches consumes. Where the training split holds
+    `copies` per-epoch copies of its samples (ddpm: the noise redrawn each epoch), the epoch's
+    order indexes copy `epoch mod copies` (rows offset by that times `dataset_size`);
+    `workloads.epoch_steps` passes the workload's count."""
     rows = batch_indices(epoch_order(spec.seed, epoch, spec.dataset_size), spec.batch_size)
+    if copies > 1:
+        rows = rows + (epoch % copies) * spec.dataset_size
     return rows, epoch_augment(spec, epoch)
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import dlbench.workloads.reference_ops as ops
 from dlbench.spec import Numerics, WorkloadSpec
 from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, Preset
-from dlbench.workloads.data import STREAM_EVAL, Dataset, dataset_makers
+from dlbench.workloads.data import STREAM_DATA, STREAM_EVAL, Dataset, dataset_makers
 from dlbench.workloads.params import ONES, ZEROS, Init, draw_params, fan_in_uniform
 
 NAME = "ddpm"
@@ -32,6 +32,8 @@ SCENARIOS = {"train": "train", "infer": "sample"}
 # Held-out denoising loss (mean squared error of the predicted noise): lower is better.
 QUALITY = "denoising_mse"
 CHANNELS = 3  # image channels; the input has one more, the timestep
+# workloads.validate refuses --augment on ddpm with this reason.
+NO_AUGMENT = "a crop or flip would move x_t but not its target, the noise"
 
 # Diffusion schedule (pinned in the numerics block): linear betas from BETA_START to BETA_END
 # over T steps.
@@ -206,19 +208,54 @@ def with_timestep(x: np.ndarray, t: np.ndarray, dtype: type = np.float32) -> np.
     return np.concatenate([x, tt], axis=-1).astype(dtype)
 
 
-def _samples(spec: WorkloadSpec, n: int, stream: int) -> Dataset:
-    """Clean images, then one timestep per sample (uniform in [0, T)), then the noise, all from
-    the split's stream. `labels` has no meaning here (the target is the noise)."""
-    rng = np.random.default_rng((spec.seed, stream))
-    size = _size(spec).image
-    x0 = clean_images(rng, n, size)
+def _noised_samples(spec: WorkloadSpec, x0: np.ndarray, rng: np.random.Generator) -> Dataset:
+    """One timestep per clean image (uniform in [0, T)), then the noise, both from `rng`: the
+    model inputs (x_t with its timestep) and the targets (the noise, HWC-flattened), float32.
+    `labels` has no meaning here (the target is the noise)."""
+    n = len(x0)
     t = rng.integers(0, int(spec.numerics.value("diffusion_steps")), size=n)
     eps = rng.standard_normal(x0.shape)
     x = with_timestep(noised(spec.numerics, x0, t, eps), t)
     return Dataset(x=x, y=eps.reshape(n, -1).astype(np.float32))
 
 
-make_dataset, make_eval_dataset, fixed_batch = dataset_makers(_samples)
+def _samples(spec: WorkloadSpec, n: int, stream: int) -> Dataset:
+    """The held-out split and the fixed batch: clean images, then their timesteps and noise,
+    all from the split's stream (one draw: these are judged, not trained on)."""
+    rng = np.random.default_rng((spec.seed, stream))
+    return _noised_samples(spec, clean_images(rng, n, _size(spec).image), rng)
+
+
+_, make_eval_dataset, fixed_batch = dataset_makers(_samples)
+
+# Timesteps and noise are redrawn every epoch: the training split holds NOISE_EPOCHS noised
+# copies of the same clean images, row e * N + i = sample i as epoch e sees it, the copy of
+# epoch e drawn from default_rng((seed, e, STREAM_NOISE)); epoch e reads copy e mod NOISE_EPOCHS
+# (workloads.epoch_steps offsets the spec's order into it), so past NOISE_EPOCHS epochs the draws
+# repeat in that cycle while the order stays fresh. 4 covers a train trial at every preset
+# (warm-up + timed epochs: tiny 2, cpu 3, gpu 4). Streams 1-6 are workloads/data.py's.
+NOISE_EPOCHS = 4
+STREAM_NOISE = 8
+
+
+def epoch_copies(spec: WorkloadSpec) -> int:
+    """How many per-epoch copies of the training split make_dataset holds (the optional member
+    of the workload interface; workloads.epoch_steps)."""
+    return NOISE_EPOCHS
+
+
+def make_dataset(spec: WorkloadSpec) -> Dataset:
+    """The training split: `spec.dataset_size` clean images from the data stream, noised once
+    per epoch of the cycle (NOISE_EPOCHS copies, epoch-major), float32."""
+    x0 = clean_images(np.random.default_rng((spec.seed, STREAM_DATA)), spec.dataset_size, _size(spec).image)
+    n, copies = len(x0), epoch_copies(spec)
+    s = _size(spec).image
+    x = np.empty((copies * n, s, s, CHANNELS + 1), np.float32)
+    y = np.empty((copies * n, s * s * CHANNELS), np.float32)
+    for e in range(copies):  # one copy's float64 temporaries at a time
+        part = _noised_samples(spec, x0, np.random.default_rng((spec.seed, e, STREAM_NOISE)))
+        x[e * n : (e + 1) * n], y[e * n : (e + 1) * n] = part.x, part.y
+    return Dataset(x=x, y=y)
 
 
 def score(spec: WorkloadSpec, outputs: np.ndarray, data: Dataset) -> float:
@@ -387,6 +424,8 @@ def ddim_coefficients(spec: WorkloadSpec, steps: int | None = None) -> np.ndarra
 
 # The sampler's initial noise: default_rng((seed, STREAM_SAMPLE)).
 STREAM_SAMPLE = 7
+# The real images that give generated_quality's floor.
+STREAM_QUALITY = 9
 
 
 def initial_noise(spec: WorkloadSpec, n: int) -> np.ndarray:
@@ -394,6 +433,20 @@ def initial_noise(spec: WorkloadSpec, n: int) -> np.ndarray:
     s = _size(spec).image
     rng = np.random.default_rng((spec.seed, STREAM_SAMPLE))
     return rng.standard_normal((n, s, s, CHANNELS)).astype(np.float32)
+
+
+def generated_quality(spec: WorkloadSpec, denoise: Callable[[np.ndarray], np.ndarray]) -> dict[str, float]:
+    """The quality of generated images after training (the train scenario calls it after the
+    timed window, with the trained parameters' predict; workloads.generated_quality): one batch
+    of `batch_size` DDIM samples (S steps, the sampler's initial noise) and their Fréchet
+    distance to the held-out clean images in the 4x4-block-mean space: `sample_frechet_distance`.
+    Beside it `sample_frechet_floor`, what `batch_size` real images (fresh clean images) score
+    against the same held-out set: a perfect sampler's value at this sample size. Not FID."""
+    held_out = image_features(held_out_images(spec))
+    images = ddim_sample(spec, denoise, initial_noise(spec, spec.batch_size))
+    real = clean_images(np.random.default_rng((spec.seed, STREAM_QUALITY)), spec.batch_size, _size(spec).image)
+    return {"sample_frechet_distance": frechet_distance(image_features(images), held_out),
+            "sample_frechet_floor": frechet_distance(image_features(real), held_out)}
 
 
 def ddim_sample(spec: WorkloadSpec, denoise: Callable[[np.ndarray], np.ndarray], x: np.ndarray,

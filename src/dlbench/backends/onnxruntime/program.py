@@ -4,8 +4,9 @@ onnxscript) with a dynamic batch axis, cached, and run by an InferenceSession.
 
 The export cache lives under DLBENCH_CACHE_DIR (default ~/.cache/dlbench)/onnx, one directory
 per key: the workload spec without its sizes (the batch axis is dynamic, so batch, dataset and
-eval sizes do not change the graph), a hash of the canonical parameters, the opset, the torch
-version and this file's format. A directory holds model.onnx, torch_logits.npy (the torch eval
+eval sizes do not change the graph), a hash of the canonical parameters, a hash of the source
+that defines the graph (exporter_digest: the workload's definition and the torch implementation),
+the opset, the torch version and this file's format. A directory holds model.onnx, torch_logits.npy (the torch eval
 model's logits on the canonical fixed batch, computed with the export) and meta.json (the torch
 program's numerics read back, export seconds). Every init() checks the session's logits on the
 fixed batch against those torch logits and refuses a session that differs.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import shutil
 import tempfile
@@ -33,7 +35,7 @@ import onnxruntime as ort
 
 from dlbench import workloads
 from dlbench.analysis import parity
-from dlbench.backends.base import InferenceOnly, build_program
+from dlbench.backends.base import InferenceOnly, build_program, builder_module
 from dlbench.backends.onnxruntime.session import providers, session_options
 from dlbench.paths import cache_base
 from dlbench.spec import PARITY_BATCH, TrialSpec, WorkloadSpec, to_dict
@@ -44,6 +46,8 @@ from dlbench.workloads.data import Dataset
 OPSET = 18
 # Bump when what an export directory holds changes.
 EXPORT_FORMAT = 1
+# The implementation that is exported.
+TORCH_PACKAGE = "dlbench.backends.torch"
 # Sizes that do not change the exported graph (dynamic batch axis).
 _SIZE_FIELDS = ("batch_size", "dataset_size", "eval_size", "labels")
 PREDICT_CHUNK = 1024
@@ -66,11 +70,37 @@ def params_digest(params: dict[str, np.ndarray]) -> str:
     return h.hexdigest()[:20]
 
 
+def exporter_digest(workload: str) -> str:
+    """A hash of the source that defines the exported graph besides the spec and parameters:
+    the workload's definition (workloads.definition_digest), the torch implementation that is
+    exported (every module of the torch backend package, whose shared layers and program build
+    each model, plus a plugin workload's own torch builder module) and this file. Coarse on
+    purpose: a change to any torch module re-exports every workload once (seconds), and a model
+    fix never meets a stale export."""
+    h = hashlib.sha256(workloads.definition_digest(workload).encode())
+    torch_dir = Path(_origin(TORCH_PACKAGE)).parent
+    files = sorted(torch_dir.glob("*.py"))
+    builder = builder_module(TORCH_PACKAGE, workload)
+    if builder is not None and Path(_origin(builder)).parent != torch_dir:
+        files.append(Path(_origin(builder)))
+    for path in [*files, Path(__file__)]:
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:20]
+
+
+def _origin(module: str) -> str:
+    found = importlib.util.find_spec(module)
+    if found is None or found.origin is None:
+        raise RuntimeError(f"cannot find the source of {module} (needed for the export cache key)")
+    return found.origin
+
+
 def cache_key(spec: WorkloadSpec, params: dict[str, np.ndarray]) -> str:
     d = to_dict(spec)
     for name in _SIZE_FIELDS:
         d.pop(name)
-    blob = {"spec": d, "params": params_digest(params), "opset": OPSET,
+    blob = {"spec": d, "params": params_digest(params), "opset": OPSET, "source": exporter_digest(spec.name),
             "torch": importlib.metadata.version("torch"), "format": EXPORT_FORMAT}
     return f"{spec.name}-{hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:20]}"
 
@@ -121,7 +151,7 @@ def export_torch(trial: TrialSpec, params: dict[str, np.ndarray], out: Path) -> 
 
     start = time.perf_counter()
     torch_trial = replace(trial, framework="torch", policy=replace(trial.policy, mode="eager"))
-    program = build_program("dlbench.backends.torch", torch_trial)
+    program = build_program(TORCH_PACKAGE, torch_trial)
     state = program.init(params)
     fixed = workloads.get(trial.workload.name).fixed_batch(trial.workload, PARITY_BATCH)
     example = program.infer_input(fixed.x)
