@@ -232,7 +232,9 @@ class JaxProgram:
         if isinstance(x, jax.Array) and isinstance(y, jax.Array):
             return self._mesh.shard(pipeline.device_batches(x, y, order, augment))
         if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
-            return pipeline.host_batches(x, y, order, augment, self._policy.loader_workers, self._mesh.batch)
+            sharding = self._mesh.batch
+            return pipeline.host_batches(x, y, order, augment, self._policy.loader_workers, sharding,
+                                         pipeline.prefetch_to_device(sharding))
         raise RuntimeError("load(dataset) must come before batches(order)")
 
     def compile(self, state: TrainState, batch: Batch) -> float:
