@@ -140,8 +140,8 @@ def main() -> int:
     print("| variant | steps per CPU-s (median) | range | steps/s wall (median) |")
     print("|---|---:|---|---:|")
     for name in names:
-        print(f"| {name} | {statistics.median(cpu[name]):.0f} | {min(cpu[name]):.0f}-{max(cpu[name]):.0f} "
-              f"| {statistics.median(wall[name]):.0f} |")
+        print(f"| {name} | {statistics.median(cpu[name]):.4g} | {min(cpu[name]):.4g}-{max(cpu[name]):.4g} "
+              f"| {statistics.median(wall[name]):.4g} |")
     return 0
 
 
