@@ -78,13 +78,14 @@ def in_process(framework: str, args: argparse.Namespace) -> dict[str, dict[str, 
             program.compile(state, next(iter(program.batches(rows[:1]))))
             programs[v] = [backend, program, state, rows]
             epoch(programs[v], args.chunk_steps)  # warm-up: every compile happens here
-        cells: dict[str, list[float]] = {}
+        cells: dict[str, list[float]] = {f"{w}/load average": [os.getloadavg()[0]]}
         for r in range(args.repeats):
             for v in variants if r % 2 == 0 else variants[::-1]:
                 wall, cpu = epoch(programs[v], args.chunk_steps)
                 samples = len(programs[v][3]) * trials[v].workload.batch_size
                 cells.setdefault(f"{w}/{v}", []).append(samples / wall)
                 cells.setdefault(f"{w}/{v} per cpu-s", []).append(samples / cpu)
+        cells[f"{w}/load average"].append(os.getloadavg()[0])
         for key, values in cells.items():
             print(f"{key:40s} median {statistics.median(values):10.0f}  {[round(x) for x in values]}", flush=True)
         out.update(cells)
@@ -134,7 +135,7 @@ def main() -> int:
             args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "epochs": result}, indent=1))
         for key in result:
             w, v = key.split(" ")[0].split("/")
-            if key.endswith("cpu-s") or v.startswith("keras"):
+            if key.endswith(("cpu-s", "load average")) or v.startswith("keras"):
                 continue
             for suffix in ("", " per cpu-s"):
                 keras = result.get(f"{w}/keras-{v.partition('@')[0]}{suffix}")

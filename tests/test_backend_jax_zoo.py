@@ -174,11 +174,20 @@ def check_mode(backend: Any, name: str, mode: str, dtype: str, out_dir: Path) ->
         "compile_s": compile_s,
         "xla_flops_ratio": program.compiled_flops() / (wl.flops_per_sample(spec) * spec.batch_size),
         "grad_dtypes": sorted({str(g.dtype) for g in grads.values()}),
+        # On a CPU device the pipeline hands NumPy batches to the step (no device_put per batch).
+        "first_batch_types": [type(a).__module__.split(".")[0] for a in first],
+        "platform": jax_platform(),
     })
     if dtype == "float64":
         facts["directional"] = _directional(wl, spec, params, grads, fixed.x, fixed.y)
     facts["seconds"] = time.perf_counter() - started
     return facts
+
+
+def jax_platform() -> str:
+    import jax
+
+    return str(jax.default_backend())
 
 
 def refusals(backend: Any, mode: str) -> dict[str, str]:
@@ -299,6 +308,18 @@ def test_first_batch_is_the_spec_batch(results, name):
         a = arrays(results, "float32", name, mode)
         assert np.array_equal(a["first_x"], data.x[row]) and np.array_equal(a["first_y"], data.y[row]), mode
         assert a["first_x"].dtype == data.x.dtype, mode
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_cpu_pipeline_hands_numpy_batches_to_the_step(results, name):
+    """On one CPU device an explicit jax.device_put per batch only added work to every step
+    (the cpu mlp lost ~15 % of its samples per CPU-second to it; docs/benchmarks.md): the
+    batches stay NumPy, as Keras's JAX trainer passes them on CPU. On an accelerator they are
+    prefetched to the device."""
+    for mode in modes():
+        f = facts(results, "float32", mode)[name]
+        expected = ["numpy", "numpy"] if f["platform"] == "cpu" else ["jaxlib", "jaxlib"]
+        assert f["first_batch_types"] == expected, (mode, f["platform"], f["first_batch_types"])
 
 
 @pytest.mark.parametrize("name", WORKLOADS)

@@ -3,10 +3,11 @@ declares (JAX's jit, TensorFlow's tf.function) and the one rule that sets it by 
 Imports no framework.
 
 Why: a small model's step is a few microseconds of compute and tens of microseconds of Python
-dispatch (argument checks, the executable lookup, the launch). Keras runs `steps_per_execution`
-steps in one compiled call (its JAX trainer unrolls a Python loop of train steps inside one
-jax.jit); a careful user of plain JAX or TF does the same. The batches of one call are pulled in
-the spec's order and the per-step losses come back one per step, as with one step per call.
+dispatch (argument checks, the executable lookup, the launch). Keras on TensorFlow runs
+`steps_per_execution` steps in one compiled call (a tf.while_loop in one tf.function); Keras 3's
+JAX trainer calls its jitted one-step function from a Python loop. The batches of one call are
+pulled in the spec's order and the per-step losses come back one per step, as with one step per
+call.
 
 The rule (`auto`), the same for every workload and both device classes:
 - K = min(AUTO_STEPS, chunk_steps) steps per call, the steps written out one after another in
@@ -22,10 +23,11 @@ The rule (`auto`), the same for every workload and both device classes:
   TF mlp, 8.6e7: 1.61x; docs/benchmarks.md). Measured on CPU; the same threshold is assumed on
   a GPU, unmeasured.
 - JAX's `auto` is one step per call (JAX_AUTO_STEPS): on the mlp at the cpu preset, the one
-  workload the rule above selects, JAX at K = 8 and 16 measured 0.87x of Keras-on-JAX per
-  CPU-second against 0.91x at K = 1 (docs/benchmarks.md): unrolling earned JAX nothing there, so
-  its default stays the plain loop; `--option jax.steps_per_call=8` asks for it. TensorFlow's
-  mlp gained (2.01x against 1.25x of Keras-on-TF), so TensorFlow keeps K = AUTO_STEPS.
+  workload the rule above selects, JAX at K = 8 measured the same samples per CPU-second as at
+  K = 1 (1.02x and 1.01x of Keras-on-JAX; docs/benchmarks.md): unrolling earned JAX nothing
+  there, so its default stays the plain loop, as Keras's JAX trainer's is;
+  `--option jax.steps_per_call=8` asks for it. TensorFlow's mlp gained (2.01x against 1.25x of
+  Keras-on-TF), so TensorFlow keeps K = AUTO_STEPS.
 A chunk's steps that do not fill a K-step call (a chunk of 12 at K = 8: 8 + 4) run one per call
 in the one-step program, which the first step needs anyway.
 """

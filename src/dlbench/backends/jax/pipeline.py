@@ -1,9 +1,13 @@
 """The JAX input pipelines over the spec's index rows, and crop_flip in jax.numpy.
 
 - data "pipeline": what JAX practitioners do for an in-memory dataset: NumPy batching on the
-  host (gather, and crop_flip in NumPy: workloads.data.crop_flip), each batch put on the device
-  PREFETCH_DEPTH steps ahead of the one that consumes it (flax's prefetch_to_device). With
-  `loader_workers` N > 0 a pool of N threads builds the host batches ahead, in order.
+  host (gather, and crop_flip in NumPy: workloads.data.crop_flip), each batch put on an
+  accelerator PREFETCH_DEPTH steps ahead of the one that consumes it (flax's
+  prefetch_to_device). On the CPU the NumPy batches go to the jitted step as they are, as
+  Keras's JAX trainer does there (JAXEpochIterator: "No benefit from look-ahead on CPU"): an
+  explicit jax.device_put per batch cost the mlp at the cpu preset ~15 % of its samples per
+  CPU-second (docs/benchmarks.md, issue 20). With `loader_workers` N > 0 a pool of N threads
+  builds the host batches ahead, in order.
 - data "device": the whole dataset on the device (load), each step's batch gathered (and
   augmented) there by one jitted function, dispatched just before the step.
 """
@@ -37,16 +41,28 @@ def _host_batch(x: np.ndarray, y: np.ndarray, order: np.ndarray, augment: Augmen
 
 
 def host_batches(x: np.ndarray, y: np.ndarray, order: np.ndarray, augment: Augment | None,
-                 workers: int, sharding: jax.sharding.Sharding | None = None) -> Iterator[Batch]:
-    """NumPy batching with device prefetch; the host batches built inline, or by `workers`
-    threads (NumPy's copies release the GIL for large arrays). With a sharding (data
-    parallelism), each batch goes to the devices in shards."""
+                 workers: int, sharding: jax.sharding.Sharding | None = None,
+                 prefetch: bool = True) -> Iterator[Batch | HostBatch]:
+    """NumPy batching, the host batches built inline, or by `workers` threads (NumPy's copies
+    release the GIL for large arrays); with `prefetch`, each put on the device ahead of its
+    step, in shards where a sharding is given (data parallelism); without, the NumPy batches
+    themselves (the jitted step takes them: on the CPU, what Keras does)."""
     make: Callable[[int], HostBatch] = functools.partial(_host_batch, x, y, order, augment)
     if workers == 0:
-        yield from _prefetch((make(i) for i in range(len(order))), sharding)
+        host: Iterator[HostBatch] = (make(i) for i in range(len(order)))
+        yield from _prefetch(host, sharding) if prefetch else host
         return
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dlbench-loader") as pool:
-        yield from _prefetch((f.result() for f in _ahead(pool, make, len(order), workers + PREFETCH_DEPTH)), sharding)
+        host = (f.result() for f in _ahead(pool, make, len(order), workers + PREFETCH_DEPTH))
+        yield from _prefetch(host, sharding) if prefetch else host
+
+
+def prefetch_to_device(sharding: jax.sharding.Sharding | None) -> bool:
+    """Whether host batches go to the device ahead of their step: on an accelerator (the copy
+    then overlaps the step before) and wherever batches are sharded; not on a single CPU
+    device, where the device's memory is the host's and each explicit device_put only adds
+    work to every step (measured; Keras's JAX trainer skips it there too)."""
+    return sharding is not None or jax.default_backend() != "cpu"
 
 
 def _ahead(pool: ThreadPoolExecutor, make: Callable[[int], HostBatch], n: int, depth: int) -> Iterator[Future[HostBatch]]:

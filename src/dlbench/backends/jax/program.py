@@ -26,16 +26,17 @@ import optax
 from dlbench import workloads
 from dlbench.backends import multistep
 from dlbench.backends.base import Unsupported
-from dlbench.spec import Numerics, TrialSpec
 from dlbench.backends.jax import losses, pipeline
+from dlbench.spec import Numerics, TrialSpec
 from dlbench.workloads.data import Augment, Dataset
 
 Params = dict[str, jax.Array]
-Batch = tuple[jax.Array, jax.Array]
+# A batch as the step takes it: device arrays, or host NumPy on a CPU device (pipeline.py).
+Batch = pipeline.Batch | pipeline.HostBatch
 
 
 class Loss(Protocol):
-    def __call__(self, out: jax.Array, y: jax.Array) -> jax.Array: ...
+    def __call__(self, out: jax.Array, y: jax.Array, /) -> jax.Array: ...
 
     def numerics(self) -> dict[str, Any]: ...
 
@@ -232,7 +233,9 @@ class JaxProgram:
         if isinstance(x, jax.Array) and isinstance(y, jax.Array):
             return self._mesh.shard(pipeline.device_batches(x, y, order, augment))
         if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
-            return pipeline.host_batches(x, y, order, augment, self._policy.loader_workers, self._mesh.batch)
+            sharding = self._mesh.batch
+            return pipeline.host_batches(x, y, order, augment, self._policy.loader_workers, sharding,
+                                         pipeline.prefetch_to_device(sharding))
         raise RuntimeError("load(dataset) must come before batches(order)")
 
     def compile(self, state: TrainState, batch: Batch) -> float:
@@ -352,8 +355,9 @@ class JaxProgram:
 def _multi_step(train_step: Callable[[TrainState, jax.Array, jax.Array], tuple[TrainState, jax.Array]],
                 loop: str) -> Callable[[TrainState, tuple[jax.Array, ...], tuple[jax.Array, ...]], tuple[TrainState, jax.Array]]:
     """train_step over K batches (tuples of K arrays, in order) in one function: the steps
-    written out one after another (unroll, as Keras's JAX trainer does for steps_per_execution),
-    or a lax.scan over the batches stacked inside the compiled function. (state, K losses)."""
+    written out one after another (unroll, as Keras on TensorFlow compiles its steps_per_execution;
+    Keras 3.15 on JAX calls its jitted one step from a Python loop instead), or a lax.scan over
+    the batches stacked inside the compiled function. (state, K losses)."""
 
     def unrolled(state: TrainState, xs: tuple[jax.Array, ...], ys: tuple[jax.Array, ...]) -> tuple[TrainState, jax.Array]:
         losses = []
