@@ -10,7 +10,14 @@ Each backend package that can profile has a module `profile.py` (the same name i
     Python thread waiting for the framework's own threads, an executor's region markers): they
     pass their category down, and their own time counts nowhere;
   - optionally `prepare()`, called after the framework's import and before the build (torch
-    asks Inductor to name its generated kernels in the trace).
+    asks Inductor to name its generated kernels in the trace; ONNX Runtime turns on the
+    sessions' own profiling);
+  - optionally `refine(spans) -> spans`: categories from what the trace's names cannot say
+    (JAX: each XLA instruction's dominant op, read from the compiled program, backends/hlo.py),
+    and `program_metrics(spans) -> dict`: what the compiler says of the programs that ran
+    (XLA's cost analysis: flops and bytes accessed);
+  - or instead of all these, `delegate()`: the profile module that does the work (Keras: the
+    framework underneath).
 This module reads such a trace and attributes its time; it imports no framework.
 
 Attribution: on each thread of the trace, events nest (an ATen op inside an autograd node, a
@@ -37,10 +44,13 @@ from types import ModuleType
 from typing import Any
 
 from dlbench.analysis.categories import (  # noqa: F401 (the vocabulary, re-exported for backends)
+    BYTES_METRIC,
     CATEGORIES,
     CATEGORY_BY_METRIC,
+    FLOPS_METRIC,
     HOST,
     INPUT,
+    INTENSITY_METRIC,
     OTHER,
     STICKY,
     metric_name,
@@ -73,6 +83,11 @@ class Span:
     start_us: float
     dur_us: float
     track: tuple[Any, Any]  # (pid, tid)
+    # XLA's events: the compiled program (hlo_module) and instruction (hlo_op) they ran
+    module: str = ""
+    op: str = ""
+    # set by a profile module's `refine` (from the compiled program): wins over the name's rules
+    category: str | None = None
 
 
 @dataclass
@@ -109,8 +124,13 @@ def read_chrome_trace(path: Path) -> list[Span]:
     raw = path.read_bytes()
     data = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
     events = data.get("traceEvents", []) if isinstance(data, dict) else data
-    return [Span(str(e.get("name", "")), float(e["ts"]), float(e.get("dur", 0.0)), (e.get("pid"), e.get("tid")))
-            for e in events if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e]
+    out = []
+    for e in events:
+        if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e:
+            args = e["args"] if isinstance(e.get("args"), dict) else {}
+            out.append(Span(str(e.get("name", "")), float(e["ts"]), float(e.get("dur", 0.0)), (e.get("pid"), e.get("tid")),
+                            str(args.get("hlo_module", "")), str(args.get("hlo_op", ""))))
+    return out
 
 
 def attribute(spans: Iterable[Span], rules: Rules, containers: str = "",
@@ -160,7 +180,7 @@ def _attribute_track(spans: list[Span], rules: list[tuple[re.Pattern[str], str]]
         if wrapper is not None and wrapper.search(s.name):
             stack.append((s, parent_category, [float("inf")]))  # no self time
             continue
-        own = None if parent_category in STICKY else category_of(s.name, rules)
+        own = None if parent_category in STICKY else (s.category or category_of(s.name, rules))
         stack.append((s, own or parent_category, [0.0]))
     close(float("inf"))
 
