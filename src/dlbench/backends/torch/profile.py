@@ -21,11 +21,14 @@ RULES = (
     (r"cross_entropy|nll_loss|log_softmax|softmax|NllLoss|LogSoftmax|aten::sum|aten::mean|amax|SumBackward|"
      r"MeanBackward|\bsum\b|\bmean\b", "loss and reductions"),
     (r"relu|gelu|threshold|sigmoid|tanh|erf|\badd|\bmul|\bsub|\bdiv|exp|sqrt|where|clamp|pow|neg|"
-     r"AddBackward|MulBackward|fill_|zero_|cpp_fused", "elementwise and activation"),
+     r"AddBackward|MulBackward|fill_|zero_|cpp_fused|ones_like|zeros_like|full_like|random_|uniform_|normal_|"
+     r"bernoulli|dropout", "elementwise and activation"),
     (r"copy|_to_copy|\bto\b|contiguous|transpose|permute|view|reshape|aten::t\b|expand|clone|cat|stack|"
      r"slice|select|index|empty|as_strided|detach|unsqueeze|squeeze|flatten|TBackward|ViewBackward|"
      r"PermuteBackward|ReshapeAlias|UnsafeView|aten::item|_local_scalar_dense", "copies and layout"),
-    (r"TorchDynamo|CompiledFunction|AOTDispatcher|Runtime Wrapper", "host overhead and idle"),
+    # the backward pass hands each parameter its gradient (a move, or an add where one is kept)
+    (r"AccumulateGrad", "copies and layout"),
+    (r"TorchDynamo|CompiledFunction|AOTDispatcher|Runtime Wrapper|Pregraph bytecode|Guard", "host overhead and idle"),
 )
 # The profiler's own step markers and the compiled region's wrapper hold other events.
 CONTAINERS = r"^PyTorch Profiler|^ProfilerStep#|^Torch-Compiled Region|^## "
