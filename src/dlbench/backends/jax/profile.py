@@ -33,7 +33,7 @@ RULES = (
     # the batch's transfer to the device (host to host on a CPU)
     (r"^shard_args$|DevicePut|H2D|D2H|CopyToDevice|TransferTo|TransferFrom", "copies and layout"),
     (r"PjitFunction|PjRt|Execute|Handle inputs|AllocateOutput|TaskDispatcher|TfrtCpu|Compile|Thunk|"
-     r"PythonRefManager|Wait for (?:donation|usage) holds|GarbageCollect", "host overhead and idle"),
+     r"PythonRefManager|Wait for (?:donation|usage) holds|GarbageCollect|ThreadpoolListener", "host overhead and idle"),
 )
 # What this mapping cannot tell apart, said under the profile table (runner/profiled.py).
 CAVEAT = ("XLA instructions are categorised by their dominant op in the compiled program (a fusion of a"

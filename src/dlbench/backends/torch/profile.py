@@ -25,7 +25,8 @@ RULES = (
      r"bernoulli|dropout", "elementwise and activation"),
     (r"copy|_to_copy|\bto\b|contiguous|transpose|permute|view|reshape|aten::t\b|expand|clone|cat|stack|"
      r"slice|select|index|empty|as_strided|detach|unsqueeze|squeeze|flatten|TBackward|ViewBackward|"
-     r"PermuteBackward|ReshapeAlias|UnsafeView|aten::item|_local_scalar_dense", "copies and layout"),
+     r"PermuteBackward|ReshapeAlias|UnsafeView|aten::item|_local_scalar_dense|lift_fresh|resolve_conj|resolve_neg",
+     "copies and layout"),
     # the backward pass hands each parameter its gradient (a move, or an add where one is kept)
     (r"AccumulateGrad", "copies and layout"),
     (r"TorchDynamo|CompiledFunction|AOTDispatcher|Runtime Wrapper|Pregraph bytecode|Guard", "host overhead and idle"),
