@@ -95,6 +95,9 @@ def test_a_real_max_pool_gradient_compiles_to_pooling():
     pooling = {n for n, c in executed.items() if c == "pooling"}
     assert any("scatter" in n for n in pooling) and any("iota" in n for n in pooling), executed
     assert "elementwise and activation" in executed.values(), executed  # the ReLU and square's gradient
+    back = hlo.backward(text)
+    assert {n for n in pooling if "scatter" in n or "iota" in n} <= back
+    assert any(c == "pooling" and n not in back for n, c in executed.items()), executed  # the forward pool
 
 
 def test_refined_categories_win_over_the_names_rules():
@@ -217,3 +220,21 @@ def test_every_built_in_workload_is_mapped_on_every_profiler(tmp_path, framework
     assert result.status == "ok", result.error
     share = result.metrics["profile_unmapped_share"]
     assert share is not None and share < UNMAPPED_BOUND, (share, result.notes.get("profile_other_top"))
+
+
+def test_backward_pass_time_by_category_and_in_the_finding():
+    # torch-like names: the autograd node and what runs inside it are the backward pass's
+    spans = [profiling.Span("aten::max_pool2d", 0, 100, (1, 1)),
+             profiling.Span("autograd::engine::evaluate_function: MaxPool2DWithIndicesBackward0", 100, 300, (1, 1)),
+             profiling.Span("aten::max_pool2d_with_indices_backward", 120, 250, (1, 1)),
+             profiling.Span("wrapped_iota", 400, 50, (1, 1), category="pooling", backward=True)]
+    got = profiling.attribute(spans, (("pool", "pooling"),), backward=r"Backward|evaluate_function")
+    assert got.seconds["pooling"] == pytest.approx(450e-6) and got.backward == {"pooling": pytest.approx(350e-6)}
+    [f] = findings.ratio_findings({"jax": {"pooling": 0.1, "x": 0.1}, "tf": {"pooling": 0.02, "x": 0.1}},
+                                  {"jax": {"pooling": 0.08}})
+    assert "jax: pooling 100 ms/step (80% of it backward), tf 20 ms" in f.text
+
+
+def test_jax_names_the_transposed_ops_backward():
+    assert hlo.backward(HLO_TEXT) >= {"wrapped_scatter", "concatenate_bitcast_fusion", "wrapped_iota"}
+    assert "ynn_fusion" not in hlo.backward(HLO_TEXT)  # the forward dot

@@ -51,8 +51,11 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3g} ms"
 
 
-def ratio_findings(by_framework: Mapping[str, Mapping[str, float]]) -> list[Finding]:
-    """Categories that cost one framework at least RATIO x the cheapest other one's."""
+def ratio_findings(by_framework: Mapping[str, Mapping[str, float]],
+                   backward: Mapping[str, Mapping[str, float]] | None = None) -> list[Finding]:
+    """Categories that cost one framework at least RATIO x the cheapest other one's; where the
+    trace tells the backward pass apart (`backward`: seconds by category and framework), the
+    finding says how much of it the backward pass took."""
     out = []
     for name, cats in by_framework.items():
         total = sum(cats.values())
@@ -66,7 +69,9 @@ def ratio_findings(by_framework: Mapping[str, Mapping[str, float]]) -> list[Find
             cheapest = min(others, key=lambda n: others[n])
             base = others[cheapest]
             if s >= RATIO * base and s - base >= MIN_GAP_S:
-                out.append(Finding("ratio", name, f"{name}: {category} {_ms(s)}/step, {cheapest} {_ms(base)}"
+                back = (backward or {}).get(name, {}).get(category)
+                part = f" ({back / s:.0%} of it backward)" if back else ""
+                out.append(Finding("ratio", name, f"{name}: {category} {_ms(s)}/step{part}, {cheapest} {_ms(base)}"
                                    f" ({s / base:.1f}x; {s / total:.0%} of {name}'s traced step)"))
     return out
 

@@ -142,6 +142,44 @@ def _first(signals: set[str], rules: list[tuple[re.Pattern[str], str]]) -> str |
     return next((category for pattern, category in rules if any(pattern.fullmatch(s) for s in signals)), None)
 
 
+def _users(module: Module) -> dict[str, list[str]]:
+    users: dict[str, list[str]] = {}
+    for inst in module.instructions():
+        for operand in inst.operands:
+            users.setdefault(operand, []).append(inst.name)
+    return users
+
+
+def _op_names(inst: Instruction, computations: dict[str, list[Instruction]], seen: set[str]) -> list[str]:
+    """The op_names of an instruction and of what it calls, transitively."""
+    out = list(inst.op_names)
+    for callee in inst.called:
+        if callee not in seen:
+            seen.add(callee)
+            for sub in computations.get(callee, ()):
+                out += _op_names(sub, computations, seen)
+    return out
+
+
+def backward(text: str) -> set[str]:
+    """The instructions of the backward pass: JAX names what reverse-mode autodiff made
+    `transpose(...)` in the op_name's path (`jit(step)/transpose(jvp(conv))/conv_general_dilated`);
+    an instruction is backward where every op_name in it (and in what it calls) is, and one with
+    none where all its users are."""
+    module = parse(text)
+    users = _users(module)
+    out: set[str] = set()
+    for body in module.computations.values():
+        for inst in reversed(body):
+            names = [n for n in _op_names(inst, module.computations, set()) if "/" in n]
+            if names:
+                if all("transpose(" in n for n in names):
+                    out.add(inst.name)
+            elif users.get(inst.name) and all(u in out for u in users[inst.name]):
+                out.add(inst.name)
+    return out
+
+
 def categories(text: str) -> dict[str, str]:
     """Each instruction's category by its dominant op (module docstring), by instruction name."""
     module = parse(text)
@@ -161,10 +199,7 @@ def categories(text: str) -> dict[str, str]:
                 opcodes |= more_opcodes
         return names - {""}, opcodes
 
-    users: dict[str, list[str]] = {}
-    for inst in module.instructions():
-        for operand in inst.operands:
-            users.setdefault(operand, []).append(inst.name)
+    users = _users(module)
     out: dict[str, str] = {}
     undecided: dict[str, set[str]] = {}
     for body in by_computation.values():

@@ -13,6 +13,7 @@ from dlbench.analysis import findings
 from dlbench.analysis.categories import (
     BYTES_METRIC,
     CATEGORIES,
+    CATEGORY_BY_BACKWARD_METRIC,
     CATEGORY_BY_METRIC,
     FLOPS_METRIC,
     OTHER,
@@ -40,6 +41,11 @@ class Profiled:
     def categories(self) -> dict[str, float]:
         return {CATEGORY_BY_METRIC[k]: float(v) for k, v in self.trial.metrics.items()
                 if k in CATEGORY_BY_METRIC and v is not None}
+
+    def backward(self) -> dict[str, float]:
+        """Of each category, the backward pass's seconds per step (where the trace tells it)."""
+        return {CATEGORY_BY_BACKWARD_METRIC[k]: float(v) for k, v in self.trial.metrics.items()
+                if k in CATEGORY_BY_BACKWARD_METRIC and v is not None}
 
     def other_top(self) -> list[tuple[str, float]]:
         raw = (self.trial.data.get("notes") or {}).get("profile_other_top")
@@ -136,7 +142,7 @@ def report_findings(report: Report) -> list[tuple[str, findings.Finding]]:
     out: list[tuple[str, findings.Finding]] = []
     for workload in dict.fromkeys(p.workload for p in found):
         here = [p for p in found if p.workload == workload]
-        made = findings.ratio_findings({p.label: p.categories() for p in here})
+        made = findings.ratio_findings({p.label: p.categories() for p in here}, {p.label: p.backward() for p in here})
         for p in here:
             made += findings.share_findings(p.label, p.categories(), p.other_top())
             if p.timed is not None:

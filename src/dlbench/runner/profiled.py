@@ -74,7 +74,7 @@ def window(ctx: TrialContext, result_path: Path) -> Iterator[None]:
     spans = profiling.read_chrome_trace(path)
     refine = getattr(module, "refine", None)  # optional in a profile module
     spans = refine(spans) if refine is not None else spans
-    record(ctx, profiling.attribute(spans, module.RULES, module.CONTAINERS))
+    record(ctx, profiling.attribute(spans, module.RULES, module.CONTAINERS, backward=getattr(module, "BACKWARD", "")))
     program_metrics = getattr(module, "program_metrics", None)
     if program_metrics is not None:
         ctx.metrics.update(program_metrics(spans))
@@ -93,6 +93,9 @@ def record(ctx: TrialContext, found: profiling.Breakdown) -> None:
         found.add(profiling.INPUT, moved)
     for category in profiling.CATEGORIES:
         m[profiling.metric_name(category)] = found.seconds.get(category, 0.0) / steps
+    for category, seconds in found.backward.items():  # where the trace tells the backward pass apart
+        m[profiling.backward_metric_name(category)] = seconds / steps
+        ctx.result.units[profiling.backward_metric_name(category)] = "s"
     m[WINDOW_METRIC] = found.window_s / steps
     total = found.total_s()
     m[UNMAPPED_METRIC] = found.seconds.get(profiling.OTHER, 0.0) / total if total else None

@@ -71,10 +71,12 @@ def prepare() -> None:
 
 
 def refine(spans: list[Span]) -> list[Span]:
-    """Each XLA instruction's span with its category in its compiled program, where known."""
+    """Each XLA instruction's span with its category in its compiled program, and whether the
+    backward pass made it (backends/hlo.py), where the program is known."""
     by_module = {name: hlo.categories(text) for name, (text, _) in PROGRAMS.items()}
-    return [dataclasses.replace(s, category=c) if (c := by_module.get(s.module, {}).get(s.op)) else s
-            for s in spans]
+    backward = {name: hlo.backward(text) for name, (text, _) in PROGRAMS.items()}
+    return [dataclasses.replace(s, category=by_module[s.module].get(s.op), backward=s.op in backward[s.module])
+            if s.module in by_module and s.op else s for s in spans]
 
 
 def program_metrics(spans: list[Span]) -> dict[str, float]:

@@ -31,6 +31,8 @@ RULES = (
     (r"AccumulateGrad", "copies and layout"),
     (r"TorchDynamo|CompiledFunction|AOTDispatcher|Runtime Wrapper|Pregraph bytecode|Guard", "host overhead and idle"),
 )
+# The backward pass: autograd's nodes (eager), AOTAutograd's compiled backward (compiled).
+BACKWARD = r"Backward|autograd::engine::evaluate_function"
 # The profiler's own step markers and the compiled region's wrapper hold other events.
 CONTAINERS = r"^PyTorch Profiler|^ProfilerStep#|^Torch-Compiled Region|^## "
 
