@@ -26,7 +26,7 @@ RULES = (
      r"Not|And|Or|Cast|Abs|Sin|Cos|Floor|Ceil|Round|Range|Trilu|Mod|BiasGelu|QuickGelu|Silu|Swish", "elementwise and activation"),
     (r"Transpose|Reshape|Flatten|Squeeze|Unsqueeze|Concat|Split|Slice|Gather|Scatter|Expand|Tile|Pad|Shape|"
      r"Identity|ConstantOfShape|Constant|MemcpyToHost|MemcpyFromHost|DequantizeLinear|QuantizeLinear|"
-     r"Resize|NonZero|Size|DynamicQuantizeLinear", "copies and layout"),
+     r"Resize|Upsample|NonZero|Size|DynamicQuantizeLinear", "copies and layout"),
 )
 # The session's own spans around its nodes' (a run, the executor).
 CONTAINERS = r"^model_run$|^SequentialExecutor::Execute$|^ParallelExecutor::Execute$|^session_initialization$"
