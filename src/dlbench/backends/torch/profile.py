@@ -26,7 +26,8 @@ RULES = (
      "elementwise and activation"),
     (r"copy|_to_copy|\bto\b|contiguous|transpose|permute|view|reshape|aten::t\b|expand|clone|cat|stack|"
      r"slice|select|index|empty|as_strided|detach|unsqueeze|squeeze|flatten|TBackward|ViewBackward|"
-     r"PermuteBackward|ReshapeAlias|UnsafeView|aten::item|_local_scalar_dense|lift_fresh|resolve_conj|resolve_neg",
+     r"PermuteBackward|ReshapeAlias|UnsafeView|aten::item|_local_scalar_dense|lift_fresh|resolve_conj|resolve_neg|"
+     r"pad|narrow|split|chunk|unbind|roll|flip|repeat|tile|gather|scatter\b|masked_select|nonzero",
      "copies and layout"),
     # the backward pass hands each parameter its gradient (a move, or an add where one is kept)
     (r"AccumulateGrad", "copies and layout"),
