@@ -238,3 +238,22 @@ def test_backward_pass_time_by_category_and_in_the_finding():
 def test_jax_names_the_transposed_ops_backward():
     assert hlo.backward(HLO_TEXT) >= {"wrapped_scatter", "concatenate_bitcast_fusion", "wrapped_iota"}
     assert "ynn_fusion" not in hlo.backward(HLO_TEXT)  # the forward dot
+
+
+def test_a_tf_function_call_wraps_its_ops(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps([
+        {"ph": "X", "name": "minibatch", "ts": 0, "dur": 100, "pid": 1, "tid": 1,
+         "args": {"tf_function_call": "notTraced-xla"}},
+        {"ph": "X", "name": "MatMul", "ts": 10, "dur": 50, "pid": 1, "tid": 1}]))
+    got = profiling.attribute(profiling.read_chrome_trace(path), (("MatMul", "matmul"),))
+    assert got.seconds["matmul"] == pytest.approx(50e-6) and profiling.OTHER not in got.seconds
+    assert got.seconds[profiling.HOST] == pytest.approx(50e-6)  # the call's own time: no traced op ran
+
+
+def test_a_reduce_window_made_from_cumsum_is_a_reduction():
+    text = HLO_TEXT.replace('''  %wrapped_iota = s32[4,8]{1,0} fusion(), kind=kLoop, calls=%wrapped_iota_computation
+''', '''  %wrapped_iota = s32[4,8]{1,0} fusion(), kind=kLoop, calls=%wrapped_iota_computation
+  %reduce-window.9 = f32[4,8]{1,0} reduce-window(%x.1, %x.1), window={size=1x8}, to_apply=%region_0.1, metadata={op_name="jit(step)/cumsum"}
+''')
+    assert hlo.categories(text)["reduce-window.9"] == "loss and reductions"

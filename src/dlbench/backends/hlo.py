@@ -8,14 +8,15 @@ carry no metadata. The compiled program does: each instruction has an opcode, th
 calls (a fusion's fused computation, a reduction's region) and usually `metadata={op_name=...}`,
 the framework op it came from (JAX: `jit(step)/transpose(jvp())/select_and_scatter`).
 
-`categories(text)` gives each instruction's category, by its dominant op: of the signals it
-carries (the last part of every op_name in it and in the computations it calls, and their
-opcodes), the category that comes first in SIGNAL_RULES (pooling before convolution before
-matmul ... before copies), so a fusion of a convolution and its ReLU is a convolution and a
-fusion holding a reduce-window is pooling. An instruction with no op_name anywhere (XLA's own
-expansions: the iotas, index concatenations and zero broadcasts that XLA:CPU makes of max-pool's
-backward, select-and-scatter) takes the category of its users where they all agree, the
-work it was made for; else its opcodes' category.
+`categories(text)` gives each instruction's category, by its dominant op: of the framework ops
+it was made from (the last part of its own op_name and of those in its fused body, `calls=`; not
+of the regions its ops apply), the category that comes first in SIGNAL_RULES (pooling before
+convolution before matmul ... before copies), so a fusion of a convolution and its ReLU is a
+convolution, and a reduce-window made from `cumsum` is a reduction, not pooling. An instruction
+with no op_name there (XLA's own expansions: the iotas, arg-max reduce-window, index
+concatenations and zero broadcasts that XLA:CPU makes of max-pool's backward, select-and-scatter)
+takes the category of its users where they all agree, the work it was made for; else the first
+category of every op_name and opcode in it and what it calls.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class Instruction:
     operands: list[str] = field(default_factory=list)
     called: list[str] = field(default_factory=list)
     op_names: list[str] = field(default_factory=list)
+    fused: list[str] = field(default_factory=list)  # the computations it runs as its body (calls=)
 
 
 @dataclass
@@ -122,8 +124,9 @@ def parse(text: str) -> Module:
         called = []
         for first, more in _CALLED.findall(attributes):
             called += [first, *_OPERAND.findall(more)]
+        fused = re.findall(r"\bcalls=%?([\w.\-]+)", attributes)
         current.append(Instruction(name, opcode_match.group(1), _OPERAND.findall(operands), called,
-                                   _OP_NAME.findall(attributes)))
+                                   _OP_NAME.findall(attributes), fused))
     return module
 
 
@@ -204,13 +207,18 @@ def categories(text: str) -> dict[str, str]:
     undecided: dict[str, set[str]] = {}
     for body in by_computation.values():
         for inst in reversed(body):  # users are listed after what they use
-            names, opcodes = inside(inst, set())
-            own = _first(names | opcodes, rules) if names else None
+            # the framework ops it was made from: its own op_name and its fused body's (not the
+            # regions its ops apply: a reduce-window's `ge` says nothing of the reduce-window)
+            names = {primitive(n) for n in inst.op_names}
+            for callee in inst.fused:
+                names |= {primitive(n) for sub in by_computation.get(callee, ()) for n in sub.op_names}
+            names -= {""}
+            own = _first(names, rules) if names else None
             if own is None:
                 of_users = {out.get(u) for u in users.get(inst.name, ())}
                 own = of_users.pop() if len(of_users) == 1 and None not in of_users else None
             if own is None:
-                undecided[inst.name] = opcodes
+                undecided[inst.name] = set().union(*inside(inst, set()))
             else:
                 out[inst.name] = own
     for name, opcodes in undecided.items():

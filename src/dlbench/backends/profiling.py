@@ -93,6 +93,9 @@ class Span:
     category: str | None = None
     # part of the backward pass (refine: JAX's transposed ops; else the module's BACKWARD names)
     backward: bool = False
+    # a call of a compiled function that wraps the ops traced inside it (TensorFlow marks its
+    # tf.function calls with a `tf_function_call` arg, named after the Python function): a container
+    call: bool = False
 
 
 @dataclass
@@ -136,7 +139,8 @@ def read_chrome_trace(path: Path) -> list[Span]:
         if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e:
             args = e["args"] if isinstance(e.get("args"), dict) else {}
             out.append(Span(str(e.get("name", "")), float(e["ts"]), float(e.get("dur", 0.0)), (e.get("pid"), e.get("tid")),
-                            str(args.get("hlo_module", "")), str(args.get("hlo_op", ""))))
+                            str(args.get("hlo_module", "")), str(args.get("hlo_op", "")),
+                            call="tf_function_call" in args))
     return out
 
 
@@ -164,7 +168,7 @@ def attribute(spans: Iterable[Span], rules: Rules, containers: str = "",
         by_track.setdefault(s.track, []).append(s)
     for track in by_track.values():
         _attribute_track(track, compiled, wrapper, out, backward_re)
-    work = [s for s in made if not (wrapper and wrapper.search(s.name))]
+    work = [s for s in made if not (s.call or (wrapper and wrapper.search(s.name)))]
     out.add(HOST, max(out.window_s - _union_s(work), 0.0))
     return out
 
@@ -188,7 +192,7 @@ def _attribute_track(spans: list[Span], rules: list[tuple[re.Pattern[str], str]]
         in_backward = s.backward or (stack[-1][3] if stack else False) or bool(backward and backward.search(s.name))
         if stack:
             stack[-1][2][0] += s.dur_us
-        if wrapper is not None and wrapper.search(s.name):
+        if s.call or (wrapper is not None and wrapper.search(s.name)):
             stack.append((s, parent_category, [float("inf")], in_backward))  # no self time
             continue
         own = None if parent_category in STICKY else (s.category or category_of(s.name, rules))

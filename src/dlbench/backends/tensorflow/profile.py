@@ -17,8 +17,8 @@ RULES = (
     # Keras's data adapter reads the iterator through optionals (IteratorGetNextAsOptional)
     (r"IteratorGetNext|Iterator|Dataset|ParallelMap|Prefetch|TensorSlice|^Optional(?:HasValue|FromValue|GetValue|None)",
      "input pipeline"),
-    (r"MaxPool|AvgPool|Pool|select-and-scatter|reduce-window", "pooling"),
-    (r"Conv", "convolution"),
+    (r"MaxPool|AvgPool|(?<!thread)Pool|select-and-scatter|reduce-window", "pooling"),
+    (r"Conv(?!ert|_to_tensor)", "convolution"),
     (r"MatMul|BatchMatMul|Einsum|_MklFused.*MatMul|Dense", "matmul"),
     (r"BatchNorm|LayerNorm|FusedBatchNorm|Rsqrt|Moments", "normalisation"),
     (r"SoftmaxCrossEntropy|Softmax|LogSoftmax|Sum\b|Mean\b|Max\b|Prod\b|Reduce|ArgMax|Sparse", "loss and reductions"),

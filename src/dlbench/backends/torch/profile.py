@@ -22,7 +22,7 @@ RULES = (
      r"MeanBackward|\bsum\b|\bmean\b", "loss and reductions"),
     (r"relu|gelu|threshold|sigmoid|tanh|erf|\badd|\bmul|\bsub|\bdiv|exp|sqrt|where|clamp|pow|neg|"
      r"AddBackward|MulBackward|fill_|zero_|cpp_fused|ones_like|zeros_like|full_like|random_|uniform_|normal_|"
-     r"bernoulli|dropout|aten::(?:eq|ne|lt|le|gt|ge|logical_\w+|bitwise_\w+|abs|sign|maximum|minimum)\b",
+     r"bernoulli|dropout|silu|square|softplus|mish|hardswish|hardsigmoid|elu\b|aten::(?:eq|ne|lt|le|gt|ge|logical_\w+|bitwise_\w+|abs|sign|maximum|minimum)\b",
      "elementwise and activation"),
     (r"copy|_to_copy|\bto\b|contiguous|transpose|permute|view|reshape|aten::t\b|expand|clone|cat|stack|"
      r"slice|select|index|empty|as_strided|detach|unsqueeze|squeeze|flatten|TBackward|ViewBackward|"
