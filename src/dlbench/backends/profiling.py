@@ -75,7 +75,7 @@ XLA_RULES: tuple[tuple[str, str], ...] = (
     (r"reduce", "loss and reductions"),
     (r"maximum|minimum|add|multiply|subtract|divide|exponential|exp_|log|tanh|erf|select|compare|negate|"
      r"sqrt|power|clamp|abs|sign|convert", "elementwise and activation"),
-    (r"transpose|copy|bitcast|concatenate|reshape|broadcast|slice|pad|iota|gather|scatter|"
+    (r"transpose|copy|bitcast|concatenate|reshape|broadcast|slice|pad|iota|gather|scatter|stack|"
      r"dynamic-update|tuple", "copies and layout"),
 )
 
