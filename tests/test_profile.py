@@ -92,7 +92,7 @@ def test_each_backends_rules_map_its_recorded_names(framework):
 
 
 def test_a_backend_without_a_profiler_has_none():
-    assert profiling.profiler_module("dlbench.backends.onnxruntime") is None
+    assert profiling.profiler_module("dlbench.backends.litert") is None
 
 
 def test_ratio_rule_fires_at_twice_and_not_below():
@@ -121,18 +121,20 @@ def test_profile_is_for_train_trials_and_out_of_the_timed_key():
     profiled_spec.validate()
     assert profiled_spec.config_key() != spec.config_key() and "profiled" in profiled_spec.label()
     assert "profile" not in json.dumps(__import__("dlbench.spec").spec.to_dict(spec))  # old keys unchanged
-    with pytest.raises(SpecError, match="train scenario only"):
-        TrialSpec(workload=WorkloadSpec(), framework="torch", scenario="infer", profile=True).validate()
+    with pytest.raises(SpecError, match="train and infer scenarios only"):
+        TrialSpec(workload=WorkloadSpec(), framework="torch", scenario="converge", target_accuracy=0.9,
+                  profile=True).validate()
 
 
-def test_plan_adds_one_profiled_trial_per_train_configuration():
+def test_plan_adds_one_profiled_trial_per_train_and_infer_configuration():
     from dlbench.runner.plan import Sweep, make_plan
 
     plan = make_plan(Sweep(workloads=("mlp",), frameworks=("torch",), modes=("eager", "compiled"),
-                           scenarios=("train", "infer"), repeats=2, preset="tiny", profile=True))
+                           scenarios=("train", "infer", "converge"), repeats=2, preset="tiny", profile=True,
+                           target_accuracy=0.9))
     made = [t.spec for t in plan.trials if t.spec.profile]
-    assert len(plan.trials) == 2 * 4 + 2 and {(s.policy.mode, s.scenario) for s in made} == {
-        ("eager", "train"), ("compiled", "train")}
+    assert len(plan.trials) == 2 * 6 + 4 and {(s.policy.mode, s.scenario) for s in made} == {
+        ("eager", "train"), ("compiled", "train"), ("eager", "infer"), ("compiled", "infer")}
     assert plan.trials[-1].spec.profile  # after the timed rounds
 
 

@@ -22,6 +22,8 @@ MODES = ("eager", "graph", "compiled")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 # What a trial measures; each workload says which it runs and how (workloads: SCENARIOS).
 SCENARIOS = ("train", "infer", "converge", "rollout")
+# Scenarios a profiled trial (`run --profile`) can profile: the train step, the inference calls.
+PROFILED_SCENARIOS = ("train", "infer")
 COMPILE_CACHES = ("cold", "warm")
 LABELS = ("learnable", "random")
 # Where the training data lives: "pipeline", the framework's idiomatic loader (DataLoader,
@@ -256,7 +258,7 @@ class TrialSpec:
     max_time_s: float = 600.0
     # The parent's watchdog kills the worker's process tree above this RSS (status `oom`).
     memory_limit_bytes: int | None = None
-    # A profiled trial (`run --profile`, scenario train): the timed window runs under the
+    # A profiled trial (`run --profile`, scenario train or infer): the timed window runs under the
     # framework's own profiler (runner/profiled.py). Its own configuration (profile is part of
     # the key), never in the statistics of the timed trials; left out of the spec while False.
     profile: bool = field(default=False, metadata=OMIT_DEFAULT)
@@ -293,9 +295,9 @@ class TrialSpec:
             raise SpecError(f"infer budget must be > 0 seconds, got {self.infer_budget_s!r}")
         self._validate_load()
         self._validate_converge()
-        if self.profile is not False and (self.profile is not True or self.scenario != "train"):
-            raise SpecError(f"profile {self.profile!r} applies to the train scenario only (true or false),"
-                            f" not {self.scenario!r}")
+        if self.profile is not False and (self.profile is not True or self.scenario not in PROFILED_SCENARIOS):
+            raise SpecError(f"profile {self.profile!r} applies to the train and infer scenarios only (true or"
+                            f" false), not {self.scenario!r}")
 
     def _validate_load(self) -> None:
         _check_choice("load", self.infer_load, INFER_LOADS)

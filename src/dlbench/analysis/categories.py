@@ -32,3 +32,17 @@ def metric_name(category: str) -> str:
 
 
 CATEGORY_BY_METRIC = {metric_name(c): c for c in CATEGORIES}
+# Of a category's time, the backward pass's (where the trace tells it apart): profile_backward_<slug>_s_per_step.
+BACKWARD_PREFIX = "profile_backward_"
+
+
+def backward_metric_name(category: str) -> str:
+    return f"{BACKWARD_PREFIX}{slug(category)}{METRIC_SUFFIX}"
+
+
+CATEGORY_BY_BACKWARD_METRIC = {backward_metric_name(c): c for c in CATEGORIES}
+# What the compiler says of the program that took most of the profiled window (XLA's cost
+# analysis, per call of that program): the memory-bound hint's evidence (analysis/findings.py).
+FLOPS_METRIC = "profile_program_flops"
+BYTES_METRIC = "profile_program_bytes_accessed"
+INTENSITY_METRIC = "profile_arithmetic_intensity"

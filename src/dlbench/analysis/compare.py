@@ -371,6 +371,14 @@ def _short(v: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def timed_only(trials: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """The timed trials, and how many profiled ones (`run --profile`) were left out: a profiler
+    perturbs what it measures, so profiled trials are in no statistic, here as in the report."""
+    every = list(trials)
+    kept = [t for t in every if not t["spec"].get("profile")]
+    return kept, len(every) - len(kept)
+
+
 def failed_trials(trials: Iterable[dict[str, Any]]) -> list[str]:
     return [f"{label(t['spec'])}#{t['spec'].get('repeat', 0)}: {t['status']}" for t in trials
             if t["status"] in ("failed", "crashed", "timeout", "oom", "interrupted")]

@@ -13,7 +13,13 @@ Rules (docs/methodology.md, findings):
   - unmapped: at least UNMAPPED_SHARE of a traced step maps to no category (the breakdown is then
     incomplete, and says so);
   - profiler overhead: the profiled trial's median step is at least OVERHEAD slower than the
-    timed trials' (its shares, not its milliseconds, are the evidence).
+    timed trials' (its shares, not its milliseconds, are the evidence);
+  - memory-bound hint: the compiled program that took most of the profiled window does fewer
+    than INTENSITY flops per byte it accesses (XLA's cost analysis: JAX, Keras on JAX). A CPU
+    core's roofline ridge lies near there (AVX-512: 64 fp32 flops a cycle against roughly 8
+    bytes a cycle from memory); XLA counts every op's operands and results, cached or not, so it
+    is a hint that the program moves much data per flop, not a measured bandwidth. Torch's and
+    TensorFlow's CPU profilers count no bytes accessed: no hint for them, and the report says so.
 """
 
 from __future__ import annotations
@@ -30,12 +36,13 @@ INPUT_SHARE = 0.20
 HOST_SHARE = 0.30
 UNMAPPED_SHARE = 0.25
 OVERHEAD = 0.25
+INTENSITY = 8.0  # flops per byte accessed
 
 
 
 @dataclass(frozen=True)
 class Finding:
-    rule: str  # ratio, input-bound, host-bound, recompiles, unmapped, profiler-overhead
+    rule: str  # ratio, input-bound, host-bound, recompiles, unmapped, profiler-overhead, memory-bound
     subject: str  # the framework (configuration label) it is about
     text: str
 
@@ -44,8 +51,11 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3g} ms"
 
 
-def ratio_findings(by_framework: Mapping[str, Mapping[str, float]]) -> list[Finding]:
-    """Categories that cost one framework at least RATIO x the cheapest other one's."""
+def ratio_findings(by_framework: Mapping[str, Mapping[str, float]],
+                   backward: Mapping[str, Mapping[str, float]] | None = None) -> list[Finding]:
+    """Categories that cost one framework at least RATIO x the cheapest other one's; where the
+    trace tells the backward pass apart (`backward`: seconds by category and framework), the
+    finding says how much of it the backward pass took."""
     out = []
     for name, cats in by_framework.items():
         total = sum(cats.values())
@@ -59,7 +69,9 @@ def ratio_findings(by_framework: Mapping[str, Mapping[str, float]]) -> list[Find
             cheapest = min(others, key=lambda n: others[n])
             base = others[cheapest]
             if s >= RATIO * base and s - base >= MIN_GAP_S:
-                out.append(Finding("ratio", name, f"{name}: {category} {_ms(s)}/step, {cheapest} {_ms(base)}"
+                back = (backward or {}).get(name, {}).get(category)
+                part = f" ({back / s:.0%} of it backward)" if back else ""
+                out.append(Finding("ratio", name, f"{name}: {category} {_ms(s)}/step{part}, {cheapest} {_ms(base)}"
                                    f" ({s / base:.1f}x; {s / total:.0%} of {name}'s traced step)"))
     return out
 
@@ -107,3 +119,12 @@ def overhead_finding(name: str, profiled_step_s: float | None, timed_step_s: flo
     return [Finding("profiler-overhead", name, f"{name}: the profiler slowed the step to {_ms(profiled_step_s)}"
                     f" from {_ms(timed_step_s)} ({profiled_step_s / timed_step_s - 1:+.0%}; rule: >= +{OVERHEAD:.0%}):"
                     " read its shares, not its milliseconds")]
+
+
+def memory_finding(name: str, flops: float | None, accessed: float | None) -> list[Finding]:
+    """The memory-bound hint from a compiled program's flops and bytes accessed."""
+    if not flops or not accessed or flops / accessed >= INTENSITY:
+        return []
+    return [Finding("memory-bound", name, f"{name}: memory-bound hint: the compiled step does {flops / accessed:.2g}"
+                    f" flops per byte it accesses ({flops / 1e9:.3g} GFLOP, {accessed / 1e6:.4g} MB per call, XLA's"
+                    f" cost analysis; rule: < {INTENSITY:g} flop/B)")]

@@ -161,6 +161,7 @@ def main(args: argparse.Namespace) -> int:
     rules = rules or [cmp.FailRule(cmp.HEADLINE_METRIC, threshold, text=f"median:{threshold * 100:g}%")]
     base, base_env = load_side(args.base, args.store)
     new, new_env = load_side(args.new, args.store)
+    (base, base_profiled), (new, new_profiled) = cmp.timed_only(base), cmp.timed_only(new)
     console = make_console()
     env_lines, hardware = cmp.environment_differences(base_env, new_env)
     policy_lines = cmp.policy_differences(base, new)
@@ -180,6 +181,8 @@ def main(args: argparse.Namespace) -> int:
     failed = cmp.failed_trials(new)
     notes = [*(f"environment: {line}" for line in env_lines), *(f"forced: {line}" for line in policy_lines),
              *unpaired, *(f"failed trial in NEW: {f}" for f in failed),
+             *([f"profiled trials left out (never compared: the profiler perturbs timing): {base_profiled} in"
+                f" BASE, {new_profiled} in NEW"] if base_profiled or new_profiled else []),
              *(_decision_note(r) for r in results
                if r.verdict == cmp.UNDECIDED and all(rule.metric != r.metric for rule in rules)),
              *(_gate_note(r, rule, g) for r, rule, g in outcomes)]

@@ -129,7 +129,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                         " a thread pool for JAX (default 0: the training thread)")
     p.add_argument("--augment", help="none or crop_flip (pad-4 random crop + flip; image workloads)")
     p.add_argument("--profile", action="store_true", default=None,
-                   help="add one profiled trial per train configuration (the framework's own profiler;"
+                   help="add one profiled trial per train or infer configuration (the framework's own profiler;"
                         " never in the statistics; traces kept in <store>.profiles/)")
     p.add_argument("--allow-concurrent", action="store_true", default=None,
 

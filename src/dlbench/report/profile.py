@@ -10,7 +10,14 @@ import json
 from dataclasses import dataclass
 
 from dlbench.analysis import findings
-from dlbench.analysis.categories import CATEGORIES, CATEGORY_BY_METRIC, OTHER
+from dlbench.analysis.categories import (
+    BYTES_METRIC,
+    CATEGORIES,
+    CATEGORY_BY_BACKWARD_METRIC,
+    CATEGORY_BY_METRIC,
+    FLOPS_METRIC,
+    OTHER,
+)
 from dlbench.report.model import AXES, Config, Report, Trial, _label_axes
 from dlbench.report.tabledata import Column, Table, cells
 from dlbench.spec import configuration_key
@@ -34,6 +41,11 @@ class Profiled:
     def categories(self) -> dict[str, float]:
         return {CATEGORY_BY_METRIC[k]: float(v) for k, v in self.trial.metrics.items()
                 if k in CATEGORY_BY_METRIC and v is not None}
+
+    def backward(self) -> dict[str, float]:
+        """Of each category, the backward pass's seconds per step (where the trace tells it)."""
+        return {CATEGORY_BY_BACKWARD_METRIC[k]: float(v) for k, v in self.trial.metrics.items()
+                if k in CATEGORY_BY_BACKWARD_METRIC and v is not None}
 
     def other_top(self) -> list[tuple[str, float]]:
         raw = (self.trial.data.get("notes") or {}).get("profile_other_top")
@@ -130,7 +142,7 @@ def report_findings(report: Report) -> list[tuple[str, findings.Finding]]:
     out: list[tuple[str, findings.Finding]] = []
     for workload in dict.fromkeys(p.workload for p in found):
         here = [p for p in found if p.workload == workload]
-        made = findings.ratio_findings({p.label: p.categories() for p in here})
+        made = findings.ratio_findings({p.label: p.categories() for p in here}, {p.label: p.backward() for p in here})
         for p in here:
             made += findings.share_findings(p.label, p.categories(), p.other_top())
             if p.timed is not None:
@@ -138,6 +150,7 @@ def report_findings(report: Report) -> list[tuple[str, findings.Finding]]:
                 made += findings.recompile_finding(p.label, p.timed.summary("recompiles_in_window").median)
                 made += findings.overhead_finding(p.label, p.trial.metrics.get("step_s_median"),
                                                   p.timed.summary("step_s_median").median)
+            made += findings.memory_finding(p.label, p.trial.metrics.get(FLOPS_METRIC), p.trial.metrics.get(BYTES_METRIC))
         out += [(workload, f) for f in made]
     return out
 
@@ -149,7 +162,16 @@ def findings_table(report: Report) -> Table | None:
     rules = (f"ratio: a category >= {findings.RATIO:g}x the cheapest other framework's, >= {findings.MIN_SHARE:.0%}"
              f" of the step and >= {findings.MIN_GAP_S * 1e3:g} ms more; input-bound: input >= {findings.INPUT_SHARE:.0%};"
              f" host-bound: host and idle >= {findings.HOST_SHARE:.0%}; unmapped: other >= {findings.UNMAPPED_SHARE:.0%};"
-             f" profiler overhead: profiled step >= +{findings.OVERHEAD:.0%} (docs/methodology.md)")
+             f" profiler overhead: profiled step >= +{findings.OVERHEAD:.0%}; memory-bound hint: compiled step"
+             f" < {findings.INTENSITY:g} flop per byte accessed (docs/methodology.md)")
+    no_bytes = no_bytes_note(report)
     return Table("findings", "Findings", "findings: what the profiles say, each from a stated rule",
                  (Column("workload", key=True, lift=True), Column("rule"), Column("finding")),
-                 tuple(tuple(cells(w, f.rule, f.text)) for w, f in made), (rules,))
+                 tuple(tuple(cells(w, f.rule, f.text)) for w, f in made), (rules, *no_bytes))
+
+
+def no_bytes_note(report: Report) -> list[str]:
+    """The profiled frameworks whose profiler gave no bytes accessed (no memory-bound hint)."""
+    without = sorted({str(p.trial.spec["framework"]) for p in profiled(report) if BYTES_METRIC not in p.trial.metrics})
+    return [f"memory-bound hint: no bytes accessed for {', '.join(without)} (their CPU profilers count none;"
+            " XLA's cost analysis gives them for jax and keras-jax)"] if without else []

@@ -59,7 +59,8 @@ def points(store: Store, run_ids: list[int], names: Sequence[str]) -> list[Point
     for rid in run_ids:
         configs: dict[str, list[Any]] = {}
         for t in store.trials(rid):
-            configs.setdefault(configuration_key(t.spec), []).append(t)
+            if not t.spec.get("profile"):  # a profiled trial is in no statistic (run --profile)
+                configs.setdefault(configuration_key(t.spec), []).append(t)
         named: dict[str, str] = {}
         for key, trials in configs.items():
             name = benchmark_name(trials[0].spec)

@@ -37,7 +37,7 @@ from dlbench.backends import support
 from dlbench.backends.base import Backend, Program
 from dlbench.monitors.memory import MemorySampler
 from dlbench.results.records import TrialResult
-from dlbench.runner import fixedbatch, served
+from dlbench.runner import fixedbatch, profiled, served
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.runner.timing import Phases
 from dlbench.spec import PARITY_BATCH, TrialSpec
@@ -60,6 +60,7 @@ def run(ctx: TrialContext) -> None:
     so that a failure keeps every metric measured before it."""
     trial, backend, phases, sampler, result = ctx.trial, ctx.backend, ctx.phases, ctx.sampler, ctx.result
     created, parity_file, m = ctx.created, ctx.parity_file, ctx.metrics
+    profiled.prepare(ctx)
     program, forward = build_forward(trial, backend, phases, m)
     result.numerics = program.numerics()
     result.policy_effective["precision"] = {"precision": trial.precision, **program.precision()}
@@ -75,10 +76,13 @@ def run(ctx: TrialContext) -> None:
     served.accuracy(trial, program, forward, result)
     compiles = program.compilations()
     sampler.begin_window()
-    if trial.infer_load == "loop":
-        latency_s, batch_s = _loop(ctx, forward, requests, batches)
-    else:
-        latency_s, batch_s = served.standard(ctx, program, forward, requests, INFER_BATCHES)
+    with profiled.window(ctx, parity_file):  # a profiled trial's calls under the profiler
+        if trial.infer_load == "loop":
+            latency_s, batch_s = _loop(ctx, forward, requests, batches)
+        else:
+            latency_s, batch_s = served.standard(ctx, program, forward, requests, INFER_BATCHES)
+        if trial.profile:
+            m[profiled.CALLS_METRIC] = float(len(latency_s) + len(batch_s))
     window = sampler.end_window()
     m["recompiles_in_window"] = program.compilations() - compiles
     m["rss_window_peak_bytes"], m["vram_window_peak_bytes"] = window["rss"], window["vram"]

@@ -18,7 +18,7 @@ from dlbench.analysis import repeats
 from dlbench.backends import get_backend, support
 from dlbench.monitors.nvml import device_kind
 from dlbench.runner.inference import INFER_BATCHES
-from dlbench.spec import Policy, SpecError, TrialSpec, WorkloadSpec, configuration_key, to_dict
+from dlbench.spec import PROFILED_SCENARIOS, Policy, SpecError, TrialSpec, WorkloadSpec, configuration_key, to_dict
 from dlbench.backends.base import Backend
 from dlbench.workloads.base import Preset
 
@@ -91,7 +91,7 @@ class Sweep:
     eval_every: int = 32
     max_steps: int = 2000
     max_time_s: float = 600.0
-    # One extra trial per train configuration under the framework's profiler, after the
+    # One extra trial per train or infer configuration under the framework's profiler, after the
     # timed rounds (runner/profiled.py); its own configuration, never in their statistics.
     profile: bool = False
 
@@ -225,7 +225,7 @@ def make_plan(sweep: Sweep) -> Plan:
             plan.trials.append(_planned(spec, backend, missing[spec.framework]))
     if sweep.profile:
         for spec in (_trial(sweep, *a, repeat=0) for a in axes):
-            if spec.scenario == "train":
+            if spec.scenario in PROFILED_SCENARIOS:
                 profiled = replace(spec, profile=True)
                 plan.trials.append(_planned(profiled, support.validate(profiled), missing[spec.framework]))
     return plan

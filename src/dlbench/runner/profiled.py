@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+from dlbench.analysis.categories import BYTES_METRIC, FLOPS_METRIC, INTENSITY_METRIC
 from dlbench.backends import profiling
 from dlbench.runner.context import TrialContext
 
@@ -25,6 +26,9 @@ CAVEAT_NOTE = "profile_caveat"
 WINDOW_METRIC = "profile_window_s_per_step"
 UNMAPPED_METRIC = "profile_unmapped_share"
 PROFILED_STEP_METRIC = "profile_step_s_median"
+# An inference trial's profiled calls (batch-1 requests and large batches together): its
+# categories are per call.
+CALLS_METRIC = "profile_calls"
 
 
 def trace_dir_for(result_path: Path) -> Path:
@@ -33,7 +37,9 @@ def trace_dir_for(result_path: Path) -> Path:
 
 
 def _module(ctx: TrialContext) -> ModuleType | None:
-    return profiling.profiler_module(type(ctx.backend).__module__) if ctx.trial.profile else None
+    module = profiling.profiler_module(type(ctx.backend).__module__) if ctx.trial.profile else None
+    delegate = getattr(module, "delegate", None)  # Keras: the framework underneath profiles
+    return delegate() if delegate is not None else module
 
 
 def prepare(ctx: TrialContext) -> None:
@@ -65,14 +71,21 @@ def window(ctx: TrialContext, result_path: Path) -> Iterator[None]:
     caveat = getattr(module, "CAVEAT", None)
     if caveat:
         ctx.result.notes[CAVEAT_NOTE] = caveat
-    record(ctx, profiling.attribute(profiling.read_chrome_trace(path), module.RULES, module.CONTAINERS))
+    spans = profiling.read_chrome_trace(path)
+    refine = getattr(module, "refine", None)  # optional in a profile module
+    spans = refine(spans) if refine is not None else spans
+    record(ctx, profiling.attribute(spans, module.RULES, module.CONTAINERS, backward=getattr(module, "BACKWARD", "")))
+    program_metrics = getattr(module, "program_metrics", None)
+    if program_metrics is not None:
+        ctx.metrics.update(program_metrics(spans))
+        ctx.result.units.update({FLOPS_METRIC: "flop", BYTES_METRIC: "B", INTENSITY_METRIC: "flop/B"})
 
 
 def record(ctx: TrialContext, found: profiling.Breakdown) -> None:
     """Seconds per step of each category; the input pipeline from the loop's own measured wait
     where the trace names none (the wait is then taken out of the gaps, which held it)."""
     m = ctx.metrics
-    steps = float(m.get("timed_steps") or 1)
+    steps = float(m.get("timed_steps") or m.get(CALLS_METRIC) or 1)  # train: steps; infer: calls
     wait = (m.get("input_wait_per_step_s") or 0.0) * steps
     if found.seconds.get(profiling.INPUT, 0.0) == 0.0 and wait > 0:
         moved = min(wait, found.seconds.get(profiling.HOST, 0.0))
@@ -80,6 +93,9 @@ def record(ctx: TrialContext, found: profiling.Breakdown) -> None:
         found.add(profiling.INPUT, moved)
     for category in profiling.CATEGORIES:
         m[profiling.metric_name(category)] = found.seconds.get(category, 0.0) / steps
+    for category, seconds in found.backward.items():  # where the trace tells the backward pass apart
+        m[profiling.backward_metric_name(category)] = seconds / steps
+        ctx.result.units[profiling.backward_metric_name(category)] = "s"
     m[WINDOW_METRIC] = found.window_s / steps
     total = found.total_s()
     m[UNMAPPED_METRIC] = found.seconds.get(profiling.OTHER, 0.0) / total if total else None

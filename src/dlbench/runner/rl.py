@@ -29,7 +29,7 @@ import numpy as np
 
 from dlbench import workloads
 from dlbench.analysis.window import FLAG_METRIC, too_short
-from dlbench.runner import train
+from dlbench.runner import profiled, train
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.spec import TrialSpec
 from dlbench.workloads import cartpole, ppo
@@ -108,8 +108,10 @@ def run_rollout(ctx: TrialContext) -> None:
 
 def run_train(ctx: TrialContext) -> None:
     """Whole PPO iterations: warm-up iterations (compiles included), then `epochs` timed ones,
-    the rollout and the update of each timed apart (a sync between them)."""
+    the rollout and the update of each timed apart (a sync between them); a profiled trial's
+    timed iterations under the framework's profiler (runner/profiled.py)."""
     trial, m = ctx.trial, ctx.metrics
+    profiled.prepare(ctx)
     program, state = _build(ctx)
     env = program.env(ppo.initial_obs(trial.workload))
     t = ctx.phases.start("first_step")
@@ -124,16 +126,19 @@ def run_train(ctx: TrialContext) -> None:
     plan = [ppo.draws(trial.workload, i) for i in range(first, first + trial.epochs)]
     compiles = _compilations(program)
     times, rollout_s, update_s, losses = [], [], [], []
+    if trial.profile:
+        m[profiled.CALLS_METRIC] = float(len(plan))  # a profiled trial's categories: per iteration
     ctx.sampler.begin_window()
     t_window = time.perf_counter()
-    for i, d in enumerate(plan):
-        t0 = time.perf_counter()
-        env, state, (r_s, u_s, loss) = _iteration(program, state, env, d)
-        times.append(time.perf_counter() - t0)
-        rollout_s.append(r_s)
-        update_s.append(u_s)
-        losses.append(loss)
-        ctx.log.emit("chunk", epoch=i, steps=1, seconds=times[-1])
+    with profiled.window(ctx, ctx.parity_file):
+        for i, d in enumerate(plan):
+            t0 = time.perf_counter()
+            env, state, (r_s, u_s, loss) = _iteration(program, state, env, d)
+            times.append(time.perf_counter() - t0)
+            rollout_s.append(r_s)
+            update_s.append(u_s)
+            losses.append(loss)
+            ctx.log.emit("chunk", epoch=i, steps=1, seconds=times[-1])
     window_s = time.perf_counter() - t_window
     peaks = ctx.sampler.end_window()
     m["iteration_s_median"] = statistics.median(times)

@@ -28,7 +28,7 @@ import numpy as np
 
 from dlbench import workloads
 from dlbench.backends import support
-from dlbench.runner import fixedbatch, inference
+from dlbench.runner import fixedbatch, inference, profiled
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.spec import PARITY_BATCH, TrialSpec
 
@@ -56,6 +56,7 @@ def run(ctx: TrialContext) -> None:
     trial, backend, phases, sampler, result = ctx.trial, ctx.backend, ctx.phases, ctx.sampler, ctx.result
     m, spec = ctx.metrics, trial.workload
     module = workloads.get(spec.name)
+    profiled.prepare(ctx)
     program, forward = inference.build_forward(trial, backend, phases, m)
     result.numerics = program.numerics()
     result.framework_info = backend.info()
@@ -88,7 +89,10 @@ def run(ctx: TrialContext) -> None:
     compiles = program.compilations()
     sampler.begin_window()
     t = phases.start("sampling")
-    batch_s = _timed(sample, noise, SAMPLE_BATCHES, trial.infer_budget_s)
+    with profiled.window(ctx, ctx.parity_file):  # a profiled trial's batches under the profiler
+        batch_s = _timed(sample, noise, SAMPLE_BATCHES, trial.infer_budget_s)
+        if trial.profile:
+            m[profiled.CALLS_METRIC] = float(len(batch_s))  # its categories: per sampled batch
     m["sample_window_s"] = phases.end("sampling", t)
     window = sampler.end_window()
     m["recompiles_in_window"] = program.compilations() - compiles

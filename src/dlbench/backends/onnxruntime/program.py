@@ -36,6 +36,7 @@ import onnxruntime as ort
 from dlbench import workloads
 from dlbench.analysis import parity
 from dlbench.backends.base import InferenceOnly, build_program, builder_module
+from dlbench.backends.onnxruntime.profile import opened as profiling_opened
 from dlbench.backends.onnxruntime.session import providers, session_options
 from dlbench.paths import cache_base
 from dlbench.spec import PARITY_BATCH, TrialSpec, WorkloadSpec, to_dict
@@ -207,6 +208,7 @@ class OrtProgram(InferenceOnly):
         self._numerics = {k: export.meta["numerics"].get(k) for k in self._workload.NUMERICS_FIELDS}
         session = ort.InferenceSession(str(export.model), sess_options=session_options(self._trial.policy),
                                        providers=providers())
+        profiling_opened(session)  # a profiled trial (profile.py)
         state = State(session, session.get_inputs()[0].name, session.get_outputs()[0].name)
         fixed = self._workload.fixed_batch(spec, PARITY_BATCH)
         err = parity.rel_err(self.infer_fn(state)(self.infer_input(fixed.x)), export.torch_logits())

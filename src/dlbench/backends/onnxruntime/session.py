@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from dlbench.backends.base import Option
+from dlbench.backends.onnxruntime.profile import enabled as profiling_prefix
 from dlbench.spec import Policy
 
 # GraphOptimizationLevel member per value of the `optimization` option.
@@ -43,6 +44,10 @@ def session_options(policy: Policy) -> Any:
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, OPTIMIZATION_LEVELS[optimization(policy)])
+    prefix = profiling_prefix()  # a profiled trial (profile.py)
+    if prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = prefix
     return options
 
 

@@ -14,9 +14,11 @@ from dlbench.backends.profiling import XLA_RULES
 
 RULES = (
     (r"Adam|ApplyGradient|ResourceApply|AssignSub|AssignAdd|AssignVariable", "optimizer update"),
-    (r"IteratorGetNext|Iterator|Dataset|ParallelMap|Prefetch|TensorSlice", "input pipeline"),
-    (r"MaxPool|AvgPool|Pool|select-and-scatter|reduce-window", "pooling"),
-    (r"Conv", "convolution"),
+    # Keras's data adapter reads the iterator through optionals (IteratorGetNextAsOptional)
+    (r"IteratorGetNext|Iterator|Dataset|ParallelMap|Prefetch|TensorSlice|^Optional(?:HasValue|FromValue|GetValue|None)",
+     "input pipeline"),
+    (r"MaxPool|AvgPool|(?<!thread)Pool|select-and-scatter|reduce-window", "pooling"),
+    (r"Conv(?!ert|_to_tensor)", "convolution"),
     (r"MatMul|BatchMatMul|Einsum|_MklFused.*MatMul|Dense", "matmul"),
     (r"BatchNorm|LayerNorm|FusedBatchNorm|Rsqrt|Moments", "normalisation"),
     (r"SoftmaxCrossEntropy|Softmax|LogSoftmax|Sum\b|Mean\b|Max\b|Prod\b|Reduce|ArgMax|Sparse", "loss and reductions"),
@@ -28,6 +30,8 @@ RULES = (
      "host overhead and idle"),
     *XLA_RULES,
 )
+# The backward pass: TensorFlow's gradient ops (MaxPoolGrad, Conv2DBackpropFilter, ReluGrad).
+BACKWARD = r"Grad(?:$|[A-Z_])|Backprop"
 # What this mapping cannot tell apart, said under the profile table (runner/profiled.py).
 CAVEAT = ("compiled mode (XLA): dots and convolutions that XLA:CPU hands to YNNPACK count as matmul, max-pool's"
           " backward expands into copies and elementwise fusions, the optimizer update into elementwise fusions")
@@ -36,7 +40,10 @@ CAVEAT = ("compiled mode (XLA): dots and convolutions that XLA:CPU hands to YNNP
 CONTAINERS = (r"^TFE_Py_Execute|^EagerExecute$|^EagerLocalExecute|^EagerKernelExecute$|^KernelAndDeviceFunc::Run$"
               r"|^FunctionRun$|^ThreadpoolListener::|^ExecutorState::Process$|^__inference_|^step$"
               r"|^FunctionCall$|^PartitionedCall$|^StatefulPartitionedCall|^ThunkExecutor::Execute$|BlockUntilReady"
-              r"|wait for completion|^_train_step$|^_first_elements$|^end: ")
+              r"|wait for completion|^_train_step$|^_first_elements$|^end: "
+              # the executor around an async kernel (the step's call, the iterator's next) and its
+              # completion: the kernel's own events are traced inside or on other threads
+              r"|^ExecutorState::ProcessAsync")
 
 
 def start(trace_dir: Path) -> Callable[[], Path]:

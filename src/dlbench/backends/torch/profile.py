@@ -19,14 +19,22 @@ RULES = (
     (r"addmm|\bmm\b|aten::mm|bmm|matmul|linear|MmBackward|scaled_dot_product|attention|baddbmm|dot", "matmul"),
     (r"batch_norm|layer_norm|group_norm|NativeBatchNorm|NativeLayerNorm|NativeGroupNorm|_norm", "normalisation"),
     (r"cross_entropy|nll_loss|log_softmax|softmax|NllLoss|LogSoftmax|aten::sum|aten::mean|amax|SumBackward|"
-     r"MeanBackward|\bsum\b|\bmean\b", "loss and reductions"),
+     r"MeanBackward|\bsum\b|\bmean\b|cumsum|cumprod|logsumexp|argmax|argmin|topk|sort", "loss and reductions"),
     (r"relu|gelu|threshold|sigmoid|tanh|erf|\badd|\bmul|\bsub|\bdiv|exp|sqrt|where|clamp|pow|neg|"
-     r"AddBackward|MulBackward|fill_|zero_|cpp_fused", "elementwise and activation"),
+     r"AddBackward|MulBackward|fill_|zero_|cpp_fused|ones_like|zeros_like|full_like|random_|uniform_|normal_|"
+     r"bernoulli|dropout|rsub|reciprocal|silu|square|softplus|mish|hardswish|hardsigmoid|elu\b|aten::(?:eq|ne|lt|le|gt|ge|logical_\w+|bitwise_\w+|abs|sign|maximum|minimum)\b",
+     "elementwise and activation"),
     (r"copy|_to_copy|\bto\b|contiguous|transpose|permute|view|reshape|aten::t\b|expand|clone|cat|stack|"
      r"slice|select|index|empty|as_strided|detach|unsqueeze|squeeze|flatten|TBackward|ViewBackward|"
-     r"PermuteBackward|ReshapeAlias|UnsafeView|aten::item|_local_scalar_dense", "copies and layout"),
-    (r"TorchDynamo|CompiledFunction|AOTDispatcher|Runtime Wrapper", "host overhead and idle"),
+     r"PermuteBackward|ReshapeAlias|UnsafeView|aten::item|_local_scalar_dense|lift_fresh|resolve_conj|resolve_neg|"
+     r"pad|narrow|split|chunk|unbind|roll|flip|repeat|tile|gather|scatter\b|masked_select|nonzero",
+     "copies and layout"),
+    # the backward pass hands each parameter its gradient (a move, or an add where one is kept)
+    (r"AccumulateGrad", "copies and layout"),
+    (r"TorchDynamo|CompiledFunction|AOTDispatcher|Runtime Wrapper|Pregraph bytecode|Guard", "host overhead and idle"),
 )
+# The backward pass: autograd's nodes (eager), AOTAutograd's compiled backward (compiled).
+BACKWARD = r"Backward|autograd::engine::evaluate_function"
 # The profiler's own step markers and the compiled region's wrapper hold other events.
 CONTAINERS = r"^PyTorch Profiler|^ProfilerStep#|^Torch-Compiled Region|^## "
 
