@@ -63,6 +63,13 @@ def in_process(framework: str, args: argparse.Namespace) -> dict[str, dict[str, 
     variants = [v for v in args.variants.split(",") if v.partition("@")[0] in (framework, f"keras-{framework}")]
     out: dict[str, dict[str, list[float]]] = {}
     for w in args.workloads.split(","):
+        if framework == "torch":
+            # Each workload compiles afresh, as in a trial's own process: dynamo would otherwise
+            # recompile the shared train_step with dynamic shapes after the first workload (and
+            # Inductor 2.13 fails lowering detect's convolutions that way: ValueRangeError).
+            import torch._dynamo
+
+            torch._dynamo.reset()
         trials = {v: trial(w, v, args) for v in variants}
         for v, t in trials.items():
             setup_environment(t, get_backend(t.framework))
