@@ -37,10 +37,10 @@ def reference(framework: str, mode: str, args: argparse.Namespace) -> float:
     return float(json.loads(line)["samples_per_s"])
 
 
-def dlbench_trial(framework: str, mode: str, args: argparse.Namespace, workdir: Path) -> float:
+def dlbench_trial(framework: str, mode: str, args: argparse.Namespace, workdir: Path, data: str = "pipeline") -> float:
     trial = TrialSpec(
         workload=WorkloadSpec(batch_size=args.batch_size, dataset_size=args.dataset_size),
-        framework=framework, policy=Policy(mode=mode, threads=args.threads),
+        framework=framework, policy=Policy(mode=mode, threads=args.threads, data=data),
         epochs=args.epochs, warmup_epochs=args.warmup_epochs, trial_id=0)
     trial.validate()
     result = spawn.run_trial(trial, workdir)
@@ -61,27 +61,36 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--warmup-epochs", type=int, default=1)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--data", default="pipeline",
+                   help="dlbench's data placements to run (pipeline, device or both, comma-separated): "
+                        "the hand-written loops index a tensor in memory, like --data device")
     p.add_argument("--seed", type=int, default=0, help="seed of the interleaving order")
     p.add_argument("--json", help="also write the raw numbers here")
     args = p.parse_args()
     pairs = [(f, m) for f in args.frameworks.split(",") for m in args.modes.split(",")
              if get_backend(f).modes().get(m) is None]
     rng = random.Random(args.seed)
-    raw: dict[str, dict[str, list[float]]] = {f"{f}/{m}": {"reference": [], "dlbench": []} for f, m in pairs}
+    # "dlbench" is the default pipeline (the key older JSON files have), "dlbench-device" --data device
+    kinds = ["reference", *("dlbench" if d == "pipeline" else f"dlbench-{d}" for d in args.data.split(","))]
+    raw: dict[str, dict[str, list[float]]] = {f"{f}/{m}": {k: [] for k in kinds} for f, m in pairs}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
-            jobs = [(f, m, kind) for f, m in pairs for kind in ("reference", "dlbench")]
+            jobs = [(f, m, kind) for f, m in pairs for kind in kinds]
             rng.shuffle(jobs)
             for f, m, kind in jobs:
-                value = reference(f, m, args) if kind == "reference" else dlbench_trial(f, m, args, Path(tmp))
+                value = (reference(f, m, args) if kind == "reference"
+                         else dlbench_trial(f, m, args, Path(tmp), kind.partition("-")[2] or "pipeline"))
                 raw[f"{f}/{m}"][kind].append(value)
                 print(f"round {r + 1}/{args.repeats} {f}/{m} {kind}: {value:.1f} samples/s", flush=True)
     summary: dict[str, Any] = {}
-    print(f"\n{'framework/mode':24} {'hand-written':>14} {'dlbench':>10} {'ratio':>7}  (median samples/s)")
+    print(f"\n{'framework/mode':24} {'dlbench kind':16} {'hand-written':>14} {'dlbench':>10} {'ratio':>7}  (median samples/s)")
     for key, v in raw.items():
-        ref, dlb = statistics.median(v["reference"]), statistics.median(v["dlbench"])
-        summary[key] = {"reference": v["reference"], "dlbench": v["dlbench"], "ratio": dlb / ref}
-        print(f"{key:24} {ref:14.1f} {dlb:10.1f} {dlb / ref:7.3f}")
+        ref = statistics.median(v["reference"])
+        summary[key] = dict(v)
+        for kind in kinds[1:]:
+            dlb = statistics.median(v[kind])
+            summary[key]["ratio" if kind == "dlbench" else f"ratio-{kind}"] = dlb / ref
+            print(f"{key:24} {kind:16} {ref:14.1f} {dlb:10.1f} {dlb / ref:7.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "results": summary}, indent=1))
     return 0
