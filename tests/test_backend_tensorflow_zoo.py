@@ -41,7 +41,7 @@ from dlbench.workloads.base import numerics_readback
 from dlbench.workloads.data import batch_indices, epoch_order
 
 FRAMEWORK = "tensorflow"
-WORKLOADS = ("mlp", "cnn", "resnet", "transformer", "node")
+WORKLOADS = ("mlp", "cnn", "resnet", "transformer", "node", "lm")
 MODES = ("eager", "graph", "compiled")
 CI_ALL_MODES = ("mlp", "cnn")
 K_STEPS = 3
@@ -52,6 +52,7 @@ UNSUPPORTED = {
     "resnet": {"bn_running_var": "biased"},
     "transformer": {"gelu": "tanh"},
     "node": {"ode_solver": "euler"},
+    "lm": {"attention_scale": "none"},
 }
 # float32 against float64: losses agree to ~1e-7 relative, gradients (normwise) to ~1e-6.
 LOSS_RTOL = 1e-5

@@ -39,7 +39,7 @@ from dlbench.workloads.data import batch_indices, epoch_order
 
 FRAMEWORK = "torch"
 # The classifiers (ddpm and ppo have their own tests: test_workload_ddpm.py, test_ppo.py).
-WORKLOADS = [w for w, module in workloads.WORKLOADS.items() if module.QUALITY == "accuracy"]
+WORKLOADS = [w for w, module in workloads.WORKLOADS.items() if module.QUALITY == "accuracy" or w == "lm"]
 CI_COMPILED = ("mlp", "cnn")
 FD_DIRECTIONS = 3
 # Central differences in float64 along a unit direction: truncation ~h² and rounding ~1e-16/h
@@ -177,6 +177,7 @@ NUMERICS_PROBES = (
     ("transformer", "gelu", "sigmoid", False),
     ("transformer", "ln_eps", 1e-6, True),
     ("node", "ode_solver", "euler", False),
+    ("lm", "attention_scale", "none", False),
 )
 
 

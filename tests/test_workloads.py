@@ -35,7 +35,7 @@ def small_spec(name: str, **kw: object) -> WorkloadSpec:
 
 
 def test_registry_order():
-    assert NAMES == ["mlp", "cnn", "resnet", "transformer", "node", "detect", "ppo", "ddpm"]
+    assert NAMES == ["mlp", "cnn", "resnet", "transformer", "node", "detect", "ppo", "ddpm", "lm"]
     assert all(WORKLOADS[n].NAME == n for n in NAMES)
 
 

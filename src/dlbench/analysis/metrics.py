@@ -60,6 +60,8 @@ METRICS: dict[str, Metric] = {
     "sample_frechet_floor": _ratio("lower"),
     # detect's held-out quality (workloads/boxes.py): mAP@0.5, VOC all-point
     "map": _ratio("higher", "mAP@0.5"),
+    # lm: the share of positions whose top logit is the Markov chain's most likely next token
+    "next_token_accuracy": _ratio("higher", "next-token accuracy"),
     "eval_s": _s("eval s"),
     "recompiles_in_window": _ratio("lower"),
     "timed_steps": _ratio(),
@@ -153,7 +155,7 @@ METRICS: dict[str, Metric] = {
 # The held-out quality metrics a trial can carry (a workload's QUALITY): the headline's quality
 # column shows the first one a trial has (accuracy for a classifier, map for detect), headed by
 # its label (report/model.py: quality_header).
-QUALITY_METRICS = ("accuracy", "map")
+QUALITY_METRICS = ("accuracy", "map", "next_token_accuracy")
 
 # Units by name suffix, for names the registry does not list (longest suffix first).
 SUFFIX_UNITS = (("_per_s", "1/s"), ("_bytes", "B"), ("_s", "s"), ("_w", "W"), ("_j", "J"))

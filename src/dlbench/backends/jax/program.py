@@ -56,6 +56,7 @@ LOSSES: dict[str, LossKind] = {
     "mean_softmax_cross_entropy": LossKind(losses.cross_entropy, "int32"),
     "focal_l1_detection": LossKind(losses.focal_l1, None),
     "mean_squared_error": LossKind(losses.squared_error, None),
+    "mean_token_cross_entropy": LossKind(losses.token_cross_entropy, "int32"),
 }
 
 

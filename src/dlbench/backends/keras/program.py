@@ -152,6 +152,7 @@ LOSSES: dict[str, LossKind] = {
     # every sample the same size, the mean of all values.
     "mean_squared_error": LossKind(lambda n: keras.losses.MeanSquaredError(reduction="sum_over_batch_size"),
                                    "float32"),
+    "mean_token_cross_entropy": LossKind(lambda n: losses.TokenCrossEntropy(), "int32"),
 }
 
 
@@ -193,7 +194,7 @@ def optimizer_numerics(optimizer: keras.optimizers.Optimizer) -> dict[str, Any]:
 
 def loss_numerics(loss: keras.losses.Loss) -> dict[str, Any]:
     """The loss's name (and its own numerics) read back from the loss object."""
-    if isinstance(loss, losses.FocalL1):
+    if isinstance(loss, (losses.FocalL1, losses.TokenCrossEntropy)):
         return loss.numerics()
     if isinstance(loss, keras.losses.MeanSquaredError):
         return {"loss": squared_error_numerics(loss)}

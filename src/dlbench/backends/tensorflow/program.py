@@ -53,6 +53,7 @@ LOSSES: dict[str, LossKind] = {
     "mean_softmax_cross_entropy": LossKind(losses.cross_entropy, tf.int32),
     "focal_l1_detection": LossKind(losses.focal_l1, None),
     "mean_squared_error": LossKind(losses.squared_error, None),
+    "mean_token_cross_entropy": LossKind(losses.token_cross_entropy, tf.int32),
 }
 
 
@@ -468,9 +469,10 @@ class TensorFlowProgram:
 
 
 def _target_shape(workload: ModuleType, spec: Any, kind: LossKind) -> tuple[int, ...]:
-    """One sample's target shape: () for integer labels, else that of the workload's targets
-    (read off a one-sample fixed batch: the workload interface has no shape for them)."""
-    if kind.label_dtype is not None:
+    """One sample's target shape: () for class labels, else that of the workload's targets
+    (read off a one-sample fixed batch: the workload interface has no shape for them; lm's
+    integer targets are a token per position)."""
+    if kind.label_dtype is not None and spec.numerics.loss == "mean_softmax_cross_entropy":
         return ()
     return tuple(workload.fixed_batch(spec, 1).y.shape[1:])
 

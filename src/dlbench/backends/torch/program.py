@@ -87,7 +87,7 @@ class ConvKernel:
         return a.transpose(2, 3, 1, 0)
 
 
-_NORMS = (nn.modules.batchnorm._BatchNorm, nn.LayerNorm, nn.GroupNorm)
+_NORMS = (nn.modules.batchnorm._BatchNorm, nn.LayerNorm, nn.GroupNorm, nn.RMSNorm)
 # Leaf renames per owner type; a norm's num_batches_tracked (None) has no canonical twin.
 _NORM_LEAVES: dict[str, str | None] = {
     "weight": "scale", "bias": "bias", "running_mean": "mean", "running_var": "var",
@@ -256,6 +256,7 @@ LOSSES: dict[str, LossKind] = {
     "mean_softmax_cross_entropy": LossKind(make_cross_entropy, torch.int64),
     "focal_l1_detection": LossKind(make_focal_l1, None),
     "mean_squared_error": LossKind(lambda n: nn.MSELoss(reduction="mean"), None),
+    "mean_token_cross_entropy": LossKind(lambda n: losses.TokenCrossEntropy(), torch.int64),
 }
 
 
@@ -271,7 +272,7 @@ def loss_numerics(loss: nn.Module) -> dict[str, Any]:
         return {"loss": f"{loss.reduction}_softmax_cross_entropy" if plain else repr(loss)}
     if isinstance(loss, nn.MSELoss):
         return {"loss": f"{loss.reduction}_squared_error"}
-    if isinstance(loss, losses.FocalL1Loss):
+    if isinstance(loss, (losses.FocalL1Loss, losses.TokenCrossEntropy)):
         return loss.numerics()
     return {"loss": repr(loss)}
 

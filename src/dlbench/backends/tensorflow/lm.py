@@ -1,0 +1,99 @@
+"""The lm workload in TensorFlow itself (program.py holds the training machinery): a Llama-style
+decoder on the canonical variables. TF has no fused attention op, so causal attention is the
+formula with a lower-triangular mask (tf.linalg.band_part), as Keras's own TF backend writes it."""
+
+from __future__ import annotations
+
+import math
+import typing
+from typing import Any
+
+import tensorflow as tf
+
+from dlbench.backends.base import Program, Unsupported
+from dlbench.backends.tensorflow import program
+from dlbench.backends.tensorflow.program import SameLayout, Tensors
+from dlbench.spec import Numerics, TrialSpec
+from dlbench.workloads import lm as workload
+
+# What this implementation writes out; anything else in the numerics block is refused.
+FIXED = {"rope_pairs": "half", "attention_mask": "causal", "mlp": "swiglu", "attention_scale": "rsqrt_head_dim"}
+
+
+def check_fixed(numerics: Numerics) -> None:
+    for name, value in FIXED.items():
+        if numerics.value(name) != value:
+            raise Unsupported(f"the TensorFlow lm implements {name} {value!r}, not {numerics.value(name)!r}")
+
+
+def rope_tables(positions: tf.Tensor, head_dim: int, base: float, dtype: tf.DType) -> tuple[tf.Tensor, tf.Tensor]:
+    """(cos, sin), each (T, dh) in `dtype`: frequency base^(-2i/dh) per pair over both halves."""
+    inverse = tf.pow(tf.constant(base, dtype), -tf.range(0, head_dim, 2, dtype=dtype) / head_dim)
+    angles = tf.cast(positions, dtype)[:, None] * inverse[None, :]
+    angles = tf.concat([angles, angles], axis=-1)
+    return tf.cos(angles), tf.sin(angles)
+
+
+def apply_rope(x: tf.Tensor, cos: tf.Tensor, sin: tf.Tensor) -> tf.Tensor:
+    """x (N, heads, T, dh): x cos + rotate_half(x) sin, pairs (i, i + dh/2)."""
+    half = x.shape[-1] // 2
+    rotated = tf.concat([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rotated * sin
+
+
+def rms_norm(x: tf.Tensor, scale: tf.Tensor, eps: float) -> tf.Tensor:
+    return x * tf.math.rsqrt(tf.reduce_mean(x * x, axis=-1, keepdims=True) + eps) * scale
+
+
+@typing.final
+class Lm:
+    layout = SameLayout()
+
+    def __init__(self, size: workload.Size, numerics: Numerics) -> None:
+        check_fixed(numerics)
+        self.size = size
+        self.rms_eps = float(numerics.extra["rms_eps"])
+        self.rope_base = float(numerics.extra["rope_base"])
+        self.scale = 1.0 / math.sqrt(size.head_dim)
+
+    def split(self, z: tf.Tensor) -> tf.Tensor:
+        """(N, T, D) -> (N, heads, T, dh): head j takes columns j*dh:(j+1)*dh."""
+        s = self.size
+        return tf.transpose(tf.reshape(z, [tf.shape(z)[0], -1, s.heads, s.head_dim]), [0, 2, 1, 3])
+
+    def merge(self, o: tf.Tensor) -> tf.Tensor:
+        return tf.reshape(tf.transpose(o, [0, 2, 1, 3]), [tf.shape(o)[0], -1, self.size.dim])
+
+    def attend(self, q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, visible: tf.Tensor) -> tf.Tensor:
+        logits = tf.matmul(q, k, transpose_b=True) * self.scale
+        logits = tf.where(visible, logits, tf.constant(-math.inf, logits.dtype))
+        return tf.matmul(tf.nn.softmax(logits, axis=-1), v)
+
+    def mlp(self, p: Tensors, b: str, h: tf.Tensor) -> tf.Tensor:
+        z = rms_norm(h, p[f"{b}.mlp_norm.scale"], self.rms_eps)
+        gated = tf.nn.silu(z @ p[f"{b}.mlp.gate.kernel"]) * (z @ p[f"{b}.mlp.up.kernel"])
+        return h + gated @ p[f"{b}.mlp.down.kernel"]
+
+    def forward(self, params: Tensors, buffers: Tensors, x: tf.Tensor, training: bool) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        p, length = params, x.shape[1]
+        h = tf.gather(p["embed.tokens"], x)
+        cos, sin = rope_tables(tf.range(length), self.size.head_dim, self.rope_base, h.dtype)
+        visible = tf.cast(tf.linalg.band_part(tf.ones([length, length]), -1, 0), tf.bool)
+        for i in range(self.size.depth):
+            b = f"block{i}"
+            z = rms_norm(h, p[f"{b}.attn_norm.scale"], self.rms_eps)
+            q = apply_rope(self.split(z @ p[f"{b}.attn.query.kernel"]), cos, sin)
+            k = apply_rope(self.split(z @ p[f"{b}.attn.key.kernel"]), cos, sin)
+            v = self.split(z @ p[f"{b}.attn.value.kernel"])
+            h = h + self.merge(self.attend(q, k, v, visible)) @ p[f"{b}.attn.out.kernel"]
+            h = self.mlp(p, b, h)
+        return rms_norm(h, p["final_norm.scale"], self.rms_eps) @ p["head.kernel"], {}
+
+    def numerics(self) -> dict[str, Any]:
+        return {"rms_eps": self.rms_eps, "rope_base": self.rope_base, "attention_scale": "rsqrt_head_dim",
+                **{k: FIXED[k] for k in ("rope_pairs", "attention_mask", "mlp")}}
+
+
+def build(trial: TrialSpec) -> Program:
+    spec = trial.workload
+    return program.build(trial, workload, Lm(workload.MODEL_SIZES[spec.model_size], spec.numerics))
