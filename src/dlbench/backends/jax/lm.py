@@ -4,6 +4,7 @@ layouts are JAX's own: nothing is converted."""
 
 from __future__ import annotations
 
+import functools
 import math
 import typing
 from typing import Any
@@ -23,7 +24,10 @@ FIXED = {"rope_pairs": "half", "attention_mask": "causal", "mlp": "swiglu", "att
 
 
 def build(trial: TrialSpec) -> program.JaxProgram:
-    return program.build(trial, LmModel(trial))
+    model = LmModel(trial)
+    built = program.build(trial, model)
+    built.decoder_factory = lambda state, batch, max_len: JitDecoder(model, state.params, batch, max_len)
+    return built
 
 
 def check_fixed(numerics: Numerics) -> None:
@@ -114,3 +118,81 @@ class LmModel:
             "attention_scale": "rsqrt_head_dim" if rsqrt else repr(self.scale),
             **{k: FIXED[k] for k in ("rope_pairs", "attention_mask", "mlp")},
         }
+
+
+# --- generation: jitted prefill and decode step, the cache donated (as MaxText) ----------------
+
+Cache = tuple[jax.Array, jax.Array]  # keys, values: (depth, B, max_len, heads, dh)
+
+
+def forward_cached(model: LmModel, params: Params, cache: Cache, ids: jax.Array,
+                   start: jax.Array) -> tuple[jax.Array, Cache]:
+    """Logits (B, V) of the last of `ids` (B, t) at positions start..start+t-1, their keys and
+    values written into the cache (a traced start: one compiled step serves every position).
+    Each query attends to the whole cache under a mask of the positions <= its own."""
+    keys, values = cache
+    n, t = ids.shape
+    max_len = keys.shape[2]
+    positions = start + jnp.arange(t)
+    visible = jnp.arange(max_len)[None, :] <= positions[:, None]  # (t, max_len)
+    h = jnp.take(params["embed.tokens"], ids, axis=0)
+    cos, sin = rope_tables(positions, model.size.head_dim, model.rope_base, h.dtype)
+    for i in range(model.size.depth):
+        b = f"block{i}"
+        z = rms_norm(h, params[f"{b}.attn_norm.scale"], model.rms_eps)
+        q = apply_rope(model.heads(params, f"{b}.attn.query", z), cos, sin)
+        k = apply_rope(model.heads(params, f"{b}.attn.key", z), cos, sin)
+        v = model.heads(params, f"{b}.attn.value", z)
+        keys = keys.at[i].set(lax.dynamic_update_slice(keys[i], k, (0, start, 0, 0)))
+        values = values.at[i].set(lax.dynamic_update_slice(values[i], v, (0, start, 0, 0)))
+        o = jax.nn.dot_product_attention(q, keys[i], values[i], mask=visible[None, None], scale=model.scale,
+                                         implementation=None)
+        h = model.mlp(params, b, h + o.reshape(n, t, model.size.dim) @ params[f"{b}.attn.out.kernel"])
+    return model.logits(params, h[:, -1]), (keys, values)
+
+
+def decode_step(model: LmModel, params: Params, cache: Cache, logits: jax.Array,
+                position: jax.Array) -> tuple[jax.Array, Cache]:
+    return forward_cached(model, params, cache, jnp.argmax(logits, axis=-1)[:, None].astype(jnp.int32), position)
+
+
+@typing.final
+class JitDecoder:
+    """Prefill and the decode step each jax.jit'd with the cache donated (XLA updates it in
+    place instead of copying depth x B x max_len x D per token), positions traced."""
+
+    how = "jitted prefill and decode step, cache donated"
+
+    def __init__(self, model: LmModel, params: Params, batch: int, max_len: int) -> None:
+        s = model.size
+        dtype = params["embed.tokens"].dtype
+        shape = (s.depth, batch, max_len, s.heads, s.head_dim)
+        self.params, self.cache = params, (jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+        self.position = jnp.int32(0)
+        self._prefill = jax.jit(functools.partial(forward_cached, model), donate_argnums=(1,))
+        self._step = jax.jit(functools.partial(decode_step, model), donate_argnums=(1,))
+
+    def prefill(self, prompt: np.ndarray) -> jax.Array:
+        cache = (jnp.zeros_like(self.cache[0]), jnp.zeros_like(self.cache[1]))
+        logits, self.cache = self._prefill(self.params, cache, jnp.asarray(prompt, jnp.int32), jnp.int32(0))
+        self.position = jnp.int32(prompt.shape[1])
+        return logits
+
+    def decode(self, logits: jax.Array) -> jax.Array:
+        out, self.cache = self._step(self.params, self.cache, logits, self.position)
+        self.position = self.position + 1
+        return out
+
+    def tokens(self, logits: jax.Array) -> np.ndarray:
+        return np.asarray(jnp.argmax(logits, axis=-1))
+
+    def to_numpy(self, logits: jax.Array) -> np.ndarray:
+        return np.asarray(logits, dtype=np.float32)
+
+    def cache_bytes(self) -> int:
+        return int(self.cache[0].nbytes + self.cache[1].nbytes)
+
+    def compilations(self) -> int:
+        """Compiled variants of prefill and step so far (jax.jit's own cache)."""
+        return int(self._prefill._cache_size() + self._step._cache_size())
+

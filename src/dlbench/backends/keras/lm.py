@@ -27,7 +27,9 @@ _NO_BIAS: dict[str, Any] = {"use_bias": False, "kernel_initializer": "zeros"}
 
 def build(trial: TrialSpec) -> program.KerasProgram:
     check_fixed(trial.workload.numerics)
-    return program.build(trial, net)
+    built = program.build(trial, net)
+    built.decoder_factory = lambda state, batch, max_len: CachedCallDecoder(built, state, batch, max_len)
+    return built
 
 
 def check_fixed(numerics: Numerics) -> None:
@@ -129,3 +131,81 @@ def _numerics(blocks: list[DecoderBlock], final_norm: layers.RMSNormalization) -
         "attention_scale": scales.pop() if len(scales) == 1 else sorted(scales),
         **{k: FIXED[k] for k in ("rope_pairs", "attention_mask", "mlp")},
     }
+
+
+# --- generation: a cached call in keras.ops (as keras_hub's CachedMultiHeadAttention) -----------
+
+Caches = list[tuple[Any, Any]]  # per block: keys, values (B, max_len, heads, dh)
+
+
+class CachedCallDecoder:
+    """The model's own layers called on one new token with the caches passed in and returned
+    (ops.slice_update at a traced position), as a pure function of the variables' values
+    (keras.StatelessScope, as Model.stateless_call), compiled as Keras compiles its predict
+    step on the backend (jax.jit with the caches donated, tf.function(jit_compile=True),
+    torch.compile) in compiled mode."""
+
+    def __init__(self, built: program.KerasProgram, state: Any, batch: int, max_len: int) -> None:
+        model = built.live_model(state)
+        self.blocks: list[DecoderBlock] = [model.get_layer(f"block{i}") for i in range(len(
+            [layer for layer in model.layers if isinstance(layer, DecoderBlock)]))]
+        self.embed, self.final_norm, self.head = (model.get_layer(n) for n in ("embed_tokens", "final_norm", "head"))
+        self.variables = list(model.trainable_variables)
+        self.values = [v.value for v in self.variables]
+        s = self.blocks[0].size
+        dtype = self.values[0].dtype
+        self.empty = [(ops.zeros((batch, max_len, s.heads, s.head_dim), dtype),
+                       ops.zeros((batch, max_len, s.heads, s.head_dim), dtype)) for _ in self.blocks]
+        self.caches, self.max_len, self.position = self.empty, max_len, 0
+        compile_pure, mode = built.native.compile_pure, built.mode
+        self._prefill = compile_pure(self._forward, mode, (2,))
+        self._step = compile_pure(self._decode, mode, (2,))
+        eager = mode == "eager" or built.native.backend == "torch"  # native.py: _torch_compile says why
+        self.eager, self.traces = eager, 0
+        self.how = f"cached call in keras.ops, {'eager' if eager else 'compiled'} ({built.native.backend})"
+
+    def _forward(self, values: list[Any], ids: Any, caches: Caches, start: Any) -> tuple[Any, Caches]:
+        self.traces += 1
+        with keras.StatelessScope(state_mapping=list(zip(self.variables, values))):
+            n, t = ids.shape
+            positions = start + ops.arange(t, dtype="int32")
+            visible = ops.arange(self.max_len, dtype="int32")[None, :] <= positions[:, None]
+            s = self.blocks[0].size
+            mask = ops.broadcast_to(visible[None, None], (n, s.heads, t, self.max_len))
+            h = self.embed(ids)
+            new: Caches = []
+            for block, (keys, vals) in zip(self.blocks, caches):
+                q, k, v = block.attention(h, positions)
+                keys = ops.slice_update(keys, (0, start, 0, 0), k)
+                vals = ops.slice_update(vals, (0, start, 0, 0), v)
+                h = block.finish(h, ops.dot_product_attention(q, keys, vals, mask=mask, scale=block.scale))
+                new.append((keys, vals))
+            return self.head(self.final_norm(h[:, -1])), new
+
+    def _decode(self, values: list[Any], logits: Any, caches: Caches, start: Any) -> tuple[Any, Caches]:
+        return self._forward(values, ops.cast(ops.argmax(logits, axis=-1), "int32")[:, None], caches, start)
+
+    def prefill(self, prompt: Any) -> Any:
+        zeros = [(ops.zeros_like(k), ops.zeros_like(v)) for k, v in self.empty]
+        logits, self.caches = self._prefill(self.values, ops.convert_to_tensor(prompt, "int32"), zeros,
+                                            ops.convert_to_tensor(0, "int32"))
+        self.position = prompt.shape[1]
+        return logits
+
+    def decode(self, logits: Any) -> Any:
+        out, self.caches = self._step(self.values, logits, self.caches, ops.convert_to_tensor(self.position, "int32"))
+        self.position += 1
+        return out
+
+    def tokens(self, logits: Any) -> Any:
+        return ops.convert_to_numpy(ops.argmax(logits, axis=-1))
+
+    def to_numpy(self, logits: Any) -> Any:
+        return ops.convert_to_numpy(ops.cast(logits, "float32"))
+
+    def cache_bytes(self) -> int:
+        return sum(2 * int(math.prod(k.shape)) * 4 for k, _ in self.empty)
+
+    def compilations(self) -> int:
+        """Traces of prefill and the step: Python runs _forward only while tracing (or eager)."""
+        return self.traces if not self.eager else 0

@@ -35,6 +35,7 @@ from keras import layers, ops
 
 import dlbench.backends.keras.losses as losses
 from dlbench import workloads
+from dlbench.backends.generation import Generating
 from dlbench.backends.base import TimedBatches, Unsupported
 from dlbench.backends.keras.native import Native, Pipeline, native
 from dlbench.spec import Numerics, TrialSpec, WorkloadSpec
@@ -296,7 +297,7 @@ def build(trial: TrialSpec, make_net: NetFactory) -> KerasProgram:
 
 
 @typing.final
-class KerasProgram:
+class KerasProgram(Generating):
     def __init__(self, trial: TrialSpec, make_net: NetFactory) -> None:
         spec = trial.workload
         self._spec, self._mode = spec, trial.policy.mode
@@ -403,6 +404,19 @@ class KerasProgram:
         model = self._net.model
         return {"steps_per_call": int(model.steps_per_execution), "loop": "fit",
                 "rule": "Keras steps_per_execution = chunk_steps (at most the backend's limit)"}
+
+    def live_model(self, state: State) -> keras.Model:
+        """The model with `state`'s values in its variables (generation reads them there)."""
+        self._activate(state)
+        return state.model
+
+    @property
+    def native(self) -> Native:
+        return self._native
+
+    @property
+    def mode(self) -> str:
+        return self._mode
 
     def predict(self, state: State, x: np.ndarray) -> np.ndarray:
         self._activate(state)

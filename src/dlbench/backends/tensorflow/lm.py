@@ -96,4 +96,81 @@ class Lm:
 
 def build(trial: TrialSpec) -> Program:
     spec = trial.workload
-    return program.build(trial, workload, Lm(workload.MODEL_SIZES[spec.model_size], spec.numerics))
+    model = Lm(workload.MODEL_SIZES[spec.model_size], spec.numerics)
+    built = program.build(trial, workload, model)
+    mode = trial.policy.mode
+    built.decoder_factory = lambda state, batch, max_len: VariableCacheDecoder(model, state.params, batch, max_len, mode)
+    return built
+
+
+# --- generation: tf.function steps with the cache in variables ----------------------------------
+
+
+@typing.final
+class VariableCacheDecoder:
+    """Keys and values in tf.Variables laid out (max_len, B, heads, dh), so that each step
+    writes its positions with one scatter_update on the first axis (an in-place variable update,
+    which XLA compiles); the position is a variable too, so one trace serves every step. Graph
+    mode traces tf.function, compiled mode adds jit_compile=True (XLA); eager runs the ops."""
+
+    def __init__(self, model: Lm, params: Tensors, batch: int, max_len: int, mode: str) -> None:
+        s, dtype = model.size, params["embed.tokens"].dtype
+        self.model, self.params = model, params
+        shape = (max_len, batch, s.heads, s.head_dim)
+        self.keys = [tf.Variable(tf.zeros(shape, dtype), trainable=False) for _ in range(s.depth)]
+        self.values = [tf.Variable(tf.zeros(shape, dtype), trainable=False) for _ in range(s.depth)]
+        self.position = tf.Variable(0, dtype=tf.int32, trainable=False)
+        wrap = (lambda f: f) if mode == "eager" else (lambda f: tf.function(f, jit_compile=mode == "compiled", reduce_retracing=False))
+        self._prefill, self._step = wrap(self._forward), wrap(self._decode)
+        self.how = {"eager": "cache in variables, eager", "graph": "cache in variables, tf.function",
+                    "compiled": "cache in variables, tf.function(jit_compile=True)"}[mode]
+
+    def _forward(self, ids: tf.Tensor) -> tf.Tensor:
+        """Logits (B, V) of the last of ids (B, t) at the next t positions, their keys and values
+        written into the cache; each query sees the cached positions <= its own."""
+        m, p = self.model, self.params
+        t, max_len = tf.shape(ids)[1], self.keys[0].shape[0]
+        positions = self.position + tf.range(t)
+        visible = tf.range(max_len)[None, :] <= positions[:, None]  # (t, max_len)
+        h = tf.gather(p["embed.tokens"], ids)
+        cos, sin = rope_tables(positions, m.size.head_dim, m.rope_base, h.dtype)
+        for i in range(m.size.depth):
+            b = f"block{i}"
+            z = rms_norm(h, p[f"{b}.attn_norm.scale"], m.rms_eps)
+            q = apply_rope(m.split(z @ p[f"{b}.attn.query.kernel"]), cos, sin)
+            k = apply_rope(m.split(z @ p[f"{b}.attn.key.kernel"]), cos, sin)
+            v = m.split(z @ p[f"{b}.attn.value.kernel"])
+            self.keys[i].scatter_update(tf.IndexedSlices(tf.transpose(k, [2, 0, 1, 3]), positions))
+            self.values[i].scatter_update(tf.IndexedSlices(tf.transpose(v, [2, 0, 1, 3]), positions))
+            logits = tf.einsum("bhtd,sbhd->bhts", q, self.keys[i]) * m.scale
+            logits = tf.where(visible, logits, tf.constant(-math.inf, logits.dtype))
+            o = tf.einsum("bhts,sbhd->bhtd", tf.nn.softmax(logits, axis=-1), self.values[i])
+            h = m.mlp(p, b, h + m.merge(o) @ p[f"{b}.attn.out.kernel"])
+        self.position.assign_add(t)
+        return rms_norm(h[:, -1], p["final_norm.scale"], m.rms_eps) @ p["head.kernel"]
+
+    def _decode(self, logits: tf.Tensor) -> tf.Tensor:
+        return self._forward(tf.argmax(logits, axis=-1, output_type=tf.int32)[:, None])
+
+    def prefill(self, prompt: Any) -> tf.Tensor:
+        for var in (*self.keys, *self.values):
+            var.assign(tf.zeros_like(var))
+        self.position.assign(0)
+        return self._prefill(tf.constant(prompt, tf.int32))
+
+    def decode(self, logits: tf.Tensor) -> tf.Tensor:
+        return self._step(logits)
+
+    def tokens(self, logits: tf.Tensor) -> Any:
+        return tf.argmax(logits, axis=-1).numpy()
+
+    def to_numpy(self, logits: tf.Tensor) -> Any:
+        return tf.cast(logits, tf.float32).numpy()
+
+    def cache_bytes(self) -> int:
+        return sum(int(v.shape.num_elements()) * v.dtype.size for v in (*self.keys, *self.values))
+
+    def compilations(self) -> int:
+        """Traces of prefill and the decode step so far (0 in eager mode)."""
+        return sum(f.experimental_get_tracing_count() for f in (self._prefill, self._step)
+                   if isinstance(f, tf.types.experimental.PolymorphicFunction))

@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from dlbench.backends import multistep
+from dlbench.backends.generation import Generating
 from dlbench.backends.base import Program, Unsupported
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.backends.tensorflow import losses, mirrored, pipeline
@@ -207,7 +208,7 @@ def initial_buffer(name: str, shape: tuple[int, ...]) -> np.ndarray:
 
 
 @typing.final
-class TensorFlowProgram:
+class TensorFlowProgram(Generating):
     """One workload's Program: the Model's forward pass inside the shared training machinery."""
 
     def __init__(self, trial: TrialSpec, workload: ModuleType, model: Model) -> None:

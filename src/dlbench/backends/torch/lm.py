@@ -24,7 +24,9 @@ _FIXED = {"rope_pairs": "half", "attention_mask": "causal", "mlp": "swiglu", "at
 
 def build(trial: TrialSpec) -> program.TorchProgram:
     spec = trial.workload
-    return program.build(trial, LmModel(workload.MODEL_SIZES[spec.model_size], spec.numerics))
+    built = program.build(trial, LmModel(workload.MODEL_SIZES[spec.model_size], spec.numerics))
+    built.decoder_factory = lambda state, batch, max_len: decoder(state.model, batch, max_len, built.compiled)
+    return built
 
 
 def rope_tables(positions: torch.Tensor, head_dim: int, base: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -149,3 +151,91 @@ class LmModel:
             if all(m.scale == 1.0 / math.sqrt(m.head_dim) for m in attention) else repr([m.scale for m in attention]),
             **{k: _FIXED[k] for k in ("rope_pairs", "attention_mask", "mlp")},
         }
+
+
+# --- generation: a static KV cache and a compiled decode step (as gpt-fast) ---------------------
+
+
+def forward_cached(model: Decoder, ids: torch.Tensor, positions: torch.Tensor,
+                   caches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """Logits (B, V) of the last of `ids` (B, t) at `positions` (t,), writing their keys and
+    values into the static caches (B, heads, max_len, dh) in place. Every query attends to the
+    whole cache under a mask of the positions <= its own, so prefill and decode are one
+    function and the decode step's shapes never change (one compiled graph for every step)."""
+    max_len = caches[0][0].shape[2]
+    visible = torch.arange(max_len, device=ids.device)[None, :] <= positions[:, None]  # (t, max_len)
+    cos, sin = model.rope(positions)
+    h = model.embed(ids)
+    for block, (k_cache, v_cache) in zip(model.blocks, caches):
+        attn = block.attn
+        q, k, v = attn.qkv(block.attn_norm(h), cos, sin)
+        k_cache.index_copy_(2, positions, k)
+        v_cache.index_copy_(2, positions, v)
+        o = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=visible, dropout_p=0.0, scale=attn.scale)
+        h = h + attn.merge(o)
+        h = h + block.mlp(block.mlp_norm(h))
+    return model.head(model.final_norm(h[:, -1]))
+
+
+def _decode_step(model: Decoder, logits: torch.Tensor, position: torch.Tensor,
+                 caches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    return forward_cached(model, logits.argmax(dim=-1, keepdim=True), position, caches)
+
+
+@typing.final
+class StaticCacheDecoder:
+    """Preallocated caches, positions as device tensors (no recompilation per position); in
+    compiled mode prefill and the decode step are each torch.compile'd with static shapes
+    (fullgraph, dynamic=False: gpt-fast's recipe, without CUDA graphs on a CPU)."""
+
+    def __init__(self, model: Decoder, batch: int, max_len: int, compiled: bool) -> None:
+        s, p = model.size, next(model.parameters())
+        self.model, self.batch, self.compiled = model, batch, compiled
+        shape = (batch, s.heads, max_len, s.head_dim)
+        self.caches = [(torch.zeros(shape, dtype=p.dtype, device=p.device), torch.zeros(shape, dtype=p.dtype, device=p.device))
+                       for _ in range(s.depth)]
+        self.position = torch.zeros(1, dtype=torch.int64, device=p.device)
+        options = {"backend": "inductor", "mode": "default", "fullgraph": True, "dynamic": False}
+        self._prefill = torch.compile(forward_cached, **options) if compiled else forward_cached
+        self._step = torch.compile(_decode_step, **options) if compiled else _decode_step
+        self.how = ("static cache, torch.compile'd prefill and decode step" if compiled
+                    else "static cache, eager")
+
+    def prefill(self, prompt: Any) -> torch.Tensor:
+        ids = torch.from_numpy(prompt.astype("int64")).to(self.position.device)
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        for k, v in self.caches:
+            k.zero_()
+            v.zero_()
+        with torch.no_grad():
+            logits = self._prefill(self.model, ids, positions, self.caches)
+        self.position = positions[-1:] + 1
+        return logits
+
+    def decode(self, logits: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            out = self._step(self.model, logits, self.position, self.caches)
+        self.position = self.position + 1
+        return out
+
+    def tokens(self, logits: torch.Tensor) -> Any:
+        return logits.argmax(dim=-1).cpu().numpy()
+
+    def to_numpy(self, logits: torch.Tensor) -> Any:
+        return logits.float().cpu().numpy()
+
+    def cache_bytes(self) -> int:
+        return sum(k.nbytes + v.nbytes for k, v in self.caches)
+
+    def compilations(self) -> int:
+        """Dynamo graphs so far, process-wide (the worker builds one program)."""
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"]) if self.compiled else 0
+
+
+def decoder(model: nn.Module, batch: int, max_len: int, compiled: bool) -> StaticCacheDecoder:
+    assert isinstance(model, Decoder)
+    model.eval()
+    return StaticCacheDecoder(model, batch, max_len, compiled)
+

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from dlbench import workloads
+from dlbench.backends.generation import Generating
 from dlbench.backends.base import shard_slice
 from dlbench.backends.torch import (
     COMPILE_OPTIONS,
@@ -306,7 +307,7 @@ ONE_STEP_PER_CALL = (
 
 
 @typing.final
-class TorchProgram:
+class TorchProgram(Generating):
     def __init__(self, trial: TrialSpec, model: Model) -> None:
         spec = trial.workload
         self._trial = trial
@@ -340,6 +341,11 @@ class TorchProgram:
         # step's shapes dynamic.
         self._step: Callable[..., torch.Tensor] = self._maybe_compile(train_step)
         self._fwd_bwd: Callable[..., torch.Tensor] = self._maybe_compile(forward_backward)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the trial's mode compiles (torch.compile)."""
+        return self._compiled
 
     def _maybe_compile(self, fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
         return torch.compile(fn, **COMPILE_OPTIONS) if self._compiled else fn
