@@ -1,0 +1,107 @@
+"""Generation: the token-latency metrics and the parity rule (analysis/generation.py), and each
+framework's KV-cache decoder against recomputing the whole sequence with the float64 reference
+(torch eager in CI, in this process; every framework and mode in one child each under `slow`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlbench.analysis.generation import LOGITS_RTOL, judge_generation, token_latencies, top2_margin
+from dlbench.runner.plan import workload_spec
+from dlbench.workloads import lm
+
+SPEC = workload_spec("lm", "tiny")
+CHECK = Path(__file__).with_name("generation_check.py")
+
+
+def test_token_latencies_from_known_times():
+    m = token_latencies([0.5, 0.7], [[0.1, 0.1, 0.1], [0.2, 0.2, 0.2]], batch=4)
+    assert m["ttft_p50_s"] == pytest.approx(0.6)
+    assert m["ttft_p99_s"] == pytest.approx(0.5 + 0.99 * 0.2)
+    assert m["tpot_p50_s"] == pytest.approx(0.15)
+    assert m["tpot_p99_s"] == pytest.approx(0.2)
+    # end to end: 0.8 s and 1.3 s for 4 tokens each -> 5.0 and 3.08 tokens/s, median 4.04
+    assert m["output_tokens_per_s_per_stream"] == pytest.approx((4 / 0.8 + 4 / 1.3) / 2)
+    assert m["output_tokens_per_s"] == pytest.approx(4 * m["output_tokens_per_s_per_stream"])
+
+
+def test_token_latencies_refuse_mismatched_lists():
+    with pytest.raises(ValueError):
+        token_latencies([0.5], [[0.1], [0.2]], batch=1)
+
+
+def _reference(prompt: np.ndarray, new: int) -> tuple[np.ndarray, np.ndarray]:
+    return lm.reference_generate(SPEC, lm.init_params(SPEC), prompt, new)
+
+
+def test_parity_passes_the_reference_itself_and_fails_a_wrong_token():
+    prompt = lm.fixed_batch(SPEC, 3).x[:, :6]
+    ids, logits = _reference(prompt, 6)
+    verdict = judge_generation(ids, logits.astype(np.float32), logits, ids, logits)
+    assert verdict.ok and verdict.divergence_step == -1 and verdict.logits_error < 1e-6
+    wrong = ids.copy()
+    wrong[1, 2] = (wrong[1, 2] + 1) % 64
+    margins = top2_margin(logits)
+    assert margins[: 3, 1].min() > 10 * LOGITS_RTOL  # steps 0-2 of row 1 are unambiguous
+    verdict = judge_generation(wrong, logits, logits, ids, logits)
+    assert not verdict.ok and verdict.divergence_step == 2 and "step 2" in verdict.reason
+
+
+def test_parity_forgives_a_divergence_at_an_ambiguous_step_but_not_logits_off():
+    prompt = lm.fixed_batch(SPEC, 2).x[:, :6]
+    ids, logits = _reference(prompt, 5)
+    tied = logits.copy()
+    tied[3, 0, ids[0, 3]] = tied[3, 0].max()
+    second = np.argsort(tied[3, 0])[-2]
+    tied[3, 0, second] = tied[3, 0].max() - 1e-9  # a near-tie at step 3 of row 0
+    flipped = ids.copy()
+    flipped[0, 3:] = second
+    verdict = judge_generation(flipped, tied, tied, ids, tied)
+    assert verdict.ok and verdict.ambiguous_step == 3 and verdict.divergence_step == 3
+    off = logits * (1 + 10 * LOGITS_RTOL)
+    assert not judge_generation(ids, off, logits, ids, logits).ok
+
+
+def test_torch_eager_decoding_with_the_cache_equals_recomputing_the_sequence():
+    pytest.importorskip("torch")
+    from dlbench.backends.generation import greedy_run
+    from dlbench.backends.torch.lm import Decoder, decoder
+
+    params = lm.init_params(SPEC)
+    model = Decoder(lm.MODEL_SIZES["tiny"], SPEC.numerics)
+    import torch
+
+    with torch.no_grad():
+        for name, tensor in model.named_parameters():
+            canonical = name.replace("weight", "scale" if "norm" in name else "kernel")
+            value = params[canonical]
+            tensor.copy_(torch.from_numpy(value.T.copy() if value.ndim == 2 and "embed" not in name else value))
+    prompt = lm.fixed_batch(SPEC, 3).x[:, :5]
+    d = decoder(model, 3, 16, compiled=False)
+    ids, logits = greedy_run(d, prompt, 8)
+    whole = lm.reference_logits(SPEC, params, np.concatenate([prompt, ids[:, :-1]], axis=1))
+    np.testing.assert_allclose(logits, whole[:, 4:].transpose(1, 0, 2), atol=1e-5)
+    assert d.cache_bytes() == 2 * 2 * 3 * 2 * 16 * 16 * 4
+    # a second generation starts from an empty cache
+    again, _ = greedy_run(d, prompt, 8)
+    assert np.array_equal(ids, again)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework,mode", [
+    ("torch", "compiled"), ("jax", "compiled"), ("tensorflow", "eager"), ("tensorflow", "graph"),
+    ("tensorflow", "compiled"), ("keras-jax", "compiled"), ("keras-torch", "eager"),
+    ("keras-tensorflow", "compiled"),
+])
+def test_every_decoder_matches_recomputing_the_sequence(tmp_path, framework, mode):
+    out = tmp_path / "facts.json"
+    subprocess.run([sys.executable, str(CHECK), framework, mode, str(out)], check=True, timeout=900)
+    facts = json.loads(out.read_text())
+    assert facts["max_abs_error"] < 1e-5, facts
+    assert facts["same_ids_twice"] and facts["cache_bytes"] > 0
