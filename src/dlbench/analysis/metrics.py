@@ -145,6 +145,17 @@ METRICS: dict[str, Metric] = {
     "sample_step_s": _s("ms/step"),
     "sample_steps": _ratio("none", "steps"),
     "time_to_first_sample_s": _s("time to first sample s"),
+    # generation with a KV cache (runner/scenarios/generate.py: --scenario generate on lm)
+    "ttft_p50_s": _s("TTFT p50 ms"),
+    "ttft_p99_s": _s("TTFT p99 ms"),
+    "tpot_p50_s": _s("TPOT p50 ms"),
+    "tpot_p99_s": _s("TPOT p99 ms"),
+    "output_tokens_per_s_per_stream": Metric("1/s", "higher", "tokens/s per stream"),
+    "output_tokens_per_s": Metric("1/s", "higher", "tokens/s total"),
+    "first_generation_s": _s("first generation s (compiles)"),
+    "first_generation_compile_estimate_s": _s("compile estimate s"),
+    "kv_cache_bytes": Metric("B", "lower", "KV cache MiB"),
+    "recompiles_per_prompt_length": _ratio("lower", "compiles per new prompt length"),
     # data parallelism (runner/parallel.py)
     "grad_comm_s_per_step": _s("grad comm ms/step"),
     "grad_comm_share": _ratio("lower"),

@@ -89,6 +89,9 @@ INIT_STD = 0.02
 # The chain's transition probabilities over a token's K successors: Dirichlet(ALPHA, ..., ALPHA).
 DIRICHLET_ALPHA = 0.5
 
+# The generate scenario's prompts: chain streams from `default_rng((seed, STREAM_PROMPTS))`.
+STREAM_PROMPTS = 10
+
 _ATTN = ("query", "key", "value", "out")
 _MLP = (("gate", "in"), ("up", "in"), ("down", "out"))
 
@@ -340,3 +343,15 @@ def reference_generate(spec: WorkloadSpec, params: dict[str, np.ndarray], prompt
         position += 1
     ids.append(steps[-1].argmax(axis=-1))
     return np.stack(ids, axis=1), np.stack(steps)
+
+
+def reference_forced(spec: WorkloadSpec, params: dict[str, np.ndarray], prompt: np.ndarray,
+                     ids: np.ndarray) -> np.ndarray:
+    """(G, N, V) logits of decoding with the cache fed the given ids (N, G) instead of its own
+    argmax: step g's logits follow the prompt and ids[:, :g]."""
+    logits, cache = reference_prefill(spec, params, prompt)
+    steps = [logits[:, -1]]
+    for g in range(ids.shape[1] - 1):
+        step, cache = reference_decode(spec, params, ids[:, g], prompt.shape[1] + g, cache)
+        steps.append(step)
+    return np.stack(steps)
