@@ -181,16 +181,3 @@ def label(name: str) -> str:
     metric = METRICS.get(name)
     return metric.label if metric is not None and metric.label else name
 
-
-# The headline metric of each runner scenario: what `--repeats auto` narrows and the report's
-# ranking orders by. A scenario not listed (a new workload family's) is judged by samples/s.
-HEADLINE_BY_SCENARIO = {
-    "train": "samples_per_s",
-    "infer": "infer_samples_per_s",
-    "converge": "time_to_target_s",
-    "rollout": "env_steps_per_s",
-}
-
-
-def headline(scenario: str) -> str:
-    return HEADLINE_BY_SCENARIO.get(scenario, "samples_per_s")

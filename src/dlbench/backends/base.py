@@ -24,6 +24,7 @@ import numpy as np
 
 from dlbench import workloads
 from dlbench.backends.precision import Support
+from dlbench.scenarios import Capability
 from dlbench.packages import installed_versions, module_installed  # noqa: F401 (for the backends)
 from dlbench.spec import Policy, TrialSpec
 from dlbench.workloads.data import Augment, Dataset
@@ -86,6 +87,13 @@ class Capabilities:
 
     def names(self) -> list[str]:
         return [name for name, has in (("train", self.train), ("infer", self.infer), ("grads", self.grads)) if has]
+
+    def covers(self, capability: Capability) -> str | None:
+        """None when this backend's programs have what a scenario's record needs, else the
+        flag it lacks: training and rollouts (with their PPO update) need `train`, serving and
+        sampling (a forward in inference mode) need `infer`."""
+        flag = "train" if capability in ("train", "rollout") else "infer"
+        return None if getattr(self, flag) else flag
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dlbench import workloads
+from dlbench import scenarios, workloads
 from dlbench.backends import get_backend
 from dlbench.backends import precision as precisions
 from dlbench.backends.base import Backend, Capabilities, DataParallel, Program, Unsupported
@@ -39,11 +39,13 @@ def validate(trial: TrialSpec) -> Backend:
     return backend
 
 
-def scenario_unsupported(framework: str, capabilities: Capabilities, scenario: str) -> str | None:
-    """None when the capabilities cover the scenario, else the reason (one line). Every
-    scenario but `infer` trains."""
-    needed, has_it = ("infer", capabilities.infer) if scenario == "infer" else ("train", capabilities.train)
-    if has_it:
+def scenario_unsupported(framework: str, capabilities: Capabilities, scenario: str,
+                         record: scenarios.Scenario | None = None) -> str | None:
+    """None when the capabilities cover what `--scenario scenario` needs (the capability of
+    its runner scenario's `record`; without one, the runner scenario of the same name, as a
+    supervised workload runs it), else the reason (one line)."""
+    needed = capabilities.covers((record or scenarios.get(scenario)).capability)
+    if needed is None:
         return None
     has = ", ".join(capabilities.names()) or "none"
     return f"{framework} cannot run the {scenario} scenario: it lacks the {needed} capability (has: {has})"
@@ -55,7 +57,7 @@ def data_parallel_unsupported(dp: DataParallel, trial: TrialSpec) -> str | None:
     statistics would need a per-replica float64 reference; not implemented)."""
     if trial.devices == 1:
         return None
-    if trial.scenario != "train":
+    if trial.scenario != "train":  # the user's --scenario: a workload's own training loop does not shard
         return f"devices {trial.devices}: data parallelism runs the train scenario only, not {trial.scenario!r}"
     if workloads.get(trial.workload.name).buffer_shapes(trial.workload):
         return (f"devices {trial.devices}: {trial.workload.name} has BatchNorm, and {trial.bn_sync} BatchNorm"
@@ -71,12 +73,15 @@ def unsupported(trial: TrialSpec, backend: Backend, device: str) -> str | None:
     if declined is not None:
         return f"{trial.framework} does not run {trial.workload.name}: {declined}"
     reason = workloads.scenario_unsupported(trial.workload.name, trial.scenario)
-    if reason is None:
-        reason = scenario_unsupported(trial.framework, backend.capabilities, trial.scenario)
+    if reason is not None:
+        return reason
+    record = workloads.scenario(trial.workload.name, trial.scenario)
+    reason = scenario_unsupported(trial.framework, backend.capabilities, trial.scenario, record)
     if reason is None:
         reason = backend.modes().get(trial.policy.mode, f"unknown mode {trial.policy.mode!r}")
     if reason is None:
-        why = precisions.unsupported(backend.precisions, device, trial.precision, trial.scenario)
+        why = precisions.unsupported(backend.precisions, device, trial.precision, trial.scenario,
+                                     record.reduced_precision)
         reason = None if why is None else f"{trial.framework} {trial.precision} on {device}: {why}"
     if reason is None:
         reason = data_parallel_unsupported(backend.data_parallel, trial)
