@@ -18,7 +18,18 @@ from typing import Any
 from dlbench import scenarios, workloads
 from dlbench.backends import get_backend
 from dlbench.backends import precision as precisions
-from dlbench.backends.base import Backend, Capabilities, DataParallel, Program, Unsupported
+from dlbench.backends.base import (
+    Backend,
+    Built,
+    Capabilities,
+    DataParallel,
+    Learner,
+    Rollout,
+    Sampler,
+    Servable,
+    Trainable,
+    Unsupported,
+)
 from dlbench.spec import SpecError, TrialSpec
 from dlbench.workloads.base import numerics_readback
 
@@ -88,15 +99,58 @@ def unsupported(trial: TrialSpec, backend: Backend, device: str) -> str | None:
     return reason
 
 
-def build(trial: TrialSpec, backend: Backend) -> Program:
-    """In a child after the import: the trial's Program, or Unsupported with the reason."""
+def build(trial: TrialSpec, backend: Backend) -> Built:
+    """In a child after the import: the trial's program, or Unsupported with the reason. The
+    scenario asks for the capability it needs with one of the functions below."""
     reason = unsupported(trial, backend, backend.device_kind())
     if reason is not None:
         raise Unsupported(reason)
     return backend.build(trial)
 
 
-def init(trial: TrialSpec, program: Program) -> Any:
+def _lacks(trial: TrialSpec, protocol: str) -> Unsupported:
+    return Unsupported(f"the {trial.framework} {trial.workload.name} program does not implement {protocol}"
+                       f" (backends/base.py), which the {trial.scenario} scenario needs")
+
+
+# One function per capability protocol (backends/base.py): the protocol's members are checked
+# here once, against the protocol the scenario names, never probed one by one where used.
+def build_learner(trial: TrialSpec, backend: Backend) -> Learner:
+    program = build(trial, backend)
+    if not isinstance(program, Learner):
+        raise _lacks(trial, "Learner")
+    return program
+
+
+def build_trainable(trial: TrialSpec, backend: Backend) -> Trainable:
+    program = build(trial, backend)
+    if not isinstance(program, Trainable):
+        raise _lacks(trial, "Trainable")
+    return program
+
+
+def build_servable(trial: TrialSpec, backend: Backend) -> Servable:
+    program = build(trial, backend)
+    if not isinstance(program, Servable):
+        raise _lacks(trial, "Servable")
+    return program
+
+
+def build_sampler(trial: TrialSpec, backend: Backend) -> Sampler:
+    program = build(trial, backend)
+    if not isinstance(program, Sampler):
+        raise _lacks(trial, "Sampler")
+    return program
+
+
+def build_rollout(trial: TrialSpec, backend: Backend) -> Rollout:
+    program = build(trial, backend)
+    if not isinstance(program, Rollout):
+        raise _lacks(trial, "Rollout")
+    return program
+
+
+def init(trial: TrialSpec, program: Built) -> Any:
     """The Program's state from the canonical parameters; the Program must then read back every
     numerics field its workload uses as the spec asks (refused, never ignored)."""
     state = program.init(workloads.get(trial.workload.name).init_params(trial.workload))

@@ -19,7 +19,7 @@ import numpy as np
 
 from dlbench import workloads
 from dlbench.backends import support
-from dlbench.backends.base import Program
+from dlbench.backends.base import Learner, Servable
 from dlbench.spec import PARITY_BATCH, TrialSpec
 
 GRAD_PREFIX = "grad/"
@@ -27,7 +27,7 @@ LOGITS_PREFIX = "logits/"
 SAMPLE, SAMPLE_REFERENCE = "sample", "sample_reference"
 
 
-def grads(trial: TrialSpec, program: Program) -> tuple[float, dict[str, np.ndarray]]:
+def grads(trial: TrialSpec, program: Learner) -> tuple[float, dict[str, np.ndarray]]:
     """Loss and gradients on the canonical fixed batch from the canonical initial parameters, in
     a state of their own (a trial's training state is left alone)."""
     state = support.init(trial, program)
@@ -35,7 +35,7 @@ def grads(trial: TrialSpec, program: Program) -> tuple[float, dict[str, np.ndarr
     return program.loss_and_grads(state, batch.x, batch.y)
 
 
-def logits(trial: TrialSpec, program: Program) -> np.ndarray:
+def logits(trial: TrialSpec, program: Learner | Servable) -> np.ndarray:
     """Eval-mode outputs on the canonical fixed batch from the canonical initial parameters."""
     state = support.init(trial, program)
     x = workloads.get(trial.workload.name).fixed_batch(trial.workload, PARITY_BATCH).x

@@ -27,14 +27,14 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from dlbench import workloads
 from dlbench.analysis import stats
 from dlbench.backends import support
-from dlbench.backends.base import Backend, Program
+from dlbench.backends.base import Backend, Servable
 from dlbench.monitors.memory import MemorySampler
 from dlbench.results.records import TrialResult
 from dlbench.runner import fixedbatch, profiled, served
@@ -61,7 +61,7 @@ def run(ctx: TrialContext) -> None:
     trial, backend, phases, sampler, result = ctx.trial, ctx.backend, ctx.phases, ctx.sampler, ctx.result
     created, parity_file, m = ctx.created, ctx.parity_file, ctx.metrics
     profiled.prepare(ctx)
-    program, forward = build_forward(trial, backend, phases, m)
+    program, forward = build_forward(trial, backend, phases, m, support.build_servable)
     result.numerics = program.numerics()
     result.policy_effective["precision"] = {"precision": trial.precision, **program.precision()}
     # After build, a backend can report what building did (ONNX Runtime: the export cache).
@@ -105,18 +105,22 @@ def _loop(ctx: TrialContext, forward: Callable[[Any], Any], requests: list[Any],
     return latency_s, batch_s
 
 
-def build_forward(trial: TrialSpec, backend: Backend, phases: Phases, m: Metrics) -> tuple[Program, Callable[[Any], Any]]:
+S = TypeVar("S", bound=Servable)
+
+
+def build_forward(trial: TrialSpec, backend: Backend, phases: Phases, m: Metrics,
+                  build: Callable[[TrialSpec, Backend], S]) -> tuple[S, Callable[[Any], Any]]:
     """The Program, its state from the canonical parameters and its inference function (an
     ONNX export or a cached one is loaded here): build_s."""
     t = phases.start("build")
-    program = support.build(trial, backend)
+    program = build(trial, backend)
     state = support.init(trial, program)
     forward = program.infer_fn(state)
     m["build_s"] = phases.end("build", t)
     return program, forward
 
 
-def _inputs(trial: TrialSpec, program: Program, phases: Phases, m: Metrics) -> tuple[list[Any], list[Any]]:
+def _inputs(trial: TrialSpec, program: Servable, phases: Phases, m: Metrics) -> tuple[list[Any], list[Any]]:
     """Device inputs from the held-out split: REQUEST_POOL single samples and BATCH_POOL
     batches of the spec's batch size (rows cycle where the split is smaller): data_s."""
     spec = trial.workload
@@ -152,7 +156,7 @@ def _warmup(
 
 
 def _parity(
-    trial: TrialSpec, program: Program, forward: Callable[[Any], Any], phases: Phases, m: Metrics,
+    trial: TrialSpec, program: Servable, forward: Callable[[Any], Any], phases: Phases, m: Metrics,
     path: Path,
 ) -> None:
     """The canonical fixed batch through both timed paths, after the warm-up (no new shape,
