@@ -44,7 +44,7 @@ MATMUL_PRECISIONS = ("highest", "tf32")
 ROLLOUTS = ("default", "host", "fused")
 # Inference (scenario "infer"): a p99 needs at least 100 requests to be more than the maximum.
 MIN_INFER_REQUESTS = 100
-# The inference scenario's load (runner/inference.py, runner/loadgen.py): "standard", MLPerf
+# The inference scenario's load (runner/scenarios/inference.py, runner/scenarios/loadgen.py): "standard", MLPerf
 # LoadGen's SingleStream (latency) and Offline (throughput); "server", SingleStream then LoadGen's
 # Server (Poisson arrivals) at `server_qps`, or a sweep for the highest QPS meeting `p99_bound_ms`;
 # "loop", the hand-written request loop LoadGen replaced.
@@ -220,8 +220,8 @@ class Policy:
 
 @dataclass(frozen=True)
 class InferOptions:
-    """The inference scenario's options (`--scenario infer`: runner/inference.py,
-    runner/served.py): batch-1 requests until `infer_requests` are timed or `infer_budget_s` is
+    """The inference scenario's options (`--scenario infer`: runner/scenarios/inference.py,
+    runner/scenarios/served.py): batch-1 requests until `infer_requests` are timed or `infer_budget_s` is
     spent, whichever comes first; then the spec's batch size back to back under the same rule.
     `infer_load` (INFER_LOADS) and, for "server", the target QPS (None: the sweep) and the p99
     latency bound LoadGen judges each Server test by. Field names are TrialSpec's (its fields
@@ -254,7 +254,7 @@ class InferOptions:
 
 @dataclass(frozen=True)
 class ConvergeOptions:
-    """Time to accuracy (`--scenario converge`: runner/converge.py, runner/rl.py): train from
+    """Time to accuracy (`--scenario converge`: runner/scenarios/converge.py, runner/scenarios/rl.py): train from
     the canonical weights, evaluating on the held-out split every `eval_every` steps with the
     clock stopped, until `target_accuracy` or a budget (`max_steps`, `max_time_s` of training
     time). Field names are TrialSpec's, as InferOptions'."""
@@ -340,7 +340,7 @@ class TrialSpec:
     # The parent's watchdog kills the worker's process tree above this RSS (status `oom`).
     memory_limit_bytes: int | None = None
     # A profiled trial (`run --profile`, scenario train or infer): the timed window runs under the
-    # framework's own profiler (runner/profiled.py). Its own configuration (profile is part of
+    # framework's own profiler (runner/scenarios/profiled.py). Its own configuration (profile is part of
     # the key), never in the statistics of the timed trials; left out of the spec while False.
     profile: bool = field(default=False, metadata=OMIT_DEFAULT)
 

@@ -37,7 +37,7 @@ def infer_line(m: Metrics) -> str:
 
 
 def sample_line(m: Metrics) -> str:
-    """A diffusion workload's sampling (runner/sample.py)."""
+    """A diffusion workload's sampling (runner/scenarios/sample.py)."""
     return (f"ok: {m['sample_images_per_s']:.1f} images/s sampling ({m['sample_steps']:g} steps of"
             f" {1e3 * (m['sample_step_s'] or 0.0):.2f} ms at batch {m['sample_batch_size']:g})")
 
@@ -49,7 +49,7 @@ def converge_line(m: Metrics) -> str:
 
 
 def rl_line(m: Metrics) -> str:
-    """An RL rollout or training trial (runner/rl.py)."""
+    """An RL rollout or training trial (runner/scenarios/rl.py)."""
     parts = [f"{m['env_steps_per_s'] or 0.0:.0f} env steps/s"]
     if m.get("update_samples_per_s") is not None:
         parts.append(f"{m['update_samples_per_s']:.0f} update samples/s, {1e3 * (m.get('iteration_s_median') or 0.0):.1f}"

@@ -1,4 +1,4 @@
-"""The reinforcement-learning table (workloads with a rollout: runner/rl.py): environment steps
+"""The reinforcement-learning table (workloads with a rollout: runner/scenarios/rl.py): environment steps
 per second of the rollouts, update samples per second and time per iteration, per framework x
 mode x rollout placement, for the rollout and train scenarios; parity and status as in the
 headline table. Time to the return target is the converge table's (report/converge.py)."""

@@ -17,7 +17,7 @@ from dlbench import workloads
 from dlbench.analysis import repeats
 from dlbench.backends import get_backend, support
 from dlbench.monitors.nvml import device_kind
-from dlbench.runner.inference import INFER_BATCHES
+from dlbench.runner.protocol import INFER_BATCHES
 from dlbench.spec import (
     OPTIONS,
     PROFILED_SCENARIOS,
@@ -37,7 +37,7 @@ from dlbench.backends.base import Backend
 from dlbench.workloads.base import Preset
 
 DEFAULT_FRAMEWORKS = ("torch", "tensorflow", "jax")
-# A Server sweep's tests (the first, 3 probes, 4 bisection steps: runner/served.py) and a guess
+# A Server sweep's tests (the first, 3 probes, 4 bisection steps: runner/scenarios/served.py) and a guess
 # of each one's seconds (1,100 queries at a few thousand QPS, slower ones at lower rates).
 SERVER_SWEEP_TESTS = 8
 SERVER_TEST_GUESS_S = 2.0
@@ -99,7 +99,7 @@ class Sweep:
     loader_workers: int = 0
     augment: str = "none"
     # One extra trial per train or infer configuration under the framework's profiler, after the
-    # timed rounds (runner/profiled.py); its own configuration, never in their statistics.
+    # timed rounds (runner/scenarios/profiled.py); its own configuration, never in their statistics.
     profile: bool = False
 
     def options_for(self, scenario: str) -> ScenarioOptions:

@@ -30,7 +30,7 @@ import numpy as np
 from dlbench import workloads
 from dlbench.backends import get_backend, support
 from dlbench.backends.base import Backend, Learner, Unsupported
-from dlbench.runner import fixedbatch
+from dlbench.runner import fixedbatch, protocol
 from dlbench.runner.child import setup_environment
 from dlbench.spec import PARITY_BATCH, TrialSpec, trial_from_dict
 
@@ -78,7 +78,7 @@ def probe_one(backend: Backend, trial: TrialSpec, k_steps: int, out: Path) -> di
     extra: dict[str, np.ndarray] = {"init_logits": fixedbatch.logits(trial, program)}
     if k_steps > 0:
         extra.update(trajectory(backend, program, trial, k_steps))
-    fixedbatch.save_grads(out, loss, grads, **extra)
+    protocol.save_grads(out, loss, grads, **extra)
     return {"status": "ok", "numerics": program.numerics()}
 
 

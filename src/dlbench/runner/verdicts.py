@@ -24,7 +24,7 @@ from dlbench import workloads
 from dlbench.analysis import efficiency, parity
 from dlbench.backends import get_backend, precision
 from dlbench.results.records import TrialResult
-from dlbench.runner import ceiling, fixedbatch, reference
+from dlbench.runner import ceiling, fixedbatch, protocol, reference
 from dlbench.runner.probe_client import run_probe
 from dlbench.scenarios import Parity
 from dlbench.spec import TrialSpec, to_dict
@@ -36,7 +36,7 @@ Judge = Callable[[TrialSpec, Path, reference.Reference], parity.Verdict]
 
 def grads_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> parity.Verdict:
     """A training scenario's fixed-batch loss and gradients, under the dtype of its precision."""
-    loss, grads, _ = fixedbatch.load_grads(path)
+    loss, grads, _ = protocol.load_grads(path)
     return parity.compare_grads(loss, grads, ref.loss, ref.grads,
                                 precision.parity_dtype(trial.precision, trial.workload.numerics.dtype),
                                 workload=trial.workload.name, reference=ref.label, floor=ref.floor)
@@ -46,7 +46,7 @@ def logits_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> pa
     """The inference scenario's eval-mode logits of the fixed batch through the timed paths."""
     if ref.init_logits is None:
         return parity.not_available("the float64 reference has no eval-mode logits")
-    return parity.compare_infer_logits(fixedbatch.load_logits(path), ref.init_logits,
+    return parity.compare_infer_logits(protocol.load_logits(path), ref.init_logits,
                                        trial.workload.numerics.dtype, reference=ref.label, floor=ref.floor)
 
 
@@ -61,7 +61,7 @@ def sample_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> pa
     """The sampling scenario: the denoiser's outputs on the fixed batch as an inference trial's
     logits, then its sample against the float64 NumPy sample (SAMPLE_RTOL)."""
     verdict = logits_verdict(trial, path, ref)
-    found = fixedbatch.load_samples(path)
+    found = protocol.load_samples(path)
     if found is None or verdict.verdict != "pass":
         return verdict
     sample, expected = found
@@ -139,7 +139,7 @@ def alternative_arrays(trial: TrialSpec, env: dict[str, str], k_steps: int) -> d
         out = Path(tmp) / "0.npz"
         if not out.exists():
             return error or "the probe wrote no result"
-        loss, grads, extra = fixedbatch.load_grads(out)
+        loss, grads, extra = protocol.load_grads(out)
     return {"loss": loss, "grads": grads, **extra}
 
 

@@ -1,9 +1,10 @@
 """The child process of one trial: `python -m dlbench.runner.worker SPEC OUT`.
 
-The only place a framework is imported for a trial, and nothing more than the process entry: it reads the TrialSpec JSON from SPEC, sets the environment and CPU
-affinity before the import (runner/child.py), starts the monitors, imports and configures the
-framework, then hands a TrialContext to the scenario the workload names for the trial's
-`--scenario` (workloads: SCENARIOS). Events go to OUT.events as JSON lines (phase boundaries,
+The only place a framework is imported for a trial, and nothing more than the process entry: it
+reads the TrialSpec JSON from SPEC, sets the environment and CPU affinity before the import
+(runner/child.py), starts the monitors, imports and configures the framework, then hands a
+TrialContext to the runner scenario the workload names for the trial's `--scenario` (workloads:
+SCENARIOS; its entry in runner/scenarios/registry.py). File names: runner/protocol.py. Events go to OUT.events as JSON lines (phase boundaries,
 finished chunks, warnings), the TrialResult JSON to OUT, never to stdout (frameworks print there).
 """
 
@@ -22,10 +23,11 @@ from dlbench.backends import support
 from dlbench.backends.base import Backend, Unsupported
 from dlbench.results.records import TrialResult
 from dlbench.runner import parallel
-from dlbench.runner.scenarios import RUNS
+from dlbench.runner.scenarios.registry import RUNS
 from dlbench.runner.child import setup_environment
 from dlbench.runner.context import Monitors, TrialContext, import_and_configure
-from dlbench.runner.timing import EventLog, Phases, events_path, parity_path, process_start_monotonic
+from dlbench.runner.timing import EventLog, Phases, process_start_monotonic
+from dlbench.runner.protocol import events_path, parity_path
 from dlbench.spec import TrialSpec, trial_from_dict
 
 def main(argv: list[str] | None = None) -> int:

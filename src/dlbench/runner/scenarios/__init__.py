@@ -1,22 +1,5 @@
-"""The runner's one table of scenario entries, run in the worker process: runner scenario name
-(dlbench/scenarios.py: SCENARIOS) -> the function that runs a trial of it over a TrialContext.
-How the parent judges a trial's parity arrays follows the record's `parity` kind
-(runner/verdicts.py: JUDGES), so a new scenario adds one line here and none there.
-"""
-
-from __future__ import annotations
-
-from collections.abc import Callable
-
-from dlbench.runner import converge, inference, rl, sample, train
-from dlbench.runner.context import TrialContext
-
-RUNS: dict[str, Callable[[TrialContext], None]] = {
-    "train": train.run,
-    "infer": inference.run,
-    "converge": converge.run,
-    "sample": sample.run,
-    "rl_rollout": rl.run_rollout,
-    "rl_train": rl.run_train,
-    "rl_converge": rl.run_converge,
-}
+"""The scenario modules, run in the worker process (the child side of the process boundary):
+one module per runner scenario or its helpers (train, inference, converge, rl, sample, and the
+profiled window, the served loads, the LoadGen driver); `registry.RUNS` maps each runner
+scenario (dlbench/scenarios.py) to its entry. The parent (plan, spawn, executors, verdicts)
+imports none of them: what it reads of a worker is in runner/protocol.py."""

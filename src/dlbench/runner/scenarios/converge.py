@@ -29,7 +29,8 @@ from dlbench import workloads
 from dlbench.backends import support
 from dlbench.backends.base import Backend, Trainable
 from dlbench.results.records import TrialResult
-from dlbench.runner import fixedbatch, train
+from dlbench.runner import fixedbatch, protocol
+from dlbench.runner.scenarios import train
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.runner.timing import EventLog, split_steps
 from dlbench.spec import TrialSpec
@@ -97,7 +98,7 @@ def run(ctx: TrialContext) -> None:
     converge_metrics(trial, curve, ctx.result)
     t = ctx.phases.start("parity")  # after training: its own compile must not shorten the first step's
     loss, grads = fixedbatch.grads(trial, program)
-    fixedbatch.save_grads(ctx.parity_file, loss, grads)
+    protocol.save_grads(ctx.parity_file, loss, grads)
     m["parity_s"] = ctx.phases.end("parity", t)
     allocator_metrics(ctx)
 

@@ -29,7 +29,8 @@ import numpy as np
 from dlbench import workloads
 from dlbench.backends import support
 from dlbench.backends.base import SampleLoop, Sampler
-from dlbench.runner import fixedbatch, inference, profiled
+from dlbench.runner import protocol
+from dlbench.runner.scenarios import inference, profiled
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.spec import PARITY_BATCH, TrialSpec
 
@@ -127,7 +128,7 @@ def _parity(trial: TrialSpec, module: Any, forward: Callable[[Any], Any], progra
     params = module.init_params(spec)
     reference = module.ddim_sample(spec, lambda z: module.reference_forward(spec, params, z),
                                    module.initial_noise(spec, spec.batch_size)[:n], dtype=np.float64)
-    fixedbatch.save_samples(ctx.parity_file, {f"batch {spec.batch_size}": outputs},
+    protocol.save_samples(ctx.parity_file, {f"batch {spec.batch_size}": outputs},
                             np.asarray(first[:n], np.float64), reference)
     m["parity_s"] = phases.end("parity", t)
 

@@ -23,7 +23,8 @@ from dlbench.analysis.window import FLAG_METRIC, too_short
 from dlbench.backends import support
 from dlbench.backends.base import Backend, Learner, TimedBatches, Trainable
 from dlbench.machine import bf16_on_cpu
-from dlbench.runner import fixedbatch, parallel, profiled
+from dlbench.runner import fixedbatch, parallel, protocol
+from dlbench.runner.scenarios import profiled
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.runner.timing import split_steps
 from dlbench.spec import TrialSpec, WorkloadSpec
@@ -32,7 +33,7 @@ from dlbench.workloads.data import Dataset, epoch_augment
 
 def run(ctx: TrialContext) -> None:
     """Every phase of a train trial after the framework import; a profiled trial's timed
-    window under the framework's profiler (runner/profiled.py)."""
+    window under the framework's profiler (runner/scenarios/profiled.py)."""
     profiled.prepare(ctx)
     program, state = build_and_load(ctx, support.build_trainable)
     state = _warmup(ctx, program, state)
@@ -116,7 +117,7 @@ def _parity(ctx: TrialContext) -> None:
     # A Program of its own: some frameworks keep the state in program-owned variables (TF,
     # Keras), and init() on the training Program would reset the warmed-up state.
     loss, grads = fixedbatch.grads(ctx.trial, support.build_learner(ctx.trial, ctx.backend))
-    fixedbatch.save_grads(ctx.parity_file, loss, grads)
+    protocol.save_grads(ctx.parity_file, loss, grads)
     ctx.metrics["parity_s"] = ctx.phases.end("parity", t)
 
 

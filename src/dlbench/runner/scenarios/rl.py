@@ -31,7 +31,7 @@ from dlbench import workloads
 from dlbench.analysis.window import FLAG_METRIC, too_short
 from dlbench.backends import support
 from dlbench.backends.base import Rollout
-from dlbench.runner import profiled, train
+from dlbench.runner.scenarios import profiled, train
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.spec import TrialSpec
 from dlbench.workloads import cartpole, ppo
@@ -96,7 +96,7 @@ def run_rollout(ctx: TrialContext) -> None:
 def run_train(ctx: TrialContext) -> None:
     """Whole PPO iterations: warm-up iterations (compiles included), then `epochs` timed ones,
     the rollout and the update of each timed apart (a sync between them); a profiled trial's
-    timed iterations under the framework's profiler (runner/profiled.py)."""
+    timed iterations under the framework's profiler (runner/scenarios/profiled.py)."""
     trial, m = ctx.trial, ctx.metrics
     profiled.prepare(ctx)
     program, state = _build(ctx)

@@ -1,5 +1,5 @@
-"""The inference scenario's load under MLPerf LoadGen (runner/loadgen.py), run by
-runner/inference.py after its warm-up and parity phases, inside the timed window:
+"""The inference scenario's load under MLPerf LoadGen (runner/scenarios/loadgen.py), run by
+runner/scenarios/inference.py after its warm-up and parity phases, inside the timed window:
 
 - `--load standard` (the default): SingleStream, whose per-request latencies become the
   scenario's latency metrics (latency_p50_s, latency_p90_s, latency_p99_s: order statistics of
@@ -27,7 +27,7 @@ import numpy as np
 
 from dlbench import workloads
 from dlbench.backends.base import Servable, Unsupported
-from dlbench.runner import loadgen
+from dlbench.runner.scenarios import loadgen
 from dlbench.runner.context import TrialContext
 from dlbench.spec import TrialSpec
 
