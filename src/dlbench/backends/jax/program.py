@@ -26,7 +26,7 @@ import optax
 from dlbench import workloads
 from dlbench.backends import multistep
 from dlbench.backends.generation import Generating
-from dlbench.backends.base import Unsupported
+from dlbench.backends.base import Sampling, Unsupported
 from dlbench.backends.jax import losses, pipeline
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.workloads.data import Augment, Dataset
@@ -157,7 +157,7 @@ def refuse(workload: str, field: str, wanted: object, implemented: Iterable[obje
 
 
 @typing.final
-class JaxProgram(Generating):
+class JaxProgram(Sampling, Generating):
     def __init__(self, trial: TrialSpec, model: Model) -> None:
         spec = trial.workload
         self._spec = spec

@@ -27,7 +27,7 @@ from torch import nn
 
 from dlbench import workloads
 from dlbench.backends.generation import Generating
-from dlbench.backends.base import shard_slice
+from dlbench.backends.base import Sampling, shard_slice
 from dlbench.backends.torch import (
     COMPILE_OPTIONS,
     INFER_COMPILE_OPTIONS,
@@ -307,7 +307,7 @@ ONE_STEP_PER_CALL = (
 
 
 @typing.final
-class TorchProgram(Generating):
+class TorchProgram(Sampling, Generating):
     def __init__(self, trial: TrialSpec, model: Model) -> None:
         spec = trial.workload
         self._trial = trial
