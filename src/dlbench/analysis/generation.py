@@ -88,7 +88,7 @@ def judge_generation(ids: np.ndarray, logits: np.ndarray, forced_logits: np.ndar
     # per row: a difference counts only before that row's first ambiguous step
     before = np.cumsum(ambiguous, axis=0) == 0
     early = (differs & before).any(axis=1)
-    amb, div = _first(ambiguous.any(axis=1)), _first(differs.any(axis=1))
+    amb, div = _first(np.asarray(ambiguous.any(axis=1))), _first(np.asarray(differs.any(axis=1)))
     if error > rtol:
         return GenerationParity(error, amb, div, False, f"logits error {error:.1e} over the bound {rtol:.0e}")
     if early.any():

@@ -78,14 +78,13 @@ def sample_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> pa
 
 
 def generate_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> parity.Verdict:
-    """Greedy generation (runner/generate.py) against the workload's float64 NumPy decoder with
+    """Greedy generation (runner/scenarios/generate.py) against the workload's float64 NumPy decoder with
     its own KV cache (analysis/generation.py states the rule): every step's logits against the
     reference fed the framework's own tokens; the ids against the reference's own greedy ids up
     to the first step whose top-2 margin is within twice the float32 bound. `ref` (the jax or
     torch float64 run) is not needed: the NumPy reference is the definition itself."""
     module = workloads.get(trial.workload.name)
-    with np.load(path) as f:
-        prompt, ids, logits = f["prompt"], f["ids"], f["logits"]
+    prompt, ids, logits = protocol.load_generation(path)
     params = module.init_params(trial.workload)
     free_ids, free_logits = module.reference_generate(trial.workload, params, prompt, ids.shape[1])
     forced = module.reference_forced(trial.workload, params, prompt, ids)

@@ -23,8 +23,9 @@ from dlbench.workloads.data import STREAM_TEACHER, Dataset, dataset_makers
 from dlbench.workloads.params import ONES, Init, draw_params
 
 NAME = "lm"
-# Generation is its own scenario; ONNX Runtime and LiteRT serve the whole-sequence forward.
-SCENARIOS = {"train": "train", "infer": "infer", "converge": "converge"}
+# Generation is its own scenario (runner/scenarios/generate.py); ONNX Runtime and LiteRT serve
+# the whole-sequence forward (infer) and lack the generate capability.
+SCENARIOS = {"train": "train", "infer": "infer", "converge": "converge", "generate": "generate"}
 # The share of held-out positions whose largest logit is the chain's most likely next token
 # (1.0 is the best any model can do; the label itself is a draw and would cap it below 1).
 QUALITY = "next_token_accuracy"
