@@ -105,3 +105,34 @@ def test_every_decoder_matches_recomputing_the_sequence(tmp_path, framework, mod
     facts = json.loads(out.read_text())
     assert facts["max_abs_error"] < 1e-5, facts
     assert facts["same_ids_twice"] and facts["cache_bytes"] > 0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--prompt-len", "0"], "prompt length must be an integer >= 1, got 0"),
+    (["--new-tokens", "-3"], "new tokens must be an integer >= 1, got -3"),
+    (["--gen-batch", "0"], "generation batch must be an integer >= 1, got 0"),
+    (["--prompt-len", "60000", "--new-tokens", "6000"], "over the most a cache holds here: 65536"),
+])
+def test_bad_generation_settings_are_one_line_and_exit_2(tmp_path, capsys, args, message):
+    from dlbench.cli.main import main
+
+    code = main(["run", "-w", "lm", "-f", "torch", "--scenario", "generate", "--preset", "tiny", "--repeats", "1",
+                 "--allow-concurrent", "--store", str(tmp_path / "s.sqlite"), *args])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and len(err.splitlines()) == 1, err
+
+
+def test_a_generate_trial_carries_its_options_and_a_train_trial_the_defaults():
+    from dlbench.runner.plan import Sweep, make_plan
+    from dlbench.spec import GenerateOptions
+
+    plan = make_plan(Sweep(workloads=("lm",), frameworks=("torch",), modes=("eager",), repeats=1, preset="tiny",
+                           scenarios=("train", "generate"), generate=GenerateOptions(prompt_len=5, new_tokens=7)))
+    by = {t.spec.scenario: t.spec for t in plan.trials}
+    assert by["generate"].generate_options() == GenerateOptions(prompt_len=5, new_tokens=7, gen_batch=1)
+    assert by["train"].generate_options() == GenerateOptions()
+    assert by["generate"].config_key() != by["train"].config_key()
+    # at their defaults the options stay out of the serialised spec (old keys unchanged)
+    from dlbench.spec import to_dict
+
+    assert "prompt_len" not in to_dict(by["train"]) and to_dict(by["generate"])["prompt_len"] == 5
