@@ -60,6 +60,21 @@ def test_env_terminates_resets_and_truncates():
     assert done.tolist() == [False, False] and finished.tolist() == [0.0, 0.0] and new.t.tolist() == [1, 1]
 
 
+def test_termination_edge_is_gymnasiums_float64_comparison():
+    """Gymnasium steps in float64 and ends the episode when x > 2.4: a float32 state exactly at
+    float32(2.4) (2.4000001) is past it, one float32 below (2.3999999) is not; likewise for
+    float32(12 degrees). Zero velocities keep x and theta exact through the step."""
+    sys.path.insert(0, str(HERE))
+    import ppo_check
+
+    for dtype in (np.float32, np.float64):
+        obs = ppo_check.edge_states().astype(dtype)
+        gym_rule = (np.abs(obs[:, 0].astype(np.float64)) > 2.4) | (np.abs(obs[:, 2].astype(np.float64)) > 12 * 2 * math.pi / 360)
+        _, _, done, _ = cartpole.step(cartpole.initial(obs), np.zeros(4, np.int64), np.zeros((4, 4), dtype))
+        assert done.tolist() == gym_rule.tolist() == [True, False, True, False], dtype
+    assert cartpole.limits("float64") == (cartpole.X_LIMIT, cartpole.THETA_LIMIT)
+
+
 def test_gae_with_lambda_one_is_the_discounted_return():
     rng = np.random.default_rng(0)
     rewards, values = np.ones((6, 3)), rng.normal(size=(6, 3))
@@ -153,6 +168,10 @@ def _numpy_reference(rollouts: int = 2) -> dict[str, np.ndarray]:
     out["actions0"] = r.actions
     batch = ppo.fixed_batch(SPEC, 8)
     out["loss"] = np.float64(ppo.reference_loss(SPEC, ppo.init_params(SPEC), batch.x, batch.y))
+    off = ppo_check.off_policy_batch(SPEC)
+    for ddof in (0, 1):
+        out[f"loss_ddof{ddof}"] = np.float64(ppo.reference_loss(ppo_check.with_ddof(SPEC, ddof), ppo.init_params(SPEC),
+                                                                off.x, off.y))
     return out
 
 
@@ -160,6 +179,13 @@ def _assert_matches(got: dict[str, np.ndarray], ref: dict[str, np.ndarray], plac
     assert got["env_done"].any() and np.array_equal(got["env_done"], ref["env_done"])  # the reset path ran
     np.testing.assert_allclose(got["env_obs"], ref["env_obs"], atol=2e-5)
     assert got["loss"] == pytest.approx(float(ref["loss"]), rel=1e-5)
+    # The recorded ddof is the one used: ddof 1 is recorded and gives the NumPy definition's loss
+    # at ddof 1 (on an off-policy batch, 7e-4 relative from ddof 0's: 70x the tolerance).
+    assert int(got["recorded_ddof1"]) == 1
+    assert got["loss_ddof1"] == pytest.approx(float(ref["loss_ddof1"]), rel=1e-5)
+    assert abs(float(ref["loss_ddof1"]) - float(ref["loss_ddof0"])) > 20 * 1e-5 * abs(float(ref["loss_ddof0"]))
+    # Gymnasium's edge (float64 |x| > 2.4): at float32(2.4) terminated, one float32 below not.
+    assert got["edge_done"].tolist() == [True, False, True, False]
     for p in placements:
         assert np.array_equal(got[f"{p}/actions"][0], ref["actions0"])
         assert np.all(np.isfinite(got[f"{p}/losses"]))
