@@ -58,8 +58,10 @@ METRICS: dict[str, Metric] = {
     # means (not FID), and what real images of the same count score (workloads/ddpm.py)
     "sample_frechet_distance": _ratio("lower", "sample FD"),
     "sample_frechet_floor": _ratio("lower"),
-    # detect's held-out quality (workloads/boxes.py): mAP@0.5, VOC all-point
+    # detect's held-out quality (workloads/boxes.py): mAP@0.5, all-point, COCO-style matching
+    # (highest-IoU unmatched box); map_voc: the same outputs under the VOC devkit's matching
     "map": _ratio("higher", "mAP@0.5"),
+    "map_voc": _ratio("higher", "mAP@0.5 VOC rule"),
     "eval_s": _s("eval s"),
     "recompiles_in_window": _ratio("lower"),
     "timed_steps": _ratio(),

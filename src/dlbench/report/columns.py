@@ -53,6 +53,7 @@ HEADLINE = [
     _m("train_s", "train_s", _f(2)),
     _m("samples_per_s", "samples_per_s", _f(1)),
     _m("accuracy", "accuracy", _f(3)),
+    _m("map_voc", "map_voc", _f(3)),  # detect: mAP@0.5 under the VOC devkit's matching; hidden elsewhere
     _m("denoising_mse", "denoising_mse", _f(4)),  # ddpm's held-out quality; hidden where no row has it
     _m("sample_fd", "sample_frechet_distance", _f(3)),  # ddpm: trained samples' Fréchet distance (not FID)
     _m("rss_initial", "rss_initial_bytes", _gib),
