@@ -5,9 +5,10 @@ Dynamics as Gymnasium's CartPoleEnv (Euler integration, the classic constants). 
 as Gymnasium's: reward 1 for every step, the terminating one included; terminated when
 |x| > 2.4 or |theta| > 12 degrees, judged as Gymnasium's float64 comparison in every dtype
 (limit_below); truncated after 500 steps. Vectorised as gymnax and
-PureJaxRL do: a finished environment is reset inside the same step (the returned observation
-is the new episode's first), from a reset state the spec drew (U(-0.05, 0.05) per component),
-and `done` (terminated or truncated) marks the transition.
+PureJaxRL do, Gymnasium's SAME_STEP auto-reset mode (not the NEXT_STEP default of Gymnasium
+1.x's vector environments): a finished environment is reset inside the same step (the returned
+observation is the new episode's first), from a reset state the spec drew (U(-0.05, 0.05) per
+component), and `done` (terminated or truncated) marks the transition.
 Definition: docs/workloads.md#ppo.
 """
 
