@@ -346,3 +346,21 @@ def test_the_served_model_is_scored_by_the_workloads_own_metric():
     assert seen == [spec.batch_size, spec.batch_size]
     assert set(result.metrics) == {"infer_map"}
     assert result.metrics["infer_map"] == detect.score(spec, forward(data.x), data) > 0.0
+
+
+@pytest.mark.slow
+def test_coco_rule_is_pycocotools():
+    """The "coco" rule against pycocotools' COCOeval at IoU 0.5 on 50 crowded cases
+    (benchmarks/map_vs_pycocotools.py; pycocotools is not a dependency: skipped without it)."""
+    pytest.importorskip("pycocotools")
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "benchmarks" / "map_vs_pycocotools.py"
+    spec = importlib.util.spec_from_file_location("map_vs_pycocotools", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        out = module.compare(*module.crowded_case(rng))
+        assert out["disagree"] == 0 and out["detections"] > 0
