@@ -118,8 +118,8 @@ def return_curve_notes(trials: list[tuple[str, Trial]]) -> list[str]:
     return [RETURN_CURVE_NOTE, *lines]
 
 
-RETURN_CURVE_NOTE = (f"episodic return by global env step, the form of published PPO curves (CleanRL logs every"
-                     f" episode's return at its global step, charts/episodic_return): the mean return of the episodes"
+RETURN_CURVE_NOTE = ("episodic return by global env step, the form of published PPO curves (CleanRL logs every"
+                     " episode's return at its global step, charts/episodic_return): the mean return of the episodes"
                      f" ending in each of {RETURN_SPANS} equal spans of the run's steps, `span end:mean`. dlbench's own"
                      " target metric differs: the mean of the last 20 finished episodes, checked after every"
                      " iteration (N x T env steps); docs/workloads.md#ppo says how its PPO differs from CleanRL's")
