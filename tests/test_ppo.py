@@ -1,4 +1,4 @@
-"""The ppo workload (workloads/ppo.py, workloads/cartpole.py, backends/*/ppo.py, runner/rl.py).
+"""The ppo workload (workloads/ppo.py, workloads/cartpole.py, backends/*/ppo.py, runner/scenarios/rl.py).
 
 CI tier: the NumPy definition (environment, GAE, loss), the spec's draws, the plan's rollout axis,
 Keras declared unsupported, and one cross-framework parity test (torch eager, tensorflow eager,
@@ -292,7 +292,7 @@ def test_one_ppo_trial_runs_through_the_runner(tmp_path):
 def test_finished_episodes_are_in_time_order_at_cleanrls_global_step():
     """finished (T=3, N=2): env 1 ends at t=0 (return 7), env 0 at t=2 (return 9), env 1 at t=2
     (return 2). Iteration 4: global steps (4*3 + t + 1) * 2 (every environment's steps)."""
-    from dlbench.runner.rl import finished_episodes
+    from dlbench.runner.scenarios.rl import finished_episodes
 
     finished = np.array([[0.0, 7.0], [0.0, 0.0], [9.0, 2.0]])
     assert finished_episodes(finished, 4) == [(26, 7.0), (30, 9.0), (30, 2.0)]
