@@ -141,3 +141,18 @@ def test_presets_have_the_stated_sizes():
     large = lm.MODEL_SIZES["large"]
     assert (large.dim, large.depth, large.heads, large.seq_len) == (768, 12, 12, 1024)
     assert 120e6 < count("gpu") < 140e6
+
+
+def test_extra_scores_give_perplexity_and_its_ratio_to_the_entropy_rate():
+    data = lm.make_eval_dataset(SPEC)
+    c = lm.chain(SPEC)
+    # the chain's own log-probabilities as logits: the perplexity of the best possible model
+    rows = np.full((64, 64), -1e9)
+    for t in range(64):
+        rows[t, c.successors[t]] = np.log(c.probs[t])
+    logits = rows[data.x]
+    scores = lm.extra_scores(SPEC, logits, data)
+    # 16 x 16 draws: the sample's mean surprise is within ~0.1 nats of the entropy rate
+    assert scores["perplexity_ratio"] == pytest.approx(1.0, abs=0.12)
+    uniform = lm.extra_scores(SPEC, np.zeros((*data.x.shape, 64)), data)
+    assert uniform["eval_perplexity"] == pytest.approx(64.0)

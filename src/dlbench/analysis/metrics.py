@@ -68,6 +68,9 @@ METRICS: dict[str, Metric] = {
     "map_voc": _ratio("higher", "mAP@0.5 VOC rule"),
     # lm: the share of positions whose top logit is the Markov chain's most likely next token
     "next_token_accuracy": _ratio("higher", "next-token accuracy"),
+    # lm's extra held-out scores: perplexity, and its ratio to exp(the chain's entropy rate)
+    "eval_perplexity": _ratio("lower", "held-out perplexity"),
+    "perplexity_ratio": _ratio("lower", "perplexity / best possible"),
     "eval_s": _s("eval s"),
     "recompiles_in_window": _ratio("lower"),
     "timed_steps": _ratio(),

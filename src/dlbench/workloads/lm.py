@@ -216,6 +216,19 @@ def score(spec: WorkloadSpec, outputs: np.ndarray, data: Dataset) -> float:
     return float(np.mean(np.argmax(outputs, axis=-1) == best))
 
 
+def extra_scores(spec: WorkloadSpec, outputs: np.ndarray, data: Dataset) -> dict[str, float]:
+    """The optional member (workloads.extra_scores): the held-out perplexity of the same logits,
+    exp(mean token cross-entropy), and its ratio to the best achievable, exp(entropy rate)
+    (1.0 is the chain itself; the converge target of the issue is 1.1)."""
+    n = len(outputs)
+    logits = np.asarray(outputs, dtype=np.float64)
+    z = logits - logits.max(axis=-1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    y = data.y[:n]
+    nll = float(-np.take_along_axis(logp, y[..., None].astype(np.int64), axis=-1).mean())
+    return {"eval_perplexity": math.exp(nll), "perplexity_ratio": math.exp(nll - entropy_rate_nats(spec))}
+
+
 def perplexity_target(spec: WorkloadSpec, within: float = 0.1) -> float:
     """The converge target in perplexity: exp(entropy rate) x (1 + within)."""
     return math.exp(entropy_rate_nats(spec)) * (1.0 + within)
