@@ -338,6 +338,14 @@ def test_float32_gradients_match_float64(name, zoo):
             assert err < GRAD_RTOL and cosine > COSINE_MIN, (mode, k, err, cosine)
 
 
+def _output_shape(spec: WorkloadSpec) -> list[int]:
+    """One sample's logits: the classes, or lm's (T, V) next-token logits."""
+    if spec.name == "lm":
+        size = workloads.get("lm").MODEL_SIZES[spec.model_size]
+        return [size.seq_len, size.vocab]
+    return [spec.num_classes]
+
+
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_training_lowers_the_loss_traces_once_and_init_resets(name, zoo):
     shapes = workloads.get(name).param_shapes(tiny_spec(name))
