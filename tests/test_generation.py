@@ -136,3 +136,25 @@ def test_a_generate_trial_carries_its_options_and_a_train_trial_the_defaults():
     from dlbench.spec import to_dict
 
     assert "prompt_len" not in to_dict(by["train"]) and to_dict(by["generate"])["prompt_len"] == 5
+
+
+def test_a_generate_run_on_the_fake_backend_prints_the_generation_table(tmp_path, capsys, fake_env):
+    """The scenario end to end without a framework: the fake decoder is the NumPy reference in
+    float32, so parity passes; the table, the progress line, the metrics and their units."""
+    from dlbench.cli.main import main
+
+    store = str(tmp_path / "g.sqlite")
+    args = ["run", "-w", "lm", "-f", "fake", "--mode", "eager", "--scenario", "generate", "--preset", "tiny",
+            "--prompt-len", "4", "--new-tokens", "3", "--gen-batch", "2", "--repeats", "1", "--store", store]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "generation with a KV cache" in out and "TTFT p50 ms" in out and "fake: the NumPy reference" in out
+    assert "ok: TTFT p50" in out
+    assert main(["export", "latest", "--store", store, "-o", str(tmp_path / "e.json")]) == 0
+    trial = json.loads((tmp_path / "e.json").read_text())["runs"][0]["trials"][0]
+    m = trial["metrics"]
+    assert trial["parity"]["verdict"] == "pass", trial["parity"]
+    assert "first divergence step -1 of 3" in trial["parity"]["reason"]
+    assert m["generations"]["value"] == 10 and m["tpot_p50_s"]["unit"] == "s"
+    assert m["recompiles_per_prompt_length"]["value"] == 1.0  # P - 1 and P + 1: one new length each
+    assert m["output_tokens_per_s"]["value"] == pytest.approx(2 * m["output_tokens_per_s_per_stream"]["value"])
