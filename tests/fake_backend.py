@@ -188,6 +188,8 @@ class FakeProgram:
             if b == "child" and state["step"] == 2:
                 time.sleep(2.5)  # let the sampler re-list the process tree and see the child
         fut = self.device.dispatch(step_s(self.trial.framework) * n_steps)
+        if b == "nan":  # a diverging model: its losses are NaN and infinity from the start
+            return state, (fut, np.array([np.nan, np.inf, -np.inf] * n_steps)[:n_steps])
         return state, (fut, np.full(n_steps, 1.0 / (1 + state["step"])))
 
     def predict(self, state: Any, x: np.ndarray) -> np.ndarray:

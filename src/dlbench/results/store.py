@@ -227,7 +227,7 @@ class Store:
             )
             self._db.executemany(
                 "INSERT INTO series (trial_id, series, t, value) VALUES (?, ?, ?, ?)",
-                [(trial_id, name, t, v) for name, pts in result.series.items() for t, v in pts],
+                [(trial_id, name, _real(t), _real(v)) for name, pts in result.series.items() for t, v in pts],
             )
 
     def add_metrics(self, trial_id: int, metrics: dict[str, float | None], notes: dict[str, str]) -> None:
@@ -359,7 +359,7 @@ class Store:
         out: dict[str, list[tuple[float, float]]] = {}
         for name, t, v in self._db.execute(
                 "SELECT series, t, value FROM series WHERE trial_id=? ORDER BY rowid", (trial_id,)):
-            out.setdefault(name, []).append((t, v))
+            out.setdefault(name, []).append((float(t), float(v)))  # 'NaN' text: see _real
         return out
 
     def events(self, trial_id: int) -> list[dict[str, Any]]:
@@ -374,6 +374,13 @@ class Store:
             " ON m.trial_id = t.id AND m.name = 'train_s' WHERE t.status = 'ok'"
             " AND t.started_at IS NOT NULL AND t.finished_at IS NOT NULL").fetchall()
         return [(json.loads(spec), float(wall), None if train is None else float(train)) for spec, wall, train in rows]
+
+
+def _real(value: float) -> float | str:
+    """A series value as SQLite can hold it: SQLite binds a float NaN as NULL (the NOT NULL
+    column then refuses the whole trial), so NaN is stored as the text 'NaN', which a REAL
+    column keeps as text and `Store.series` reads back as NaN. Infinities are REAL values."""
+    return "NaN" if value != value else value
 
 
 def _this_process() -> tuple[int, float]:
