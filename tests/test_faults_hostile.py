@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fcntl
 import importlib.metadata
+import json
 import math
 import os
 import resource
@@ -87,6 +88,10 @@ def test_a_nan_loss_is_stored_and_the_other_trials_run(tmp_path, monkeypatch, ca
     assert any(math.isnan(v) for v in losses) and math.inf in losses and -math.inf in losses
     # the resume of a store holding a NaN trial reads it and finishes (nothing left here)
     assert main(["run", "--resume", "--store", str(store)]) == 0
+    # and its export is JSON (null where the value is not finite), not Python's NaN/Infinity
+    out = tmp_path / "e.json"
+    assert main(["export", "latest", "--format", "json", "-o", str(out), "--store", str(store)]) == 0
+    json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in the JSON export"))
 
 
 def test_the_store_keeps_nan_and_infinity_in_a_series(tmp_path):
