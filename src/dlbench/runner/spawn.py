@@ -2,8 +2,9 @@
 
 Whatever happens to the worker (exception, segfault, abort, hang past the timeout, memory over
 the limit) becomes the trial's status and error; every event it wrote is kept. Nothing here
-raises for a bad trial. The worker leads its own process group and dies with this process
-(PR_SET_PDEATHSIG); whatever it leaves in its group is killed when it ends.
+raises for a bad trial. The worker is started, watched and killed by runner/children.py (its
+own process group and session, dying with this process, its descendants killed when it ends,
+its output read only as a bounded tail).
 """
 
 from __future__ import annotations
