@@ -163,16 +163,18 @@ class Store:
         self.path = Path(path)
         self.readonly = readonly
         self._db = _open_readonly(self.path) if readonly else _open(self.path)
-        self._identity = None if readonly else _identity(self.path)
+        # The file this store opened, checked before each write (a later chdir changes nothing)
+        self._file = Path(os.path.abspath(self.path))
+        self._identity = None if readonly else _identity(self._file)
 
     def close(self) -> None:
-        if self._identity is None or _identity(self.path) == self._identity:
+        if self._identity is None or _identity(self._file) == self._identity:
             self._db.close()
             return
         # The file was deleted or replaced: SQLite then neither checkpoints nor deletes its WAL
         # and shared-memory files, which keep the store's name; a new store at that path (or the
         # replacement) would read this one's log as its own. Remove them, where they are ours.
-        ours = _open_files(self.path, ("-wal", "-shm"))
+        ours = _open_files(self._file, ("-wal", "-shm"))
         self._db.close()
         for name, inode in ours.items():
             if _identity(Path(name)) == inode:
@@ -193,7 +195,7 @@ class Store:
         writing to an open, deleted file without an error.)"""
         if self._identity is None:
             return
-        now = _identity(self.path)
+        now = _identity(self._file)
         if now == self._identity:
             return
         what = "deleted" if now is None else "replaced by another file"
