@@ -360,8 +360,8 @@ def main(args: argparse.Namespace) -> int:
             state = rounds.AutoState(rule.label)
             run_id = store.create_run(command, environment.capture(installed()), allow_concurrent,
                                       order_seed=plan.order_seed, repeats=state.to_dict())
-            planned = register(store, run_id, plan)
             try:
+                planned = register(store, run_id, plan)
                 if plan.pending:
                     warm_imports(plan, progress)
                 if rule.auto:
