@@ -22,7 +22,7 @@ from dlbench import processes
 from dlbench.results.records import TrialResult, read_events
 from dlbench.runner import children
 from dlbench.runner.children import Watched, gib
-from dlbench.runner.timing import events_path, parity_path
+from dlbench.runner.protocol import events_path, parity_path
 from dlbench.spec import TrialSpec, to_dict
 
 # The most the parent reads of a worker's events file per poll (an event is a few hundred bytes).
