@@ -259,7 +259,10 @@ class FakeProgram:
     def numerics(self) -> dict[str, Any]:
         import dataclasses
 
-        return dataclasses.asdict(self.trial.workload.numerics)
+        got = dataclasses.asdict(self.trial.workload.numerics)
+        if behaviour() == "numerics":  # an optimizer port with another epsilon than the spec's
+            got["eps"] = 1e-3
+        return got
 
 
 def fake_logits(x: np.ndarray, num_classes: int, dtype: np.dtype[Any]) -> np.ndarray:
