@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cdp import Chromium, find_browser
@@ -349,3 +350,14 @@ def test_mlflow_thins_long_series_and_keeps_the_peak():
     assert len(kept) <= MAX_SERIES_POINTS + 1 and kept == sorted(set(kept))
     assert kept[0] == 0 and kept[-1] == 4999 and 1234 in kept
     assert thinned(points[:10]) == list(range(10))
+
+
+def test_loss_points_keep_chunk_means_at_the_chunks_end():
+    """Issue 38: a chunk's one mean (Keras's fit) is one point at its chunk's last step and end
+    time; per-step losses keep their own steps and times."""
+    from dlbench.runner.train import loss_points
+
+    by_step, by_time, means = loss_points([4, 4], [np.array([2.2]), np.array([1.9])], [(2.0, 2.0), (2.0, 4.0)])
+    assert means and by_step == [(3.0, 2.2), (7.0, 1.9)] and by_time == [(2.0, 2.2), (4.0, 1.9)]
+    by_step, by_time, means = loss_points([2], [np.array([3.0, 2.5])], [(1.0, 1.0)])
+    assert not means and by_step == [(0.0, 3.0), (1.0, 2.5)] and by_time == [(0.5, 3.0), (1.0, 2.5)]

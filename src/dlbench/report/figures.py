@@ -317,25 +317,29 @@ def loss(report: Report) -> Chart | None:
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.05,
                         subplot_titles=["by step", "by wall-clock time"])
     shown: set[str] = set()
+    any_means = False
     for c, t in pairs:
         # one legend entry per configuration, in its framework's colour; its repeats share it
-        name, color = _t(report.short_label(c)), _color(report, c.axes["framework"])
-        steps = t.series["loss"]
-        fig.add_trace(go.Scatter(x=[p[0] for p in steps], y=[p[1] for p in steps], mode="lines",
-                                 name=name, legendgroup=name, showlegend=name not in shown,
-                                 hovertext=_t(_trial_name(report, c, t)), line={"color": color, "width": 1.5}),
-                      row=1, col=1)
+        means = model.chunk_means(t)
+        any_means |= means
+        name, color = _t(report.short_label(c) + (" (chunk means)" if means else "")), _color(report, c.axes["framework"])
+        # a chunk's mean is one measurement at the chunk's end: a marker on a dotted line, never a flat run of steps
+        style = {"mode": "lines+markers", "marker": {"color": color, "size": 7, "symbol": "diamond"},
+                 "line": {"color": color, "width": 1, "dash": "dot"}} if means else \
+            {"mode": "lines", "line": {"color": color, "width": 1.5}}
+        for col, points in ((1, t.series["loss"]), (2, model.loss_by_time(t))):
+            fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], name=name, legendgroup=name,
+                                     showlegend=col == 1 and name not in shown,
+                                     hovertext=_t(_trial_name(report, c, t)), **style), row=1, col=col)
         shown.add(name)
-        timed = model.loss_by_time(t)
-        fig.add_trace(go.Scatter(x=[p[0] for p in timed], y=[p[1] for p in timed], mode="lines",
-                                 name=name, legendgroup=name, showlegend=False, hovertext=_t(_trial_name(report, c, t)),
-                                 line={"color": color, "width": 1.5}), row=1, col=2)
     fig.update_xaxes(title_text="step of the timed window", row=1, col=1)
     fig.update_xaxes(title_text="seconds since the timed window began", row=1, col=2)
     fig.update_yaxes(title_text="training loss", row=1, col=1)
+    means_note = (" A framework that reports one mean loss per training call (Keras's fit) is drawn as"
+                  " diamonds: each the mean over its chunk's steps, at the chunk's last step.") if any_means else ""
     return Chart("loss", "Loss curves", _layout(fig, height=460),
                  "Training loss of every step in the timed window, per process; identical weights and "
-                 "data order make the curves comparable step by step.")
+                 "data order make the curves comparable step by step." + means_note)
 
 
 def _several_metrics(report: Report, names: dict[str, str], scale: float, unit: str) -> go.Figure | None:
