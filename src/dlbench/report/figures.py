@@ -21,7 +21,7 @@ from dlbench.analysis import payback as payback_analysis
 from dlbench.analysis.categories import CATEGORIES
 from dlbench.analysis.history import segments
 from dlbench.analysis.summary import Summary, summarize
-from dlbench.report import model
+from dlbench.report import cells, model
 from dlbench.report import payback as payback_report
 from dlbench.report import profile as profile_report
 from dlbench.report.history import Series as HistorySeries
@@ -587,34 +587,53 @@ def history(series: list[HistorySeries]) -> Chart | None:
                  " of the step fit, a new level where the history table marks a STEP.")
 
 
+PAYBACK_COLUMNS = 3  # panels per row of the payback chart
+
+
 def payback(report: Report) -> Chart | None:
-    """Cumulative wall time against steps for configurations that differ only in framework and
-    mode (report/payback.py), each crossover marked; one panel per group."""
+    """Cumulative wall time against steps for the configurations ahead at some run length
+    (report/payback.py), per group of configurations that differ only in framework and mode;
+    each crossover a numbered dot whose step count is in its hover text and in the table (labels
+    beside the dots overprinted each other where crossovers lie close)."""
     found = payback_report.groups(report)
     if not found:
         return None
-    fig = make_subplots(rows=1, cols=len(found), subplot_titles=[
+    cols = min(len(found), PAYBACK_COLUMNS)
+    rows = -(-len(found) // cols)
+    fig = make_subplots(rows=rows, cols=cols, vertical_spacing=0.12 if rows > 1 else 0.1, subplot_titles=[
         _t(" ".join(f"{a} {c.axes[a]}" for a in ("workload", "batch"))) for c, _ in (g[0] for g in found)])
-    for col, group in enumerate(found, start=1):
-        costs = [made for _, made in group]
-        crossings = payback_analysis.crossovers(costs)
-        horizon = payback_analysis.horizon_steps(crossings)
-        steps = [1 + round(i * (horizon - 1) / 100) for i in range(101)]
+    shown: set[str] = set()
+    any_short = False
+    for i, group in enumerate(found):
+        row, col = i // cols + 1, i % cols + 1
+        lead = payback_analysis.leaders([made for _, made in group])
+        ahead = {id(x.early) for x in lead} | {id(x.late) for x in lead if x.steps is not None}
+        horizon = payback_analysis.horizon_steps(lead)
+        steps = [1 + round(k * (horizon - 1) / 100) for k in range(101)]
         for c, made in group:
+            if id(made) not in ahead:
+                continue  # never ahead: its line would only stretch the axis
+            short = cells.short_window(c)
+            any_short |= short
+            name = _t(made.label + (" ~" if short else ""))
             fig.add_trace(go.Scatter(x=steps, y=[made.total_s(n) / 60 for n in steps], mode="lines",
-                                     name=_t(made.label), legendgroup=_t(made.label), showlegend=col == 1,
-                                     line={"color": _color(report, c.axes["framework"])}), row=1, col=col)
-        for x in crossings:
-            if x.steps is not None and x.seconds is not None:
-                fig.add_trace(go.Scatter(x=[x.steps], y=[x.seconds / 60], mode="markers+text", showlegend=False,
-                                         marker={"color": "#333333", "size": 8}, text=[f"{x.steps}"],
-                                         textposition="top left", hovertext=[_t(x.text())], hoverinfo="text"),
-                              row=1, col=col)
-        fig.update_xaxes(title_text="training steps", row=1, col=col)
-    fig.update_yaxes(title_text="total wall time, min", row=1, col=1)
-    return Chart("payback", "When compilation pays back", _layout(fig),
+                                     name=name, legendgroup=name, showlegend=name not in shown,
+                                     line={"color": _color(report, c.axes["framework"]),
+                                           "dash": "dot" if short else "solid"}), row=row, col=col)
+            shown.add(name)
+        crossings = [x for x in lead if x.steps is not None and x.seconds is not None]
+        if crossings:
+            fig.add_trace(go.Scatter(x=[x.steps for x in crossings], y=[(x.seconds or 0.0) / 60 for x in crossings],
+                                     mode="markers", showlegend=False, marker={"color": "#333333", "size": 9},
+                                     hovertext=[_t(x.text()) for x in crossings], hoverinfo="text"), row=row, col=col)
+        fig.update_xaxes(title_text="training steps", row=row, col=col)
+        fig.update_yaxes(title_text="total wall time, min" if col == 1 else None, row=row, col=col)
+    short_text = (" Dotted, `~` in the legend: a configuration whose timed window was too short to time; its"
+                  " crossover is indicative only.") if any_short else ""
+    return Chart("payback", "When compilation pays back", _layout(fig, height=max(380, 330 * rows)),
                  "Total wall time of a run of n steps = time to first step + (n - 1) x median step time, per "
-                 "configuration (medians over processes); dots: crossovers, labelled with their step count.")
+                 "configuration ahead at some run length (medians over processes); dots: where the lead passes"
+                 " to another configuration (hover for the step count; the table lists each)." + short_text)
 
 
 def batch_sweep(report: Report) -> Chart | None:
