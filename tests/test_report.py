@@ -281,7 +281,12 @@ def test_csv_json_and_parquet_exports_round_trip(store, tmp_path, capsys):
     want = {(t.id, k): v for rid in (1, 2, 3) for t in db.trials(rid) for k, v in t.metrics.items()}
     assert main(["export", "all", "--store", store, "--format", "csv"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
-    assert {(int(r["trial_id"]), r["metric"]): (float(r["value"]) if r["value"] else None) for r in rows} == want
+    # issue 38: no empty rows for what a CPU trial cannot measure; a trial without metrics
+    # (unsupported, failed early) is one row with its reason instead of none
+    measured = {k: v for k, v in want.items() if v is not None}
+    assert {(int(r["trial_id"]), r["metric"]): float(r["value"]) for r in rows if r["metric"]} == measured
+    empty = {t.id: t.error for rid in (1, 2, 3) for t in db.trials(rid) if all(v is None for v in t.metrics.values())}
+    assert empty and {int(r["trial_id"]): r["error"] for r in rows if not r["metric"]} == empty
     assert main(["export", "all", "--store", store, "--format", "parquet", "-o", str(tmp_path / "pq")]) == 0
     metrics = pq.read_table(tmp_path / "pq" / "metrics.parquet").to_pylist()
     assert {(r["trial_id"], r["metric"]): r["value"] for r in metrics} == want
