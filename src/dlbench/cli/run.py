@@ -37,7 +37,7 @@ from dlbench.report.model import spec_label, varying_axes
 from dlbench.report.terminal import make_console, print_run_tables
 from dlbench.results import environment
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
-from dlbench.results.store import Store, machine_lock
+from dlbench.results.store import Store, lock_path, machine_lock
 from dlbench.runner import parallel, ray_executor, resume, rounds
 from dlbench.runner.executor import Outcome, Progress, execute, register, warm_imports
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
@@ -445,7 +445,12 @@ def _resumable_words(retry_failed: bool) -> str:
 
 
 def _waiting(console: Console) -> None:
-    console.print("waiting for another dlbench run on this machine to finish")
+    """Who holds the machine-wide lock, and how not to wait (a run beside another times both)."""
+    pid = processes.flock_holder(lock_path())
+    holder = processes.describe(pid) if pid is not None else "another process"
+    console.print(printable(f"waiting for another dlbench run on this machine to finish: {holder} holds"
+                            f" {lock_path()}; --allow-concurrent runs now (its timings then share the"
+                            " machine, and the run records that)"), highlight=False, soft_wrap=True)
 
 
 def _print_resumption(console: Console, r: resume.Resumption) -> None:
