@@ -136,6 +136,12 @@ def _header(report: Report, parts: list[tuple[str, Report]], charts: list[Chart]
         links = [*((f"table-{t.id}", t.name) for t in report_tables(report)),
                  *((f"chart-{c.id}", c.title) for c in charts)]
     links += [("environment", "Environment and policy"), ("method", "Method")]
+    # a table and a chart of one name (a plugin's, or a future one) get one entry each, told apart
+    seen: dict[str, int] = {}
+    for i, (a, t) in enumerate(links):
+        seen[t] = seen.get(t, 0) + 1
+        if seen[t] > 1:
+            links[i] = (a, f"{t} ({'chart' if a.startswith('chart-') else seen[t]})")
     nav = "".join(f"<a href='#{_e(a)}'>{_e(t)}</a>" for a, t in links)
     return f"<h1>{_e(_title(report))}</h1><ul class='runs'>{runs}</ul><nav>{nav}</nav>"
 
