@@ -41,6 +41,8 @@ def headline_configs(report: Report) -> list[Config]:
     return [c for c in report.configs if c.scenario not in OWN_TABLES]
 
 
+# Columns only some workloads fill (ddpm's): left out silently where no row has a value.
+WORKLOAD_SPECIFIC = ("denoising_mse", "sample_fd")
 # The headline's VRAM columns: left out, with one line saying why, when no GPU was sampled.
 VRAM_KEYS = ("vram_initial", "vram_peak")
 
@@ -87,8 +89,8 @@ def headline_table(report: Report) -> Table:
     notes += model.repeat_notes(report)
     notes += model.parity_notes((t for c in configs for t in c.trials), TRAIN_PARITY)
     ids = [r.id for r in report.runs]
-    columns = [*label_columns(report, report.label_axes), *(Column(c.header, "right") for c in metrics),
-               Column("parity"), STATUS]
+    columns = [*label_columns(report, report.label_axes),
+               *(Column(c.header, "right", quiet=c.key in WORKLOAD_SPECIFIC) for c in metrics), Column("parity"), STATUS]
     return Table("results", "Results", "dlbench results" + (f" (run {ids[0]})" if len(ids) == 1 else ""),
                  tuple(columns), tuple(map(tuple, rows)), tuple(notes), DESCRIPTION)
 
@@ -108,10 +110,13 @@ def has_values(table: Table) -> bool:
                if not col.key)
 
 
+COMPILE_ESTIMATED_NOTE = "*: compile estimated as the first step minus a median step"
+
+
 def startup_table(report: Report) -> Table:
-    return _medians_table(report, "startup", "Start-up and efficiency",
-                          "start-up and efficiency (medians; * compile estimated as first step minus a step)",
-                          STARTUP)
+    table = _medians_table(report, "startup", "Start-up and efficiency", "start-up, efficiency (medians)", STARTUP)
+    estimated = any("estimated" in cell.flags for row in table.rows for cell in row)
+    return dataclasses.replace(table, notes=(*table.notes, *([COMPILE_ESTIMATED_NOTE] if estimated else [])))
 
 
 def gpu_table(report: Report) -> Table:

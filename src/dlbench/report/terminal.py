@@ -32,6 +32,7 @@ from rich.text import Text
 from dlbench.report import model
 from dlbench.report.cells import percent_text
 from dlbench.report.model import Report
+from dlbench.report.overview import overview_table
 from dlbench.report.tabledata import (
     UNSTABLE_MARK,
     Cell,
@@ -315,9 +316,12 @@ def _table_width(table: RichTable) -> int:
 
 
 def print_report_tables(console: Console, report: Report, wide: bool = False) -> None:
-    """Every table that has rows (report/tables.py), each with its notes."""
-    for table in report_tables(report):
-        print_table(console, table, wide)
+    """The overview (frameworks x workloads), then every table that has rows (report/tables.py),
+    each with its notes; a note said under an earlier table is not repeated."""
+    said: set[str] = set()
+    overview = overview_table(report)
+    for table in [*([overview] if overview is not None else []), *report_tables(report)]:
+        print_table(console, table, wide, said)
 
 
 def print_run_tables(console: Console, store: Store, run_ids: list[int], wide: bool = False) -> None:
