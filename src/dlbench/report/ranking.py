@@ -12,7 +12,7 @@ from dlbench.analysis.stats import ALPHA
 from dlbench.report import model
 from dlbench.report.cells import SHORT_NOTE, WINDOW_METRICS, short_window
 from dlbench.report.model import Config, Report
-from dlbench.report.tabledata import Cell, Column, Table
+from dlbench.report.tabledata import Cell, Column, Flag, Table
 from dlbench.spec import configuration_key
 
 METHOD_NOTE = (f"ranking: each framework against the next one down, vs next = how many times better (the"
@@ -101,7 +101,7 @@ def _rows(report: Report, configs: list[Config], axes: tuple[str, ...]) -> list[
         else:
             factor, low, high = _factor(r, metric)
             versus = f"{factor:.2f}x" + (f" [{low:.2f}, {high:.2f}]" if tested(r, below) else "")
-        short = frozenset({"short"}) if metric in WINDOW_METRICS and short_window(c) else frozenset()
+        short: frozenset[Flag] = frozenset({"short"}) if metric in WINDOW_METRICS and short_window(c) else frozenset()
         rows.append((*(Cell(v) for v in head), Cell(metrics.label(metric)), Cell(str(i + 1)), Cell(r.name),
                      Cell(_number(r.median), flags=short), Cell(versus),
                      Cell(verdict_text(r, metric, below) or "–")))
