@@ -174,11 +174,16 @@ def _events(path) -> list[list[str]]:
     return list(by_pid.values())
 
 
-def test_check_forgets_compiled_state_before_each_workload(tmp_path, monkeypatch):
+def test_check_forgets_compiled_state_before_each_workload(tmp_path, monkeypatch, capsys):
     # One probe process builds every workload; each must compile as in its own worker.
     monkeypatch.setenv("FAKE_EVENTS", str(tmp_path / "events"))
     assert main(["check", "-w", "cnn,mlp", "-f", "fake", "--mode", "eager", "-k", "2"]) == 0
     assert ["forget", "build cnn", "forget", "build mlp"] in _events(tmp_path / "events")
+    from dlbench.runner import reference
+
+    # issue 38: the machine with its ISA flags once, not once per workload's floor
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.count(" ".join(reference.machine().split())) == 1 and "cnn: floor (fake float32)" in out
 
 
 def test_a_trial_worker_never_forgets_its_compiled_step(tmp_path, monkeypatch):

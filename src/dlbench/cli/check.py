@@ -278,9 +278,12 @@ def _print(console: Any, cells: dict[tuple[str, str], Cell], wls: list[str], fws
                   f" the steps, within max({factor} x floor, {tol.logits_rel_err:g}). A floor is the reference"
                   " framework's own float32 error on this CPU; the cosine bound follows the error bound."
                   " Reduced-precision math (TF32, bf16 passes) is off.", soft_wrap=True)
-    for w in wls:
-        console.print(_floor_line(w, refs.get(reference.key(trials[(w, fws[0])].workload, args.steps))),
-                      soft_wrap=True)
+    floors = [refs.get(reference.key(trials[(w, fws[0])].workload, args.steps)) for w in wls]
+    machines = list(dict.fromkeys(r.floor.machine for r in floors if isinstance(r, reference.Reference) and r.floor))
+    if len(machines) == 1:  # the CPU and its 20-odd ISA flags once, not once per workload
+        console.print(printable(f"  floors measured on {machines[0]}"), soft_wrap=True)
+    for w, ref in zip(wls, floors, strict=True):
+        console.print(_floor_line(w, ref, with_machine=len(machines) != 1), soft_wrap=True)
     for (w, f), c in cells.items():
         if c.differs is not None:
             name, again = c.differs
@@ -317,7 +320,7 @@ def _declared_lines(cells: dict[tuple[str, str], Cell]) -> list[str]:
             for reason, where in by_reason.items()]
 
 
-def _floor_line(workload: str, ref: reference.Reference | str | None) -> str:
+def _floor_line(workload: str, ref: reference.Reference | str | None, with_machine: bool = True) -> str:
     """What float32 rounding amounts to on this CPU for one workload, or why no floor applies."""
     if not isinstance(ref, reference.Reference):
         return f"  {workload}: no reference"
@@ -329,7 +332,8 @@ def _floor_line(workload: str, ref: reference.Reference | str | None) -> str:
     worst = max(floor.grads.values(), default=0.0)
     parts = [f"loss and gradients up to {max(worst, floor.loss):.1e}"]
     parts += [f"{n} {v:.1e}" for n, v in (("trajectory", floor.trajectory), ("eval", floor.logits)) if v is not None]
-    return f"  {workload}: floor ({floor.label} on {floor.machine}): {', '.join(parts)}"
+    where = f" on {floor.machine}" if with_machine else ""
+    return f"  {workload}: floor ({floor.label}{where}): {', '.join(parts)}"
 
 
 def _trajectory_reason(c: Cell) -> str:
