@@ -86,6 +86,8 @@ def headline_table(report: Report) -> Table:
     rows = [_headline_row(report, c, metrics) for c in configs]
     noted: dict[str, str] | None = None if gpu_note is None else {}
     notes = mark_notes(rows) + quality_notes + ([gpu_note] if gpu_note else []) + model.notes(report, configs, noted)
+    rl = sorted({str(c.axes["workload"]) for c in configs if c.ok and model.rolls_out(str(c.axes["workload"]))})
+    notes += [model.RL_SAMPLES_NOTE.format(names=", ".join(rl))] if rl else []
     notes += model.repeat_notes(report)
     notes += model.parity_notes((t for c in configs for t in c.trials), TRAIN_PARITY)
     ids = [r.id for r in report.runs]

@@ -485,6 +485,19 @@ def loss_by_time(trial: Trial) -> Series:
     return out
 
 
+def rolls_out(name: str) -> bool:
+    """Whether the workload is a reinforcement-learning one (its scenarios include rollout:
+    ppo), whose samples/s count environment steps; False for one not known here."""
+    try:
+        return "rollout" in workloads.get(name).SCENARIOS
+    except Exception:  # noqa: BLE001 - an unknown or broken plugin
+        return False
+
+
+RL_SAMPLES_NOTE = ("samples/s of {names}: environment steps per second over whole iterations (rollout and"
+                   " update); the reinforcement-learning table splits them into env steps/s and update samples/s")
+
+
 def workload_quality(name: str) -> str:
     """The workload's held-out quality metric (its QUALITY: detect's `map`), as the converge
     scenario stores under `accuracy`; "accuracy" for a workload not known here (a plugin not
