@@ -118,7 +118,7 @@ def metric_rows(store: Store, run_ids: list[int],
 
 
 def series_rows(store: Store, run_ids: list[int]) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
-    """The columns, and one row per raw sample: loss by step, step_s by seconds into the timed
+    """The columns, and one row per raw sample: loss by step (and by seconds: loss_by_time), step_s by seconds into the timed
     window, epoch_s by epoch, rss_bytes (and vram_bytes) by seconds since the sampler started."""
     trials = _trials(store, run_ids)
     extra = varying_spec_columns([t for _, t in trials])
