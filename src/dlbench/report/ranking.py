@@ -1,9 +1,9 @@
-"""The ranking, the report's first table: for each workload setting (the configurations of a run
-that differ only in framework), the frameworks ordered by the headline metric, each compared
-with the one ranked next below it: "A is faster than B by 1.9x [1.7, 2.1]", "the same within
-±5 %", or "indistinguishable here" with the repeats that would likely decide it. The statistics
-are analysis.compare.rank's (Holm over the adjacent pairs, Hodges-Lehmann intervals at the
-Bonferroni level)."""
+"""The ranking: for each workload setting (the configurations of a run that differ only in
+framework), the frameworks ordered by the headline metric, each compared with the one ranked
+next below it on one line: how many times better with its interval (`1.90x [1.70, 2.10]`) and
+the verdict (`faster (p = 0.008)`, `the same (±5%)`, `undecided (p = 0.3); ~6 more repeats
+each`, `1 repeat: not tested`). The statistics are analysis.compare.rank's (Holm over the
+adjacent pairs, Hodges-Lehmann intervals at the Bonferroni level)."""
 
 from __future__ import annotations
 
