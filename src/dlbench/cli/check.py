@@ -39,7 +39,7 @@ from dlbench.cli.common import (
 from dlbench.monitors.nvml import device_kind
 from dlbench.report.terminal import make_console
 from dlbench.runner import reference, verdicts
-from dlbench.runner.fixedbatch import load_grads
+from dlbench.runner.protocol import load_grads
 from dlbench.runner.plan import workload_spec
 from dlbench.runner.probe_client import run_probe
 from dlbench.spec import Policy, TrialSpec, to_dict

@@ -33,9 +33,9 @@ class Best:
 
 
 def _scenario(configs: list[Config]) -> str:
-    """The workload's scenario the overview compares: train where it ran, else the first."""
-    scenarios = [c.scenario for c in configs]
-    return "train" if "train" in scenarios else scenarios[0]
+    """The workload's runner scenario the overview compares: the first train-like one (its
+    user scenario `train`) where one ran, else the first."""
+    return next((c.record.name for c in configs if c.scenario == "train"), configs[0].record.name)
 
 
 def _startup_s(config: Config) -> float | None:
@@ -49,12 +49,12 @@ def best_by_framework(configs: list[Config]) -> tuple[str, dict[str, Best]]:
     if not usable:
         return "", {}
     scenario = _scenario(usable)
-    metric = metrics.headline(scenario)
+    metric = next(c.record.headline for c in usable if c.record.name == scenario)
     higher = metrics.higher_is_better(metric)
     best: dict[str, tuple[Config, float]] = {}
     for c in usable:
         value = c.summary(metric).median
-        if c.scenario != scenario or value is None or value <= 0:
+        if c.record.name != scenario or value is None or value <= 0:
             continue
         framework = str(c.axes["framework"])
         if framework not in best or (value > best[framework][1]) == higher:
