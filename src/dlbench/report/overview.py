@@ -11,6 +11,7 @@ from dlbench.analysis import metrics
 from dlbench.report import model
 from dlbench.report.cells import SHORT_NOTE, WINDOW_METRICS, short_window
 from dlbench.report.model import Config, Report
+from dlbench.report.scenarios import reporting
 from dlbench.report.tabledata import MISSING, Cell, Column, Flag, Table
 
 # Where a process's start-up ends, by scenario: the first training step, request or sample.
@@ -33,9 +34,9 @@ class Best:
 
 
 def _scenario(configs: list[Config]) -> str:
-    """The workload's runner scenario the overview compares: the first train-like one (its
-    user scenario `train`) where one ran, else the first."""
-    return next((c.record.name for c in configs if c.scenario == "train"), configs[0].record.name)
+    """The workload's runner scenario the overview compares: the first one the headline table
+    shows (training; its report registration) where one ran, else the first."""
+    return next((c.record.name for c in configs if reporting(c).in_headline), configs[0].record.name)
 
 
 def _startup_s(config: Config) -> float | None:
