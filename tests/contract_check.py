@@ -20,7 +20,7 @@ import numpy as np
 from dlbench import workloads
 from dlbench.backends import get_backend
 from dlbench.backends.base import Backend
-from dlbench.runner import train
+from dlbench.runner.scenarios import train
 from dlbench.runner.child import setup_environment
 from dlbench.spec import Policy, TrialSpec, WorkloadSpec
 from dlbench.workloads.data import batch_indices, epoch_order

@@ -361,7 +361,7 @@ def test_mlflow_thins_long_series_and_keeps_the_peak():
 def test_loss_points_keep_chunk_means_at_the_chunks_end():
     """Issue 38: a chunk's one mean (Keras's fit) is one point at its chunk's last step and end
     time; per-step losses keep their own steps and times."""
-    from dlbench.runner.train import loss_points
+    from dlbench.runner.scenarios.train import loss_points
 
     by_step, by_time, means = loss_points([4, 4], [np.array([2.2]), np.array([1.9])], [(2.0, 2.0), (2.0, 4.0)])
     assert means and by_step == [(3.0, 2.2), (7.0, 1.9)] and by_time == [(2.0, 2.2), (4.0, 1.9)]
