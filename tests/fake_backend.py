@@ -272,7 +272,10 @@ class FakeProgram:
         import dataclasses
 
         n = self.trial.workload.numerics
-        return {**dataclasses.asdict(n), **n.extra}
+        got = {**dataclasses.asdict(n), **n.extra}
+        if behaviour() == "numerics":  # an optimizer port with another epsilon than the spec's
+            got["eps"] = 1e-3
+        return got
 
     def decoder(self, state: Any, batch: int, max_len: int) -> FakeDecoder:
         return FakeDecoder(self.trial.workload, state["params"])

@@ -287,6 +287,18 @@ class ConsoleProgress(Progress):
         self.console.print(printable(f"{self._label} {text}"), highlight=False)  # errors echo the environment
 
 
+def busy_machine(load: float | None = None, cores: int | None = None) -> tuple[float, str] | None:
+    """(how much longer trials will take, why) where more processes want the CPU than it has
+    cores: the trials then share it, and their wall time stretches by about the load average
+    over the cores (a tiny run estimated 1.9 min took 11.3 at a load of 12 on 2 cores); None on
+    a machine with cores to spare."""
+    load = os.getloadavg()[0] if load is None else load
+    cores = len(os.sched_getaffinity(0)) if cores is None else cores
+    if load <= cores:
+        return None
+    return load / cores, f"load average {load:.1f} on {cores} cores"
+
+
 def print_plan(console: Console, plan: Plan, costs: Costs) -> None:
     pending = plan.pending
     estimates = [estimate_s(t.spec, costs) for t in pending]
@@ -296,9 +308,12 @@ def print_plan(console: Console, plan: Plan, costs: Costs) -> None:
               "from the store's trials of the same kinds" if sources <= {"store", "similar"} else
               "rough: start-up and compile guesses per framework, compute from FLOPs; later runs learn from the store")
     others = len(plan.trials) - len(pending)
+    loaded = busy_machine()
     console.print(f"dlbench: {len(pending)} trial(s) to run"
                   + (f" ({others} unsupported or skipped)" if others else "")
-                  + f", estimated {total / 60:.1f} min ({source})", highlight=False)
+                  + f", estimated {total / 60:.1f} min ({source})"
+                  + (f"; at the present load ({loaded[1]}) about {total * loaded[0] / 60:.1f} min" if loaded else ""),
+                  highlight=False)
     for note in plan.notes:
         console.print(printable(f"  note: {note}"), highlight=False)
     axes = varying_axes([to_dict(t.spec) for t in plan.trials])
@@ -451,7 +466,12 @@ def _resumable_words(retry_failed: bool) -> str:
 
 
 def _waiting(console: Console) -> None:
-    console.print("waiting for another dlbench run on this machine to finish")
+    """Who holds the machine-wide lock, and how not to wait (a run beside another times both)."""
+    pid = processes.flock_holder(lock_path())
+    holder = processes.describe(pid) if pid is not None else "another process"
+    console.print(printable(f"waiting for another dlbench run on this machine to finish: {holder} holds"
+                            f" {lock_path()}; --allow-concurrent runs now (its timings then share the"
+                            " machine, and the run records that)"), highlight=False, soft_wrap=True)
 
 
 def _print_resumption(console: Console, r: resume.Resumption) -> None:
