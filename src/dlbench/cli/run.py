@@ -43,7 +43,7 @@ from dlbench.runner import parallel, ray_executor, resume, rounds
 from dlbench.runner.executor import Outcome, Progress, execute, register, warm_imports
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
 from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimate_s, learn, make_plan
-from dlbench.spec import ConvergeOptions, InferOptions, SpecError, option_fields, to_dict
+from dlbench.spec import SCENARIOS, ConvergeOptions, InferOptions, SpecError, option_fields, to_dict
 from dlbench.text import printable
 
 # The scenario options' command-line destinations -> (options dataclass, its field); their
@@ -68,6 +68,7 @@ SWEEP_DEFAULTS: dict[str, Any] = {
     "executor": "local", "address": None, "profile": False,
 }
 _INFER, _CONVERGE = InferOptions(), ConvergeOptions()
+_TO_TARGET = ConvergeOptions.SCENARIO  # the --scenario of the time-to-target options
 # Options that say how to run, not what: --resume takes them too.
 HOW_OPTIONS = ("allow_concurrent", "executor", "address")
 
@@ -84,7 +85,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--mode", type=comma_list("mode"), help="eager, graph, compiled (default: compiled)")
     p.add_argument("--precision", type=comma_list("precision"),
                    help="fp32, tf32, bf16, fp16 (comma list; default fp32; dlbench list shows what runs here)")
-    p.add_argument("--scenario", type=comma_list("scenario"), help="train, infer, converge, rollout (RL workloads) (default: train)")
+    p.add_argument("--scenario", type=comma_list("scenario"), help=f"{', '.join(SCENARIOS)} (rollout: RL"
+                   " workloads) (default: train)")
     p.add_argument("--devices", type=int_list("devices"),
                    help="data-parallel devices per trial, e.g. 1,2,4 (default: 1)")
     p.add_argument("--scaling", help="with --devices: weak (batch per device, the default) or strong"
@@ -123,11 +125,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="a framework's own option, e.g. onnxruntime.optimization=basic (dlbench list"
                         " shows each framework's options); part of that framework's policy")
     p.add_argument("--target-accuracy", type=float,
-                   help="converge: held-out accuracy to reach (required by --scenario converge)")
-    p.add_argument("--eval-every", type=int, help=f"converge: steps between evaluations, K (default {_CONVERGE.eval_every})")
-    p.add_argument("--max-steps", type=int, help=f"converge: step budget (default {_CONVERGE.max_steps})")
+                   help=f"{_TO_TARGET}: held-out accuracy to reach (required by --scenario {_TO_TARGET})")
+    p.add_argument("--eval-every", type=int,
+                   help=f"{_TO_TARGET}: steps between evaluations, K (default {_CONVERGE.eval_every})")
+    p.add_argument("--max-steps", type=int, help=f"{_TO_TARGET}: step budget (default {_CONVERGE.max_steps})")
     p.add_argument("--max-time-s", type=float,
-                   help=f"converge: training-time budget in seconds, evaluation excluded (default {_CONVERGE.max_time_s:g})")
+                   help=f"{_TO_TARGET}: training-time budget in seconds, evaluation excluded"
+                        f" (default {_CONVERGE.max_time_s:g})")
     p.add_argument("--rollout", type=comma_list("rollout"),
                    help="RL workloads: where the rollout runs: host (a Python loop of steps), fused (one compiled"
                         " program), default (fused where the mode compiles and the framework can), or several")
@@ -213,8 +217,8 @@ def sweep_from_options(o: dict[str, Any]) -> Sweep:
         epochs=o["epochs"], warmup_epochs=o["warmup_epochs"], chunk_steps=o["chunk_steps"],
         threads=o["threads"], compile_cache=o["compile_cache"], timeout_s=o["timeout"],
         memory_limit_bytes=o["memory_limit"],
-        infer=InferOptions(**_scenario_options(o, InferOptions)),
-        converge=ConvergeOptions(**_scenario_options(o, ConvergeOptions)),
+        scenario_options=(InferOptions(**_scenario_options(o, InferOptions)),
+                          ConvergeOptions(**_scenario_options(o, ConvergeOptions))),
         options=tuple(parse_option(text) for text in o["option"]),
         data=o["data"], rollouts=o["rollout"], loader_workers=o["loader_workers"], augment=o["augment"],
         profile=bool(o["profile"]),

@@ -103,7 +103,7 @@ class Config:
 
     @property
     def scenario(self) -> str:
-        """The user's --scenario (train, infer, converge, rollout)."""
+        """The user's --scenario (spec.SCENARIOS)."""
         return str(self.spec.get("scenario", "train"))
 
     @property
@@ -483,7 +483,7 @@ def loss_by_time(trial: Trial) -> Series:
 
 
 def workload_quality(name: str) -> str:
-    """The workload's held-out quality metric (its QUALITY: detect's `map`), as the converge
+    """The workload's held-out quality metric (its QUALITY: detect's `map`), as the time-to-accuracy
     scenario stores under `accuracy`; "accuracy" for a workload not known here (a plugin not
     installed)."""
     try:

@@ -8,7 +8,7 @@ states as long as its logits agree.
 - `rl_train` (`--scenario train`): whole iterations, rollout then update: `iteration_s`,
   `env_steps_per_s` (of the rollouts inside the iterations), `update_samples_per_s` (E x N x T
   samples per update).
-- `rl_converge` (`--scenario converge`): from the canonical parameters until the mean return of
+- `rl_converge` (the time-to-target `--scenario`): from the canonical parameters until the mean return of
   the last RETURN_WINDOW finished episodes reaches `target_accuracy` x 500 (the normalised
   return; 0.95 is CartPole's customary 475) or a budget runs out (`max_steps` iterations,
   `max_time_s`); the first compile counts, as a user waits for it. Reports `steps_to_target` in
@@ -36,7 +36,7 @@ from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.spec import TrialSpec
 from dlbench.workloads import cartpole, ppo
 
-# Episodes averaged for the converge criterion (the last this many finished, over all envs).
+# Episodes averaged for the time-to-target criterion (the last this many finished, over all envs).
 RETURN_WINDOW = 20
 
 
@@ -197,7 +197,7 @@ def run_converge(ctx: TrialContext) -> None:
     result.notes["stop"] = stop
     result.series["return"] = [(float(s), r) for s, _, r in points]
     result.series["return_by_time"] = [(t, r) for _, t, r in points]
-    # The converge tables and charts read the quality metric as `accuracy`: here the normalised
+    # The time-to-accuracy tables and charts read the quality metric as `accuracy`: here the normalised
     # return (mean return of the window / 500).
     result.series["accuracy"] = [(float(s), r / cartpole.MAX_STEPS) for s, _, r in points]
     result.series["accuracy_by_time"] = [(t, r / cartpole.MAX_STEPS) for _, t, r in points]
