@@ -42,6 +42,7 @@ from dlbench.results.store import Store, machine_lock
 from dlbench.runner import parallel, ray_executor, resume, rounds
 from dlbench.runner.executor import Outcome, Progress, execute, register, warm_imports
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
+from dlbench.runner.protocol import CHUNK, PHASE_NAME, STEPS, event_kind
 from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimate_s, learn, make_plan
 from dlbench.spec import SCENARIOS, ConvergeOptions, InferOptions, SpecError, option_fields, to_dict
 from dlbench.text import printable
@@ -265,12 +266,12 @@ class ConsoleProgress(Progress):
         self.console.print(printable(f"{self._label} ..."), highlight=False)
 
     def event(self, event: dict[str, Any]) -> None:
-        if event.get("event") == "chunk":
-            self._steps += int(event.get("steps", 0))
+        if event_kind(event) == CHUNK:
+            self._steps += int(event.get(STEPS, 0))
         if not self.live or time.monotonic() - self._last_draw < 1.0:
             return
         self._last_draw = time.monotonic()
-        phase = event.get("name", event.get("event"))
+        phase = event.get(PHASE_NAME, event_kind(event))
         line = printable(f"  {phase} {'(' + str(self._steps) + ' timed steps)' if self._steps else ''}")
         # padded over the last line: a shorter phase must not leave the end of a longer one
         self.console.print(line.ljust(self._drawn), end="\r", highlight=False)

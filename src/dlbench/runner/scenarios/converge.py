@@ -90,9 +90,9 @@ def run(ctx: TrialContext) -> None:
     eval_data = workloads.get(spec.name).make_eval_dataset(spec)  # untimed, before the clock
     m["rss_initial_bytes"], m["vram_initial_bytes"] = ctx.sampler.sample()
     ctx.sampler.begin_window()
-    ctx.log.emit("phase", name=ctx.trial.scenario, state="start")  # the phase is named as the --scenario
+    ctx.log.phase(ctx.trial.scenario, protocol.PHASE_START)  # the phase is named as the --scenario
     curve = train_to_target(trial, ctx.backend, program, state, ctx.log, eval_data, ctx.created, m)
-    ctx.log.emit("phase", name=ctx.trial.scenario, state="end", seconds=curve.train_s + curve.eval_s)
+    ctx.log.phase(ctx.trial.scenario, protocol.PHASE_END, curve.train_s + curve.eval_s)
     window = ctx.sampler.end_window()
     m["rss_window_peak_bytes"], m["vram_window_peak_bytes"] = window["rss"], window["vram"]
     m["recompiles_in_window"] = curve.recompiles
@@ -123,11 +123,11 @@ def train_to_target(
         until_eval = trial.eval_every - curve.steps % trial.eval_every
         for n in split_steps(min(until_eval, trial.max_steps - curve.steps), trial.chunk_steps):
             state = _chunk(backend, program, state, feed, n, curve)
-            log.emit("chunk", epoch=feed.epoch, steps=n, seconds=curve.chunks[-1][1])
+            log.chunk(feed.epoch, n, curve.chunks[-1][1])
         curve.train_s += time.perf_counter() - t0
         accuracy = _quality(program, state, eval_data, trial, curve)
         curve.points.append((curve.steps, curve.train_s, accuracy))
-        log.emit("eval", step=curve.steps, accuracy=accuracy, train_s=curve.train_s)
+        log.eval(curve.steps, accuracy, curve.train_s)
         if _stop(trial, curve, accuracy):
             return curve
 

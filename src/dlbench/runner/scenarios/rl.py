@@ -84,7 +84,7 @@ def run_rollout(ctx: TrialContext) -> None:
         env, traj = program.rollout(state, env, d.uniforms, d.resets)
         program.wait(env, traj)
         times.append(time.perf_counter() - t0)
-        ctx.log.emit("chunk", epoch=i, steps=env_steps, seconds=times[-1])
+        ctx.log.chunk(i, env_steps, times[-1])
     window_s = time.perf_counter() - t_window
     peaks = ctx.sampler.end_window()
     m["rollout_s_median"] = statistics.median(times)
@@ -125,7 +125,7 @@ def run_train(ctx: TrialContext) -> None:
             rollout_s.append(r_s)
             update_s.append(u_s)
             losses.append(loss)
-            ctx.log.emit("chunk", epoch=i, steps=1, seconds=times[-1])
+            ctx.log.chunk(i, 1, times[-1])
     window_s = time.perf_counter() - t_window
     peaks = ctx.sampler.end_window()
     m["iteration_s_median"] = statistics.median(times)
@@ -177,7 +177,7 @@ def run_converge(ctx: TrialContext) -> None:
         returns += [float(v) for v in finished.T.reshape(-1)[finished.T.reshape(-1) > 0]]
         if returns:
             points.append(((i + 1) * env_steps, train_s, float(np.mean(returns[-RETURN_WINDOW:]))))
-            ctx.log.emit("chunk", epoch=i, steps=1, seconds=train_s)
+            ctx.log.chunk(i, 1, train_s)
         if len(returns) >= RETURN_WINDOW and points[-1][2] >= target:
             reached, stop = True, "target reached"
             break
