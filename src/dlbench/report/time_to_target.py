@@ -112,7 +112,7 @@ def converge_table(report: Report) -> Table | None:
 
 
 def return_curve_notes(trials: list[tuple[str, Trial]]) -> list[str]:
-    """For RL converge trials (an `episodic_return` series, runner/scenarios/rl.py): the curve in the form
+    """For RL time-to-target trials (an `episodic_return` series, runner/scenarios/rl.py): the curve in the form
     published PPO results use, beside dlbench's own target metric, one note per trial (the first
     ok repeat), preceded by one note saying what it is."""
     lines = [f"{label}: " + " ".join(f"{s / 1000:.4g}k:{r:.0f}" for s, r in episodic_return_curve(points))
