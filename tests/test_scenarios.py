@@ -189,3 +189,34 @@ def test_a_previous_release_store_reports_every_scenario_table(tmp_path, capsys,
     out = capsys.readouterr().out
     assert "Results" in out or "dlbench results" in out
     assert "time to accuracy" in out and "inference" in out.lower()
+
+
+def test_data_parallelism_and_the_profiler_follow_the_records(fake_env):
+    from dlbench.backends import get_backend
+    from dlbench.backends.support import data_parallel_unsupported
+
+    dp = get_backend("fake").data_parallel
+    for user in ("train", "infer", "converge"):
+        trial = TrialSpec(workload=WorkloadSpec(name="mlp", batch_size=16), framework="fake", scenario=user,
+                          devices=2, target_accuracy=0.5 if user == "converge" else None)
+        reason = data_parallel_unsupported(dp, trial)
+        if scenarios.get(user).data_parallel:
+            assert reason is None or "runner scenarios" not in reason, reason
+        else:
+            assert reason == ("devices 2: data parallelism runs the runner scenarios train, rl_train only, not mlp"
+                              f" --scenario {user}")
+    assert [n for n, r in scenarios.SCENARIOS.items() if r.profiled] == ["train", "infer", "sample", "rl_train"]
+
+
+def test_a_run_finishes_in_the_parent_with_its_scaling_annotated_then_its_status(tmp_path, monkeypatch):
+    from dlbench.results.store import Store
+    from dlbench.runner import executor, parallel
+
+    steps: list[str] = []
+    monkeypatch.setattr(parallel, "annotate_run", lambda store, run_id: steps.append(f"annotate {run_id}") or 0)
+    with Store(str(tmp_path / "s.sqlite")) as store:
+        run_id = store.create_run("dlbench run", {}, True)
+        assert executor.finish_run(store, run_id, interrupted=True) == "interrupted"
+        assert executor.finish_run(store, run_id, interrupted=False) == "ok"
+        assert store.run(run_id)["status"] == "ok"
+    assert steps == [f"annotate {run_id}", f"annotate {run_id}"]

@@ -39,8 +39,8 @@ from dlbench.report.terminal import make_console, print_run_tables
 from dlbench.results import environment
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
 from dlbench.results.store import Store, machine_lock
-from dlbench.runner import parallel, ray_executor, resume, rounds
-from dlbench.runner.executor import Outcome, Progress, execute, register, warm_imports
+from dlbench.runner import ray_executor, resume, rounds
+from dlbench.runner.executor import Outcome, Progress, execute, finish_run, register, warm_imports
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
 from dlbench.runner.protocol import CHUNK, PHASE_NAME, STEPS, event_kind
 from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimate_s, learn, make_plan
@@ -343,7 +343,7 @@ def main(args: argparse.Namespace) -> int:
                 outcome = rounds.run_rounds(store, run_id, rule, state, planned, run_trials, progress)
             else:
                 outcome = run_trials(store, run_id, planned, progress)
-            _finish_run(store, run_id, outcome)
+            finish_run(store, run_id, outcome.interrupted)
     return _report(console, store, run_id, args, outcome)
 
 
@@ -383,7 +383,7 @@ def resume_main(args: argparse.Namespace) -> int:
                 outcome = rounds.run_rounds(store, run_id, *auto, resumption.trials, run_trials, progress)
             else:
                 outcome = run_trials(store, run_id, resumption.trials, progress)
-        _finish_run(store, run_id, outcome)
+        finish_run(store, run_id, outcome.interrupted)
     return _report(console, store, run_id, args, outcome)
 
 
@@ -434,13 +434,6 @@ def _print_resumption(console: Console, r: resume.Resumption) -> None:
     if r.killed:
         console.print(f"  killed {len(r.killed)} process(es) left by workers of the dead run:"
                       f" {', '.join(map(str, r.killed))}", highlight=False, soft_wrap=True)
-
-
-def _finish_run(store: Store, run_id: int, outcome: Outcome) -> None:
-    """The run's status over all its trials (a resumed run includes those finished before)."""
-    parallel.annotate_run(store, run_id)  # scaling efficiency from the paired trials
-    failed = any(s in FAILURE_STATUSES for s in store.statuses(run_id))
-    store.finish_run(run_id, "interrupted" if outcome.interrupted else ("failed" if failed else "ok"))
 
 
 def _report(console: Console, store: Store, run_id: int, args: argparse.Namespace, outcome: Outcome) -> int:
