@@ -210,10 +210,10 @@ def test_data_parallelism_and_the_profiler_follow_the_records(fake_env):
 
 def test_a_run_finishes_in_the_parent_with_its_scaling_annotated_then_its_status(tmp_path, monkeypatch):
     from dlbench.results.store import Store
-    from dlbench.runner import executor, parallel
+    from dlbench.runner import annotate, executor
 
     steps: list[str] = []
-    monkeypatch.setattr(parallel, "annotate_run", lambda store, run_id: steps.append(f"annotate {run_id}") or 0)
+    monkeypatch.setattr(annotate, "annotate_run", lambda store, run_id: steps.append(f"annotate {run_id}") or 0)
     with Store(str(tmp_path / "s.sqlite")) as store:
         run_id = store.create_run("dlbench run", {}, True)
         assert executor.finish_run(store, run_id, interrupted=True) == "interrupted"
