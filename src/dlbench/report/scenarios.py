@@ -17,9 +17,9 @@ from dlbench.report.model import Config, Report
 from dlbench.report.progress import Metrics
 
 
-# The ids of the scenario tables (report/time_to_target.py, inference.py, rl.py): a record's
+# The ids of the scenario tables (report/time_to_target.py, inference.py, rl.py, generation.py): a record's
 # registration below names the tables that show its configurations.
-TIME_TO_TARGET_TABLE, INFERENCE_TABLE, RL_TABLE = "converge", "infer", "rl"
+TIME_TO_TARGET_TABLE, INFERENCE_TABLE, RL_TABLE, GENERATION_TABLE = "converge", "infer", "rl", "generate"
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ REPORTING: dict[str, Reporting] = {
     "rl_rollout": Reporting(True, (RL_TABLE,), progress.rl_line),
     "rl_train": Reporting(True, (RL_TABLE,), progress.rl_line),
     "rl_converge": Reporting(False, (TIME_TO_TARGET_TABLE,), progress.rl_converge_line),
+    "generate": Reporting(False, (GENERATION_TABLE,), progress.generate_line),
 }
 
 
