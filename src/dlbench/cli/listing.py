@@ -154,6 +154,27 @@ def workload_table() -> Table:
                  columns, rows)
 
 
+def compact_workload_table() -> Table:
+    """The workloads grouped by what they run and how they are scored, one row per group (a
+    plugin's distribution beside its name), and the plugins that cannot be used as notes: a
+    100x40 screen holds it whatever the number of workloads."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    notes = []
+    for name in workloads.WORKLOADS:
+        module = workloads.get(name)
+        groups.setdefault((", ".join(module.SCENARIOS), module.QUALITY), []).append(name)
+    for name, origin, reason in workloads.plugin_status():
+        if reason is None:
+            module = workloads.get(name)
+            groups.setdefault((", ".join(module.SCENARIOS), module.QUALITY), []).append(f"{name} ({origin.text()})")
+        else:
+            notes.append(f"{name} ({origin.text()}) cannot be used: {reason}")
+    columns = (Column("scenarios", key=True), Column("quality"), Column("workloads"))
+    rows = tuple((Cell(printable(k[0])), Cell(printable(k[1])), Cell(printable(" ".join(v)))) for k, v in groups.items())
+    return Table("workloads", "Workloads", "workloads (built-in, or from an installed plugin: docs/plugins.md; "
+                 "--long for one row each)", columns, rows, tuple(notes))
+
+
 def backend_plugin_notes() -> list[str]:
     """Frameworks from plugins (their distribution) and broken framework plugins (why)."""
     out = []
@@ -229,10 +250,10 @@ def compact_modes_table(rows: list[Support]) -> Table:
         for w in workloads.usable():
             own = {r for m, r in s.modes[w].items() if r is not None and r != s.mode_reasons.get(m)}
             if own:
-                cells.append(Cell(" ".join([MISSING, *dict.fromkeys(reasons.ref(_general(r, s.framework, w), s.framework, w)
-                                                                 for r in sorted(own))])))
-            else:
-                cells.append(Cell(_allowed(s.modes[w], MODE_CODES)))
+                cells.append(Cell("".join([MISSING, *dict.fromkeys(reasons.ref(_general(r, s.framework, w), s.framework, w)
+                                                                for r in sorted(own))])))
+            else:  # `egc`, not `e g c`: ten workloads and more fit a 100-column screen unwrapped
+                cells.append(Cell(_allowed(s.modes[w], MODE_CODES).replace(" ", "")))
         body.append((Cell(s.framework), Cell(scen), *cells))
     columns = (Column("framework", key=True), Column("scenarios"), *(Column(w) for w in workloads.usable()))
     versions = "versions: " + ", ".join(dict.fromkeys(
@@ -350,7 +371,7 @@ def main(args: argparse.Namespace) -> int:
         tables = [workload_table(), long_table(rows), modes_table(rows), precision_table(rows)]
         lines = option_lines()
     else:  # a 100x40 screen: the matrix, its reasons grouped, precisions and options as lines
-        tables = [workload_table(), compact_modes_table(rows)]
+        tables = [compact_workload_table(), compact_modes_table(rows)]
         lines = [*precision_lines(rows), *compact_option_lines()]
     for table in tables:
         print_table(console, table, args.wide)
