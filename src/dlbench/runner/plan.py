@@ -137,6 +137,8 @@ def workload_spec(w: str, preset_name: str, seed: int = 0, batch_size: int | Non
         seed=seed,
         numerics=workloads.get(w).NUMERICS,
     )
+    if p.num_classes is not None:
+        spec = replace(spec, num_classes=p.num_classes)
     return spec if fixed is None else replace(spec, num_classes=fixed)
 
 
