@@ -137,6 +137,7 @@ def blocks(spec: WorkloadSpec) -> list[Block]:
         for j in range(depth):
             b, stride = f"layer{stage + 1}.block{j}", 2 if stage > 0 and j == 0 else 1
             hw //= stride
+            convs: tuple[Conv, ...]
             if s.block == BOTTLENECK:
                 convs = (Conv(f"{b}.conv1", f"{b}.bn1", 1, 1, in_ch, inner, hw * stride, True),
                          Conv(f"{b}.conv2", f"{b}.bn2", 3, stride, inner, inner, hw, True),

@@ -25,6 +25,7 @@ SCENARIOS = SUPERVISED_SCENARIOS
 QUALITY = "accuracy"
 score = accuracy
 CHANNELS = 3
+MARGIN = cnn.MARGIN
 
 
 @final
