@@ -55,3 +55,46 @@ def test_published_architectures_match_their_definitions(framework: str, mode: s
         assert f["grad_names_float32"] == f["grad_names_float64"] == f["param_names"], case
         worst = max(f["grad_rel_errors"].items(), key=lambda kv: kv[1])
         assert worst[1] < GRAD_RTOL, (case, worst)
+
+
+def _dlbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "dlbench.cli.main", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=1800, env={**os.environ, "COLUMNS": "250"})
+
+
+def _trials(cwd: Path) -> list[dict[str, object]]:
+    exported = _dlbench("export", "latest", "--format", "json", cwd=cwd)
+    assert exported.returncode == 0, exported.stderr
+    [run] = json.loads(exported.stdout)["runs"]
+    trials: list[dict[str, object]] = run["trials"]
+    return trials
+
+
+@pytest.mark.slow
+def test_published_architectures_serve_in_onnxruntime_and_litert(tmp_path: Path) -> None:
+    """The infer scenario of the tiny published architectures through the exporting backends
+    (ONNX Runtime from torch, LiteRT from TensorFlow): every trial ok, parity pass."""
+    frameworks = [f for f in ("onnxruntime", "litert") if get_backend(f).available()[0]]
+    if not frameworks:
+        pytest.skip("neither onnxruntime nor litert is installed")
+    out = _dlbench("run", "--scenario", "infer", "-w", "resnet,transformer,vit", "-f", ",".join(frameworks),
+                   "--preset", "published-tiny", "--repeats", "1", "--allow-concurrent", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    trials = _trials(tmp_path)
+    assert len(trials) == 3 * len(frameworks)
+    for t in trials:
+        assert t["status"] == "ok" and t["parity"]["verdict"] == "pass", (t["spec"], t["error"], t["parity"])  # type: ignore[index]
+
+
+@pytest.mark.slow
+def test_published_shapes_run_a_short_window(tmp_path: Path) -> None:
+    """`dlbench run --preset published` trains ResNet-50, BERT-base and ViT-B/16 for two timed
+    steps of 2 (torch eager: a cold compile of these costs minutes on two cores) and reports
+    samples/s and the CPU's matmul-ceiling share."""
+    out = _dlbench("run", "-w", "resnet,transformer,vit", "-f", "torch", "--mode", "eager", "--preset", "published",
+                   "-b", "2", "--dataset-size", "4", "--repeats", "1", "--allow-concurrent", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    for t in _trials(tmp_path):
+        m = {k: v["value"] for k, v in t["metrics"].items()}  # type: ignore[attr-defined]
+        assert t["status"] == "ok" and m["samples_per_s"] > 0, (t["spec"], t["error"])  # type: ignore[index]
+        assert (m.get("matmul_ceiling_share") or m.get("mfu") or 0) > 0, sorted(m)
