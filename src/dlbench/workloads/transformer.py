@@ -72,10 +72,11 @@ PRESETS = {
     "gpu": Preset(model_size="large", dataset_size=65536, batch_size=128, epochs=3,
                   warmup_epochs=1, eval_size=8192),
     # Published shapes (issue 34): BERT-base is 67 GFLOP per training sequence of 128 (290 at
-    # 512), so a CPU sees a few steps of 8; a GPU user raises -b and --dataset-size.
-    "published": Preset(model_size="bert-base", dataset_size=16, batch_size=8, epochs=1,
+    # 512), so a CPU runs the five steps a timed window needs (analysis/window.py) at batch 4
+    # (2 at 512); a GPU user raises -b and --dataset-size.
+    "published": Preset(model_size="bert-base", dataset_size=20, batch_size=4, epochs=1,
                         warmup_epochs=1, eval_size=8),
-    "published-512": Preset(model_size="bert-base-512", dataset_size=8, batch_size=4, epochs=1,
+    "published-512": Preset(model_size="bert-base-512", dataset_size=10, batch_size=2, epochs=1,
                             warmup_epochs=1, eval_size=4),
     "published-tiny": Preset(model_size="bert-tiny", dataset_size=128, batch_size=16, epochs=1,
                              warmup_epochs=1, eval_size=32),
