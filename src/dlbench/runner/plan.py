@@ -117,7 +117,7 @@ class Plan:
 def preset(w: str, name: str) -> Preset:
     module = workloads.get(w)
     if name not in module.PRESETS:
-        raise SpecError(f"preset {name!r} is not one of: {', '.join(module.PRESETS)}")
+        raise SpecError(f"preset {name!r} is not one of: {', '.join(module.PRESETS)} (the presets of {w})")
     p: Preset = module.PRESETS[name]
     return p
 
