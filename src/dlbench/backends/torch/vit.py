@@ -34,7 +34,8 @@ class Embed(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         z = self.patch(x).flatten(2).transpose(1, 2)  # (N, D, H/P, W/P) -> (N, T, D), row-major
-        cls = self.cls.expand(len(x), 1, -1)
+        # expand_as, not expand(len(x), ...): an ONNX export traces len(x) as a constant batch.
+        cls = self.cls.expand_as(z[:, :1])
         return torch.cat([cls, z], dim=1) + self.positions
 
 
