@@ -26,6 +26,7 @@ from dlbench.report import payback as payback_report
 from dlbench.report import profile as profile_report
 from dlbench.report.history import Series as HistorySeries
 from dlbench.report.model import Config, Report, Trial
+from dlbench.report.scenarios import reporting
 
 GIB = 1024**3
 # Colours of frameworks (in the order they first appear in the report, so one framework has one
@@ -154,10 +155,10 @@ def _bar_figure(report: Report, traces: Callable[[list[Config]], list[_Bars]], s
 
 
 def _with_metric(report: Report, metric: str) -> list[Config]:
-    # Converge trials have a chart of their own (convergence): their samples/s include the
-    # first step's compile and their accuracy is the one at the stop, not after a timed window.
+    # Time-to-accuracy trials have a chart of their own (convergence): their samples/s include
+    # the first step's compile and their accuracy is the one at the stop, not after a timed window.
     return [c for c in report.configs if c.summary(metric).median is not None
-            and c.axes.get("scenario") != "converge"]
+            and "converge" not in reporting(c).tables]
 
 
 def throughput(report: Report) -> Chart | None:
@@ -508,7 +509,7 @@ def convergence(report: Report) -> Chart | None:
 
 
 def returns(report: Report) -> Chart | None:
-    """Reinforcement learning (runner/rl.py, converge): the mean return of the last finished
+    """Reinforcement learning (runner/scenarios/rl.py, converge): the mean return of the last finished
     episodes after each iteration, by environment steps and by training seconds, one line per
     process (seed), the target dashed."""
     pairs = [(c, t) for c, t in report.trials() if t.series.get("return")]
@@ -523,6 +524,11 @@ def returns(report: Report) -> Chart | None:
             fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines",
                                      name=name, legendgroup=name, showlegend=col == 1,
                                      line={"color": color, "width": 1.5}), row=1, col=col)
+        # every episode's return at its global env step (CleanRL's charts/episodic_return form)
+        episodes = t.series.get("episodic_return") or []
+        fig.add_trace(go.Scatter(x=[p[0] for p in episodes], y=[p[1] for p in episodes], mode="markers",
+                                 name=name, legendgroup=name, showlegend=False, opacity=0.35,
+                                 marker={"color": color, "size": 3}), row=1, col=1)
     for target in sorted({float(t.spec["target_accuracy"]) for _, t in pairs if t.spec.get("target_accuracy")}):
         fig.add_hline(y=target * RL_MAX_RETURN, line_dash="dash", line_color="#555555", line_width=1)
     fig.update_xaxes(title_text="environment steps", row=1, col=1)
@@ -530,7 +536,9 @@ def returns(report: Report) -> Chart | None:
     fig.update_yaxes(title_text="mean episodic return", row=1, col=1)
     return Chart("returns", "Reinforcement learning: returns", _layout(fig, height=460),
                  "Mean return of the last 20 finished episodes after each PPO iteration, one line per process"
-                 " (seed): against environment steps and against training seconds; dashed: the target (the"
+                 " (seed): against environment steps and against training seconds; dots: every finished"
+                 " episode's return at the global environment step it ended (the points published PPO curves,"
+                 " e.g. CleanRL's charts/episodic_return, are drawn from); dashed: the target (the"
                  " normalised target x 500, CartPole's longest episode). Seeds differ by design: once one action"
                  " flips at a rounding boundary two frameworks' runs diverge, so compare distributions.")
 

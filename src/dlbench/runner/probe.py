@@ -13,6 +13,8 @@ judged against); with K > 0 also the K-step loss trajectory from the canonical p
 eval-mode logits on the fixed batch after those steps, and the batch its pipeline fed for the
 last step) and OUT/i.json ({"status", "error",
 "numerics"}). A failure of one workload is recorded and the probe goes on with the next.
+With "indices" in REQUEST, only those trials are probed (the parent restarts a probe that died
+on one workload for the ones after it); OUT/i.started marks each trial begun.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ import numpy as np
 
 from dlbench import workloads
 from dlbench.backends import get_backend, support
-from dlbench.backends.base import Backend, Program, Unsupported
-from dlbench.runner import fixedbatch
+from dlbench.backends.base import Backend, Learner, Unsupported
+from dlbench.runner import fixedbatch, protocol
 from dlbench.runner.child import setup_environment
 from dlbench.spec import PARITY_BATCH, TrialSpec, trial_from_dict
 
@@ -46,7 +48,7 @@ def trajectory_rows(trial: TrialSpec, k_steps: int) -> np.ndarray:
     return np.concatenate(rows)[:k_steps]
 
 
-def trajectory(backend: Backend, program: Program, trial: TrialSpec, k_steps: int) -> dict[str, np.ndarray]:
+def trajectory(backend: Backend, program: Learner, trial: TrialSpec, k_steps: int) -> dict[str, np.ndarray]:
     """K training steps from the canonical parameters, one step per chunk so every framework
     reports per-step losses; then eval-mode logits on the fixed batch. Also the batch the
     pipeline feeds for the last step (canonical layout): bit-identical in every framework."""
@@ -73,12 +75,12 @@ def probe_one(backend: Backend, trial: TrialSpec, k_steps: int, out: Path) -> di
                           f"{', '.join(backend.capabilities.names())})")
     # One process probes every workload: each must compile as it would in its trial's worker.
     backend.forget_compiled()
-    program = support.build(trial, backend)
+    program = support.build_learner(trial, backend)
     loss, grads = fixedbatch.grads(trial, program)
     extra: dict[str, np.ndarray] = {"init_logits": fixedbatch.logits(trial, program)}
     if k_steps > 0:
         extra.update(trajectory(backend, program, trial, k_steps))
-    fixedbatch.save_grads(out, loss, grads, **extra)
+    protocol.save_grads(out, loss, grads, **extra)
     return {"status": "ok", "numerics": program.numerics()}
 
 
@@ -97,8 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         backend.import_framework()
         backend.configure(trials[0].policy)
-        for i, trial in enumerate(trials):
-            (out_dir / f"{i}.json").write_text(json.dumps(_probe_safely(backend, trial, request, out_dir / f"{i}.npz")))
+        for i in request.get("indices", range(len(trials))):
+            # The marker names the workload being probed if this process dies on it (probe_client).
+            (out_dir / f"{i}.started").touch()
+            result = _probe_safely(backend, trials[i], request, out_dir / f"{i}.npz")
+            (out_dir / f"{i}.json.part").write_text(json.dumps(result))
+            os.replace(out_dir / f"{i}.json.part", out_dir / f"{i}.json")  # whole, or not there
     finally:
         if fresh is not None:
             shutil.rmtree(fresh, ignore_errors=True)

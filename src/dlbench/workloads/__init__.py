@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from dlbench import plugins
+from dlbench import plugins, scenarios
 from dlbench.plugins import BUILTIN, WORKLOAD_GROUP, Entry, Origin, PluginError
 from dlbench.spec import SpecError, WorkloadSpec
 from dlbench.workloads import cnn, contract, data, ddpm, detect, mlp, node, params, ppo, resnet, transformer, vit
@@ -184,6 +184,16 @@ def generated_quality(name: str) -> Callable[[WorkloadSpec, Callable[[np.ndarray
     return found
 
 
+def extra_scores(name: str) -> Callable[[WorkloadSpec, np.ndarray, data.Dataset], dict[str, float]] | None:
+    """The workload's further held-out scores of the same outputs as its `score`,
+    `extra_scores(spec, outputs, data) -> {metric: value}` (detect: `map_voc`, mAP@0.5 under the
+    VOC devkit's matching rule beside `map`'s COCO rule); None for a workload without any (an
+    optional member of the interface)."""
+    found: Callable[[WorkloadSpec, np.ndarray, data.Dataset], dict[str, float]] | None = \
+        vars(get(name)).get("extra_scores")
+    return found
+
+
 def postprocess(name: str) -> Callable[[WorkloadSpec, np.ndarray], Any] | None:
     """The workload's post-processing of its outputs (detect: decoding, score threshold and
     class-wise NMS), which the infer scenario times apart; None for a workload without one
@@ -193,8 +203,31 @@ def postprocess(name: str) -> Callable[[WorkloadSpec, np.ndarray], Any] | None:
 
 
 def scenario_unsupported(name: str, scenario: str) -> str | None:
-    """None when the workload runs `scenario`, else the reason (one line)."""
+    """None when the workload runs `scenario` with a runner scenario this dlbench has, else the
+    reason (one line)."""
     runs = get(name).SCENARIOS
-    if scenario in runs:
-        return None
-    return f"{name} has no {scenario} scenario (it runs: {', '.join(runs)})"
+    if scenario not in runs:
+        return f"{name} has no {scenario} scenario (it runs: {', '.join(runs)})"
+    if runs[scenario] not in scenarios.SCENARIOS:
+        return (f"{name} runs {scenario} with the runner scenario {runs[scenario]!r}, which this dlbench does"
+                f" not have (it has: {', '.join(scenarios.SCENARIOS)})")
+    return None
+
+
+def scenario(name: str, user_scenario: str) -> scenarios.Scenario:
+    """The record of the runner scenario workload `name` runs `--scenario user_scenario` with
+    (check scenario_unsupported first: KeyError where it has none)."""
+    return scenarios.get(get(name).SCENARIOS[user_scenario])
+
+
+def stored_scenario(spec: dict[str, Any]) -> scenarios.Scenario:
+    """The runner scenario record of a stored trial's spec, for the parent's judges and the
+    report: through its workload where this dlbench knows it, else (a plugin not installed here)
+    the record named like its --scenario, else train's."""
+    user = str(spec.get("scenario", "train"))
+    name = str((spec.get("workload") or {}).get("name", ""))
+    try:
+        runs: dict[str, str] = get(name).SCENARIOS
+    except (SpecError, PluginError):
+        runs = {}
+    return scenarios.SCENARIOS.get(runs.get(user, user)) or scenarios.SCENARIOS["train"]

@@ -18,7 +18,7 @@ from dlbench.spec import Numerics, WorkloadSpec
 from dlbench.workloads.data import Dataset
 
 # A supervised workload's scenarios: user-facing name (`--scenario`) -> the runner's scenario that
-# runs it (runner/worker.py: SCENARIOS). A workload with a loop of its own (reinforcement learning,
+# runs it (dlbench/scenarios.py: SCENARIOS). A workload with a loop of its own (reinforcement learning,
 # diffusion sampling) maps a name to a runner scenario written for it.
 SUPERVISED_SCENARIOS: dict[str, str] = {"train": "train", "infer": "infer", "converge": "converge"}
 
@@ -52,7 +52,10 @@ class Workload(Protocol):
     three object classes): its specs carry it and workloads.validate refuses another;
     `epoch_copies(spec) -> int`, how many per-epoch copies of its samples `make_dataset` holds
     (ddpm: timesteps and noise redrawn per epoch; epoch e reads copy e mod that,
-    workloads.epoch_steps), 1 without it."""
+    workloads.epoch_steps), 1 without it; `extra_scores(spec, outputs, data) -> {metric: value}`,
+    further held-out scores of the outputs `score` judged, recorded beside it by the train
+    scenario (detect: `map_voc`, the VOC devkit's matching; workloads.extra_scores);
+    `generated_quality(spec, denoise) -> {metric: value}` (ddpm's sample quality)."""
 
     NAME: str
     # --scenario name -> runner scenario (SUPERVISED_SCENARIOS for a classifier)

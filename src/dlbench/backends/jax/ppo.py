@@ -73,7 +73,8 @@ def env_step(env: Env, action: jax.Array, reset: jax.Array) -> tuple[Env, jax.Ar
     nxt = jnp.stack([x + cartpole.TAU * x_dot, x_dot + cartpole.TAU * x_acc, theta + cartpole.TAU * theta_dot,
                      theta_dot + cartpole.TAU * theta_acc], axis=1)
     t = env.t + 1
-    done = (jnp.abs(nxt[:, 0]) > cartpole.X_LIMIT) | (jnp.abs(nxt[:, 2]) > cartpole.THETA_LIMIT) | (t >= cartpole.MAX_STEPS)
+    x_limit, theta_limit = cartpole.limits(obs.dtype.name)  # Gymnasium's float64 comparison
+    done = (jnp.abs(nxt[:, 0]) > x_limit) | (jnp.abs(nxt[:, 2]) > theta_limit) | (t >= cartpole.MAX_STEPS)
     reward = jnp.ones_like(env.ret)
     ret = env.ret + reward
     finished = jnp.where(done, ret, 0.0)
@@ -117,8 +118,8 @@ def ppo_loss(e: dict[str, Any], p: Params, batch: jax.Array) -> jax.Array:
     logps = jax.nn.log_softmax(logits)
     logp = jnp.take_along_axis(logps, action[:, None], axis=1)[:, 0]
     entropy = -(jnp.exp(logps) * logps).sum(axis=1)
-    # ddof 0: the population standard deviation (jnp.std's default).
-    adv = (adv - adv.mean()) / (jnp.std(adv) + float(e["adv_eps"]))
+    # The numerics block's ddof (0: the population standard deviation, PureJaxRL's; 1: CleanRL's).
+    adv = (adv - adv.mean()) / (jnp.std(adv, ddof=int(e["adv_norm_ddof"])) + float(e["adv_eps"]))
     ratio = jnp.exp(logp - logp_old)
     clip = float(e["clip_eps"])
     pg = -jnp.minimum(ratio * adv, jnp.clip(ratio, 1.0 - clip, 1.0 + clip) * adv).mean()
@@ -200,9 +201,6 @@ class PpoProgram:
             raise Unsupported("ppo has no augmentation")
         return (jax.device_put(self._rows[i]) for i in order)
 
-    def compile(self, state: State, batch: Any) -> float | None:
-        return None
-
     def train_chunk(self, state: State, batches: Iterator[jax.Array], n_steps: int) -> tuple[State, jax.Array]:
         losses = []
         for _ in range(n_steps):
@@ -213,12 +211,6 @@ class PpoProgram:
     def predict(self, state: State, x: np.ndarray) -> np.ndarray:
         logits, value = self._forward(state.params, jnp.asarray(np.asarray(x, self._dtype)[:, :4]))
         return np.concatenate([np.asarray(logits), np.asarray(value)[:, None]], axis=1)
-
-    def infer_fn(self, state: State) -> Callable[[Any], np.ndarray]:
-        raise Unsupported("ppo has no inference scenario")
-
-    def infer_input(self, x: np.ndarray) -> Any:
-        raise Unsupported("ppo has no inference scenario")
 
     def loss_and_grads(self, state: State, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
         loss, grads = self._grad(state.params, jnp.asarray(np.asarray(x, self._dtype)))

@@ -12,7 +12,9 @@ states as long as its logits agree.
   the last RETURN_WINDOW finished episodes reaches `target_accuracy` x 500 (the normalised
   return; 0.95 is CartPole's customary 475) or a budget runs out (`max_steps` iterations,
   `max_time_s`); the first compile counts, as a user waits for it. Reports `steps_to_target` in
-  environment steps, `time_to_target_s`, and the curve (`return`, `return_by_time`).
+  environment steps, `time_to_target_s`, and the curve (`return`, `return_by_time`); the
+  episodes are ordered by the step they ended at (then by environment), and every episode's
+  return at its global env step is kept as `episodic_return`, the published curves' form.
 
 Where the rollout runs (`host` or `fused`) is the policy (Policy.rollout), recorded as
 `policy_effective["rollout"]`. Before timing, the parity phase writes the fixed frozen batch's
@@ -23,13 +25,15 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from dlbench import workloads
 from dlbench.analysis.window import FLAG_METRIC, too_short
-from dlbench.runner import profiled, train
+from dlbench.backends import support
+from dlbench.backends.base import Rollout
+from dlbench.runner.scenarios import profiled, train
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.spec import TrialSpec
 from dlbench.workloads import cartpole, ppo
@@ -38,25 +42,10 @@ from dlbench.workloads import cartpole, ppo
 RETURN_WINDOW = 20
 
 
-class RlProgram(Protocol):
-    """What an RL workload's Program adds to backends.base.Program (backends/*/ppo.py)."""
-
-    rollout_placement: str
-
-    def env(self, obs: np.ndarray) -> Any: ...
-    def rollout(self, state: Any, env: Any, uniforms: np.ndarray, resets: np.ndarray) -> tuple[Any, Any]: ...
-    def update(self, state: Any, env: Any, traj: Any, perms: np.ndarray) -> tuple[Any, Any]: ...
-    def finished(self, traj: Any) -> np.ndarray: ...
-    def wait(self, *outputs: Any) -> None: ...
-    def losses_to_numpy(self, losses: Any) -> np.ndarray: ...
-    def compilations(self) -> int: ...
-
-
-def _build(ctx: TrialContext) -> tuple[RlProgram, Any]:
-    program, state = train.build_and_load(ctx)
-    rl: RlProgram = program  # type: ignore[assignment]
-    ctx.result.policy_effective["rollout"] = {"asked": ctx.trial.policy.rollout, "placement": rl.rollout_placement}
-    return rl, state
+def _build(ctx: TrialContext) -> tuple[Rollout, Any]:
+    program, state = train.build_and_load(ctx, support.build_rollout)
+    ctx.result.policy_effective["rollout"] = {"asked": ctx.trial.policy.rollout, "placement": program.rollout_placement}
+    return program, state
 
 
 def _parity(ctx: TrialContext) -> None:
@@ -109,7 +98,7 @@ def run_rollout(ctx: TrialContext) -> None:
 def run_train(ctx: TrialContext) -> None:
     """Whole PPO iterations: warm-up iterations (compiles included), then `epochs` timed ones,
     the rollout and the update of each timed apart (a sync between them); a profiled trial's
-    timed iterations under the framework's profiler (runner/profiled.py)."""
+    timed iterations under the framework's profiler (runner/scenarios/profiled.py)."""
     trial, m = ctx.trial, ctx.metrics
     profiled.prepare(ctx)
     program, state = _build(ctx)
@@ -152,7 +141,7 @@ def run_train(ctx: TrialContext) -> None:
     allocator_metrics(ctx)
 
 
-def _iteration(program: RlProgram, state: Any, env: Any, d: ppo.Draws) -> tuple[Any, Any, tuple[float, float, np.ndarray]]:
+def _iteration(program: Rollout, state: Any, env: Any, d: ppo.Draws) -> tuple[Any, Any, tuple[float, float, np.ndarray]]:
     """One rollout and one update, each synced: (env, state, (rollout s, update s, losses))."""
     t0 = time.perf_counter()
     env, traj = program.rollout(state, env, d.uniforms, d.resets)
@@ -173,6 +162,7 @@ def run_converge(ctx: TrialContext) -> None:
     env = program.env(ppo.initial_obs(trial.workload))
     env_steps, _ = _steps_per_iteration(trial)
     returns: list[float] = []
+    episodes: list[tuple[int, float]] = []  # (global env step at its end, return), in time order
     points: list[tuple[int, float, float]] = []  # (env steps, training s, mean return of the window)
     train_s, reached, stop = 0.0, False, f"max steps {trial.max_steps} iterations"
     m["time_to_first_step_s"] = None
@@ -187,7 +177,9 @@ def run_converge(ctx: TrialContext) -> None:
             m["first_step_s"] = train_s
             m["time_to_first_step_s"] = time.monotonic() - ctx.created
         finished = program.finished(traj)  # outside the clock: a fetch of the episode returns
-        returns += [float(v) for v in finished.T.reshape(-1)[finished.T.reshape(-1) > 0]]
+        ended = finished_episodes(finished, i)
+        episodes += ended
+        returns += [r for _, r in ended]
         if returns:
             points.append(((i + 1) * env_steps, train_s, float(np.mean(returns[-RETURN_WINDOW:]))))
             ctx.log.emit("chunk", epoch=i, steps=1, seconds=train_s)
@@ -209,6 +201,9 @@ def run_converge(ctx: TrialContext) -> None:
             result.notes[name] = f"return target {target:g} not reached: {stop}"
     result.notes["stop"] = stop
     result.series["return"] = [(float(s), r) for s, _, r in points]
+    # Every finished episode's return at the global env step it ended: the form published PPO
+    # curves are made from (CleanRL logs charts/episodic_return by global_step).
+    result.series["episodic_return"] = [(float(s), r) for s, r in episodes]
     result.series["return_by_time"] = [(t, r) for _, t, r in points]
     # The converge tables and charts read the quality metric as `accuracy`: here the normalised
     # return (mean return of the window / 500).
@@ -219,7 +214,17 @@ def run_converge(ctx: TrialContext) -> None:
     allocator_metrics(ctx)
 
 
-def _compilations(program: RlProgram) -> int:
+def finished_episodes(finished: np.ndarray, iteration: int) -> list[tuple[int, float]]:
+    """The episodes that ended in one rollout, `finished` (T, N) (an episode's return where it
+    ended, else 0), as (global env step, return) in time order, then environment order. The
+    global step counts every environment's steps, as CleanRL's global_step: at rollout step t of
+    iteration i it is (i T + t + 1) N."""
+    steps, envs = finished.shape
+    t, n = np.nonzero(finished > 0)  # row-major: time first, then environment
+    return [((iteration * steps + int(a) + 1) * envs, float(finished[a, b])) for a, b in zip(t, n)]
+
+
+def _compilations(program: Rollout) -> int:
     return program.compilations()
 
 
