@@ -186,7 +186,7 @@ def compact_workload_table() -> Table:
     columns = (Column("scenarios", key=True), Column("quality"), Column("workloads"))
     rows = tuple((Cell(printable(k[0])), Cell(printable(k[1])), Cell(printable(" ".join(v)))) for k, v in groups.items())
     return Table("workloads", "Workloads", "workloads (built-in, or from an installed plugin: docs/plugins.md; "
-                 "--long for one row each)", columns, rows, tuple(notes))
+                 "--long: one row each, presets)", columns, rows, tuple(notes))
 
 
 def backend_plugin_notes() -> list[str]:
