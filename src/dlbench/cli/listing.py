@@ -13,6 +13,7 @@ import argparse
 import json
 import re
 from dataclasses import dataclass
+from types import ModuleType
 
 from dlbench import backends, scenarios, workloads
 from dlbench.backends import get_backend, precision, registered
@@ -133,22 +134,35 @@ def _allowed(choices: dict[str, str | None], codes: dict[str, str]) -> str:
     return " ".join(codes[k] for k, r in choices.items() if r is None) or "no"
 
 
+# The presets every workload has (--preset); the others are named in the workloads table.
+DEVICE_PRESETS = ("tiny", "cpu", "gpu")
+
+
+def other_presets(module: ModuleType) -> str:
+    """A workload's presets beyond tiny/cpu/gpu and the model size each runs (the published
+    architectures: `published=resnet50, published-tiny=resnet50-tiny`), or "–"."""
+    named = [f"{p}={v.model_size}" for p, v in module.PRESETS.items() if p not in DEVICE_PRESETS]
+    return ", ".join(named) or MISSING
+
+
 def workload_table() -> Table:
     """Every workload, built-in or from which plugin (distribution and version), with its
-    scenarios and quality metric, or why a plugin cannot be used."""
+    scenarios, quality metric and extra presets (the published architectures), or why a plugin
+    cannot be used."""
     body = []
     for name in workloads.WORKLOADS:
         module = workloads.get(name)
-        body.append((name, "built-in", ", ".join(module.SCENARIOS), module.QUALITY, "yes"))
+        body.append((name, "built-in", ", ".join(module.SCENARIOS), module.QUALITY, other_presets(module), "yes"))
     for name, origin, reason in workloads.plugin_status():
         if reason is None:
             module = workloads.get(name)
-            body.append((name, origin.text(), ", ".join(module.SCENARIOS), module.QUALITY, "yes"))
+            body.append((name, origin.text(), ", ".join(module.SCENARIOS), module.QUALITY, other_presets(module),
+                         "yes"))
         else:
-            body.append((name, origin.text(), MISSING, MISSING, f"no: {reason}"))
+            body.append((name, origin.text(), MISSING, MISSING, MISSING, f"no: {reason}"))
     # "name", not "workload": a column of that header splits a table into one per workload.
     columns = (Column("name", key=True), Column("from"), Column("scenarios"), Column("quality"),
-               Column("usable"))
+               Column("presets beyond tiny/cpu/gpu"), Column("usable"))
     rows = tuple(tuple(Cell(printable(v)) for v in row) for row in body)  # a plugin's names and errors
     return Table("workloads", "Workloads", "workloads (built-in, or from an installed plugin: docs/plugins.md)",
                  columns, rows)
@@ -172,7 +186,7 @@ def compact_workload_table() -> Table:
     columns = (Column("scenarios", key=True), Column("quality"), Column("workloads"))
     rows = tuple((Cell(printable(k[0])), Cell(printable(k[1])), Cell(printable(" ".join(v)))) for k, v in groups.items())
     return Table("workloads", "Workloads", "workloads (built-in, or from an installed plugin: docs/plugins.md; "
-                 "--long for one row each)", columns, rows, tuple(notes))
+                 "--long: one row each, presets)", columns, rows, tuple(notes))
 
 
 def backend_plugin_notes() -> list[str]:
@@ -363,7 +377,8 @@ def main(args: argparse.Namespace) -> int:
     rows = [support(name) for name in registered()]
     if args.json:
         print(json.dumps({"frameworks": as_json(rows), "workloads": [
-            {"workload": r[0].text, "from": r[1].text, "scenarios": r[2].text, "quality": r[3].text, "usable": r[4].text}
+            {"workload": r[0].text, "from": r[1].text, "scenarios": r[2].text, "quality": r[3].text,
+             "presets": r[4].text, "usable": r[5].text}
             for r in workload_table().rows]}, indent=2))
         return 0
     console = make_console()
