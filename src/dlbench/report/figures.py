@@ -26,6 +26,7 @@ from dlbench.report import payback as payback_report
 from dlbench.report import profile as profile_report
 from dlbench.report.history import Series as HistorySeries
 from dlbench.report.model import Config, Report, Trial
+from dlbench.report.scenarios import reporting
 
 GIB = 1024**3
 # Colours of frameworks (in the order they first appear in the report, so one framework has one
@@ -154,10 +155,10 @@ def _bar_figure(report: Report, traces: Callable[[list[Config]], list[_Bars]], s
 
 
 def _with_metric(report: Report, metric: str) -> list[Config]:
-    # Converge trials have a chart of their own (convergence): their samples/s include the
-    # first step's compile and their accuracy is the one at the stop, not after a timed window.
+    # Time-to-accuracy trials have a chart of their own (convergence): their samples/s include
+    # the first step's compile and their accuracy is the one at the stop, not after a timed window.
     return [c for c in report.configs if c.summary(metric).median is not None
-            and c.axes.get("scenario") != "converge"]
+            and "converge" not in reporting(c).tables]
 
 
 def throughput(report: Report) -> Chart | None:
@@ -508,7 +509,7 @@ def convergence(report: Report) -> Chart | None:
 
 
 def returns(report: Report) -> Chart | None:
-    """Reinforcement learning (runner/rl.py, converge): the mean return of the last finished
+    """Reinforcement learning (runner/scenarios/rl.py, converge): the mean return of the last finished
     episodes after each iteration, by environment steps and by training seconds, one line per
     process (seed), the target dashed."""
     pairs = [(c, t) for c, t in report.trials() if t.series.get("return")]

@@ -23,7 +23,7 @@ import optax
 
 from dlbench import workloads
 from dlbench.backends import multistep
-from dlbench.backends.base import Unsupported
+from dlbench.backends.base import Sampling, Unsupported
 from dlbench.backends.jax import losses, pipeline
 from dlbench.backends.jax.training import compiles, counted_name, listen_for_compiles, make_optimizer, optimizer_numerics
 from dlbench.spec import Numerics, TrialSpec
@@ -119,7 +119,7 @@ def refuse(workload: str, field: str, wanted: object, implemented: Iterable[obje
 
 
 @typing.final
-class JaxProgram:
+class JaxProgram(Sampling):
     def __init__(self, trial: TrialSpec, model: Model) -> None:
         spec = trial.workload
         self._spec = spec

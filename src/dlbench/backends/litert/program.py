@@ -30,7 +30,7 @@ from ai_edge_litert.interpreter import Interpreter
 
 from dlbench import workloads
 from dlbench.analysis import parity
-from dlbench.backends.base import BUILTIN_PACKAGES, InferenceOnly, Unsupported, build_program, require_builder
+from dlbench.backends.base import BUILTIN_PACKAGES, InferenceOnly, Sampling, Unsupported, build_program, require_builder
 from dlbench.backends.litert.settings import EXPORTS_FROM, quantization, threads
 from dlbench.backends.tensorflow.program import TensorFlowProgram
 from dlbench.spec import PARITY_BATCH, TrialSpec
@@ -100,7 +100,7 @@ def convert(tf_program: TensorFlowProgram, sample_shape: tuple[int, ...], x_dtyp
 
 
 @typing.final
-class LiteRTProgram(InferenceOnly):
+class LiteRTProgram(InferenceOnly, Sampling):
     not_trainable = NOT_TRAINABLE
 
     def __init__(self, trial: TrialSpec) -> None:

@@ -35,7 +35,7 @@ import onnxruntime as ort
 
 from dlbench import workloads
 from dlbench.analysis import parity
-from dlbench.backends.base import BUILTIN_PACKAGES, InferenceOnly, Unsupported, build_program, builder_module, require_builder
+from dlbench.backends.base import BUILTIN_PACKAGES, InferenceOnly, Sampling, Unsupported, build_program, builder_module, require_builder
 from dlbench.backends.onnxruntime.profile import opened as profiling_opened
 from dlbench.backends.onnxruntime.session import EXPORTS_FROM, providers, session_options
 from dlbench.paths import cache_base
@@ -191,7 +191,7 @@ class State:
 
 
 @typing.final
-class OrtProgram(InferenceOnly):
+class OrtProgram(InferenceOnly, Sampling):
     not_trainable = NOT_TRAINABLE
 
     def __init__(self, trial: TrialSpec) -> None:

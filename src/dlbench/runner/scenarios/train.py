@@ -13,16 +13,19 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, TypeVar
 
 import numpy as np
 
 from dlbench import workloads
 from dlbench.analysis.window import FLAG_METRIC, too_short
 from dlbench.backends import support
-from dlbench.backends.base import Program, TimedBatches
+from dlbench.backends.base import Backend, Learner, TimedBatches, Trainable
 from dlbench.machine import bf16_on_cpu
-from dlbench.runner import fixedbatch, parallel, profiled
+from dlbench.runner import fixedbatch, parallel, protocol
+from dlbench.runner.scenarios import profiled
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.runner.timing import split_steps
 from dlbench.spec import TrialSpec, WorkloadSpec
@@ -31,9 +34,9 @@ from dlbench.workloads.data import Dataset, epoch_augment
 
 def run(ctx: TrialContext) -> None:
     """Every phase of a train trial after the framework import; a profiled trial's timed
-    window under the framework's profiler (runner/profiled.py)."""
+    window under the framework's profiler (runner/scenarios/profiled.py)."""
     profiled.prepare(ctx)
-    program, state = build_and_load(ctx)
+    program, state = build_and_load(ctx, support.build_trainable)
     state = _warmup(ctx, program, state)
     _parity(ctx)
     comm_before_s = ctx.backend.data_parallel.comm_s()
@@ -44,12 +47,15 @@ def run(ctx: TrialContext) -> None:
     allocator_metrics(ctx)
 
 
-def build_and_load(ctx: TrialContext) -> tuple[Program, Any]:
+L = TypeVar("L", bound=Learner)
+
+
+def build_and_load(ctx: TrialContext, build: Callable[[TrialSpec, Backend], L]) -> tuple[L, Any]:
     """The Program and its state from the canonical parameters (build_s), then the training
     split into the framework (data_s). Records the numerics and precision as read back."""
     trial, m = ctx.trial, ctx.metrics
     t = ctx.phases.start("build")
-    program = support.build(trial, ctx.backend)
+    program = build(trial, ctx.backend)
     state = support.init(trial, program)
     m["build_s"] = ctx.phases.end("build", t)
     ctx.result.numerics = program.numerics()
@@ -58,7 +64,7 @@ def build_and_load(ctx: TrialContext) -> tuple[Program, Any]:
     if trial.precision == "bf16" and ctx.backend.device_kind() == "cpu":
         ctx.result.policy_effective["precision"]["cpu_bf16"] = bf16_on_cpu()
     t = ctx.phases.start("data")
-    program.load(workloads.get(trial.workload.name).make_dataset(trial.workload))
+    program.load(ctx.workload.make_dataset(trial.workload))
     m["data_s"] = ctx.phases.end("data", t)
     return program, state
 
@@ -67,7 +73,7 @@ def _epoch_rows(trial: TrialSpec, epoch: int) -> np.ndarray:
     return workloads.epoch_steps(trial.workload, epoch)[0]
 
 
-def _epoch_batches(trial: TrialSpec, program: Program, epoch: int, rows: np.ndarray, steps: int | None = None) -> Any:
+def _epoch_batches(trial: TrialSpec, program: Trainable, epoch: int, rows: np.ndarray, steps: int | None = None) -> Any:
     """The pipeline over the epoch's first `steps` rows (all by default), with the epoch's
     augmentation parameters where the spec augments."""
     n = len(rows) if steps is None else steps
@@ -75,7 +81,7 @@ def _epoch_batches(trial: TrialSpec, program: Program, epoch: int, rows: np.ndar
     return program.batches(rows[:n], None if augment is None else augment.steps(0, n))
 
 
-def _warmup(ctx: TrialContext, program: Program, state: Any) -> Any:
+def _warmup(ctx: TrialContext, program: Trainable, state: Any) -> Any:
     """Ahead-of-time compile (where exposed), the first step, then the rest of the warm-up
     epochs: all outside the timed window, each reported on its own."""
     trial, backend, phases, m = ctx.trial, ctx.backend, ctx.phases, ctx.metrics
@@ -111,12 +117,12 @@ def _parity(ctx: TrialContext) -> None:
     t = ctx.phases.start("parity")
     # A Program of its own: some frameworks keep the state in program-owned variables (TF,
     # Keras), and init() on the training Program would reset the warmed-up state.
-    loss, grads = fixedbatch.grads(ctx.trial, support.build(ctx.trial, ctx.backend))
-    fixedbatch.save_grads(ctx.parity_file, loss, grads)
+    loss, grads = fixedbatch.grads(ctx.trial, support.build_learner(ctx.trial, ctx.backend))
+    protocol.save_grads(ctx.parity_file, loss, grads)
     ctx.metrics["parity_s"] = ctx.phases.end("parity", t)
 
 
-def _run_steps(ctx: TrialContext, program: Program, state: Any, batches: Any, steps: int) -> Any:
+def _run_steps(ctx: TrialContext, program: Trainable, state: Any, batches: Any, steps: int) -> Any:
     for n in split_steps(steps, ctx.trial.chunk_steps):
         state, losses = program.train_chunk(state, batches, n)
         ctx.backend.sync(state, losses)
@@ -135,7 +141,7 @@ class Window:
     peaks: dict[str, int]
 
 
-def _timed_window(ctx: TrialContext, program: Program, state: Any) -> Any:
+def _timed_window(ctx: TrialContext, program: Trainable, state: Any) -> Any:
     """The timed epochs, split into chunks synced at their ends. Epoch orders are drawn before
     the window; each epoch's pipeline is created inside it, as in any training loop."""
     trial, backend, log = ctx.trial, ctx.backend, ctx.log
@@ -217,7 +223,7 @@ def _window_metrics(ctx: TrialContext, w: Window) -> None:
     m["recompiles_in_window"] = w.recompiles
     m["rss_window_peak_bytes"] = w.peaks["rss"]
     m["vram_window_peak_bytes"] = w.peaks["vram"]
-    flops = workloads.get(spec.name).flops_per_sample(spec)
+    flops = ctx.workload.flops_per_sample(spec)
     m["flops_per_sample"] = flops
     m["achieved_flops_per_s"] = flops * samples_per_s
     first_step_s = m.get("first_step_s")
@@ -238,15 +244,14 @@ def _window_metrics(ctx: TrialContext, w: Window) -> None:
         result.warnings.append(short)
 
 
-def evaluate(ctx: TrialContext, program: Program, state: Any) -> None:
+def evaluate(ctx: TrialContext, program: Trainable, state: Any) -> None:
     """The workload's quality metric on the held-out split (accuracy for a classifier), outside
     the timed window; for a generative workload also the quality of samples generated from the
     trained parameters (ddpm: a Fréchet distance, not FID)."""
-    spec = ctx.trial.workload
-    wl = workloads.get(spec.name)
+    spec, wl = ctx.trial.workload, ctx.workload
     data = wl.make_eval_dataset(spec)
     t = ctx.phases.start("evaluate")
-    ctx.metrics[wl.QUALITY] = held_out_score(program, state, spec, data)
+    ctx.metrics[wl.QUALITY] = held_out_score(wl, program, state, spec, data)
     ctx.metrics["eval_s"] = ctx.phases.end("evaluate", t)
     generated = workloads.generated_quality(spec.name)
     if generated is not None:  # a generative workload: samples from the trained parameters
@@ -255,10 +260,9 @@ def evaluate(ctx: TrialContext, program: Program, state: Any) -> None:
         ctx.metrics["generated_quality_s"] = ctx.phases.end("generated_quality", t)
 
 
-def held_out_score(program: Program, state: Any, spec: WorkloadSpec, data: Dataset) -> float:
-    """The workload's `score` of the Program's outputs on the held-out split `data`, predicted
-    in slices of the training batch size (every call has the shape of the first)."""
-    wl = workloads.get(spec.name)
+def held_out_score(wl: ModuleType, program: Trainable, state: Any, spec: WorkloadSpec, data: Dataset) -> float:
+    """The workload `wl`'s `score` of the Program's outputs on the held-out split `data`,
+    predicted in slices of the training batch size (every call has the shape of the first)."""
     outputs = [np.asarray(program.predict(state, data.x[i : i + spec.batch_size]))
                for i in range(0, len(data), spec.batch_size)]
     return float(wl.score(spec, np.concatenate(outputs), data))
