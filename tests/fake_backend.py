@@ -179,6 +179,16 @@ class FakeProgram:
                 _stray_child()  # `stray` goes on and ends normally
             if b == "orphan" and state["step"] == 3:
                 time.sleep(3600)
+            if b == "spew" and state["step"] == 3:
+                # half a gigabyte of output (sparse: no disk), then a last line and a failure
+                os.ftruncate(1, 512 * 2**20)
+                os.write(1, b"\nthe last line of a long output\n")
+                raise RuntimeError("failed after a long output")
+            if b == "setsid" and state["step"] == 1:
+                # a helper that leaves the worker's session and process group
+                escaped = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"],
+                                           start_new_session=True)
+                Path(os.environ["FAKE_ESCAPED_PID"]).write_text(str(escaped.pid))
             if b == "leak":
                 self.leak.append(bytearray(8 * 1024 * 1024))
             if b == "child" and state["step"] == 1:
@@ -188,6 +198,8 @@ class FakeProgram:
             if b == "child" and state["step"] == 2:
                 time.sleep(2.5)  # let the sampler re-list the process tree and see the child
         fut = self.device.dispatch(step_s(self.trial.framework) * n_steps)
+        if b == "nan":  # a diverging model: its losses are NaN and infinity from the start
+            return state, (fut, np.array([np.nan, np.inf, -np.inf] * n_steps)[:n_steps])
         return state, (fut, np.full(n_steps, 1.0 / (1 + state["step"])))
 
     def predict(self, state: Any, x: np.ndarray) -> np.ndarray:

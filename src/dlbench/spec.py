@@ -76,9 +76,19 @@ def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
         raise SpecError(f"{name} {value!r} is not one of: {', '.join(allowed)}")
 
 
-def _check_positive_int(name: str, value: object, minimum: int = 1) -> None:
+# The largest data set or batch a spec takes: sample indices are int64 arrays, and a generated
+# data set of more than 2**31 samples would not fit a machine's memory anyway.
+MAX_SAMPLES = 2**31 - 1
+# The longest a trial may be given (a week): a timeout is a number; inf is refused, as it would
+# reach exports as `Infinity`, which is not JSON.
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+
+
+def _check_positive_int(name: str, value: object, minimum: int = 1, maximum: int | None = None) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise SpecError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise SpecError(f"{name} must be an integer from {minimum} to {maximum:,}, got {value:,}")
 
 
 @dataclass(frozen=True)
@@ -164,8 +174,8 @@ class WorkloadSpec:
         _check_choice("labels", self.labels, LABELS)
         _check_choice("augment", self.augment, AUGMENTATIONS)
         _check_choice("dtype", self.numerics.dtype, DTYPES)
-        _check_positive_int("batch size", self.batch_size)
-        _check_positive_int("dataset size", self.dataset_size)
+        _check_positive_int("batch size", self.batch_size, maximum=MAX_SAMPLES)
+        _check_positive_int("dataset size", self.dataset_size, maximum=MAX_SAMPLES)
         _check_positive_int("eval size", self.eval_size)
         _check_positive_int("seed", self.seed, minimum=0)
         if self.dataset_size < self.batch_size:
@@ -367,8 +377,9 @@ class TrialSpec:
         _check_positive_int("warm-up epochs", self.warmup_epochs, minimum=0)
         _check_positive_int("chunk steps", self.chunk_steps)
         _check_positive_int("repeat", self.repeat, minimum=0)
-        if not self.timeout_s > 0:
-            raise SpecError(f"timeout must be > 0 seconds, got {self.timeout_s!r}")
+        if not 0 < self.timeout_s <= MAX_TIMEOUT_S:  # false for nan and inf
+            raise SpecError(f"timeout must be a number of seconds > 0 and at most {MAX_TIMEOUT_S:g} (a week),"
+                            f" got {self.timeout_s!r}")
         if self.memory_limit_bytes is not None:
             _check_positive_int("memory limit", self.memory_limit_bytes)
         self.infer_options().validate(self.scenario)

@@ -54,12 +54,18 @@ METRICS: dict[str, Metric] = {
     "accuracy": _ratio("higher", "accuracy"),
     # ddpm's held-out quality (workloads/ddpm.py: score): the denoising loss, lower is better
     "denoising_mse": _ratio("lower", "denoising MSE"),
-    # ddpm after training: Fréchet distance of DDIM samples to held-out images in 4x4-block
-    # means (not FID), and what real images of the same count score (workloads/ddpm.py)
-    "sample_frechet_distance": _ratio("lower", "sample FD"),
-    "sample_frechet_floor": _ratio("lower"),
-    # detect's held-out quality (workloads/boxes.py): mAP@0.5, VOC all-point
+    # ddpm after training (workloads/ddpm.py: generated_quality; not FID): the Fréchet distance
+    # of DDIM samples to held-out images in the fixed feature network's space, with what real
+    # images (floor) and N(0, 1) noise images of the same count score; and in 4x4-block means
+    "sample_feature_fd": _ratio("lower", "sample FD"),
+    "sample_feature_fd_floor": _ratio("lower", "sample FD floor"),
+    "sample_feature_fd_noise": _ratio("lower", "sample FD of noise"),
+    "sample_blockmean_fd": _ratio("lower", "sample block-mean FD"),
+    "sample_blockmean_fd_floor": _ratio("lower"),
+    # detect's held-out quality (workloads/boxes.py): mAP@0.5, all-point, COCO-style matching
+    # (highest-IoU unmatched box); map_voc: the same outputs under the VOC devkit's matching
     "map": _ratio("higher", "mAP@0.5"),
+    "map_voc": _ratio("higher", "mAP@0.5 VOC rule"),
     "eval_s": _s("eval s"),
     "recompiles_in_window": _ratio("lower"),
     "timed_steps": _ratio(),

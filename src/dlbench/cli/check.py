@@ -37,8 +37,8 @@ from dlbench.report.terminal import make_console
 from dlbench.runner import reference, verdicts
 from dlbench.runner.protocol import load_grads
 from dlbench.runner.plan import workload_spec
-from dlbench.runner.probe_client import run_probe
-from dlbench.spec import Policy, TrialSpec, to_dict
+from dlbench.runner.probe_client import PROBE_TIMEOUT_S, ProbeLimits, run_probe
+from dlbench.spec import MAX_TIMEOUT_S, Policy, TrialSpec, to_dict
 from dlbench.text import printable
 
 
@@ -53,6 +53,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--preset", default="tiny", help="workload size preset (default: tiny)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="FILE", help="also write every number to this JSON file")
+    p.add_argument("--timeout", type=float, default=PROBE_TIMEOUT_S,
+                   help=f"seconds each workload's probe may take before it is killed and the workload"
+                        f" failed (default {PROBE_TIMEOUT_S:g})")
     add_store_argument(p, unused="check compares frameworks live and stores nothing (--json FILE keeps the numbers)")
 
 
@@ -100,6 +103,9 @@ def _trial(w: str, f: str, args: argparse.Namespace) -> TrialSpec:
 def main(args: argparse.Namespace) -> int:
     if args.steps < 0:
         raise UsageError(f"steps {args.steps} must be >= 0")
+    if not 0 < args.timeout <= MAX_TIMEOUT_S:  # false for nan and inf
+        raise UsageError(f"timeout {args.timeout!r} is not a number of seconds > 0 and at most {MAX_TIMEOUT_S:g}")
+    limits = ProbeLimits(timeout_s=args.timeout)
     _names(args.workload, list(workloads.names()), "workload")  # an unknown name: what is allowed
     wls = list(workload_names(args.workload))
     if args.framework != ("all",):
@@ -115,7 +121,7 @@ def main(args: argparse.Namespace) -> int:
     # SIGTERM (timeout, a CI runner) stops check like Ctrl-C: the running probe's group is killed.
     with processes.stop_signals_interrupt():
         refs = reference.ensure([trials[(w, fws[0])].workload for w in wls], args.steps,
-                                lambda m: console.print(m, style="dim"))
+                                lambda m: console.print(m, style="dim"), limits)
         for f in fws:
             cells.update(_probe_framework(f, [(w, trials[(w, f)]) for w in wls], args, console))
         for (w, f), cell in cells.items():
@@ -147,7 +153,7 @@ def _probe_framework(f: str, items: list[tuple[str, TrialSpec]], args: argparse.
     with tempfile.TemporaryDirectory(prefix=f"dlbench-check-{f}-") as tmp:
         req = Path(tmp) / "request.json"
         req.write_text(json.dumps({"trials": [to_dict(t) for _, t in items], "k_steps": args.steps}))
-        error = run_probe(req, Path(tmp))
+        error = run_probe(req, Path(tmp), ProbeLimits(timeout_s=args.timeout))
         for i, (w, _) in enumerate(items):
             out[(w, f)] = _read_cell(Path(tmp), i, error)
     return out

@@ -9,6 +9,7 @@ import argparse
 import csv
 import io
 import json
+import math
 import re
 import sys
 import tempfile
@@ -57,6 +58,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--mlflow", nargs="?", const=DEFAULT_MLFLOW, metavar="URI",
                    help=f"log each trial as an MLflow run (default: a file store in ./{DEFAULT_MLFLOW})")
     add_store_argument(p)
+
+
+def json_safe(value: Any) -> Any:
+    """NaN and infinities (a diverged trial's losses) as null: JSON has no token for them, and
+    Python's `NaN`/`Infinity` extension is refused by strict readers (jq, JavaScript)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def export_json(store: Store, run_ids: list[int]) -> dict[str, Any]:
@@ -196,9 +209,9 @@ def main(args: argparse.Namespace) -> int:
     if args.metric and args.format not in DASHBOARD_METRICS:
         raise UsageError(f"--metric goes with --format {' or '.join(DASHBOARD_METRICS)}; {args.format} exports every metric")
     if args.format in DASHBOARD_METRICS:
-        text = json.dumps(export_dashboard(store, run_ids, args.format, args.metric), indent=1)
+        text = json.dumps(json_safe(export_dashboard(store, run_ids, args.format, args.metric)), indent=1)
     elif args.format == "json":
-        text = json.dumps(export_json(store, run_ids), indent=1)
+        text = json.dumps(json_safe(export_json(store, run_ids)), indent=1)
     else:
         text = export_csv(store, run_ids)
     if output is not None:

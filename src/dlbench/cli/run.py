@@ -38,8 +38,8 @@ from dlbench.report.scenarios import progress_line
 from dlbench.report.terminal import make_console, print_run_tables
 from dlbench.results import environment
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
-from dlbench.results.store import Store, machine_lock
-from dlbench.runner import parallel, ray_executor, resume, rounds
+from dlbench.results.store import Store, lock_path, machine_lock
+from dlbench.runner import annotate, ray_executor, resume, rounds
 from dlbench.runner.executor import Outcome, Progress, execute, register, warm_imports
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
 from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimate_s, learn, make_plan
@@ -315,31 +315,34 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.suite}: {e}") from None
     allow_concurrent = bool(options["allow_concurrent"])
     console = make_console()
-    store = open_store(args.store)
-    print_plan(console, plan, learn(store.trial_costs()))
-    progress = ConsoleProgress(console, plan)
-    rule = repeat_rule(options)
-    if rule.auto:
-        budget = f"{rule.max_repeats} rounds" + (f" or {rule.max_time_s / 60:g} min" if rule.max_time_s else "")
-        console.print(f"  repeats {rule.label}: the first {rule.first} round(s), then one round at a time until every"
-                      f" headline interval is within ±{rule.target:.0%}, the frameworks' comparisons are decided,"
-                      f" or {budget}", highlight=False, soft_wrap=True)
-    with machine_lock(allow_concurrent, on_wait=lambda: _waiting(console)), processes.stop_signals_interrupt():
-        if plan.pending:
-            warm_imports(plan, progress)
-        with executor(options, bool(plan.pending)) as run_trials:
+    # Closed on every way out: a SIGTERM while waiting for the lock leaves no -wal/-shm behind.
+    with contextlib.closing(open_store(args.store)) as store, processes.stop_signals_interrupt():
+        print_plan(console, plan, learn(store.trial_costs()))
+        progress = ConsoleProgress(console, plan)
+        rule = repeat_rule(options)
+        if rule.auto:
+            budget = f"{rule.max_repeats} rounds" + (f" or {rule.max_time_s / 60:g} min" if rule.max_time_s else "")
+            console.print(f"  repeats {rule.label}: the first {rule.first} round(s), then one round at a time until every"
+                          f" headline interval is within ±{rule.target:.0%}, the frameworks' comparisons are decided,"
+                          f" or {budget}", highlight=False, soft_wrap=True)
+        with _machine_lock(allow_concurrent, console), executor(options, bool(plan.pending)) as run_trials:
             # as text SQLite can hold: bytes that were not UTF-8 are kept as visible escapes
             command = printable("dlbench " + shlex.join(args.argv))
             state = rounds.AutoState(rule.label)
             run_id = store.create_run(command, environment.capture(installed()), allow_concurrent,
                                       order_seed=plan.order_seed, repeats=state.to_dict())
-            planned = register(store, run_id, plan)
-            if rule.auto:
-                outcome = rounds.run_rounds(store, run_id, rule, state, planned, run_trials, progress)
-            else:
-                outcome = run_trials(store, run_id, planned, progress)
+            try:
+                planned = register(store, run_id, plan)
+                if plan.pending:
+                    warm_imports(plan, progress)
+                if rule.auto:
+                    outcome = rounds.run_rounds(store, run_id, rule, state, planned, run_trials, progress)
+                else:
+                    outcome = run_trials(store, run_id, planned, progress)
+            except KeyboardInterrupt as e:  # before a trial ran: warm imports, reference, floor, ceiling
+                outcome = _interrupted_between_trials(console, e)
             _finish_run(store, run_id, outcome)
-    return _report(console, store, run_id, args, outcome)
+        return _report(console, store, run_id, args, outcome)
 
 
 def resume_main(args: argparse.Namespace) -> int:
@@ -351,35 +354,60 @@ def resume_main(args: argparse.Namespace) -> int:
     how = {k: SWEEP_DEFAULTS[k] if getattr(args, k) is None else getattr(args, k) for k in HOW_OPTIONS}
     check_executor(how)
     console = make_console()
-    store = open_store(args.store, must_exist=True)
-    with machine_lock(bool(args.allow_concurrent), on_wait=lambda: _waiting(console)), \
-            processes.stop_signals_interrupt():
-        run_id = resume.select_run(store, args.resume, args.retry_failed)
-        if run_id is None:
-            console.print(printable(f"dlbench: nothing to resume: no run in {args.store} has"
-                                    f" {_resumable_words(args.retry_failed)} trials"), highlight=False)
-            return EXIT_OK
-        resumption = resume.prepare(store, run_id, args.retry_failed)
-        auto = rounds.state_of(store, run_id)
-        going_on = auto is not None and auto[1].stop is None
-        if not resumption.trials and not going_on:
-            console.print(f"dlbench: run {run_id} has no {_resumable_words(args.retry_failed)}"
-                          " trials; nothing to resume", highlight=False)
-            return EXIT_OK
-        _print_resumption(console, resumption)
-        plan = Plan(trials=[p for _, p in resumption.trials])
-        print_plan(console, plan, learn(store.trial_costs()))
-        progress = ConsoleProgress(console, plan)
-        warm_imports(_first_round(store, run_id) if going_on else plan, progress)
-        with executor(how, True) as run_trials:
-            if auto is not None and going_on:
-                console.print(f"  repeats {auto[0].label}: continuing after round {auto[1].rounds}",
-                              highlight=False)
-                outcome = rounds.run_rounds(store, run_id, *auto, resumption.trials, run_trials, progress)
-            else:
-                outcome = run_trials(store, run_id, resumption.trials, progress)
-        _finish_run(store, run_id, outcome)
-    return _report(console, store, run_id, args, outcome)
+    with contextlib.closing(open_store(args.store, must_exist=True)) as store, processes.stop_signals_interrupt():
+        with _machine_lock(bool(args.allow_concurrent), console):
+            run_id = resume.select_run(store, args.resume, args.retry_failed)
+            if run_id is None:
+                console.print(printable(f"dlbench: nothing to resume: no run in {args.store} has"
+                                        f" {_resumable_words(args.retry_failed)} trials"), highlight=False)
+                return EXIT_OK
+            resumption = resume.prepare(store, run_id, args.retry_failed)
+            auto = rounds.state_of(store, run_id)
+            going_on = auto is not None and auto[1].stop is None
+            if not resumption.trials and not going_on:
+                console.print(f"dlbench: run {run_id} has no {_resumable_words(args.retry_failed)}"
+                              " trials; nothing to resume", highlight=False)
+                return EXIT_OK
+            _print_resumption(console, resumption)
+            plan = Plan(trials=[p for _, p in resumption.trials])
+            print_plan(console, plan, learn(store.trial_costs()))
+            progress = ConsoleProgress(console, plan)
+            try:
+                warm_imports(_first_round(store, run_id) if going_on else plan, progress)
+                with executor(how, True) as run_trials:
+                    if auto is not None and going_on:
+                        console.print(f"  repeats {auto[0].label}: continuing after round {auto[1].rounds}",
+                                      highlight=False)
+                        outcome = rounds.run_rounds(store, run_id, *auto, resumption.trials, run_trials, progress)
+                    else:
+                        outcome = run_trials(store, run_id, resumption.trials, progress)
+            except KeyboardInterrupt as e:  # before a trial ran: warm imports, reference, floor, ceiling
+                outcome = _interrupted_between_trials(console, e)
+            _finish_run(store, run_id, outcome)
+        return _report(console, store, run_id, args, outcome)
+
+
+def _interrupted_between_trials(console: Console, e: KeyboardInterrupt) -> Outcome:
+    """Interrupted where no trial runs (each running trial's own interruption is stored by the
+    executor): the run is `interrupted`, its unfinished trials resumable."""
+    console.print(f"interrupted by {e or 'SIGINT'} before the next trial started", highlight=False)
+    return Outcome(interrupted=True)
+
+
+@contextlib.contextmanager
+def _machine_lock(allow_concurrent: bool, console: Console) -> Iterator[None]:
+    """The machine lock; a stop signal while waiting for it ends the command with a message
+    (and exit 130), nothing having run."""
+    held = False
+    try:
+        with machine_lock(allow_concurrent, on_wait=lambda: _waiting(console)):
+            held = True
+            yield
+    except KeyboardInterrupt as e:
+        if not held:
+            console.print(f"dlbench: interrupted by {e or 'SIGINT'} while waiting for another dlbench run on"
+                          f" this machine ({lock_path()}) to finish; nothing ran", highlight=False, soft_wrap=True)
+        raise
 
 
 def _first_round(store: Store, run_id: int) -> Plan:
@@ -433,7 +461,7 @@ def _print_resumption(console: Console, r: resume.Resumption) -> None:
 
 def _finish_run(store: Store, run_id: int, outcome: Outcome) -> None:
     """The run's status over all its trials (a resumed run includes those finished before)."""
-    parallel.annotate_run(store, run_id)  # scaling efficiency from the paired trials
+    annotate.annotate_run(store, run_id)  # scaling efficiency from the paired trials
     failed = any(s in FAILURE_STATUSES for s in store.statuses(run_id))
     store.finish_run(run_id, "interrupted" if outcome.interrupted else ("failed" if failed else "ok"))
 
@@ -441,6 +469,7 @@ def _finish_run(store: Store, run_id: int, outcome: Outcome) -> None:
 def _report(console: Console, store: Store, run_id: int, args: argparse.Namespace, outcome: Outcome) -> int:
     print_run_tables(console, store, [run_id], args.wide)
     store_path = args.store
+    store.check_present()  # never "stored" in a file that is gone
     console.print(printable(f"stored as run {run_id} in {store_path}"), highlight=False)
     if outcome.interrupted:
         console.print(printable(f"interrupted: the unfinished trials of run {run_id} are stored; finish"

@@ -53,8 +53,11 @@ HEADLINE = [
     _m("train_s", "train_s", _f(2)),
     _m("samples_per_s", "samples_per_s", _f(1)),
     _m("accuracy", "accuracy", _f(3)),
+    _m("map_voc", "map_voc", _f(3)),  # detect: mAP@0.5 under the VOC devkit's matching; hidden elsewhere
     _m("denoising_mse", "denoising_mse", _f(4)),  # ddpm's held-out quality; hidden where no row has it
-    _m("sample_fd", "sample_frechet_distance", _f(3)),  # ddpm: trained samples' Fréchet distance (not FID)
+    _m("sample_fd", "sample_feature_fd", _f(3)),  # ddpm: trained samples' Fréchet distance (not FID)
+    _m("sample_fd_floor", "sample_feature_fd_floor", _f(3)),  # ... what real images score (a perfect sampler)
+    _m("sample_fd_noise", "sample_feature_fd_noise", _f(3)),  # ... what noise images score (learnt nothing)
     _m("rss_initial", "rss_initial_bytes", _gib),
     _m("rss_peak", "rss_peak_bytes", _gib),
     _m("vram_initial", "vram_initial_bytes", _gib),

@@ -524,6 +524,11 @@ def returns(report: Report) -> Chart | None:
             fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines",
                                      name=name, legendgroup=name, showlegend=col == 1,
                                      line={"color": color, "width": 1.5}), row=1, col=col)
+        # every episode's return at its global env step (CleanRL's charts/episodic_return form)
+        episodes = t.series.get("episodic_return") or []
+        fig.add_trace(go.Scatter(x=[p[0] for p in episodes], y=[p[1] for p in episodes], mode="markers",
+                                 name=name, legendgroup=name, showlegend=False, opacity=0.35,
+                                 marker={"color": color, "size": 3}), row=1, col=1)
     for target in sorted({float(t.spec["target_accuracy"]) for _, t in pairs if t.spec.get("target_accuracy")}):
         fig.add_hline(y=target * RL_MAX_RETURN, line_dash="dash", line_color="#555555", line_width=1)
     fig.update_xaxes(title_text="environment steps", row=1, col=1)
@@ -531,7 +536,9 @@ def returns(report: Report) -> Chart | None:
     fig.update_yaxes(title_text="mean episodic return", row=1, col=1)
     return Chart("returns", "Reinforcement learning: returns", _layout(fig, height=460),
                  "Mean return of the last 20 finished episodes after each PPO iteration, one line per process"
-                 " (seed): against environment steps and against training seconds; dashed: the target (the"
+                 " (seed): against environment steps and against training seconds; dots: every finished"
+                 " episode's return at the global environment step it ended (the points published PPO curves,"
+                 " e.g. CleanRL's charts/episodic_return, are drawn from); dashed: the target (the"
                  " normalised target x 500, CartPole's longest episode). Seeds differ by design: once one action"
                  " flips at a rounding boundary two frameworks' runs diverge, so compare distributions.")
 

@@ -43,7 +43,7 @@ from typing import Any
 from dlbench.results.records import TrialResult
 from dlbench.results.store import Store
 from dlbench.runner import ceiling, reference, spawn
-from dlbench.runner.executor import Outcome, Progress, finish, settled, warm_import, warm_marker
+from dlbench.runner.executor import Outcome, Progress, finish, probe_limits, settled, warm_import, warm_marker
 from dlbench.runner.plan import PlannedTrial, with_ids
 from dlbench.runner.protocol import parity_path
 from dlbench.spec import TrialSpec, to_dict, trial_from_dict
@@ -211,7 +211,8 @@ def execute(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]],
     outcome, pending = settled(trials)
     if not pending:
         return outcome
-    refs = reference.ensure([p.spec.workload for _, p in pending], 0, progress.message)
+    refs = reference.ensure([p.spec.workload for _, p in pending], 0, progress.message,
+                            probe_limits([p.spec for _, p in pending]))
     tasks = _submit(store, run_id, pending, cluster, progress, outcome)
     tmp = Path(tempfile.mkdtemp(prefix="dlbench-run-"))
     done = 0

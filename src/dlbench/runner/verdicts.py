@@ -25,7 +25,7 @@ from dlbench.analysis import efficiency, parity
 from dlbench.backends import get_backend, precision
 from dlbench.results.records import TrialResult
 from dlbench.runner import ceiling, fixedbatch, protocol, reference
-from dlbench.runner.probe_client import run_probe
+from dlbench.runner.probe_client import ProbeLimits, run_probe
 from dlbench.scenarios import Parity
 from dlbench.spec import TrialSpec, to_dict
 
@@ -135,7 +135,7 @@ def alternative_arrays(trial: TrialSpec, env: dict[str, str], k_steps: int) -> d
     with tempfile.TemporaryDirectory(prefix="dlbench-diagnose-") as tmp:
         request = Path(tmp) / "request.json"
         request.write_text(json.dumps({"trials": [to_dict(probed)], "k_steps": k_steps}))
-        error = run_probe(request, Path(tmp), env=env)
+        error = run_probe(request, Path(tmp), ProbeLimits(trial.timeout_s, trial.memory_limit_bytes), env=env)
         out = Path(tmp) / "0.npz"
         if not out.exists():
             return error or "the probe wrote no result"

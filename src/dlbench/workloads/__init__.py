@@ -180,6 +180,16 @@ def generated_quality(name: str) -> Callable[[WorkloadSpec, Callable[[np.ndarray
     return found
 
 
+def extra_scores(name: str) -> Callable[[WorkloadSpec, np.ndarray, data.Dataset], dict[str, float]] | None:
+    """The workload's further held-out scores of the same outputs as its `score`,
+    `extra_scores(spec, outputs, data) -> {metric: value}` (detect: `map_voc`, mAP@0.5 under the
+    VOC devkit's matching rule beside `map`'s COCO rule); None for a workload without any (an
+    optional member of the interface)."""
+    found: Callable[[WorkloadSpec, np.ndarray, data.Dataset], dict[str, float]] | None = \
+        vars(get(name)).get("extra_scores")
+    return found
+
+
 def postprocess(name: str) -> Callable[[WorkloadSpec, np.ndarray], Any] | None:
     """The workload's post-processing of its outputs (detect: decoding, score threshold and
     class-wise NMS), which the infer scenario times apart; None for a workload without one

@@ -12,7 +12,9 @@ states as long as its logits agree.
   the last RETURN_WINDOW finished episodes reaches `target_accuracy` x 500 (the normalised
   return; 0.95 is CartPole's customary 475) or a budget runs out (`max_steps` iterations,
   `max_time_s`); the first compile counts, as a user waits for it. Reports `steps_to_target` in
-  environment steps, `time_to_target_s`, and the curve (`return`, `return_by_time`).
+  environment steps, `time_to_target_s`, and the curve (`return`, `return_by_time`); the
+  episodes are ordered by the step they ended at (then by environment), and every episode's
+  return at its global env step is kept as `episodic_return`, the published curves' form.
 
 Where the rollout runs (`host` or `fused`) is the policy (Policy.rollout), recorded as
 `policy_effective["rollout"]`. Before timing, the parity phase writes the fixed frozen batch's
@@ -160,6 +162,7 @@ def run_converge(ctx: TrialContext) -> None:
     env = program.env(ppo.initial_obs(trial.workload))
     env_steps, _ = _steps_per_iteration(trial)
     returns: list[float] = []
+    episodes: list[tuple[int, float]] = []  # (global env step at its end, return), in time order
     points: list[tuple[int, float, float]] = []  # (env steps, training s, mean return of the window)
     train_s, reached, stop = 0.0, False, f"max steps {trial.max_steps} iterations"
     m["time_to_first_step_s"] = None
@@ -174,7 +177,9 @@ def run_converge(ctx: TrialContext) -> None:
             m["first_step_s"] = train_s
             m["time_to_first_step_s"] = time.monotonic() - ctx.created
         finished = program.finished(traj)  # outside the clock: a fetch of the episode returns
-        returns += [float(v) for v in finished.T.reshape(-1)[finished.T.reshape(-1) > 0]]
+        ended = finished_episodes(finished, i)
+        episodes += ended
+        returns += [r for _, r in ended]
         if returns:
             points.append(((i + 1) * env_steps, train_s, float(np.mean(returns[-RETURN_WINDOW:]))))
             ctx.log.emit("chunk", epoch=i, steps=1, seconds=train_s)
@@ -196,6 +201,9 @@ def run_converge(ctx: TrialContext) -> None:
             result.notes[name] = f"return target {target:g} not reached: {stop}"
     result.notes["stop"] = stop
     result.series["return"] = [(float(s), r) for s, _, r in points]
+    # Every finished episode's return at the global env step it ended: the form published PPO
+    # curves are made from (CleanRL logs charts/episodic_return by global_step).
+    result.series["episodic_return"] = [(float(s), r) for s, r in episodes]
     result.series["return_by_time"] = [(t, r) for _, t, r in points]
     # The converge tables and charts read the quality metric as `accuracy`: here the normalised
     # return (mean return of the window / 500).
@@ -204,6 +212,16 @@ def run_converge(ctx: TrialContext) -> None:
     m[workloads.get(trial.workload.name).QUALITY] = m["final_return"]
     _parity(ctx)  # after training: its compile must not warm anything the clock measures
     allocator_metrics(ctx)
+
+
+def finished_episodes(finished: np.ndarray, iteration: int) -> list[tuple[int, float]]:
+    """The episodes that ended in one rollout, `finished` (T, N) (an episode's return where it
+    ended, else 0), as (global env step, return) in time order, then environment order. The
+    global step counts every environment's steps, as CleanRL's global_step: at rollout step t of
+    iteration i it is (i T + t + 1) N."""
+    steps, envs = finished.shape
+    t, n = np.nonzero(finished > 0)  # row-major: time first, then environment
+    return [((iteration * steps + int(a) + 1) * envs, float(finished[a, b])) for a, b in zip(t, n)]
 
 
 def _compilations(program: Rollout) -> int:

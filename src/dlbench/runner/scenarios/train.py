@@ -251,7 +251,11 @@ def evaluate(ctx: TrialContext, program: Trainable, state: Any) -> None:
     spec, wl = ctx.trial.workload, ctx.workload
     data = wl.make_eval_dataset(spec)
     t = ctx.phases.start("evaluate")
-    ctx.metrics[wl.QUALITY] = held_out_score(wl, program, state, spec, data)
+    outputs = held_out_outputs(program, state, spec, data)
+    ctx.metrics[wl.QUALITY] = float(wl.score(spec, outputs, data))
+    more = workloads.extra_scores(spec.name)
+    if more is not None:  # further scores of the same outputs (detect: map_voc)
+        ctx.metrics.update(more(spec, outputs, data))
     ctx.metrics["eval_s"] = ctx.phases.end("evaluate", t)
     generated = workloads.generated_quality(spec.name)
     if generated is not None:  # a generative workload: samples from the trained parameters
@@ -261,8 +265,13 @@ def evaluate(ctx: TrialContext, program: Trainable, state: Any) -> None:
 
 
 def held_out_score(wl: ModuleType, program: Trainable, state: Any, spec: WorkloadSpec, data: Dataset) -> float:
-    """The workload `wl`'s `score` of the Program's outputs on the held-out split `data`,
-    predicted in slices of the training batch size (every call has the shape of the first)."""
+    """The workload `wl`'s `score` of the Program's outputs on the held-out split `data`."""
+    return float(wl.score(spec, held_out_outputs(program, state, spec, data), data))
+
+
+def held_out_outputs(program: Trainable, state: Any, spec: WorkloadSpec, data: Dataset) -> np.ndarray:
+    """The Program's outputs on the held-out split `data`, predicted in slices of the training
+    batch size (every call has the shape of the first)."""
     outputs = [np.asarray(program.predict(state, data.x[i : i + spec.batch_size]))
                for i in range(0, len(data), spec.batch_size)]
-    return float(wl.score(spec, np.concatenate(outputs), data))
+    return np.concatenate(outputs)
