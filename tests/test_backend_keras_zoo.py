@@ -60,6 +60,7 @@ UNSUPPORTED = {
     "resnet": {"bn_running_var": "biased"},
     "transformer": {"gelu": "tanh"},
     "node": {"ode_solver": "euler"},
+    "lm": {"attention_scale": "none"},
 }
 # K steps in chunks of 1, 1 and K - 2 (fit() reports each chunk's mean loss).
 K_STEPS = 4

@@ -181,6 +181,7 @@ NUMERICS_PROBES = (
     ("transformer", "gelu", "sigmoid", False),
     ("transformer", "ln_eps", 1e-6, True),
     ("node", "ode_solver", "euler", False),
+    ("lm", "attention_scale", "none", False),
 )
 
 
@@ -354,6 +355,14 @@ def test_unsupported_numerics_are_refused_and_the_rest_passed_through(facts):
             assert field in found.get("unsupported", ""), (name, field, found)
 
 
+def _output_shape(spec: WorkloadSpec) -> list[int]:
+    """One sample's logits: the classes, or lm's (T, V) next-token logits."""
+    if spec.name == "lm":
+        size = workloads.get("lm").MODEL_SIZES[spec.model_size]
+        return [size.seq_len, size.vocab]
+    return [spec.num_classes]
+
+
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_data_order_and_state_round_trip(facts, name):
     for mode, f in _modes(facts, name).items():
@@ -361,8 +370,8 @@ def test_data_order_and_state_round_trip(facts, name):
         assert f["first_batch_dtypes"][0] == f["first_batch_dtypes"][1], mode
         assert f["reset_exact"], f"{mode}: params(init(p)) is not p"
         assert f["logits_shape"][0] == 8, mode
-        if workloads.get(name).QUALITY == "accuracy":  # a classifier's logits; detect and ddpm: their own outputs
-            assert f["logits_shape"] == [8, tiny(name).num_classes], mode
+        if workloads.get(name).QUALITY == "accuracy" or name == "lm":  # detect and ddpm: outputs of their own
+            assert f["logits_shape"] == [8, *_output_shape(tiny(name))], mode
         assert f["predict_batch_independence"] < 1e-5, mode
 
 

@@ -18,14 +18,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from dlbench.spec import ConvergeOptions, InferOptions, NoOptions
+from dlbench.spec import ConvergeOptions, GenerateOptions, InferOptions, NoOptions
 
-# What a scenario needs a Program to do (backends/base.py: Trainable, Servable, Rollout, Sampler).
-Capability = Literal["train", "serve", "rollout", "sample"]
-CAPABILITIES: tuple[Capability, ...] = ("train", "serve", "rollout", "sample")
+# What a scenario needs a Program to do (backends/base.py: Trainable, Servable, Rollout, Sampler,
+# Generator).
+Capability = Literal["train", "serve", "rollout", "sample", "generate"]
+CAPABILITIES: tuple[Capability, ...] = ("train", "serve", "rollout", "sample", "generate")
 # How the parent judges the fixed-batch arrays a trial leaves (runner/verdicts.py: JUDGES):
-# "grads" loss and gradients, "logits" eval-mode logits, "sample" logits then a DDIM sample.
-Parity = Literal["grads", "logits", "sample"]
+# "grads" loss and gradients, "logits" eval-mode logits, "sample" logits then a DDIM sample,
+# "generate" greedy ids and per-step logits against a float64 decoder with its own cache.
+Parity = Literal["grads", "logits", "sample", "generate"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class Scenario:
     parity: Parity
     headline: str
     reduced_precision: bool
-    options: type[InferOptions] | type[ConvergeOptions] | type[NoOptions]
+    options: type[InferOptions] | type[ConvergeOptions] | type[GenerateOptions] | type[NoOptions]
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
@@ -50,6 +52,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("rl_rollout", "rollout", "grads", "env_steps_per_s", False, NoOptions),
     Scenario("rl_train", "rollout", "grads", "samples_per_s", True, NoOptions),
     Scenario("rl_converge", "rollout", "grads", "time_to_target_s", True, ConvergeOptions),
+    Scenario("generate", "generate", "generate", "output_tokens_per_s", False, GenerateOptions),
 )}
 
 

@@ -21,7 +21,7 @@ MODES = ("eager", "graph", "compiled")
 # Which framework runs which on which device is data in each backend (backends/precision.py).
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 # What a trial measures; each workload says which it runs and how (workloads: SCENARIOS).
-SCENARIOS = ("train", "infer", "converge", "rollout")
+SCENARIOS = ("train", "infer", "converge", "rollout", "generate")
 # Scenarios a profiled trial (`run --profile`) can profile: the train step, the inference calls.
 PROFILED_SCENARIOS = ("train", "infer")
 COMPILE_CACHES = ("cold", "warm")
@@ -293,6 +293,34 @@ class ConvergeOptions:
                             f" got {target!r}")
 
 
+# The most cache positions (prompt + 1 + new tokens) a generation may ask for.
+MAX_GENERATION_POSITIONS = 65536
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    """Greedy generation with a KV cache (`--scenario generate`: runner/scenarios/generate.py):
+    `gen_batch` prompts of `prompt_len` tokens, `new_tokens` greedy tokens each; timed
+    generations until ten are timed or `infer_budget_s` is spent. Field names are TrialSpec's,
+    as InferOptions'."""
+
+    prompt_len: int = 32
+    new_tokens: int = 32
+    gen_batch: int = 1
+
+    def validate(self, scenario: str) -> None:
+        for name, value in (("prompt length", self.prompt_len), ("new tokens", self.new_tokens),
+                            ("generation batch", self.gen_batch)):
+            _check_positive_int(name, value)
+        positions = self.prompt_len + 1 + self.new_tokens
+        if positions > MAX_GENERATION_POSITIONS:
+            raise SpecError(f"prompt length + 1 + new tokens is {positions}, over the most a cache holds here:"
+                            f" {MAX_GENERATION_POSITIONS}")
+        if scenario != "generate" and self != GenerateOptions():
+            raise SpecError(f"prompt length, new tokens and generation batch apply to the generate scenario only,"
+                            f" not {scenario!r}")
+
+
 @dataclass(frozen=True)
 class NoOptions:
     """A scenario without options of its own (train, rollout)."""
@@ -301,12 +329,14 @@ class NoOptions:
         pass
 
 
-ScenarioOptions = InferOptions | ConvergeOptions | NoOptions
+ScenarioOptions = InferOptions | ConvergeOptions | GenerateOptions | NoOptions
 # Each options type, the `--scenario` it belongs to: a sweep gives a trial the options of its
 # scenario only, so an option never changes another scenario's configuration key.
-OPTIONS: dict[str, type[InferOptions] | type[ConvergeOptions]] = {"infer": InferOptions, "converge": ConvergeOptions}
+OPTIONS: dict[str, type[InferOptions] | type[ConvergeOptions] | type[GenerateOptions]] = {
+    "infer": InferOptions, "converge": ConvergeOptions, "generate": GenerateOptions}
 _INFER = InferOptions()
 _CONVERGE = ConvergeOptions()
+_GENERATE = GenerateOptions()
 
 
 def option_fields(options: ScenarioOptions) -> dict[str, Any]:
@@ -347,6 +377,9 @@ class TrialSpec:
     eval_every: int = _CONVERGE.eval_every
     max_steps: int = _CONVERGE.max_steps
     max_time_s: float = _CONVERGE.max_time_s
+    prompt_len: int = field(default=_GENERATE.prompt_len, metadata=OMIT_DEFAULT)
+    new_tokens: int = field(default=_GENERATE.new_tokens, metadata=OMIT_DEFAULT)
+    gen_batch: int = field(default=_GENERATE.gen_batch, metadata=OMIT_DEFAULT)
     # The parent's watchdog kills the worker's process tree above this RSS (status `oom`).
     memory_limit_bytes: int | None = None
     # A profiled trial (`run --profile`, scenario train or infer): the timed window runs under the
@@ -384,6 +417,7 @@ class TrialSpec:
             _check_positive_int("memory limit", self.memory_limit_bytes)
         self.infer_options().validate(self.scenario)
         self.converge_options().validate(self.scenario)
+        self.generate_options().validate(self.scenario)
         if self.profile is not False and (self.profile is not True or self.scenario not in PROFILED_SCENARIOS):
             raise SpecError(f"profile {self.profile!r} applies to the train and infer scenarios only (true or"
                             f" false), not {self.scenario!r}")
@@ -415,6 +449,9 @@ class TrialSpec:
 
     def converge_options(self) -> ConvergeOptions:
         return ConvergeOptions(**{k: getattr(self, k) for k in option_fields(_CONVERGE)})
+
+    def generate_options(self) -> GenerateOptions:
+        return GenerateOptions(**{k: getattr(self, k) for k in option_fields(_GENERATE)})
 
     def config_key(self) -> str:
         """The configuration key (`configuration_key` below): trials with equal keys are

@@ -89,15 +89,21 @@ def export_json(store: Store, run_ids: list[int]) -> dict[str, Any]:
 
 
 def export_csv(store: Store, run_ids: list[int]) -> str:
-    """Tidy: one row per trial x metric (values as repr, so floats read back exactly)."""
+    """Tidy: one row per trial x measured metric (values as repr, so floats read back exactly),
+    and an `error` column. A metric with no value (a GPU or energy metric of a CPU trial: 17 per
+    trial) is left out, its reason in the JSON export; a trial with no metric at all (unsupported,
+    failed before measuring) is one row with an empty metric and its reason in `error`."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    columns, rows = metric_rows(store, run_ids)
-    w.writerow(columns)
+    columns, rows = metric_rows(store, run_ids, with_empty_trials=True)
+    w.writerow([*columns, "error"])
+    errors = {t.id: t.error or "" for rid in run_ids for t in store.trials(rid)}
     for row in rows:
         v = row["value"]
+        if v is None and row["metric"]:
+            continue
         w.writerow([*("" if row[c] is None else row[c] for c in columns[:-2]), "" if v is None else repr(v),
-                    row["unit"]])
+                    row["unit"], printable(errors.get(row["trial_id"], ""))])
     return buf.getvalue()
 
 

@@ -43,17 +43,20 @@ from dlbench.runner import annotate, ray_executor, resume, rounds
 from dlbench.runner.executor import Outcome, Progress, execute, register, warm_imports
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
 from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimate_s, learn, make_plan
-from dlbench.spec import ConvergeOptions, InferOptions, SpecError, option_fields, to_dict
+from dlbench.spec import ConvergeOptions, GenerateOptions, InferOptions, SpecError, option_fields, to_dict
 from dlbench.text import printable
 
 # The scenario options' command-line destinations -> (options dataclass, its field); their
 # defaults are the dataclass's (spec.py), declared nowhere else.
-SCENARIO_OPTION_FLAGS: dict[str, tuple[type[InferOptions] | type[ConvergeOptions], str]] = {
+ScenarioOptionsType = type[InferOptions] | type[ConvergeOptions] | type[GenerateOptions]
+SCENARIO_OPTION_FLAGS: dict[str, tuple[ScenarioOptionsType, str]] = {
     "infer_requests": (InferOptions, "infer_requests"), "infer_budget_s": (InferOptions, "infer_budget_s"),
     "load": (InferOptions, "infer_load"), "qps": (InferOptions, "server_qps"),
     "p99_bound_ms": (InferOptions, "p99_bound_ms"),
     "target_accuracy": (ConvergeOptions, "target_accuracy"), "eval_every": (ConvergeOptions, "eval_every"),
     "max_steps": (ConvergeOptions, "max_steps"), "max_time_s": (ConvergeOptions, "max_time_s"),
+    "prompt_len": (GenerateOptions, "prompt_len"), "new_tokens": (GenerateOptions, "new_tokens"),
+    "gen_batch": (GenerateOptions, "gen_batch"),
 }
 # Every sweep option's default. The parser's defaults are None, so that an option given on the
 # command line can be told from one left out: command line > suite file > these.
@@ -67,7 +70,7 @@ SWEEP_DEFAULTS: dict[str, Any] = {
     "data": ("pipeline",), "rollout": ("default",), "loader_workers": 0, "augment": "none",
     "executor": "local", "address": None, "profile": False,
 }
-_INFER, _CONVERGE = InferOptions(), ConvergeOptions()
+_INFER, _CONVERGE, _GENERATE = InferOptions(), ConvergeOptions(), GenerateOptions()
 # Options that say how to run, not what: --resume takes them too.
 HOW_OPTIONS = ("allow_concurrent", "executor", "address")
 
@@ -128,6 +131,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--max-steps", type=int, help=f"converge: step budget (default {_CONVERGE.max_steps})")
     p.add_argument("--max-time-s", type=float,
                    help=f"converge: training-time budget in seconds, evaluation excluded (default {_CONVERGE.max_time_s:g})")
+    p.add_argument("--prompt-len", type=int, help=f"generate: prompt tokens per sequence (default {_GENERATE.prompt_len})")
+    p.add_argument("--new-tokens", type=int, help=f"generate: greedy tokens per sequence (default {_GENERATE.new_tokens})")
+    p.add_argument("--gen-batch", type=int, help=f"generate: sequences decoded together (default {_GENERATE.gen_batch})")
     p.add_argument("--rollout", type=comma_list("rollout"),
                    help="RL workloads: where the rollout runs: host (a Python loop of steps), fused (one compiled"
                         " program), default (fused where the mode compiles and the framework can), or several")
@@ -190,7 +196,7 @@ def repeat_rule(o: dict[str, Any]) -> repeats.RepeatRule:
         raise UsageError(str(e)) from None
 
 
-def _scenario_options(o: dict[str, Any], kind: type[InferOptions] | type[ConvergeOptions]) -> dict[str, Any]:
+def _scenario_options(o: dict[str, Any], kind: ScenarioOptionsType) -> dict[str, Any]:
     """The options of one scenario options type, by its field names."""
     return {name: o[dest] for dest, (k, name) in SCENARIO_OPTION_FLAGS.items() if k is kind}
 
@@ -215,6 +221,7 @@ def sweep_from_options(o: dict[str, Any]) -> Sweep:
         memory_limit_bytes=o["memory_limit"],
         infer=InferOptions(**_scenario_options(o, InferOptions)),
         converge=ConvergeOptions(**_scenario_options(o, ConvergeOptions)),
+        generate=GenerateOptions(**_scenario_options(o, GenerateOptions)),
         options=tuple(parse_option(text) for text in o["option"]),
         data=o["data"], rollouts=o["rollout"], loader_workers=o["loader_workers"], augment=o["augment"],
         profile=bool(o["profile"]),
@@ -280,6 +287,18 @@ class ConsoleProgress(Progress):
         self.console.print(printable(f"{self._label} {text}"), highlight=False)  # errors echo the environment
 
 
+def busy_machine(load: float | None = None, cores: int | None = None) -> tuple[float, str] | None:
+    """(how much longer trials will take, why) where more processes want the CPU than it has
+    cores: the trials then share it, and their wall time stretches by about the load average
+    over the cores (a tiny run estimated 1.9 min took 11.3 at a load of 12 on 2 cores); None on
+    a machine with cores to spare."""
+    load = os.getloadavg()[0] if load is None else load
+    cores = len(os.sched_getaffinity(0)) if cores is None else cores
+    if load <= cores:
+        return None
+    return load / cores, f"load average {load:.1f} on {cores} cores"
+
+
 def print_plan(console: Console, plan: Plan, costs: Costs) -> None:
     pending = plan.pending
     estimates = [estimate_s(t.spec, costs) for t in pending]
@@ -289,9 +308,12 @@ def print_plan(console: Console, plan: Plan, costs: Costs) -> None:
               "from the store's trials of the same kinds" if sources <= {"store", "similar"} else
               "rough: start-up and compile guesses per framework, compute from FLOPs; later runs learn from the store")
     others = len(plan.trials) - len(pending)
+    loaded = busy_machine()
     console.print(f"dlbench: {len(pending)} trial(s) to run"
                   + (f" ({others} unsupported or skipped)" if others else "")
-                  + f", estimated {total / 60:.1f} min ({source})", highlight=False)
+                  + f", estimated {total / 60:.1f} min ({source})"
+                  + (f"; at the present load ({loaded[1]}) about {total * loaded[0] / 60:.1f} min" if loaded else ""),
+                  highlight=False)
     for note in plan.notes:
         console.print(printable(f"  note: {note}"), highlight=False)
     axes = varying_axes([to_dict(t.spec) for t in plan.trials])
@@ -444,7 +466,12 @@ def _resumable_words(retry_failed: bool) -> str:
 
 
 def _waiting(console: Console) -> None:
-    console.print("waiting for another dlbench run on this machine to finish")
+    """Who holds the machine-wide lock, and how not to wait (a run beside another times both)."""
+    pid = processes.flock_holder(lock_path())
+    holder = processes.describe(pid) if pid is not None else "another process"
+    console.print(printable(f"waiting for another dlbench run on this machine to finish: {holder} holds"
+                            f" {lock_path()}; --allow-concurrent runs now (its timings then share the"
+                            " machine, and the run records that)"), highlight=False, soft_wrap=True)
 
 
 def _print_resumption(console: Console, r: resume.Resumption) -> None:

@@ -120,6 +120,20 @@ INFER = [
 ]
 
 
+# The generation table (report/generation.py): token latencies, throughput, compile and cache.
+GENERATE = [
+    _m("gen_ttft_p50", "ttft_p50_s", _ms),
+    _m("gen_ttft_p99", "ttft_p99_s", _ms),
+    _m("gen_tpot_p50", "tpot_p50_s", _ms),
+    _m("gen_tpot_p99", "tpot_p99_s", _ms),
+    _m("gen_tokens_per_s_stream", "output_tokens_per_s_per_stream", _f(1)),
+    _m("gen_tokens_per_s", "output_tokens_per_s", _f(1)),
+    _m("gen_first", "first_generation_s", _f(2)),
+    _m("gen_cache", "kv_cache_bytes", lambda v: f"{v / 2**20:.2f}"),
+    _m("gen_recompiles", "recompiles_per_prompt_length", _f(1)),
+]
+
+
 # The reinforcement-learning table (report/rl.py).
 RL = [
     _m("env_steps_per_s", "env_steps_per_s", _f(0)),

@@ -61,3 +61,10 @@ def rl_converge_line(m: Metrics) -> str:
     return (f"ok: mean return {m.get('final_return') or 0.0:.1f} after {m.get('episodes') or 0:.0f} episodes, "
             + (f"target in {m['steps_to_target']:.0f} env steps, {m['time_to_target_s']:.1f} s"
                if m.get("reached_target") else "target not reached"))
+
+
+def generate_line(m: Metrics) -> str:
+    """Greedy generation with a KV cache (runner/scenarios/generate.py)."""
+    return (f"ok: TTFT p50 {1e3 * (m.get('ttft_p50_s') or 0.0):.2f} ms, TPOT p50 {1e3 * (m.get('tpot_p50_s') or 0.0):.2f} ms,"
+            f" {m.get('output_tokens_per_s') or 0.0:.1f} tokens/s at batch {m.get('gen_batch') or 0:g}"
+            f" (first generation {m.get('first_generation_s') or 0.0:.1f} s)")

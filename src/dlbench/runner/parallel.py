@@ -31,7 +31,7 @@ def comm_metrics(trial: TrialSpec, backend: Backend, before_s: float | None, res
     if trial.devices == 1:
         return
     after_s = backend.data_parallel.comm_s()
-    steps = len(result.series.get("loss") or [])
+    steps = int(result.metrics.get("timed_steps") or 0)  # not the loss series: Keras stores one mean per chunk
     train_s = result.metrics.get("train_s")
     if before_s is None or after_s is None or not steps or not train_s:
         result.metrics["grad_comm_s_per_step"] = result.metrics["grad_comm_share"] = None

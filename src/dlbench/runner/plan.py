@@ -23,6 +23,7 @@ from dlbench.spec import (
     OPTIONS,
     PROFILED_SCENARIOS,
     ConvergeOptions,
+    GenerateOptions,
     InferOptions,
     NoOptions,
     Policy,
@@ -89,6 +90,7 @@ class Sweep:
     # there); a trial carries only its own scenario's (options_for).
     infer: InferOptions = field(default_factory=InferOptions)
     converge: ConvergeOptions = field(default_factory=ConvergeOptions)
+    generate: GenerateOptions = field(default_factory=GenerateOptions)
     # Framework options (`--option FRAMEWORK.NAME=VALUE`): (framework, name, value); each trial's
     # policy carries only its own framework's.
     options: tuple[tuple[str, str, str], ...] = ()
@@ -108,7 +110,7 @@ class Sweep:
         defaults of none for a scenario without options, so an option never changes another
         scenario's configuration key."""
         wanted = OPTIONS.get(scenario)
-        return next((o for o in (self.infer, self.converge) if type(o) is wanted), NoOptions())
+        return next((o for o in (self.infer, self.converge, self.generate) if type(o) is wanted), NoOptions())
 
 
 @dataclass

@@ -19,12 +19,12 @@ import numpy as np
 from dlbench import plugins, scenarios
 from dlbench.plugins import BUILTIN, WORKLOAD_GROUP, Entry, Origin, PluginError
 from dlbench.spec import SpecError, WorkloadSpec
-from dlbench.workloads import cnn, contract, data, ddpm, detect, mlp, node, params, ppo, resnet, transformer
+from dlbench.workloads import cnn, contract, data, ddpm, detect, lm, mlp, node, params, ppo, resnet, transformer
 
 # Order: as listed by `dlbench list` and run by `-w all`.
 WORKLOADS: dict[str, ModuleType] = {
     "mlp": mlp, "cnn": cnn, "resnet": resnet, "transformer": transformer, "node": node,
-    "detect": detect, "ppo": ppo, "ddpm": ddpm,
+    "detect": detect, "ppo": ppo, "ddpm": ddpm, "lm": lm,
 }
 
 

@@ -114,7 +114,7 @@ def run_train(ctx: TrialContext) -> None:
     first = max(trial.warmup_epochs, 1)
     plan = [ppo.draws(trial.workload, i) for i in range(first, first + trial.epochs)]
     compiles = _compilations(program)
-    times, rollout_s, update_s, losses = [], [], [], []
+    times, rollout_s, update_s, losses, ends = [], [], [], [], []
     if trial.profile:
         m[profiled.CALLS_METRIC] = float(len(plan))  # a profiled trial's categories: per iteration
     ctx.sampler.begin_window()
@@ -124,6 +124,7 @@ def run_train(ctx: TrialContext) -> None:
             t0 = time.perf_counter()
             env, state, (r_s, u_s, loss) = _iteration(program, state, env, d)
             times.append(time.perf_counter() - t0)
+            ends.append(time.perf_counter() - t_window)
             rollout_s.append(r_s)
             update_s.append(u_s)
             losses.append(loss)
@@ -134,9 +135,12 @@ def run_train(ctx: TrialContext) -> None:
     m["env_steps_per_s"] = env_steps * len(times) / sum(rollout_s)
     m["update_samples_per_s"] = samples * len(times) / sum(update_s)
     m["samples_per_s"] = env_steps * len(times) / window_s
-    all_losses = np.concatenate(losses)
     m["final_loss"] = float(np.mean(losses[-1]))
-    ctx.result.series["loss"] = [(float(i), float(v)) for i, v in enumerate(all_losses)]
+    # The update's minibatch losses, by update step and (spread over the update, which ends
+    # each iteration) by seconds since the window began.
+    by_step, by_time, _ = train.loss_points([len(v) for v in losses], losses,
+                                            [(u, end) for u, end in zip(update_s, ends, strict=True)])
+    ctx.result.series["loss"], ctx.result.series["loss_by_time"] = by_step, by_time
     _window(ctx, window_s, len(times), times, _compilations(program) - compiles, peaks)
     allocator_metrics(ctx)
 
