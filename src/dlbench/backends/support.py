@@ -110,7 +110,8 @@ def workload_unsupported(framework: str, backend: Backend, workload: str) -> str
     if any(scenario_unsupported(framework, capabilities, s, workloads.scenario(workload, s)) is None for s in names):
         return None
     has = ", ".join(capabilities.names()) or "none"
-    return f"{framework} runs none of {workload}'s scenarios ({', '.join(names)}): it has {has} only"
+    # Without the framework's name: `dlbench list` shows it beside, and frameworks share the note.
+    return f"none of {workload}'s scenarios ({', '.join(names)}) runs with {has} only"
 
 
 def data_parallel_unsupported(dp: DataParallel, trial: TrialSpec) -> str | None:
