@@ -17,8 +17,7 @@ from types import ModuleType
 
 from dlbench import backends, scenarios, workloads
 from dlbench.backends import get_backend, precision, registered
-from dlbench.backends.base import builder_module, module_installed
-from dlbench.backends.support import scenario_unsupported
+from dlbench.backends.support import scenario_unsupported, workload_unsupported
 from dlbench.cli.common import add_store_argument
 from dlbench.machine import bf16_on_cpu
 from dlbench.monitors.nvml import device_kind
@@ -70,15 +69,11 @@ def support(name: str) -> Support:
     modes = backend.modes()
     table: dict[str, dict[str, str | None]] = {}
     for w in workloads.usable():
-        builder = builder_module(type(backend).__module__, w)
-        has_impl = builder is not None and module_installed(builder)
-        declined = backend.capabilities.declines(w)
+        lacks = workload_unsupported(name, backend, w)
         for mode in MODES:
             reason = modes.get(mode)
-            if declined is not None:
-                reason = declined
-            elif not has_impl:
-                reason = f"{name} has no implementation of {w!r}"
+            if lacks is not None:
+                reason = lacks
             elif not ok:
                 reason = f"not installed: pip install 'dlbench[{name}]'"
             table.setdefault(w, {})[mode] = reason
@@ -218,8 +213,8 @@ def _scenarios_cell(s: Support, reasons: _Reasons) -> Cell:
 
 
 def _pair_cell(s: Support, workload: str, reasons: _Reasons) -> Cell:
-    """The modes the pair runs; a reason of its own (no implementation, not installed) as
-    `–` and its number."""
+    """The modes the pair runs; a reason of its own (declined, no implementation, none of its
+    scenarios, not installed) as `–` and its number."""
     own = {r for m, r in s.modes[workload].items() if r is not None and r != s.mode_reasons.get(m)}
     if own:
         return Cell(" ".join([MISSING, *(reasons.ref(r, s.framework, workload) for r in sorted(own))]))
