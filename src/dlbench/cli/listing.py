@@ -228,6 +228,11 @@ def _general(reason: str, framework: str, choice: str) -> str:
     if reason == f"{framework} has no implementation of {choice!r}":
         return "no implementation"
     reason = reason.removeprefix(f"{framework} cannot run the {choice} scenario: ")
+    # Every capability an inference-only backend lacks is one note: `it lacks the train
+    # capability (has: infer)` and `... the generate capability ...` -> `it has infer only`.
+    lacking = re.fullmatch(r"it lacks the \w+ capability \(has: (.*)\)", reason)
+    if lacking:
+        return f"it has the {lacking[1]} capability only"
     # A closing aside goes to --long: `... updates (a Keras PPO would be ...)` -> `... updates`.
     return re.sub(r" \([^()]*\)$", "", reason) if not reason.endswith("(has: infer)") else reason
 
