@@ -87,7 +87,11 @@ TRAJECTORY_RTOL = 1e-5
 # resnet's third chunk (the mean of ten ill-conditioned BatchNorm steps) on an Intel Xeon with
 # AVX-512 FP16 (2026-11-28): keras-tensorflow graph 3.5e-5 from NumPy Adam, the same before and
 # after that day's changes; the other workloads and the first two chunks stay within 2e-7.
+# Its K-step updates there: stem.conv.kernel 2.9 % from NumPy Adam's (keras-tensorflow graph, the
+# base commit alike), inside the 7-9 % that 1e-6 noise moves them by (above): the bound for
+# resnet says "follows Adam", not "bit-close".
 TRAJECTORY_RTOL_BY_WORKLOAD = {"resnet": 1e-4}
+UPDATE_RTOL_BY_WORKLOAD = {"resnet": 0.1}
 UPDATE_RTOL = 1e-3
 # Ten float32 updates against float64 (measured: 2e-7). Keras's own Adam with eps 1e-8 is off by
 # 9e-6 for gradients of 1, 2e-4 for 1e-3 and 100 % for 1e-8 (eps before the bias correction).
@@ -376,7 +380,7 @@ def test_fit_follows_numpy_adam(zoo, name):
             if zero_grad(k):
                 continue
             err = np.linalg.norm((trained[k] - p0) - (ref_params[k] - p0)) / np.linalg.norm(ref_params[k] - p0)
-            assert err < UPDATE_RTOL, (fw, mode, k, err)
+            assert err < UPDATE_RTOL_BY_WORKLOAD.get(name, UPDATE_RTOL), (fw, mode, k, err)
 
 
 @pytest.mark.parametrize("name", WORKLOADS)
