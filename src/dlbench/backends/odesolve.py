@@ -138,6 +138,24 @@ def scipy_prepare(problem: odes.Problem, solver: str, dtype: str, max_steps: int
     return solve
 
 
+class ScipyOde:
+    """SciPy's solve_ivp as an `OdeModule`: the non-framework float64 baseline."""
+
+    SOLVERS = SCIPY_SOLVERS
+    ABSENT = SCIPY_ABSENT
+    GRADIENTS: dict[str, str] = {}
+
+    def prepare(self, problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Solve:
+        return scipy_prepare(problem, solver, dtype, max_steps)
+
+    def prepare_gradient(self, problem: odes.Problem, solver: str, method: str, dtype: str, rtol: float,
+                         atol: float) -> Gradient:
+        raise ValueError(SCIPY_ABSENT["gradient"])
+
+
+SCIPY = ScipyOde()
+
+
 def ops_of(xp: Any, stack: Callable[[list[Any]], Any], total: Callable[[Any], Any]) -> odes.Ops:
     """An `Ops` from a framework's array module (its tanh and reshape), `stack` along a new last
     axis (torch says dim=, the others axis=) and `total`, the sum of every element (TensorFlow's
