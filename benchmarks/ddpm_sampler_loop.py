@@ -1,7 +1,7 @@
 """How torch should run ddpm's DDIM loop in compiled mode: three loops around the same eval-mode
 U-Net, timed interleaved in one process (issue 18; numbers in docs/benchmarks.md).
 
-- host: the runner's NumPy loop around the compiled denoiser (runner/sample.py: host_sampler;
+- host: the runner's NumPy loop around the compiled denoiser (runner/scenarios/sample.py: host_sampler;
   each step's input goes to torch and its output back to NumPy);
 - tensor: the same loop in torch tensors around the compiled denoiser (no NumPy per step);
 - whole: torch.compile of the whole S-step loop (dynamo unrolls it: one graph of S U-Nets).
@@ -38,7 +38,7 @@ def main() -> int:
     from dlbench.backends.torch import INFER_COMPILE_OPTIONS
     from dlbench.backends.torch import ddpm as tddpm
     from dlbench.runner.plan import workload_spec
-    from dlbench.runner.sample import host_sampler
+    from dlbench.runner.scenarios.sample import host_sampler
     from dlbench.spec import Policy, TrialSpec
     from dlbench.workloads import ddpm
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from dlbench.analysis import parity
 from dlbench.runner import reference
-from dlbench.runner.fixedbatch import load_grads
+from dlbench.runner.protocol import load_grads
 from dlbench.runner.plan import workload_spec
 from dlbench.runner.probe_client import run_probe
 from dlbench.spec import Policy, TrialSpec, to_dict

@@ -15,7 +15,7 @@ from dlbench.results.store import Store
 from dlbench.runner import spawn
 from dlbench.runner.plan import Sweep, make_plan
 from dlbench import workloads
-from dlbench.spec import Policy, SpecError, TrialSpec, WorkloadSpec, to_dict
+from dlbench.spec import ConvergeOptions, Policy, SpecError, TrialSpec, WorkloadSpec, to_dict
 from dlbench.workloads.data import crop_flip, epoch_augment
 
 pytestmark = pytest.mark.usefixtures("fake_env")
@@ -129,7 +129,8 @@ def test_rejections_name_the_value(make, msg):
 def test_plan_gives_converge_settings_to_converge_trials_only():
     plan = make_plan(Sweep(workloads=("cnn",), frameworks=("fake",), modes=("eager",), repeats=1,
                            scenarios=("train", "converge"), data=("pipeline", "device"), loader_workers=1,
-                           target_accuracy=0.8, eval_every=16, preset="tiny", augment="crop_flip"))
+                           converge=ConvergeOptions(target_accuracy=0.8, eval_every=16), preset="tiny",
+                           augment="crop_flip"))
     specs = [t.spec for t in plan.trials]
     assert len(specs) == 4
     assert {(s.scenario, s.policy.data) for s in specs} == {(a, b) for a in ("train", "converge")

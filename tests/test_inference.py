@@ -20,9 +20,9 @@ from dlbench.backends.support import scenario_unsupported
 from dlbench.cli.main import main
 from dlbench.runner import reference, spawn
 from dlbench.runner.verdicts import judge_parity
-from dlbench.runner.inference import INFER_BATCHES
+from dlbench.runner.protocol import INFER_BATCHES
 from dlbench.runner.plan import Sweep, make_plan
-from dlbench.runner.timing import parity_path
+from dlbench.runner.protocol import parity_path
 from dlbench.spec import Policy, SpecError, TrialSpec, WorkloadSpec
 
 # --- quantile and its confidence interval -------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The ppo workload (workloads/ppo.py, workloads/cartpole.py, backends/*/ppo.py, runner/rl.py).
+"""The ppo workload (workloads/ppo.py, workloads/cartpole.py, backends/*/ppo.py, runner/scenarios/rl.py).
 
 CI tier: the NumPy definition (environment, GAE, loss), the spec's draws, the plan's rollout axis,
 Keras declared unsupported, and one cross-framework parity test (torch eager, tensorflow eager,

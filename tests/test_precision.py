@@ -15,7 +15,7 @@ import pytest
 from dlbench.analysis import parity
 from dlbench.backends import REGISTRY, get_backend, precision
 from dlbench.runner import reference
-from dlbench.runner.fixedbatch import load_grads
+from dlbench.runner.protocol import load_grads
 from dlbench.runner.plan import Sweep, make_plan, workload_spec
 from dlbench.runner.probe_client import run_probe
 from dlbench.spec import PRECISIONS, Policy, SpecError, TrialSpec, to_dict

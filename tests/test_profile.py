@@ -19,7 +19,7 @@ from dlbench.report import model
 from dlbench.report.profile import profile_table, profiled
 from dlbench.results.records import TrialResult
 from dlbench.results.store import Store
-from dlbench.spec import Policy, SpecError, TrialSpec, WorkloadSpec
+from dlbench.spec import ConvergeOptions, Policy, SpecError, TrialSpec, WorkloadSpec
 
 RULES = (("Optimizer", "optimizer update"), ("conv", "convolution"), ("relu|add", "elementwise and activation"))
 
@@ -131,7 +131,7 @@ def test_plan_adds_one_profiled_trial_per_train_and_infer_configuration():
 
     plan = make_plan(Sweep(workloads=("mlp",), frameworks=("torch",), modes=("eager", "compiled"),
                            scenarios=("train", "infer", "converge"), repeats=2, preset="tiny", profile=True,
-                           target_accuracy=0.9))
+                           converge=ConvergeOptions(target_accuracy=0.9)))
     made = [t.spec for t in plan.trials if t.spec.profile]
     assert len(plan.trials) == 2 * 6 + 4 and {(s.policy.mode, s.scenario) for s in made} == {
         ("eager", "train"), ("compiled", "train"), ("eager", "infer"), ("compiled", "infer")}

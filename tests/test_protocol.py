@@ -13,7 +13,7 @@ import pytest
 
 from dlbench.results.records import TrialResult, read_events
 from dlbench.runner import spawn
-from dlbench.runner.timing import events_path
+from dlbench.runner.protocol import events_path
 from dlbench.spec import Policy, TrialSpec, WorkloadSpec
 
 HERE = Path(__file__).resolve().parent

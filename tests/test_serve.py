@@ -1,5 +1,5 @@
 """Deployment load and runtimes (issue 22): MLPerf LoadGen driving the inference scenario
-(SingleStream, Offline, Server and its QPS sweep; runner/loadgen.py, runner/served.py), the
+(SingleStream, Offline, Server and its QPS sweep; runner/scenarios/loadgen.py, runner/scenarios/served.py), the
 `--load` flags, and LiteRT (backends/litert) with its dynamic-range int8 option judged by
 accuracy. LoadGen itself runs with pure-Python systems under test and the fake backend; LiteRT's
 float32 parity on the tiny mlp and cnn is in tests/test_infer_frameworks.py, its int8 option in litert's
@@ -16,9 +16,10 @@ import pytest
 
 from dlbench.backends import get_backend, support
 from dlbench.cli.main import main
-from dlbench.runner import loadgen, reference, spawn
+from dlbench.runner import reference, spawn
+from dlbench.runner.scenarios import loadgen
 from dlbench.runner.plan import workload_spec
-from dlbench.runner.timing import parity_path
+from dlbench.runner.protocol import parity_path
 from dlbench.runner.verdicts import judge_parity
 from dlbench.spec import Policy, SpecError, TrialSpec, WorkloadSpec, to_dict
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from dlbench import workloads
-from dlbench.runner.fixedbatch import load_grads
+from dlbench.runner.protocol import load_grads
 from dlbench.runner.plan import workload_spec
 from dlbench.runner.probe import trajectory_rows
 from dlbench.runner.probe_client import run_probe
@@ -282,7 +282,7 @@ def test_compiled_and_keras_match_the_float64_reference(tmp_path: Path):
 def test_sample_verdict_holds_the_sample_to_its_bound(tmp_path: Path):
     """The denoiser outputs pass as inference logits; the sample is then held to SAMPLE_RTOL
     against the float64 sample: a sample off by a wrong coefficient fails, rounding passes."""
-    from dlbench.runner import fixedbatch, reference, verdicts
+    from dlbench.runner import protocol, reference, verdicts
 
     trial = _trial("jax", "compiled")
     spec = trial.workload
@@ -292,10 +292,10 @@ def test_sample_verdict_holds_the_sample_to_its_bound(tmp_path: Path):
     expected = np.random.default_rng(0).standard_normal((8, 8, 8, 3))
     path = tmp_path / "parity.npz"
     batch = np.resize(outputs, (spec.batch_size, outputs.shape[1])).astype(np.float32)
-    fixedbatch.save_samples(path, {f"batch {spec.batch_size}": batch}, expected * (1 + 1e-6), expected)
+    protocol.save_samples(path, {f"batch {spec.batch_size}": batch}, expected * (1 + 1e-6), expected)
     ok = verdicts.sample_verdict(trial, path, ref)
     assert ok.verdict == "pass" and ok.per_tensor is not None and ok.per_tensor["sample"][0] == pytest.approx(1e-6)
-    fixedbatch.save_samples(path, {f"batch {spec.batch_size}": batch}, expected * 1.01, expected)
+    protocol.save_samples(path, {f"batch {spec.batch_size}": batch}, expected * 1.01, expected)
     bad = verdicts.sample_verdict(trial, path, ref)
     assert bad.verdict == "fail" and bad.worst_tensor == "sample" and "DDIM sample" in (bad.reason or "")
 

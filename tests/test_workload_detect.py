@@ -164,9 +164,9 @@ def test_program_contract_slow(framework: str):
 
 
 def test_infer_times_postprocessing_apart_only_where_a_workload_has_it():
-    """runner/inference.py: each pool input's output is post-processed once, timed; the medians
+    """runner/scenarios/inference.py: each pool input's output is post-processed once, timed; the medians
     land in their own metrics (a workload without post-processing gets none)."""
-    from dlbench.runner.inference import postprocess_metrics
+    from dlbench.runner.scenarios.inference import postprocess_metrics
     from dlbench.spec import TrialSpec
 
     grid = detect.size(SPEC).grid
@@ -216,13 +216,13 @@ def test_an_unknown_loss_is_unsupported(framework: str):
 
 
 def test_the_served_model_is_scored_by_the_workloads_own_metric():
-    """runner/served.py: a non-classifier's served outputs over the whole eval split (batches of
+    """runner/scenarios/served.py: a non-classifier's served outputs over the whole eval split (batches of
     the spec's size, the last padded and cut back) are scored by the workload's `score`, stored
     as infer_<QUALITY> (detect: infer_map), never as accuracy. The float64 reference network
     stands in for a framework; near-perfect outputs for the first rows make the score non-zero."""
     from types import SimpleNamespace
 
-    from dlbench.runner import served
+    from dlbench.runner.scenarios import served
     from dlbench.spec import TrialSpec
 
     # 21 held-out rows in batches of 16: the second batch is padded.

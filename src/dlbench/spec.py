@@ -44,7 +44,7 @@ MATMUL_PRECISIONS = ("highest", "tf32")
 ROLLOUTS = ("default", "host", "fused")
 # Inference (scenario "infer"): a p99 needs at least 100 requests to be more than the maximum.
 MIN_INFER_REQUESTS = 100
-# The inference scenario's load (runner/inference.py, runner/loadgen.py): "standard", MLPerf
+# The inference scenario's load (runner/scenarios/inference.py, runner/scenarios/loadgen.py): "standard", MLPerf
 # LoadGen's SingleStream (latency) and Offline (throughput); "server", SingleStream then LoadGen's
 # Server (Poisson arrivals) at `server_qps`, or a sweep for the highest QPS meeting `p99_bound_ms`;
 # "loop", the hand-written request loop LoadGen replaced.
@@ -219,6 +219,93 @@ class Policy:
 
 
 @dataclass(frozen=True)
+class InferOptions:
+    """The inference scenario's options (`--scenario infer`: runner/scenarios/inference.py,
+    runner/scenarios/served.py): batch-1 requests until `infer_requests` are timed or `infer_budget_s` is
+    spent, whichever comes first; then the spec's batch size back to back under the same rule.
+    `infer_load` (INFER_LOADS) and, for "server", the target QPS (None: the sweep) and the p99
+    latency bound LoadGen judges each Server test by. Field names are TrialSpec's (its fields
+    take their defaults from here), so stored configuration keys never change."""
+
+    infer_requests: int = 1000
+    infer_budget_s: float = 20.0
+    infer_load: str = "standard"
+    server_qps: float | None = None
+    p99_bound_ms: float | None = None
+
+    def validate(self, scenario: str) -> None:
+        """Checked for every trial (a value outside the scenario must stay at its default)."""
+        _check_positive_int("infer requests", self.infer_requests, minimum=MIN_INFER_REQUESTS)
+        if not self.infer_budget_s > 0:
+            raise SpecError(f"infer budget must be > 0 seconds, got {self.infer_budget_s!r}")
+        _check_choice("load", self.infer_load, INFER_LOADS)
+        if self.infer_load != "standard" and scenario != "infer":
+            raise SpecError(f"load {self.infer_load!r} applies to the infer scenario only, not {scenario!r}")
+        for name, value in (("qps", self.server_qps), ("p99 bound (ms)", self.p99_bound_ms)):
+            if value is None:
+                continue
+            if self.infer_load != "server":
+                raise SpecError(f"{name} {value!r} applies to --load server only, not {self.infer_load!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise SpecError(f"{name} must be a number > 0, got {value!r}")
+        if self.infer_load == "server" and self.p99_bound_ms is None:
+            raise SpecError("load server needs a p99 latency bound: --p99-bound-ms (a number > 0)")
+
+
+@dataclass(frozen=True)
+class ConvergeOptions:
+    """Time to accuracy (`--scenario converge`: runner/scenarios/converge.py, runner/scenarios/rl.py): train from
+    the canonical weights, evaluating on the held-out split every `eval_every` steps with the
+    clock stopped, until `target_accuracy` or a budget (`max_steps`, `max_time_s` of training
+    time). Field names are TrialSpec's, as InferOptions'."""
+
+    target_accuracy: float | None = None
+    eval_every: int = 32
+    max_steps: int = 2000
+    max_time_s: float = 600.0
+
+    def validate(self, scenario: str) -> None:
+        _check_positive_int("eval every", self.eval_every)
+        _check_positive_int("max steps", self.max_steps)
+        if not self.max_time_s > 0:
+            raise SpecError(f"max time must be > 0 seconds, got {self.max_time_s!r}")
+        target = self.target_accuracy
+        if scenario != "converge":
+            if target is not None:
+                raise SpecError(f"target accuracy {target!r} applies to the converge scenario only,"
+                                f" not {scenario!r}")
+            return
+        if target is None:
+            raise SpecError("the converge scenario needs a target: --target-accuracy (a number in (0, 1]),"
+                            " or target-accuracy in a suite file")
+        if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1:
+            raise SpecError(f"target accuracy must be a number in (0, 1] for the converge scenario,"
+                            f" got {target!r}")
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """A scenario without options of its own (train, rollout)."""
+
+    def validate(self, scenario: str) -> None:
+        pass
+
+
+ScenarioOptions = InferOptions | ConvergeOptions | NoOptions
+# Each options type, the `--scenario` it belongs to: a sweep gives a trial the options of its
+# scenario only, so an option never changes another scenario's configuration key.
+OPTIONS: dict[str, type[InferOptions] | type[ConvergeOptions]] = {"infer": InferOptions, "converge": ConvergeOptions}
+_INFER = InferOptions()
+_CONVERGE = ConvergeOptions()
+
+
+def option_fields(options: ScenarioOptions) -> dict[str, Any]:
+    """An options dataclass as TrialSpec keyword arguments (its field names are TrialSpec's)."""
+    return dataclasses.asdict(options)
+
+
+
+@dataclass(frozen=True)
 class TrialSpec:
     """One trial: one fresh worker process. Full from the start; values that are planned but not
     supported yet fail validation with a message that says so."""
@@ -238,28 +325,22 @@ class TrialSpec:
     chunk_steps: int = 16
     repeat: int = 0
     timeout_s: float = 1800.0
-    # Inference (scenario "infer", runner/inference.py): batch-1 requests until `infer_requests`
-    # are timed or `infer_budget_s` is spent, whichever comes first; then the spec's batch size
-    # back to back under the same rule (INFER_BATCHES batches or the budget).
-    infer_requests: int = 1000
-    infer_budget_s: float = 20.0
-    # The inference load (INFER_LOADS) and, for "server", the target QPS (None: the sweep) and the
-    # p99 latency bound LoadGen judges each Server test by. Left out of the serialised spec at
-    # their defaults, so configuration keys made before them stay what they were.
-    infer_load: str = field(default="standard", metadata=OMIT_DEFAULT)
-    server_qps: float | None = field(default=None, metadata=OMIT_DEFAULT)
-    p99_bound_ms: float | None = field(default=None, metadata=OMIT_DEFAULT)
-    # Time to accuracy (scenario "converge", runner/converge.py): train from the canonical
-    # weights, evaluating on the held-out split every `eval_every` steps with the clock stopped,
-    # until `target_accuracy` or a budget (`max_steps`, `max_time_s` of training time).
-    target_accuracy: float | None = None
-    eval_every: int = 32
-    max_steps: int = 2000
-    max_time_s: float = 600.0
+    # The scenario options, flat so that stored keys stay what they were; each default is its
+    # options dataclass's (InferOptions, ConvergeOptions), validated there.
+    infer_requests: int = _INFER.infer_requests
+    infer_budget_s: float = _INFER.infer_budget_s
+    # Added after stores existed: left out of the serialised spec at their defaults.
+    infer_load: str = field(default=_INFER.infer_load, metadata=OMIT_DEFAULT)
+    server_qps: float | None = field(default=_INFER.server_qps, metadata=OMIT_DEFAULT)
+    p99_bound_ms: float | None = field(default=_INFER.p99_bound_ms, metadata=OMIT_DEFAULT)
+    target_accuracy: float | None = _CONVERGE.target_accuracy
+    eval_every: int = _CONVERGE.eval_every
+    max_steps: int = _CONVERGE.max_steps
+    max_time_s: float = _CONVERGE.max_time_s
     # The parent's watchdog kills the worker's process tree above this RSS (status `oom`).
     memory_limit_bytes: int | None = None
     # A profiled trial (`run --profile`, scenario train or infer): the timed window runs under the
-    # framework's own profiler (runner/profiled.py). Its own configuration (profile is part of
+    # framework's own profiler (runner/scenarios/profiled.py). Its own configuration (profile is part of
     # the key), never in the statistics of the timed trials; left out of the spec while False.
     profile: bool = field(default=False, metadata=OMIT_DEFAULT)
 
@@ -290,28 +371,11 @@ class TrialSpec:
             raise SpecError(f"timeout must be > 0 seconds, got {self.timeout_s!r}")
         if self.memory_limit_bytes is not None:
             _check_positive_int("memory limit", self.memory_limit_bytes)
-        _check_positive_int("infer requests", self.infer_requests, minimum=MIN_INFER_REQUESTS)
-        if not self.infer_budget_s > 0:
-            raise SpecError(f"infer budget must be > 0 seconds, got {self.infer_budget_s!r}")
-        self._validate_load()
-        self._validate_converge()
+        self.infer_options().validate(self.scenario)
+        self.converge_options().validate(self.scenario)
         if self.profile is not False and (self.profile is not True or self.scenario not in PROFILED_SCENARIOS):
             raise SpecError(f"profile {self.profile!r} applies to the train and infer scenarios only (true or"
                             f" false), not {self.scenario!r}")
-
-    def _validate_load(self) -> None:
-        _check_choice("load", self.infer_load, INFER_LOADS)
-        if self.infer_load != "standard" and self.scenario != "infer":
-            raise SpecError(f"load {self.infer_load!r} applies to the infer scenario only, not {self.scenario!r}")
-        for name, value in (("qps", self.server_qps), ("p99 bound (ms)", self.p99_bound_ms)):
-            if value is None:
-                continue
-            if self.infer_load != "server":
-                raise SpecError(f"{name} {value!r} applies to --load server only, not {self.infer_load!r}")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise SpecError(f"{name} must be a number > 0, got {value!r}")
-        if self.infer_load == "server" and self.p99_bound_ms is None:
-            raise SpecError("load server needs a p99 latency bound: --p99-bound-ms (a number > 0)")
 
     def _validate_devices(self) -> None:
         _check_positive_int("devices", self.devices)
@@ -335,24 +399,11 @@ class TrialSpec:
         return dataclasses.replace(self, devices=1, scaling="weak", bn_sync="per-replica",
                                    workload=dataclasses.replace(self.workload, batch_size=batch))
 
-    def _validate_converge(self) -> None:
-        _check_positive_int("eval every", self.eval_every)
-        _check_positive_int("max steps", self.max_steps)
-        if not self.max_time_s > 0:
-            raise SpecError(f"max time must be > 0 seconds, got {self.max_time_s!r}")
-        target = self.target_accuracy
-        if self.scenario != "converge":
-            if target is not None:
-                raise SpecError(f"target accuracy {target!r} applies to the converge scenario only,"
-                                f" not {self.scenario!r}")
-            return
-        if target is None:
-            raise SpecError("the converge scenario needs a target: --target-accuracy (a number in (0, 1]),"
-                            " or target-accuracy in a suite file")
-        if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1:
-            raise SpecError(f"target accuracy must be a number in (0, 1] for the converge scenario,"
-                            f" got {target!r}")
+    def infer_options(self) -> InferOptions:
+        return InferOptions(**{k: getattr(self, k) for k in option_fields(_INFER)})
 
+    def converge_options(self) -> ConvergeOptions:
+        return ConvergeOptions(**{k: getattr(self, k) for k in option_fields(_CONVERGE)})
 
     def config_key(self) -> str:
         """The configuration key (`configuration_key` below): trials with equal keys are

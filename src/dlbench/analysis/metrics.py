@@ -64,7 +64,7 @@ METRICS: dict[str, Metric] = {
     "recompiles_in_window": _ratio("lower"),
     "timed_steps": _ratio(),
     "timed_window_short": _ratio(),  # 1.0: too short to time (analysis/window.py)
-    # reinforcement learning (runner/rl.py)
+    # reinforcement learning (runner/scenarios/rl.py)
     "env_steps_per_s": Metric("1/s", "higher", "env steps/s"),
     "update_samples_per_s": Metric("1/s", "higher", "update samples/s"),
     "iteration_s_median": _s("median iteration ms"),
@@ -106,7 +106,7 @@ METRICS: dict[str, Metric] = {
     "energy_window_s": Metric("s"),
     "idle_baseline_s": Metric("s"),
     "gpu_sample_period_s": Metric("s"),
-    # inference (runner/inference.py); the latency_*_s quantiles are seconds by their suffix
+    # inference (runner/scenarios/inference.py); the latency_*_s quantiles are seconds by their suffix
     "infer_samples_per_s": Metric("1/s", "higher", "samples/s"),
     "infer_samples_per_s_median": Metric("1/s", "higher", "samples/s (median call)"),
     "infer_requests": _ratio("none", "requests"),
@@ -121,7 +121,7 @@ METRICS: dict[str, Metric] = {
     "postprocess_p50_s": _s("postprocess p50 ms"),
     "postprocess_batch_median_s": _s("postprocess batch ms"),
     "time_to_first_request_s": _s("time to first request s"),
-    # under MLPerf LoadGen (runner/served.py)
+    # under MLPerf LoadGen (runner/scenarios/served.py)
     "latency_p90_early_stopping_s": _s("p90 early-stop ms"),
     "latency_p99_early_stopping_s": _s("p99 early-stop ms"),
     "loadgen_offline_samples_per_s": Metric("1/s", "higher", "Offline samples/s"),
@@ -132,12 +132,12 @@ METRICS: dict[str, Metric] = {
     "server_latency_p99_s": _s("server p99 ms"),
     "server_p99_bound_s": _s("p99 bound ms"),
     "infer_accuracy": _ratio("higher", "held-out accuracy"),
-    # a non-classifier's served quality, infer_<QUALITY> (runner/served.py): detect's mAP@0.5
+    # a non-classifier's served quality, infer_<QUALITY> (runner/scenarios/served.py): detect's mAP@0.5
     "infer_map": _ratio("higher", "held-out mAP@0.5"),
     "infer_accuracy_fp32": _ratio("none", "fp32 accuracy"),
     "infer_accuracy_change": _ratio("higher", "accuracy change vs fp32"),
     "infer_top1_agreement_fp32": _ratio("higher", "top-1 agreement with fp32"),
-    # diffusion sampling (runner/sample.py: --scenario infer on ddpm)
+    # diffusion sampling (runner/scenarios/sample.py: --scenario infer on ddpm)
     "sample_images_per_s": Metric("1/s", "higher", "images/s"),
     "sample_batch_median_s": _s("s/batch"),
     "sample_step_s": _s("ms/step"),
@@ -181,16 +181,3 @@ def label(name: str) -> str:
     metric = METRICS.get(name)
     return metric.label if metric is not None and metric.label else name
 
-
-# The headline metric of each runner scenario: what `--repeats auto` narrows and the report's
-# ranking orders by. A scenario not listed (a new workload family's) is judged by samples/s.
-HEADLINE_BY_SCENARIO = {
-    "train": "samples_per_s",
-    "infer": "infer_samples_per_s",
-    "converge": "time_to_target_s",
-    "rollout": "env_steps_per_s",
-}
-
-
-def headline(scenario: str) -> str:
-    return HEADLINE_BY_SCENARIO.get(scenario, "samples_per_s")

@@ -18,12 +18,13 @@ import time
 import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from dlbench import workloads
 from dlbench.backends.precision import Support
+from dlbench.scenarios import Capability
 from dlbench.packages import installed_versions, module_installed  # noqa: F401 (for the backends)
 from dlbench.spec import Policy, TrialSpec
 from dlbench.workloads.data import Augment, Dataset
@@ -86,6 +87,13 @@ class Capabilities:
 
     def names(self) -> list[str]:
         return [name for name, has in (("train", self.train), ("infer", self.infer), ("grads", self.grads)) if has]
+
+    def covers(self, capability: Capability) -> str | None:
+        """None when this backend's programs have what a scenario's record needs, else the
+        flag it lacks: training and rollouts (with their PPO update) need `train`, serving and
+        sampling (a forward in inference mode) need `infer`."""
+        flag = "train" if capability in ("train", "rollout") else "infer"
+        return None if getattr(self, flag) else flag
 
 
 @dataclass(frozen=True)
@@ -166,21 +174,48 @@ def shard_slice(global_rows: int, devices: int, rank: int) -> slice:
     return slice(rank * n, (rank + 1) * n)
 
 
-class Program(Protocol):
-    """One framework's implementation of one workload, built for one policy.
+@runtime_checkable
+class Built(Protocol):
+    """What every program does, whatever it can run: one framework's implementation of one
+    workload, built for one policy. The capability protocols below add what a scenario needs
+    (dlbench/scenarios.py: a record's `capability`); a program implements the ones it can and
+    `support.build(trial, backend, Protocol)` checks it has the one its scenario asks for.
 
     `state` is whatever the framework needs (params + optimizer state); batches are framework
     tensors on the device. Losses stay on the device until the chunk's sync."""
+
+    def init(self, params: dict[str, np.ndarray]) -> Any:
+        """Canonical NumPy parameters (names and layouts of the workload) -> training state."""
+        ...
+
+    def compilations(self) -> int:
+        """How many times the train step (and the inference function) has been compiled or
+        traced so far (torch dynamo frames compiled, tf.function traces, JAX compiles). A change
+        inside the timed window flags the trial."""
+        ...
+
+    def precision(self) -> dict[str, Any]:
+        """The trial's precision policy as the training step runs it (parameter and compute
+        dtypes, autocast, loss scaling; precision.py): recorded with the effective policy."""
+        ...
+
+    def numerics(self) -> dict[str, Any]:
+        """Numerics as read back from the framework objects (optimizer hyper-parameters, eps
+        placement, padding, flatten order, dtype), keyed like spec.Numerics."""
+        ...
+
+
+@runtime_checkable
+class Learner(Built, Protocol):
+    """A program with a loss to learn from: the canonical data in, batches over the spec's
+    order, steps, and the fixed-batch loss and gradients every parity check compares (the
+    probe of `dlbench check` asks no more)."""
 
     def load(self, dataset: Dataset) -> None:
         """Take the canonical in-memory dataset (NHWC float32 images, int32 labels) into the
         framework, as the policy's `data` placement asks: "pipeline", where the idiomatic loader
         reads it (host memory for DataLoader, tf.data and NumPy batching); "device", the whole
         dataset moved to the device once. Timed with data generation as data_s."""
-        ...
-
-    def init(self, params: dict[str, np.ndarray]) -> Any:
-        """Canonical NumPy parameters (names and layouts of the workload) -> training state."""
         ...
 
     def batches(self, order: np.ndarray, augment: Augment | None = None) -> Iterator[Any]:
@@ -192,12 +227,6 @@ class Program(Protocol):
         from the dataset load() put there, just before each step."""
         ...
 
-    def compile(self, state: Any, batch: Any) -> float | None:
-        """Ahead-of-time compile where the framework exposes it: returns the compile seconds.
-        None where compilation happens inside the first step (the worker then reports
-        `compile_estimate_s`). Must not change `state`."""
-        ...
-
     def train_chunk(self, state: Any, batches: Iterator[Any], n_steps: int) -> tuple[Any, Any]:
         """Run n_steps training steps -> (new state, per-step losses, still on the device)."""
         ...
@@ -207,6 +236,43 @@ class Program(Protocol):
         steps per compiled call, the loop that runs them and the rule that chose it
         (backends/multistep.py), or why the framework runs one step per call."""
         ...
+
+    def predict(self, state: Any, x: np.ndarray) -> np.ndarray:
+        """Logits for canonical NHWC inputs, as NumPy (used for accuracy, outside the window)."""
+        ...
+
+    def loss_and_grads(self, state: Any, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
+        """Loss and gradients on a canonical batch, gradients in canonical names and layouts."""
+        ...
+
+    def params(self, state: Any) -> dict[str, np.ndarray]:
+        """Current parameters back in canonical names and layouts."""
+        ...
+
+    def canonical_batch(self, batch: Any) -> tuple[np.ndarray, np.ndarray]:
+        """A device batch back to canonical NumPy (NHWC images, int labels): proves the data
+        order is identical in every framework."""
+        ...
+
+    def losses_to_numpy(self, losses: Any) -> np.ndarray:
+        """The losses returned by train_chunk as a float64 NumPy vector (forces a sync)."""
+        ...
+
+
+@runtime_checkable
+class Trainable(Learner, Protocol):
+    """Capability "train": a supervised training step (scenarios train, converge)."""
+
+    def compile(self, state: Any, batch: Any) -> float | None:
+        """Ahead-of-time compile where the framework exposes it: returns the compile seconds.
+        None where compilation happens inside the first step (the worker then reports
+        `compile_estimate_s`). Must not change `state`."""
+        ...
+
+
+@runtime_checkable
+class Servable(Built, Protocol):
+    """Capability "serve": the forward pass in inference mode (scenario infer)."""
 
     def predict(self, state: Any, x: np.ndarray) -> np.ndarray:
         """Logits for canonical NHWC inputs, as NumPy (used for accuracy, outside the window)."""
@@ -228,39 +294,62 @@ class Program(Protocol):
         infer_fn takes, in the layout the framework's model wants (done outside the timing)."""
         ...
 
-    def loss_and_grads(self, state: Any, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
-        """Loss and gradients on a canonical batch, gradients in canonical names and layouts."""
+
+# A sampler's whole loop over a batch of initial noise: noise -> samples (NumPy).
+SampleLoop = Callable[[np.ndarray], np.ndarray]
+
+
+@runtime_checkable
+class Sampler(Servable, Protocol):
+    """Capability "sample": a diffusion model served as its denoiser (scenario sample)."""
+
+    def sample_fn(self, state: Any) -> SampleLoop | None:
+        """The framework's whole sampling loop as one compiled program (lax.fori_loop under
+        jax.jit, ...), or None where the runner loops on the host over infer_fn."""
         ...
 
-    def params(self, state: Any) -> dict[str, np.ndarray]:
-        """Current parameters back in canonical names and layouts."""
+
+@runtime_checkable
+class Rollout(Learner, Protocol):
+    """Capability "rollout": a reinforcement-learning program (workloads/ppo.py; scenarios
+    rl_rollout, rl_train, rl_converge): rollouts in the framework's own array ops, then PPO
+    updates, with the spec's draws fed in."""
+
+    rollout_placement: str
+
+    def env(self, obs: np.ndarray) -> Any:
+        """The environments' state on the device from canonical observations."""
         ...
 
-    def canonical_batch(self, batch: Any) -> tuple[np.ndarray, np.ndarray]:
-        """A device batch back to canonical NumPy (NHWC images, int labels): proves the data
-        order is identical in every framework."""
+    def rollout(self, state: Any, env: Any, uniforms: np.ndarray, resets: np.ndarray) -> tuple[Any, Any]:
+        """T steps of N environments -> (environments, trajectory), still on the device."""
         ...
 
-    def losses_to_numpy(self, losses: Any) -> np.ndarray:
-        """The losses returned by train_chunk as a float64 NumPy vector (forces a sync)."""
+    def update(self, state: Any, env: Any, traj: Any, perms: np.ndarray) -> tuple[Any, Any]:
+        """The PPO update over a trajectory -> (state, per-minibatch losses on the device)."""
         ...
 
-    def compilations(self) -> int:
-        """How many times the train step (and the inference function) has been compiled or
-        traced so far (torch dynamo frames compiled, tf.function traces, JAX compiles). A change
-        inside the timed window flags the trial."""
+    def finished(self, traj: Any) -> np.ndarray:
+        """The returns of the episodes that finished in a trajectory (NumPy)."""
         ...
 
-    def precision(self) -> dict[str, Any]:
-        """The trial's precision policy as the training step runs it (parameter and compute
-        dtypes, autocast, loss scaling; precision.py): recorded with the effective policy."""
+    def wait(self, *outputs: Any) -> None:
+        """Block until the outputs are computed (the framework's sync)."""
         ...
 
-    def numerics(self) -> dict[str, Any]:
-        """Numerics as read back from the framework objects (optimizer hyper-parameters, eps
-        placement, padding, flatten order, dtype), keyed like spec.Numerics."""
-        ...
 
+class Sampling:
+    """What a framework's program class inherits to answer Sampler.sample_fn: None (the host
+    loop) unless a diffusion workload's builder sets `sampler` to its compiled loop."""
+
+    sampler: Callable[[Any], SampleLoop] | None = None
+
+    def sample_fn(self, state: Any) -> SampleLoop | None:
+        return None if self.sampler is None else self.sampler(state)
+
+
+class Program(Trainable, Servable, Protocol):
+    """A supervised workload's program: it trains and it serves (cnn, resnet, ...)."""
 
 class Backend(Protocol):
     """One framework. The class attributes are data the parent reads without importing the
@@ -332,7 +421,7 @@ class Backend(Protocol):
         key of `precisions`)."""
         ...
 
-    def build(self, trial: TrialSpec) -> Program:
+    def build(self, trial: TrialSpec) -> Built:
         """Build the workload's Program for this trial; raises Unsupported with a reason. Called
         through backends.support.build, which has checked mode, precision and scenario and checks
         the Program's numerics read-back."""

@@ -18,6 +18,7 @@ Devices are "cpu" and "cuda" (an NVIDIA GPU the framework runs on).
 
 from __future__ import annotations
 
+from dlbench import scenarios
 from dlbench.machine import bf16_on_cpu, fp16_on_cpu
 from dlbench.spec import PRECISIONS
 
@@ -44,16 +45,17 @@ def fp32_only(reason: str) -> Support:
     return {**{k: reason for k in NATIVE}, ("cpu", "fp32"): None, ("cuda", "fp32"): None}
 
 
-# Scenarios that honour a reduced precision: inference runs the float32 graph of every framework.
-REDUCED_PRECISION_SCENARIOS = ("train", "converge")
-
-
-def unsupported(row: Support, device: str, precision: str, scenario: str = "train") -> str | None:
+def unsupported(row: Support, device: str, precision: str, scenario: str = "train",
+                reduced_precision: bool | None = None) -> str | None:
     """None when a backend with precision row `row` runs `precision` on `device` in `scenario`,
-    else the reason."""
+    else the reason. Whether a reduced precision applies is the runner scenario's record's
+    (dlbench/scenarios.py): `reduced_precision`, or where not given that of the record named
+    `scenario`."""
     if precision not in PRECISIONS:
         return f"precision {precision!r} is not one of: {', '.join(PRECISIONS)}"
-    if precision != "fp32" and scenario not in REDUCED_PRECISION_SCENARIOS:
+    if reduced_precision is None:
+        reduced_precision = scenarios.get(scenario).reduced_precision
+    if precision != "fp32" and not reduced_precision:
         return f"the {scenario} scenario runs fp32 only (reduced precision covers training: train, converge)"
     return row.get((device, precision), f"unknown device {device!r}")
 

@@ -15,10 +15,21 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dlbench import workloads
+from dlbench import scenarios, workloads
 from dlbench.backends import get_backend
 from dlbench.backends import precision as precisions
-from dlbench.backends.base import Backend, Capabilities, DataParallel, Program, Unsupported
+from dlbench.backends.base import (
+    Backend,
+    Built,
+    Capabilities,
+    DataParallel,
+    Learner,
+    Rollout,
+    Sampler,
+    Servable,
+    Trainable,
+    Unsupported,
+)
 from dlbench.spec import SpecError, TrialSpec
 from dlbench.workloads.base import numerics_readback
 
@@ -39,11 +50,13 @@ def validate(trial: TrialSpec) -> Backend:
     return backend
 
 
-def scenario_unsupported(framework: str, capabilities: Capabilities, scenario: str) -> str | None:
-    """None when the capabilities cover the scenario, else the reason (one line). Every
-    scenario but `infer` trains."""
-    needed, has_it = ("infer", capabilities.infer) if scenario == "infer" else ("train", capabilities.train)
-    if has_it:
+def scenario_unsupported(framework: str, capabilities: Capabilities, scenario: str,
+                         record: scenarios.Scenario | None = None) -> str | None:
+    """None when the capabilities cover what `--scenario scenario` needs (the capability of
+    its runner scenario's `record`; without one, the runner scenario of the same name, as a
+    supervised workload runs it), else the reason (one line)."""
+    needed = capabilities.covers((record or scenarios.get(scenario)).capability)
+    if needed is None:
         return None
     has = ", ".join(capabilities.names()) or "none"
     return f"{framework} cannot run the {scenario} scenario: it lacks the {needed} capability (has: {has})"
@@ -55,7 +68,7 @@ def data_parallel_unsupported(dp: DataParallel, trial: TrialSpec) -> str | None:
     statistics would need a per-replica float64 reference; not implemented)."""
     if trial.devices == 1:
         return None
-    if trial.scenario != "train":
+    if trial.scenario != "train":  # the user's --scenario: a workload's own training loop does not shard
         return f"devices {trial.devices}: data parallelism runs the train scenario only, not {trial.scenario!r}"
     if workloads.get(trial.workload.name).buffer_shapes(trial.workload):
         return (f"devices {trial.devices}: {trial.workload.name} has BatchNorm, and {trial.bn_sync} BatchNorm"
@@ -71,27 +84,73 @@ def unsupported(trial: TrialSpec, backend: Backend, device: str) -> str | None:
     if declined is not None:
         return f"{trial.framework} does not run {trial.workload.name}: {declined}"
     reason = workloads.scenario_unsupported(trial.workload.name, trial.scenario)
-    if reason is None:
-        reason = scenario_unsupported(trial.framework, backend.capabilities, trial.scenario)
+    if reason is not None:
+        return reason
+    record = workloads.scenario(trial.workload.name, trial.scenario)
+    reason = scenario_unsupported(trial.framework, backend.capabilities, trial.scenario, record)
     if reason is None:
         reason = backend.modes().get(trial.policy.mode, f"unknown mode {trial.policy.mode!r}")
     if reason is None:
-        why = precisions.unsupported(backend.precisions, device, trial.precision, trial.scenario)
+        why = precisions.unsupported(backend.precisions, device, trial.precision, trial.scenario,
+                                     record.reduced_precision)
         reason = None if why is None else f"{trial.framework} {trial.precision} on {device}: {why}"
     if reason is None:
         reason = data_parallel_unsupported(backend.data_parallel, trial)
     return reason
 
 
-def build(trial: TrialSpec, backend: Backend) -> Program:
-    """In a child after the import: the trial's Program, or Unsupported with the reason."""
+def build(trial: TrialSpec, backend: Backend) -> Built:
+    """In a child after the import: the trial's program, or Unsupported with the reason. The
+    scenario asks for the capability it needs with one of the functions below."""
     reason = unsupported(trial, backend, backend.device_kind())
     if reason is not None:
         raise Unsupported(reason)
     return backend.build(trial)
 
 
-def init(trial: TrialSpec, program: Program) -> Any:
+def _lacks(trial: TrialSpec, protocol: str) -> Unsupported:
+    return Unsupported(f"the {trial.framework} {trial.workload.name} program does not implement {protocol}"
+                       f" (backends/base.py), which the {trial.scenario} scenario needs")
+
+
+# One function per capability protocol (backends/base.py): the protocol's members are checked
+# here once, against the protocol the scenario names, never probed one by one where used.
+def build_learner(trial: TrialSpec, backend: Backend) -> Learner:
+    program = build(trial, backend)
+    if not isinstance(program, Learner):
+        raise _lacks(trial, "Learner")
+    return program
+
+
+def build_trainable(trial: TrialSpec, backend: Backend) -> Trainable:
+    program = build(trial, backend)
+    if not isinstance(program, Trainable):
+        raise _lacks(trial, "Trainable")
+    return program
+
+
+def build_servable(trial: TrialSpec, backend: Backend) -> Servable:
+    program = build(trial, backend)
+    if not isinstance(program, Servable):
+        raise _lacks(trial, "Servable")
+    return program
+
+
+def build_sampler(trial: TrialSpec, backend: Backend) -> Sampler:
+    program = build(trial, backend)
+    if not isinstance(program, Sampler):
+        raise _lacks(trial, "Sampler")
+    return program
+
+
+def build_rollout(trial: TrialSpec, backend: Backend) -> Rollout:
+    program = build(trial, backend)
+    if not isinstance(program, Rollout):
+        raise _lacks(trial, "Rollout")
+    return program
+
+
+def init(trial: TrialSpec, program: Built) -> Any:
     """The Program's state from the canonical parameters; the Program must then read back every
     numerics field its workload uses as the spec asks (refused, never ignored)."""
     state = program.init(workloads.get(trial.workload.name).init_params(trial.workload))

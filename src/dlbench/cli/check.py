@@ -35,7 +35,7 @@ from dlbench.cli.common import (
 )
 from dlbench.report.terminal import make_console
 from dlbench.runner import reference, verdicts
-from dlbench.runner.fixedbatch import load_grads
+from dlbench.runner.protocol import load_grads
 from dlbench.runner.plan import workload_spec
 from dlbench.runner.probe_client import run_probe
 from dlbench.spec import Policy, TrialSpec, to_dict

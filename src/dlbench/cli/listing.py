@@ -13,7 +13,7 @@ import argparse
 import json
 from dataclasses import dataclass
 
-from dlbench import backends, workloads
+from dlbench import backends, scenarios, workloads
 from dlbench.backends import get_backend, precision, registered
 from dlbench.backends.base import builder_module, module_installed
 from dlbench.backends.support import scenario_unsupported
@@ -81,8 +81,16 @@ def support(name: str) -> Support:
     row = backend.precisions
     precisions = {d: {p: precision.unsupported(row, d, p) for p in PRECISIONS} for d in precision.DEVICES}
     return Support(name, ok, detail, backend.distributions() if ok else {},
-                   {s: scenario_unsupported(name, backend.capabilities, s) for s in SCENARIOS}, table, modes,
+                   {s: scenario_unsupported(name, backend.capabilities, s, _first_record(s)) for s in SCENARIOS},
+                   table, modes,
                    precisions)
+
+
+def _first_record(scenario: str) -> scenarios.Scenario | None:
+    """The runner scenario the first built-in workload that has `--scenario scenario` runs it
+    with (rollout: ppo's rl_rollout); None where none has it."""
+    return next((workloads.scenario(w, scenario) for w, m in workloads.WORKLOADS.items() if scenario in m.SCENARIOS),
+                None)
 
 
 class _Reasons:

@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from dlbench import backends, processes, workloads
-from dlbench.analysis import repeats, window
+from dlbench.analysis import repeats
 from dlbench.backends import installed, registered
 from dlbench.cli import suite
 from dlbench.cli.common import (
@@ -34,6 +34,7 @@ from dlbench.cli.common import (
     workload_names,
 )
 from dlbench.report.model import spec_label, varying_axes
+from dlbench.report.scenarios import progress_line
 from dlbench.report.terminal import make_console, print_run_tables
 from dlbench.results import environment
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
@@ -42,9 +43,18 @@ from dlbench.runner import parallel, ray_executor, resume, rounds
 from dlbench.runner.executor import Outcome, Progress, execute, register, warm_imports
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
 from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimate_s, learn, make_plan
-from dlbench.spec import SpecError, to_dict
+from dlbench.spec import ConvergeOptions, InferOptions, SpecError, option_fields, to_dict
 from dlbench.text import printable
 
+# The scenario options' command-line destinations -> (options dataclass, its field); their
+# defaults are the dataclass's (spec.py), declared nowhere else.
+SCENARIO_OPTION_FLAGS: dict[str, tuple[type[InferOptions] | type[ConvergeOptions], str]] = {
+    "infer_requests": (InferOptions, "infer_requests"), "infer_budget_s": (InferOptions, "infer_budget_s"),
+    "load": (InferOptions, "infer_load"), "qps": (InferOptions, "server_qps"),
+    "p99_bound_ms": (InferOptions, "p99_bound_ms"),
+    "target_accuracy": (ConvergeOptions, "target_accuracy"), "eval_every": (ConvergeOptions, "eval_every"),
+    "max_steps": (ConvergeOptions, "max_steps"), "max_time_s": (ConvergeOptions, "max_time_s"),
+}
 # Every sweep option's default. The parser's defaults are None, so that an option given on the
 # command line can be told from one left out: command line > suite file > these.
 SWEEP_DEFAULTS: dict[str, Any] = {
@@ -52,13 +62,12 @@ SWEEP_DEFAULTS: dict[str, Any] = {
     "precision": ("fp32",), "scenario": ("train",), "devices": (1,), "scaling": "weak", "seed": (0,), "repeats": 3,
     "preset": "cpu", "epochs": None, "warmup_epochs": None, "dataset_size": None,
     "chunk_steps": 16, "threads": None, "compile_cache": "cold", "timeout": 1800.0,
-    "memory_limit": None, "allow_concurrent": False, "order_seed": None,
-    "infer_requests": 1000, "infer_budget_s": 20.0, "option": (),
-    "load": "standard", "qps": None, "p99_bound_ms": None,
-    "target_accuracy": None, "eval_every": 32, "max_steps": 2000, "max_time_s": 600.0,
+    "memory_limit": None, "allow_concurrent": False, "order_seed": None, "option": (),
+    **{dest: option_fields(kind())[name] for dest, (kind, name) in SCENARIO_OPTION_FLAGS.items()},
     "data": ("pipeline",), "rollout": ("default",), "loader_workers": 0, "augment": "none",
     "executor": "local", "address": None, "profile": False,
 }
+_INFER, _CONVERGE = InferOptions(), ConvergeOptions()
 # Options that say how to run, not what: --resume takes them too.
 HOW_OPTIONS = ("allow_concurrent", "executor", "address")
 
@@ -100,9 +109,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--memory-limit", type=size_argument, metavar="SIZE",
                    help="kill a trial whose process tree RSS exceeds this (e.g. 8GiB): status oom")
     p.add_argument("--infer-requests", type=int,
-                   help="infer: batch-1 requests timed, unless the budget runs out first (default 1000)")
+                   help=f"infer: batch-1 requests timed, unless the budget runs out first (default {_INFER.infer_requests})")
     p.add_argument("--infer-budget-s", type=float,
-                   help="infer: seconds each timed loop (latency, throughput) may take (default 20)")
+                   help=f"infer: seconds each timed loop (latency, throughput) may take (default {_INFER.infer_budget_s:g})")
     p.add_argument("--load", help="infer: standard (MLPerf LoadGen SingleStream and Offline, the default),"
                                   " server (SingleStream, then LoadGen's Server: Poisson arrivals), or loop"
                                   " (the hand-written request loop)")
@@ -115,10 +124,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                         " shows each framework's options); part of that framework's policy")
     p.add_argument("--target-accuracy", type=float,
                    help="converge: held-out accuracy to reach (required by --scenario converge)")
-    p.add_argument("--eval-every", type=int, help="converge: steps between evaluations, K (default 32)")
-    p.add_argument("--max-steps", type=int, help="converge: step budget (default 2000)")
+    p.add_argument("--eval-every", type=int, help=f"converge: steps between evaluations, K (default {_CONVERGE.eval_every})")
+    p.add_argument("--max-steps", type=int, help=f"converge: step budget (default {_CONVERGE.max_steps})")
     p.add_argument("--max-time-s", type=float,
-                   help="converge: training-time budget in seconds, evaluation excluded (default 600)")
+                   help=f"converge: training-time budget in seconds, evaluation excluded (default {_CONVERGE.max_time_s:g})")
     p.add_argument("--rollout", type=comma_list("rollout"),
                    help="RL workloads: where the rollout runs: host (a Python loop of steps), fused (one compiled"
                         " program), default (fused where the mode compiles and the framework can), or several")
@@ -181,6 +190,11 @@ def repeat_rule(o: dict[str, Any]) -> repeats.RepeatRule:
         raise UsageError(str(e)) from None
 
 
+def _scenario_options(o: dict[str, Any], kind: type[InferOptions] | type[ConvergeOptions]) -> dict[str, Any]:
+    """The options of one scenario options type, by its field names."""
+    return {name: o[dest] for dest, (k, name) in SCENARIO_OPTION_FLAGS.items() if k is kind}
+
+
 def sweep_from_options(o: dict[str, Any]) -> Sweep:
     cores = len(os.sched_getaffinity(0))
     if o["threads"] is not None and not 1 <= o["threads"] <= cores:
@@ -199,25 +213,14 @@ def sweep_from_options(o: dict[str, Any]) -> Sweep:
         epochs=o["epochs"], warmup_epochs=o["warmup_epochs"], chunk_steps=o["chunk_steps"],
         threads=o["threads"], compile_cache=o["compile_cache"], timeout_s=o["timeout"],
         memory_limit_bytes=o["memory_limit"],
-        infer_requests=o["infer_requests"], infer_budget_s=o["infer_budget_s"],
-        infer_load=o["load"], server_qps=o["qps"], p99_bound_ms=o["p99_bound_ms"],
+        infer=InferOptions(**_scenario_options(o, InferOptions)),
+        converge=ConvergeOptions(**_scenario_options(o, ConvergeOptions)),
         options=tuple(parse_option(text) for text in o["option"]),
         data=o["data"], rollouts=o["rollout"], loader_workers=o["loader_workers"], augment=o["augment"],
-        target_accuracy=o["target_accuracy"], eval_every=o["eval_every"], max_steps=o["max_steps"],
-        max_time_s=o["max_time_s"], profile=bool(o["profile"]),
+        profile=bool(o["profile"]),
         order_seed=o["order_seed"] if o["order_seed"] is not None else random.randrange(2**31),
 
     )
-
-
-def served_text(m: dict[str, Any]) -> str:
-    """A Server test's line: the highest QPS that met the p99 bound (LoadGen's verdict)."""
-    best = m.get("server_max_qps")
-    bound_ms = 1e3 * (m.get("server_p99_bound_s") or 0.0)
-    if best is None:
-        return f"server: no QPS met p99 <= {bound_ms:g} ms (LoadGen INVALID)"
-    return (f"server: {m['server_achieved_qps']:.1f} QPS achieved at target {best:.1f}, p99"
-            f" {1e3 * (m['server_latency_p99_s'] or 0.0):.3f} ms <= {bound_ms:g} ms (LoadGen VALID)")
 
 
 def plan_from_options(options: dict[str, Any], suite_path: str | None) -> Plan:
@@ -270,43 +273,11 @@ class ConsoleProgress(Progress):
         self._drawn = len(line)
 
     def trial_finished(self, index: int, total: int, planned: PlannedTrial, result: TrialResult) -> None:
-        m = result.metrics
-        if result.status == "ok" and "sample_images_per_s" in m:  # a diffusion workload's sampling
-            text = (f"ok: {m['sample_images_per_s']:.1f} images/s sampling ({m['sample_steps']:g} steps of"
-                    f" {1e3 * (m['sample_step_s'] or 0.0):.2f} ms at batch {m['sample_batch_size']:g})")
-        elif result.status == "ok" and planned.spec.scenario == "infer":
-            p50_ms, p99_ms = (1e3 * (m[k] or 0.0) for k in ("latency_p50_s", "latency_p99_s"))
-            text = f"ok: p50 {p50_ms:.3f} ms, p99 {p99_ms:.3f} ms at batch 1, " + (
-                f"{m['infer_samples_per_s']:.1f} samples/s at batch {m['infer_batch_size']:g}"
-                if m.get("infer_samples_per_s") is not None else served_text(m))
-            if m.get("infer_accuracy_change") is not None:
-                text += f", held-out accuracy {m['infer_accuracy_change']:+.4f} against float32"
-        elif result.status == "ok" and "env_steps_per_s" in m:  # an RL workload (runner/rl.py)
-            text = rl_line(planned.spec.scenario, m)
-        elif result.status == "ok" and planned.spec.scenario == "converge":
-            text = (f"ok: {m['accuracy']:.3f} after {m['steps']:.0f} steps, "
-                    + (f"target in {m['time_to_target_s']:.1f} s" if m.get("reached_target") else "target not reached")
-                    + f" (evaluation {m['eval_s']:.1f} s, not counted)")
-        elif result.status == "ok":
-            short = "~" if m.get(window.FLAG_METRIC) else ""  # marked as the tables mark it
-            text = (f"ok: {short}{m['samples_per_s']:.1f} samples/s, time to first step "
-                    f"{m['time_to_first_step_s']:.1f} s" + (f" ({window.WARNING})" if short else ""))
+        if result.status == "ok":
+            text = progress_line(to_dict(planned.spec), result.metrics)
         else:
             text = f"{result.status}: {result.error}"
         self.console.print(printable(f"{self._label} {text}"), highlight=False)  # errors echo the environment
-
-
-def rl_line(scenario: str, m: dict[str, float | None]) -> str:
-    """The one-line outcome of an RL trial (runner/rl.py)."""
-    if scenario == "converge":
-        return (f"ok: mean return {m.get('final_return') or 0.0:.1f} after {m.get('episodes') or 0:.0f} episodes, "
-                + (f"target in {m['steps_to_target']:.0f} env steps, {m['time_to_target_s']:.1f} s"
-                   if m.get("reached_target") else "target not reached"))
-    parts = [f"{m['env_steps_per_s'] or 0.0:.0f} env steps/s"]
-    if m.get("update_samples_per_s") is not None:
-        parts.append(f"{m['update_samples_per_s']:.0f} update samples/s, {1e3 * (m.get('iteration_s_median') or 0.0):.1f}"
-                     " ms per iteration")
-    return "ok: " + ", ".join(parts)
 
 
 def print_plan(console: Console, plan: Plan, costs: Costs) -> None:

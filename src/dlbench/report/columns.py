@@ -108,7 +108,7 @@ INFER = [
     _m("infer_samples_per_s_median", "infer_samples_per_s_median", _f(1)),
     _m("first_request_s", "first_request_s", _f(2)),
     _m("infer_ttfr", "time_to_first_request_s", _f(2)),
-    # A diffusion workload's sampling (runner/sample.py); a table hides columns no row fills.
+    # A diffusion workload's sampling (runner/scenarios/sample.py); a table hides columns no row fills.
     _m("sample_steps", "sample_steps", _f(0)),
     _m("sample_batch", "sample_batch_median_s", _f(3)),
     _m("sample_step", "sample_step_s", _ms),

@@ -16,6 +16,7 @@ from dlbench.analysis.summary import summarize
 from dlbench.report import model
 from dlbench.report.cells import label_cells, label_columns
 from dlbench.report.model import Config, Report, Trial
+from dlbench.report.scenarios import configs_in
 from dlbench.report.tabledata import Cell, Column, Table, cells
 
 # Points of a curve shown in a cell (evenly spaced, the last always).
@@ -78,7 +79,7 @@ def converge_table(report: Report) -> Table | None:
     with the accuracy curves of the first ok repeat, and the seed-pair notes; `!` marks the
     steps of a framework in a pair more than K apart. Frameworks that cannot run the scenario
     get one note, not a row per seed. None when no converge trial finished."""
-    configs = sorted((c for c in report.configs if c.scenario == "converge"), key=_order)
+    configs = sorted(configs_in(report, "converge"), key=_order)
     shown = [c for c in configs if c.ok]
     if not shown:
         return None

@@ -508,7 +508,7 @@ def convergence(report: Report) -> Chart | None:
 
 
 def returns(report: Report) -> Chart | None:
-    """Reinforcement learning (runner/rl.py, converge): the mean return of the last finished
+    """Reinforcement learning (runner/scenarios/rl.py, converge): the mean return of the last finished
     episodes after each iteration, by environment steps and by training seconds, one line per
     process (seed), the target dashed."""
     pairs = [(c, t) for c, t in report.trials() if t.series.get("return")]

@@ -1,6 +1,6 @@
 """The headline table (medians over repeats with their intervals, parity, statuses) and the two
-tables under it: start-up and efficiency, GPU and energy. Every scenario without a table of its
-own (converge, infer) has its configurations here."""
+tables under it: start-up and efficiency, GPU and energy. Every scenario whose report
+registration puts it in the headline (report/scenarios.py) has its configurations here."""
 
 from __future__ import annotations
 
@@ -21,10 +21,8 @@ from dlbench.report.cells import (
 from dlbench.report.columns import GPU, HEADLINE, STARTUP
 from dlbench.report.columns import Column as MetricColumn
 from dlbench.report.model import Config, Report
+from dlbench.report.scenarios import headline_configs
 from dlbench.report.tabledata import MISSING, UNSTABLE_MARK, Cell, Column, Table
-
-# Scenarios with a table of their own (report/converge.py, report/inference.py).
-OWN_TABLES = ("converge", "infer")
 
 UNSTABLE_NOTE = (f"{UNSTABLE_MARK} unstable: the median's confidence interval is wider than"
                  f" ±{UNSTABLE_REL_HALF_WIDTH:.0%} of it; run more repeats")
@@ -34,11 +32,6 @@ PARITY_FAIL_NOTE = ("(parenthesised): parity against the float64 reference FAILE
 TRAIN_PARITY = "fixed-batch loss and gradients, each tensor"
 DESCRIPTION = ("Medians over processes; with each, the median's confidence interval from order statistics"
                " and its true level.")
-
-
-def headline_configs(report: Report) -> list[Config]:
-    """The configurations of the headline table: every scenario without a table of its own."""
-    return [c for c in report.configs if c.scenario not in OWN_TABLES]
 
 
 # The headline's VRAM columns: left out, with one line saying why, when no GPU was sampled.

@@ -20,6 +20,7 @@ from dlbench.report.cells import (
 )
 from dlbench.report.columns import INFER, Column
 from dlbench.report.model import Config, Report
+from dlbench.report.scenarios import configs_in
 from dlbench.report.tabledata import Cell, Table
 from dlbench.report.tabledata import Column as TableColumn
 
@@ -55,7 +56,7 @@ def accuracy_notes(report: Report, configs: list[Config]) -> list[str]:
 
 def served_quality_notes(configs: list[Config]) -> list[str]:
     """One line per quality metric other than accuracy that the served models were scored by
-    (runner/served.py: infer_<QUALITY>, the workload's own score; detect: mAP@0.5): medians."""
+    (runner/scenarios/served.py: infer_<QUALITY>, the workload's own score; detect: mAP@0.5): medians."""
     notes = []
     for quality in QUALITY_METRICS:
         if quality == "accuracy":
@@ -99,7 +100,7 @@ def _row(report: Report, config: Config, axes: tuple[str, ...]) -> list[Cell]:
 
 def postprocess_notes(configs: list[Config]) -> list[str]:
     """One line for the configurations whose workload post-processes its outputs (detect:
-    decoding and NMS in NumPy, runner/inference.py), timed apart from the latencies: medians."""
+    decoding and NMS in NumPy, runner/scenarios/inference.py), timed apart from the latencies: medians."""
     parts = []
     for c in configs:
         one, batch = c.summary("postprocess_p50_s").median, c.summary("postprocess_batch_median_s").median
@@ -114,7 +115,7 @@ def postprocess_notes(configs: list[Config]) -> list[str]:
 
 def infer_table(report: Report) -> Table | None:
     """One row per inference configuration with its notes; None when the runs have none."""
-    configs = [c for c in report.configs if c.scenario == "infer"]
+    configs = configs_in(report, "infer")
     if not configs:
         return None
     axes = report.varying(configs, INFER_AXES, INFER_HIDDEN)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from dlbench import workloads
+from dlbench import scenarios, workloads
 from dlbench.analysis import metrics, window
 from dlbench.analysis.metrics import QUALITY_METRICS
 from dlbench.analysis.summary import Summary, summarize
@@ -103,7 +103,13 @@ class Config:
 
     @property
     def scenario(self) -> str:
+        """The user's --scenario (train, infer, converge, rollout)."""
         return str(self.spec.get("scenario", "train"))
+
+    @property
+    def record(self) -> scenarios.Scenario:
+        """The record of the runner scenario that ran it (dlbench/scenarios.py)."""
+        return workloads.stored_scenario(self.spec)
 
     def summary(self, metric: str) -> Summary:
         """The metric over the configuration's successful trials: one value per process."""

@@ -78,7 +78,7 @@ def verdict_text(r: compare.Ranked, metric: str) -> str:
 
 
 def _rows(report: Report, configs: list[Config], axes: tuple[str, ...]) -> list[tuple[Cell, ...]]:
-    metric = metrics.headline(configs[0].scenario)
+    metric = configs[0].record.headline
     by_name = {str(c.axes["framework"]): c for c in configs}
     ranking = compare.rank([(name, _values(c, metric)) for name, c in by_name.items()], metric)
     rows = []

@@ -1,4 +1,4 @@
-"""The reinforcement-learning table (workloads with a rollout: runner/rl.py): environment steps
+"""The reinforcement-learning table (workloads with a rollout: runner/scenarios/rl.py): environment steps
 per second of the rollouts, update samples per second and time per iteration, per framework x
 mode x rollout placement, for the rollout and train scenarios; parity and status as in the
 headline table. Time to the return target is the converge table's (report/converge.py)."""
@@ -16,6 +16,7 @@ from dlbench.report.cells import (
 )
 from dlbench.report.columns import RL
 from dlbench.report.model import Config, Report
+from dlbench.report.scenarios import configs_in
 from dlbench.report.tabledata import Cell, Table
 from dlbench.report.tabledata import Column as TableColumn
 
@@ -28,11 +29,6 @@ NOTES = ("env steps/s: N environments x T steps per rollout over the rollout's s
          " (torch: host; docs/workloads.md#ppo)",)
 
 
-def _rl(config: Config) -> bool:
-    return config.scenario in ("rollout", "train") and any(
-        t.metrics.get("env_steps_per_s") is not None for t in config.trials)
-
-
 def _row(report: Report, config: Config, axes: tuple[str, ...]) -> list[Cell]:
     numbers = [metric_cell(col, config) for col in RL]
     return [*label_cells(report, config, axes), *numbers, parity_cell(config.trials), status_cell(config.trials)]
@@ -40,7 +36,7 @@ def _row(report: Report, config: Config, axes: tuple[str, ...]) -> list[Cell]:
 
 def rl_table(report: Report) -> Table | None:
     """One row per RL configuration; None when the runs have none."""
-    configs = [c for c in report.configs if _rl(c)]
+    configs = configs_in(report, "rl")
     if not configs:
         return None
     axes = report.varying(configs, RL_AXES)

@@ -10,7 +10,6 @@ from dlbench.report.converge import converge_table, stall_table
 from dlbench.report.headline import (
     gpu_table,
     has_values,
-    headline_configs,
     headline_table,
     startup_table,
 )
@@ -20,6 +19,7 @@ from dlbench.report.payback import payback_table, sweep_table
 from dlbench.report.profile import findings_table, profile_table
 from dlbench.report.ranking import ranking_table
 from dlbench.report.rl import rl_table
+from dlbench.report.scenarios import headline_configs
 from dlbench.report.scaling import scaling_table
 from dlbench.report.tabledata import Table
 

@@ -21,9 +21,9 @@ from dlbench import backends, workloads
 from dlbench.backends import get_backend
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
 from dlbench.results.store import Store
-from dlbench.runner import profiled, reference, spawn
+from dlbench.runner import protocol, reference, spawn
 from dlbench.runner.plan import Plan, PlannedTrial, with_ids
-from dlbench.runner.timing import parity_path
+
 from dlbench.runner.verdicts import Ceilings, ceilings, judge_efficiency, judge_parity
 from dlbench.spec import Policy, SpecError, TrialSpec
 
@@ -79,7 +79,7 @@ def finish(store: Store, tid: int, spec: TrialSpec, result: TrialResult, parity_
 def keep_profile(store: Store, tid: int, result: TrialResult) -> None:
     """A profiled trial's trace directory moves from the worker's scratch directory to
     `<store>.profiles/trial-<id>/`, kept with the store; the note names the trace file there."""
-    trace = result.notes.get(profiled.TRACE_NOTE)
+    trace = result.notes.get(protocol.TRACE_NOTE)
     source = next((p for p in Path(trace or "").parents if p.name.endswith(".profile")), None)
     if trace is None or source is None or not Path(trace).is_file():
         return
@@ -88,7 +88,7 @@ def keep_profile(store: Store, tid: int, result: TrialResult) -> None:
         shutil.rmtree(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(source), target)
-    result.notes[profiled.TRACE_NOTE] = str(target / Path(trace).relative_to(source))
+    result.notes[protocol.TRACE_NOTE] = str(target / Path(trace).relative_to(source))
 
 
 def record_origins(spec: TrialSpec, result: TrialResult) -> None:
@@ -165,7 +165,7 @@ def execute(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]],
                 outcome.count("interrupted")
                 outcome.interrupted = True
                 return outcome
-            finish(store, tid, spec, result, parity_path(spawn.out_path_for(spec, tmp)), refs, limits, outcome)
+            finish(store, tid, spec, result, protocol.parity_path(spawn.out_path_for(spec, tmp)), refs, limits, outcome)
             progress.trial_finished(i, len(pending), planned, result)
     finally:
         if workdir is None:

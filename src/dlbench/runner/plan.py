@@ -17,13 +17,27 @@ from dlbench import workloads
 from dlbench.analysis import repeats
 from dlbench.backends import get_backend, support
 from dlbench.monitors.nvml import device_kind
-from dlbench.runner.inference import INFER_BATCHES
-from dlbench.spec import PROFILED_SCENARIOS, Policy, SpecError, TrialSpec, WorkloadSpec, configuration_key, to_dict
+from dlbench.runner.protocol import INFER_BATCHES
+from dlbench.spec import (
+    OPTIONS,
+    PROFILED_SCENARIOS,
+    ConvergeOptions,
+    InferOptions,
+    NoOptions,
+    Policy,
+    ScenarioOptions,
+    SpecError,
+    TrialSpec,
+    WorkloadSpec,
+    configuration_key,
+    option_fields,
+    to_dict,
+)
 from dlbench.backends.base import Backend
 from dlbench.workloads.base import Preset
 
 DEFAULT_FRAMEWORKS = ("torch", "tensorflow", "jax")
-# A Server sweep's tests (the first, 3 probes, 4 bisection steps: runner/served.py) and a guess
+# A Server sweep's tests (the first, 3 probes, 4 bisection steps: runner/scenarios/served.py) and a guess
 # of each one's seconds (1,100 queries at a few thousand QPS, slower ones at lower rates).
 SERVER_SWEEP_TESTS = 8
 SERVER_TEST_GUESS_S = 2.0
@@ -70,12 +84,10 @@ class Sweep:
     timeout_s: float = 1800.0
     memory_limit_bytes: int | None = None
     order_seed: int = 0
-    infer_requests: int = 1000
-    infer_budget_s: float = 20.0
-    # infer: the load (spec.INFER_LOADS) and the Server settings (only infer trials carry them).
-    infer_load: str = "standard"
-    server_qps: float | None = None
-    p99_bound_ms: float | None = None
+    # The scenario options (spec.py: InferOptions, ConvergeOptions, each default declared
+    # there); a trial carries only its own scenario's (options_for).
+    infer: InferOptions = field(default_factory=InferOptions)
+    converge: ConvergeOptions = field(default_factory=ConvergeOptions)
     # Framework options (`--option FRAMEWORK.NAME=VALUE`): (framework, name, value); each trial's
     # policy carries only its own framework's.
     options: tuple[tuple[str, str, str], ...] = ()
@@ -86,14 +98,16 @@ class Sweep:
     rollouts: tuple[str, ...] = ("default",)
     loader_workers: int = 0
     augment: str = "none"
-    # converge: target, evaluation interval K and budgets (only converge trials carry them).
-    target_accuracy: float | None = None
-    eval_every: int = 32
-    max_steps: int = 2000
-    max_time_s: float = 600.0
     # One extra trial per train or infer configuration under the framework's profiler, after the
-    # timed rounds (runner/profiled.py); its own configuration, never in their statistics.
+    # timed rounds (runner/scenarios/profiled.py); its own configuration, never in their statistics.
     profile: bool = False
+
+    def options_for(self, scenario: str) -> ScenarioOptions:
+        """The sweep's options of the type `--scenario scenario` takes (spec.OPTIONS); the
+        defaults of none for a scenario without options, so an option never changes another
+        scenario's configuration key."""
+        wanted = OPTIONS.get(scenario)
+        return next((o for o in (self.infer, self.converge) if type(o) is wanted), NoOptions())
 
 
 @dataclass
@@ -140,24 +154,6 @@ def workload_spec(w: str, preset_name: str, seed: int = 0, batch_size: int | Non
     return spec if fixed is None else replace(spec, num_classes=fixed)
 
 
-def _infer_fields(sweep: Sweep, scenario: str) -> dict[str, Any]:
-    """The request count and budget for infer trials only: they never change another
-    scenario's configuration key."""
-    if scenario != "infer":
-        return {}
-    return {"infer_requests": sweep.infer_requests, "infer_budget_s": sweep.infer_budget_s,
-            "infer_load": sweep.infer_load, "server_qps": sweep.server_qps, "p99_bound_ms": sweep.p99_bound_ms}
-
-
-def _converge_fields(sweep: Sweep, scenario: str) -> dict[str, Any]:
-    """The converge settings for converge trials; other scenarios keep the defaults, so a
-    converge flag never changes their configuration key."""
-    if scenario != "converge":
-        return {}
-    return {"target_accuracy": sweep.target_accuracy, "eval_every": sweep.eval_every,
-            "max_steps": sweep.max_steps, "max_time_s": sweep.max_time_s}
-
-
 def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, prec: str,
            scen: str, dev: int, data: str, rollout: str, repeat: int) -> TrialSpec:
     p = preset(w, sweep.preset)
@@ -181,8 +177,7 @@ def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, p
         chunk_steps=sweep.chunk_steps,
         repeat=repeat,
         timeout_s=sweep.timeout_s,
-        **_infer_fields(sweep, scen),
-        **_converge_fields(sweep, scen),
+        **option_fields(sweep.options_for(scen)),
         memory_limit_bytes=sweep.memory_limit_bytes,
     )
 

@@ -29,8 +29,8 @@ import numpy as np
 
 from dlbench import workloads
 from dlbench.backends import get_backend, support
-from dlbench.backends.base import Backend, Program, Unsupported
-from dlbench.runner import fixedbatch
+from dlbench.backends.base import Backend, Learner, Unsupported
+from dlbench.runner import fixedbatch, protocol
 from dlbench.runner.child import setup_environment
 from dlbench.spec import PARITY_BATCH, TrialSpec, trial_from_dict
 
@@ -46,7 +46,7 @@ def trajectory_rows(trial: TrialSpec, k_steps: int) -> np.ndarray:
     return np.concatenate(rows)[:k_steps]
 
 
-def trajectory(backend: Backend, program: Program, trial: TrialSpec, k_steps: int) -> dict[str, np.ndarray]:
+def trajectory(backend: Backend, program: Learner, trial: TrialSpec, k_steps: int) -> dict[str, np.ndarray]:
     """K training steps from the canonical parameters, one step per chunk so every framework
     reports per-step losses; then eval-mode logits on the fixed batch. Also the batch the
     pipeline feeds for the last step (canonical layout): bit-identical in every framework."""
@@ -73,12 +73,12 @@ def probe_one(backend: Backend, trial: TrialSpec, k_steps: int, out: Path) -> di
                           f"{', '.join(backend.capabilities.names())})")
     # One process probes every workload: each must compile as it would in its trial's worker.
     backend.forget_compiled()
-    program = support.build(trial, backend)
+    program = support.build_learner(trial, backend)
     loss, grads = fixedbatch.grads(trial, program)
     extra: dict[str, np.ndarray] = {"init_logits": fixedbatch.logits(trial, program)}
     if k_steps > 0:
         extra.update(trajectory(backend, program, trial, k_steps))
-    fixedbatch.save_grads(out, loss, grads, **extra)
+    protocol.save_grads(out, loss, grads, **extra)
     return {"status": "ok", "numerics": program.numerics()}
 
 

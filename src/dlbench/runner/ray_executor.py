@@ -45,7 +45,7 @@ from dlbench.results.store import Store
 from dlbench.runner import ceiling, reference, spawn
 from dlbench.runner.executor import Outcome, Progress, finish, settled, warm_import, warm_marker
 from dlbench.runner.plan import PlannedTrial, with_ids
-from dlbench.runner.timing import parity_path
+from dlbench.runner.protocol import parity_path
 from dlbench.spec import TrialSpec, to_dict, trial_from_dict
 
 EXECUTORS = ("local", "ray")

@@ -29,7 +29,7 @@ from dlbench import paths, workloads
 from dlbench.analysis import parity
 from dlbench.backends import REFERENCE_PREFERENCE, get_backend
 from dlbench.machine import cpu_isa, cpu_model
-from dlbench.runner.fixedbatch import load_grads
+from dlbench.runner.protocol import load_grads
 from dlbench.runner.probe_client import run_probe
 from dlbench.spec import Policy, TrialSpec, WorkloadSpec, to_dict
 

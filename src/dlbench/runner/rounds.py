@@ -12,8 +12,8 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from dlbench import workloads
 from dlbench.analysis import compare, repeats
-from dlbench.analysis.metrics import headline
 from dlbench.analysis.summary import summarize
 from dlbench.results.store import Store, TrialRow
 from dlbench.runner.executor import Outcome, Progress
@@ -81,7 +81,7 @@ def evaluate(store: Store, run_id: int, rule: repeats.RepeatRule, state: AutoSta
     groups: dict[str, tuple[str, list[tuple[str, list[float]]]]] = {}
     for trials in configs.values():
         spec = trials[0].spec
-        metric = headline(str(spec.get("scenario", "train")))
+        metric = workloads.stored_scenario(spec).headline
         values = [v for t in trials if t.status == "ok" and (v := t.metrics.get(metric)) is not None]
         if not values:
             continue  # every trial failed: nothing to narrow (the failures are in the table)

@@ -24,7 +24,7 @@ import psutil
 from dlbench.monitors.memory import ProcessTree
 from dlbench.results.records import TrialResult, read_events
 from dlbench import processes
-from dlbench.runner.timing import events_path, parity_path
+from dlbench.runner.protocol import events_path, parity_path
 from dlbench.spec import TrialSpec, to_dict
 
 POLL_S = 0.1

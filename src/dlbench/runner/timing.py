@@ -32,16 +32,6 @@ def process_start_monotonic(pid: int | None = None) -> float:
         return time.monotonic()
 
 
-def events_path(out: Path) -> Path:
-    """The events file beside a worker's OUT path."""
-    return out.with_name(out.name + ".events")
-
-
-def parity_path(out: Path) -> Path:
-    """The fixed-batch loss and gradients (NumPy .npz) beside a worker's OUT path."""
-    return out.with_name(out.name + ".parity.npz")
-
-
 class EventLog:
     """Appends JSON lines (`OUT.events`) and flushes each one: a killed worker keeps every event
     already written."""

@@ -24,8 +24,9 @@ from dlbench import workloads
 from dlbench.analysis import efficiency, parity
 from dlbench.backends import get_backend, precision
 from dlbench.results.records import TrialResult
-from dlbench.runner import ceiling, fixedbatch, reference
+from dlbench.runner import ceiling, fixedbatch, protocol, reference
 from dlbench.runner.probe_client import run_probe
+from dlbench.scenarios import Parity
 from dlbench.spec import TrialSpec, to_dict
 
 # threads -> (the matmul ceiling measured with that many, or None, and why)
@@ -35,7 +36,7 @@ Judge = Callable[[TrialSpec, Path, reference.Reference], parity.Verdict]
 
 def grads_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> parity.Verdict:
     """A training scenario's fixed-batch loss and gradients, under the dtype of its precision."""
-    loss, grads, _ = fixedbatch.load_grads(path)
+    loss, grads, _ = protocol.load_grads(path)
     return parity.compare_grads(loss, grads, ref.loss, ref.grads,
                                 precision.parity_dtype(trial.precision, trial.workload.numerics.dtype),
                                 workload=trial.workload.name, reference=ref.label, floor=ref.floor)
@@ -45,7 +46,7 @@ def logits_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> pa
     """The inference scenario's eval-mode logits of the fixed batch through the timed paths."""
     if ref.init_logits is None:
         return parity.not_available("the float64 reference has no eval-mode logits")
-    return parity.compare_infer_logits(fixedbatch.load_logits(path), ref.init_logits,
+    return parity.compare_infer_logits(protocol.load_logits(path), ref.init_logits,
                                        trial.workload.numerics.dtype, reference=ref.label, floor=ref.floor)
 
 
@@ -60,7 +61,7 @@ def sample_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> pa
     """The sampling scenario: the denoiser's outputs on the fixed batch as an inference trial's
     logits, then its sample against the float64 NumPy sample (SAMPLE_RTOL)."""
     verdict = logits_verdict(trial, path, ref)
-    found = fixedbatch.load_samples(path)
+    found = protocol.load_samples(path)
     if found is None or verdict.verdict != "pass":
         return verdict
     sample, expected = found
@@ -76,17 +77,14 @@ def sample_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> pa
     return replace(verdict, tolerance=tolerance, per_tensor=per)
 
 
-# runner scenario (workloads: SCENARIOS) -> how its parity arrays are judged
-JUDGES: dict[str, Judge] = {"train": grads_verdict, "converge": grads_verdict, "infer": logits_verdict,
-                            "sample": sample_verdict,
-                            "rl_rollout": grads_verdict, "rl_train": grads_verdict, "rl_converge": grads_verdict}
+# A scenario record's parity kind (dlbench/scenarios.py: Parity) -> how its arrays are judged.
+JUDGES: dict[Parity, Judge] = {"grads": grads_verdict, "logits": logits_verdict, "sample": sample_verdict}
 
 
 def judge_parity(trial: TrialSpec, result: TrialResult, path: Path, refs: dict[str, reference.Reference | str]) -> None:
     """The trial's fixed-batch loss and gradients (an inference trial's logits) against the
     float64 reference: the verdict goes into result.parity, the worst numbers into its metrics."""
     ref = refs.get(reference.key(trial.workload, 0), "no reference was computed for this workload")
-    judge = JUDGES.get(workloads.get(trial.workload.name).SCENARIOS[trial.scenario])
     not_judged = result.notes.get("parity_not_judged")  # a quantised model: its accuracy change judges it
     if not_judged is not None:
         verdict = parity.not_available(not_judged)
@@ -94,10 +92,8 @@ def judge_parity(trial: TrialSpec, result: TrialResult, path: Path, refs: dict[s
         verdict = parity.not_available(ref)
     elif not path.exists():
         verdict = parity.not_available("the worker wrote no fixed-batch arrays")
-    elif judge is None:
-        verdict = parity.not_available(f"no parity judgement for the {trial.scenario} scenario of {trial.workload.name}")
     else:
-        verdict = judge(trial, path, ref)
+        verdict = JUDGES[workloads.scenario(trial.workload.name, trial.scenario).parity](trial, path, ref)
         if verdict.verdict == "fail":
             verdict = diagnose(trial, verdict, ref, k_steps=0)
     result.parity = verdict.to_dict()
@@ -126,10 +122,16 @@ def diagnose(trial: TrialSpec, verdict: parity.Verdict, ref: reference.Reference
     return verdict
 
 
+def _judged_by_grads(trial: TrialSpec) -> bool:
+    """Whether the trial's parity is its loss and gradients (else eval-mode logits, probed
+    through a train-scenario probe)."""
+    return workloads.scenario(trial.workload.name, trial.scenario).parity == "grads"
+
+
 def alternative_arrays(trial: TrialSpec, env: dict[str, str], k_steps: int) -> dict[str, Any] | str:
     """The trial's fixed batch (and K-step trajectory) probed in a process of its own with `env`
     set: {"loss", "grads", and the probe's other arrays}, or the reason it failed."""
-    probed = replace(trial, scenario="train") if trial.scenario == "infer" else trial
+    probed = trial if _judged_by_grads(trial) else replace(trial, scenario="train")
     with tempfile.TemporaryDirectory(prefix="dlbench-diagnose-") as tmp:
         request = Path(tmp) / "request.json"
         request.write_text(json.dumps({"trials": [to_dict(probed)], "k_steps": k_steps}))
@@ -137,7 +139,7 @@ def alternative_arrays(trial: TrialSpec, env: dict[str, str], k_steps: int) -> d
         out = Path(tmp) / "0.npz"
         if not out.exists():
             return error or "the probe wrote no result"
-        loss, grads, extra = fixedbatch.load_grads(out)
+        loss, grads, extra = protocol.load_grads(out)
     return {"loss": loss, "grads": grads, **extra}
 
 
@@ -149,7 +151,7 @@ def alternative_verdict(trial: TrialSpec, ref: reference.Reference, env: dict[st
     if isinstance(arrays, str):
         return arrays
     loss, grads, extra = arrays["loss"], arrays["grads"], arrays
-    if trial.scenario == "infer":
+    if not _judged_by_grads(trial):
         if ref.init_logits is None or "init_logits" not in extra:
             return "no eval-mode logits to compare"
         return parity.compare_infer_logits({"predict": extra["init_logits"]}, ref.init_logits,

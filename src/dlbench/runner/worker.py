@@ -1,10 +1,10 @@
 """The child process of one trial: `python -m dlbench.runner.worker SPEC OUT`.
 
-The only place a framework is imported for a trial, and nothing more than the process entry and
-a table of scenarios: it reads the TrialSpec JSON from SPEC, sets the environment and CPU
-affinity before the import (runner/child.py), starts the monitors, imports and configures the
-framework, then hands a TrialContext to the scenario the workload names for the trial's
-`--scenario` (workloads: SCENARIOS). Events go to OUT.events as JSON lines (phase boundaries,
+The only place a framework is imported for a trial, and nothing more than the process entry: it
+reads the TrialSpec JSON from SPEC, sets the environment and CPU affinity before the import
+(runner/child.py), starts the monitors, imports and configures the framework, then hands a
+TrialContext to the runner scenario the workload names for the trial's `--scenario` (workloads:
+SCENARIOS; its entry in runner/scenarios/registry.py). File names: runner/protocol.py. Events go to OUT.events as JSON lines (phase boundaries,
 finished chunks, warnings), the TrialResult JSON to OUT, never to stdout (frameworks print there).
 """
 
@@ -22,23 +22,13 @@ from dlbench import workloads
 from dlbench.backends import support
 from dlbench.backends.base import Backend, Unsupported
 from dlbench.results.records import TrialResult
-from dlbench.runner import converge, inference, parallel, rl, sample, train
+from dlbench.runner import parallel
+from dlbench.runner.scenarios.registry import RUNS
 from dlbench.runner.child import setup_environment
 from dlbench.runner.context import Monitors, TrialContext, import_and_configure
-from dlbench.runner.timing import EventLog, Phases, events_path, parity_path, process_start_monotonic
+from dlbench.runner.timing import EventLog, Phases, process_start_monotonic
+from dlbench.runner.protocol import events_path, parity_path
 from dlbench.spec import TrialSpec, trial_from_dict
-
-# Runner scenario name (what a workload's SCENARIOS maps a --scenario to) -> its entry.
-SCENARIOS: dict[str, Callable[[TrialContext], None]] = {
-    "train": train.run,
-    "infer": inference.run,
-    "converge": converge.run,
-    "sample": sample.run,
-    "rl_rollout": rl.run_rollout,
-    "rl_train": rl.run_train,
-    "rl_converge": rl.run_converge,
-}
-
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
@@ -78,11 +68,7 @@ def scenario_of(trial: TrialSpec) -> Callable[[TrialContext], None]:
     reason = workloads.scenario_unsupported(trial.workload.name, trial.scenario)
     if reason is not None:
         raise Unsupported(reason)
-    name = workloads.get(trial.workload.name).SCENARIOS[trial.scenario]
-    if name not in SCENARIOS:
-        raise Unsupported(f"{trial.workload.name} runs {trial.scenario} with the runner scenario {name!r},"
-                          f" which this dlbench does not have (it has: {', '.join(SCENARIOS)})")
-    return SCENARIOS[name]
+    return RUNS[workloads.scenario(trial.workload.name, trial.scenario).name]
 
 
 def run_trial(trial: TrialSpec, backend: Backend, log: EventLog, created: float, result: TrialResult,

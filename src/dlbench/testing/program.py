@@ -25,7 +25,7 @@ import numpy as np
 
 from dlbench import workloads
 from dlbench.backends import get_backend, support
-from dlbench.backends.base import Backend, Unsupported
+from dlbench.backends.base import Backend, Trainable, Unsupported
 from dlbench.runner.child import setup_environment
 from dlbench.spec import PARITY_BATCH, Policy, TrialSpec
 from dlbench.workloads.contract import preset_spec
@@ -56,7 +56,7 @@ def _mode_facts(backend: Backend, trial: TrialSpec) -> dict[str, Any]:
     """Everything judged of one mode, as plain JSON values."""
     spec = trial.workload
     wl = workloads.get(spec.name)
-    program = support.build(trial, backend)
+    program = support.build_learner(trial, backend)
     params = wl.init_params(spec)
     try:
         state = support.init(trial, program)
@@ -68,7 +68,8 @@ def _mode_facts(backend: Backend, trial: TrialSpec) -> dict[str, Any]:
     data = wl.make_dataset(spec)
     fixed = wl.fixed_batch(spec, PARITY_BATCH)
     loss, grads = program.loss_and_grads(state, fixed.x, fixed.y)
-    program.compile(state, next(iter(program.batches(rows[:1]))))
+    if isinstance(program, Trainable):  # the contract of each capability the program declares
+        program.compile(state, next(iter(program.batches(rows[:1]))))
     state, losses, counts = train_k(backend, program, spec, state)
     trained = program.params(state)
     reset = program.params(program.init(params))

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from dlbench import plugins
+from dlbench import plugins, scenarios
 from dlbench.plugins import BUILTIN, WORKLOAD_GROUP, Entry, Origin, PluginError
 from dlbench.spec import SpecError, WorkloadSpec
 from dlbench.workloads import cnn, contract, data, ddpm, detect, mlp, node, params, ppo, resnet, transformer
@@ -189,8 +189,31 @@ def postprocess(name: str) -> Callable[[WorkloadSpec, np.ndarray], Any] | None:
 
 
 def scenario_unsupported(name: str, scenario: str) -> str | None:
-    """None when the workload runs `scenario`, else the reason (one line)."""
+    """None when the workload runs `scenario` with a runner scenario this dlbench has, else the
+    reason (one line)."""
     runs = get(name).SCENARIOS
-    if scenario in runs:
-        return None
-    return f"{name} has no {scenario} scenario (it runs: {', '.join(runs)})"
+    if scenario not in runs:
+        return f"{name} has no {scenario} scenario (it runs: {', '.join(runs)})"
+    if runs[scenario] not in scenarios.SCENARIOS:
+        return (f"{name} runs {scenario} with the runner scenario {runs[scenario]!r}, which this dlbench does"
+                f" not have (it has: {', '.join(scenarios.SCENARIOS)})")
+    return None
+
+
+def scenario(name: str, user_scenario: str) -> scenarios.Scenario:
+    """The record of the runner scenario workload `name` runs `--scenario user_scenario` with
+    (check scenario_unsupported first: KeyError where it has none)."""
+    return scenarios.get(get(name).SCENARIOS[user_scenario])
+
+
+def stored_scenario(spec: dict[str, Any]) -> scenarios.Scenario:
+    """The runner scenario record of a stored trial's spec, for the parent's judges and the
+    report: through its workload where this dlbench knows it, else (a plugin not installed here)
+    the record named like its --scenario, else train's."""
+    user = str(spec.get("scenario", "train"))
+    name = str((spec.get("workload") or {}).get("name", ""))
+    try:
+        runs: dict[str, str] = get(name).SCENARIOS
+    except (SpecError, PluginError):
+        runs = {}
+    return scenarios.SCENARIOS.get(runs.get(user, user)) or scenarios.SCENARIOS["train"]

@@ -18,7 +18,7 @@ from dlbench.spec import Numerics, WorkloadSpec
 from dlbench.workloads.data import Dataset
 
 # A supervised workload's scenarios: user-facing name (`--scenario`) -> the runner's scenario that
-# runs it (runner/worker.py: SCENARIOS). A workload with a loop of its own (reinforcement learning,
+# runs it (dlbench/scenarios.py: SCENARIOS). A workload with a loop of its own (reinforcement learning,
 # diffusion sampling) maps a name to a runner scenario written for it.
 SUPERVISED_SCENARIOS: dict[str, str] = {"train": "train", "infer": "infer", "converge": "converge"}
 

@@ -26,7 +26,7 @@ from dlbench.workloads.data import STREAM_DATA, STREAM_EVAL, Dataset, dataset_ma
 from dlbench.workloads.params import ONES, ZEROS, Init, draw_params, fan_in_uniform
 
 NAME = "ddpm"
-# train: the denoiser's training step; infer: DDIM sampling (runner/sample.py), not single
+# train: the denoiser's training step; infer: DDIM sampling (runner/scenarios/sample.py), not single
 # denoiser requests.
 SCENARIOS = {"train": "train", "infer": "sample"}
 # Held-out denoising loss (mean squared error of the predicted noise): lower is better.

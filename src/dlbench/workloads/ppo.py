@@ -8,7 +8,7 @@ action is the number of cumulative probabilities <= u), and the minibatch permut
 framework takes the same actions as long as its logits agree.
 
 Two ways in, one definition:
-- the RL scenarios (runner/rl.py: `rollout`, `train`, `converge`) call a Program's rollout and
+- the RL scenarios (runner/scenarios/rl.py: `rollout`, `train`, `converge`) call a Program's rollout and
   update with the draws below;
 - the parity check sees PPO as the supervised seams do: the "dataset" is a frozen rollout
   (drawn here in float64 NumPy from the canonical parameters), one row per transition packed as
@@ -32,7 +32,7 @@ from dlbench.workloads.data import STREAM_DATA, STREAM_EVAL, STREAM_FIXED_BATCH,
 from dlbench.workloads.params import dense_inits, dense_shapes, draw_params
 
 NAME = "ppo"
-# --scenario -> runner scenario (runner/worker.py: SCENARIOS; runner/rl.py).
+# --scenario -> runner scenario (dlbench/scenarios.py: SCENARIOS; runner/scenarios/rl.py).
 SCENARIOS = {"rollout": "rl_rollout", "train": "rl_train", "converge": "rl_converge"}
 QUALITY = "episode_return"
 

@@ -27,8 +27,8 @@ IMPLEMENTED = {"time_embedding": "sin_cos_period_10000", "upsample": "nearest_x2
 def build(trial: TrialSpec) -> program.JaxProgram:
     model = DdpmModel(trial)
     prog = program.build(trial, model)
-    # The sampling scenario's whole DDIM loop (runner/sample.py looks for sample_fn).
-    prog.sample_fn = functools.partial(compiled_sampler, trial, model)  # type: ignore[attr-defined]
+    # The sampling scenario's whole DDIM loop (Sampler.sample_fn: backends/base.py).
+    prog.sampler = functools.partial(compiled_sampler, trial, model)
     return prog
 
 

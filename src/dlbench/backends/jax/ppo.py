@@ -200,9 +200,6 @@ class PpoProgram:
             raise Unsupported("ppo has no augmentation")
         return (jax.device_put(self._rows[i]) for i in order)
 
-    def compile(self, state: State, batch: Any) -> float | None:
-        return None
-
     def train_chunk(self, state: State, batches: Iterator[jax.Array], n_steps: int) -> tuple[State, jax.Array]:
         losses = []
         for _ in range(n_steps):
@@ -213,12 +210,6 @@ class PpoProgram:
     def predict(self, state: State, x: np.ndarray) -> np.ndarray:
         logits, value = self._forward(state.params, jnp.asarray(np.asarray(x, self._dtype)[:, :4]))
         return np.concatenate([np.asarray(logits), np.asarray(value)[:, None]], axis=1)
-
-    def infer_fn(self, state: State) -> Callable[[Any], np.ndarray]:
-        raise Unsupported("ppo has no inference scenario")
-
-    def infer_input(self, x: np.ndarray) -> Any:
-        raise Unsupported("ppo has no inference scenario")
 
     def loss_and_grads(self, state: State, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
         loss, grads = self._grad(state.params, jnp.asarray(np.asarray(x, self._dtype)))

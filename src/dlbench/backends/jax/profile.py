@@ -35,7 +35,7 @@ RULES = (
     (r"PjitFunction|PjRt|Execute|Handle inputs|AllocateOutput|TaskDispatcher|TfrtCpu|Compile|Thunk|"
      r"PythonRefManager|Wait for (?:donation|usage) holds|GarbageCollect|ThreadpoolListener", "host overhead and idle"),
 )
-# What this mapping cannot tell apart, said under the profile table (runner/profiled.py).
+# What this mapping cannot tell apart, said under the profile table (runner/scenarios/profiled.py).
 CAVEAT = ("XLA instructions are categorised by their dominant op in the compiled program (a fusion of a"
           " convolution and its activation is convolution; XLA's own expansions take their users' category);"
           " the optimizer update fuses into elementwise fusions (no category of its own)")

@@ -25,7 +25,7 @@ import optax
 
 from dlbench import workloads
 from dlbench.backends import multistep
-from dlbench.backends.base import Unsupported
+from dlbench.backends.base import Sampling, Unsupported
 from dlbench.backends.jax import losses, pipeline
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.workloads.data import Augment, Dataset
@@ -155,7 +155,7 @@ def refuse(workload: str, field: str, wanted: object, implemented: Iterable[obje
 
 
 @typing.final
-class JaxProgram:
+class JaxProgram(Sampling):
     def __init__(self, trial: TrialSpec, model: Model) -> None:
         spec = trial.workload
         self._spec = spec

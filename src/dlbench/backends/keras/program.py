@@ -35,7 +35,7 @@ from keras import layers, ops
 
 import dlbench.backends.keras.losses as losses
 from dlbench import workloads
-from dlbench.backends.base import TimedBatches, Unsupported
+from dlbench.backends.base import Sampling, TimedBatches, Unsupported
 from dlbench.backends.keras.native import Native, Pipeline, native
 from dlbench.spec import Numerics, TrialSpec, WorkloadSpec
 from dlbench.workloads.data import Augment, Dataset
@@ -295,7 +295,7 @@ def build(trial: TrialSpec, make_net: NetFactory) -> KerasProgram:
 
 
 @typing.final
-class KerasProgram:
+class KerasProgram(Sampling):
     def __init__(self, trial: TrialSpec, make_net: NetFactory) -> None:
         spec = trial.workload
         self._spec, self._mode = spec, trial.policy.mode

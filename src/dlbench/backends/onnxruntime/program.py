@@ -35,7 +35,7 @@ import onnxruntime as ort
 
 from dlbench import workloads
 from dlbench.analysis import parity
-from dlbench.backends.base import InferenceOnly, build_program, builder_module
+from dlbench.backends.base import InferenceOnly, Sampling, build_program, builder_module
 from dlbench.backends.onnxruntime.profile import opened as profiling_opened
 from dlbench.backends.onnxruntime.session import providers, session_options
 from dlbench.paths import cache_base
@@ -185,7 +185,7 @@ class State:
 
 
 @typing.final
-class OrtProgram(InferenceOnly):
+class OrtProgram(InferenceOnly, Sampling):
     not_trainable = NOT_TRAINABLE
 
     def __init__(self, trial: TrialSpec) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from dlbench.backends.base import Program, Unsupported
+from dlbench.backends.base import Unsupported
 from dlbench.backends.tensorflow import program
 from dlbench.backends.tensorflow.program import SameLayout, Tensors
 from dlbench.spec import TrialSpec
@@ -77,7 +77,7 @@ class UNet:
         return {"padding": PADDING, "group_norm_groups": self.groups, "group_norm_eps": self.eps, **IMPLEMENTED}
 
 
-def build(trial: TrialSpec) -> Program:
+def build(trial: TrialSpec) -> program.TensorFlowProgram:
     n = trial.workload.numerics
     for name, value in IMPLEMENTED.items():
         if n.value(name) != value:
@@ -86,8 +86,8 @@ def build(trial: TrialSpec) -> Program:
     model = UNet(size, int(n.value("group_norm_groups")), float(n.value("group_norm_eps")))
     prog = program.build(trial, workload, model)
     if trial.policy.mode != "eager":  # eager: the sampling scenario's host loop, op by op
-        # The sampling scenario's whole DDIM loop (runner/sample.py looks for sample_fn).
-        prog.sample_fn = functools.partial(compiled_sampler, trial, model)  # type: ignore[attr-defined]
+        # The sampling scenario's whole DDIM loop (Sampler.sample_fn: backends/base.py).
+        prog.sampler = functools.partial(compiled_sampler, trial, model)
     return prog
 
 

@@ -12,7 +12,7 @@ compiled mode); eager mode has no fused rollout."""
 from __future__ import annotations
 
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -210,21 +210,12 @@ class PpoProgram:
             raise Unsupported("ppo has no augmentation")
         return (tf.gather(self._rows, i) for i in order)
 
-    def compile(self, state: State, batch: Any) -> float | None:
-        return None
-
     def train_chunk(self, state: State, batches: Iterator[tf.Tensor], n_steps: int) -> tuple[State, tf.Tensor]:
         return state, tf.stack([self._minibatch(next(batches)) for _ in range(n_steps)])
 
     def predict(self, state: State, x: np.ndarray) -> np.ndarray:
         logits, value = forward(state.params, tf.constant(np.asarray(x)[:, :4], self._dtype))
         return np.concatenate([logits.numpy(), value.numpy()[:, None]], axis=1)
-
-    def infer_fn(self, state: State) -> Callable[[Any], np.ndarray]:
-        raise Unsupported("ppo has no inference scenario")
-
-    def infer_input(self, x: np.ndarray) -> Any:
-        raise Unsupported("ppo has no inference scenario")
 
     def loss_and_grads(self, state: State, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
         loss, grads = self._loss_and_grads(tf.constant(np.asarray(x), self._dtype))

@@ -32,7 +32,7 @@ RULES = (
 )
 # The backward pass: TensorFlow's gradient ops (MaxPoolGrad, Conv2DBackpropFilter, ReluGrad).
 BACKWARD = r"Grad(?:$|[A-Z_])|Backprop"
-# What this mapping cannot tell apart, said under the profile table (runner/profiled.py).
+# What this mapping cannot tell apart, said under the profile table (runner/scenarios/profiled.py).
 CAVEAT = ("compiled mode (XLA): dots and convolutions that XLA:CPU hands to YNNPACK count as matmul, max-pool's"
           " backward expands into copies and elementwise fusions, the optimizer update into elementwise fusions")
 # The Python thread waits inside these while the op threads work; the thread pools' regions

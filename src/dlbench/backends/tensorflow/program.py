@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from dlbench.backends import multistep
-from dlbench.backends.base import Program, Unsupported
+from dlbench.backends.base import Sampling, Unsupported
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.backends.tensorflow import losses, mirrored, pipeline
 from dlbench.workloads.data import Augment, Dataset
@@ -206,7 +206,7 @@ def initial_buffer(name: str, shape: tuple[int, ...]) -> np.ndarray:
 
 
 @typing.final
-class TensorFlowProgram:
+class TensorFlowProgram(Sampling):
     """One workload's Program: the Model's forward pass inside the shared training machinery."""
 
     def __init__(self, trial: TrialSpec, workload: ModuleType, model: Model) -> None:
@@ -475,7 +475,7 @@ def _target_shape(workload: ModuleType, spec: Any, kind: LossKind) -> tuple[int,
     return tuple(workload.fixed_batch(spec, 1).y.shape[1:])
 
 
-def build(trial: TrialSpec, workload: ModuleType, model: Model) -> Program:
+def build(trial: TrialSpec, workload: ModuleType, model: Model) -> TensorFlowProgram:
     """The Program (backends.support compares every numerics field the workload uses, as read
     back, with the spec: what this implementation does not parametrise must match)."""
     return TensorFlowProgram(trial, workload, model)

@@ -157,9 +157,6 @@ class PpoProgram:
             raise Unsupported("ppo has no augmentation")
         return (self._rows[torch.as_tensor(i, dtype=torch.long)] for i in order)
 
-    def compile(self, state: State, batch: Any) -> float | None:
-        return None
-
     def minibatch(self, state: State, batch: torch.Tensor) -> torch.Tensor:
         state.optimizer.zero_grad(set_to_none=True)
         loss = self._loss(state.params, batch)
@@ -181,12 +178,6 @@ class PpoProgram:
         with torch.no_grad():
             logits, value = forward(state.params, torch.as_tensor(np.asarray(x)[:, :4], dtype=self._dtype))
         return torch.cat([logits, value[:, None]], dim=1).numpy()
-
-    def infer_fn(self, state: State) -> Callable[[Any], np.ndarray]:
-        raise Unsupported("ppo has no inference scenario")
-
-    def infer_input(self, x: np.ndarray) -> Any:
-        raise Unsupported("ppo has no inference scenario")
 
     def loss_and_grads(self, state: State, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
         for p in state.params.values():

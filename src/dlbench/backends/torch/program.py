@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from dlbench import workloads
-from dlbench.backends.base import shard_slice
+from dlbench.backends.base import Sampling, shard_slice
 from dlbench.backends.torch import (
     COMPILE_OPTIONS,
     INFER_COMPILE_OPTIONS,
@@ -305,7 +305,7 @@ ONE_STEP_PER_CALL = (
 
 
 @typing.final
-class TorchProgram:
+class TorchProgram(Sampling):
     def __init__(self, trial: TrialSpec, model: Model) -> None:
         spec = trial.workload
         self._trial = trial

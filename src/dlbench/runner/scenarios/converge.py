@@ -26,9 +26,11 @@ from typing import Any
 import numpy as np
 
 from dlbench import workloads
-from dlbench.backends.base import Backend, Program
+from dlbench.backends import support
+from dlbench.backends.base import Backend, Trainable
 from dlbench.results.records import TrialResult
-from dlbench.runner import fixedbatch, train
+from dlbench.runner import fixedbatch, protocol
+from dlbench.runner.scenarios import train
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.runner.timing import EventLog, split_steps
 from dlbench.spec import TrialSpec
@@ -61,7 +63,7 @@ class Curve:
 class Feed:
     """The spec's batches across epochs: a new epoch's pipeline when the last one runs out."""
 
-    def __init__(self, trial: TrialSpec, program: Program) -> None:
+    def __init__(self, trial: TrialSpec, program: Trainable) -> None:
         self._trial, self._program = trial, program
         self.epoch = -1
         self.left = 0
@@ -82,7 +84,7 @@ class Feed:
 def run(ctx: TrialContext) -> None:
     """Every phase of a converge trial after the framework import."""
     trial, m = ctx.trial, ctx.metrics
-    program, state = train.build_and_load(ctx)
+    program, state = train.build_and_load(ctx, support.build_trainable)
     spec = trial.workload
     eval_data = workloads.get(spec.name).make_eval_dataset(spec)  # untimed, before the clock
     m["rss_initial_bytes"], m["vram_initial_bytes"] = ctx.sampler.sample()
@@ -96,13 +98,13 @@ def run(ctx: TrialContext) -> None:
     converge_metrics(trial, curve, ctx.result)
     t = ctx.phases.start("parity")  # after training: its own compile must not shorten the first step's
     loss, grads = fixedbatch.grads(trial, program)
-    fixedbatch.save_grads(ctx.parity_file, loss, grads)
+    protocol.save_grads(ctx.parity_file, loss, grads)
     m["parity_s"] = ctx.phases.end("parity", t)
     allocator_metrics(ctx)
 
 
 def train_to_target(
-    trial: TrialSpec, backend: Backend, program: Program, state: Any, log: EventLog, eval_data: Dataset,
+    trial: TrialSpec, backend: Backend, program: Trainable, state: Any, log: EventLog, eval_data: Dataset,
     created: float, m: dict[str, float | None],
 ) -> Curve:
     curve = Curve()
@@ -129,7 +131,7 @@ def train_to_target(
             return curve
 
 
-def _chunk(backend: Backend, program: Program, state: Any, feed: Feed, n: int, curve: Curve) -> Any:
+def _chunk(backend: Backend, program: Trainable, state: Any, feed: Feed, n: int, curve: Curve) -> Any:
     """n steps (within one epoch: the next epoch's pipeline starts between chunks), synced."""
     if feed.left == 0:
         feed.next_epoch()
@@ -161,7 +163,7 @@ def _per_step(values: np.ndarray, n: int) -> np.ndarray:
     raise RuntimeError(f"train_chunk returned {len(values)} losses for {n} steps")
 
 
-def _quality(program: Program, state: Any, data: Dataset, trial: TrialSpec, curve: Curve) -> float:
+def _quality(program: Trainable, state: Any, data: Dataset, trial: TrialSpec, curve: Curve) -> float:
     """The workload's held-out quality (accuracy for a classifier) with the clock stopped (its
     seconds go to curve.eval_s)."""
     t0 = time.perf_counter()

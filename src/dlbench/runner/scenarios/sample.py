@@ -3,7 +3,7 @@ maps it here), run by the worker process (runner/worker.py).
 
 Deterministic DDIM from the spec's initial noise with the canonical parameters: S denoiser calls
 per batch. The loop is the framework's whole compiled loop where its Program offers one
-(`Program.sample_fn(state)`: lax.fori_loop under jax.jit, a tf.function), recorded as
+(`Sampler.sample_fn(state)`, backends/base.py: lax.fori_loop under jax.jit, a tf.function), recorded as
 `sampler_loop = "compiled"`; otherwise a NumPy loop on the host around the trial's own inference
 forward (Program.infer_fn: torch.compile, ONNX Runtime's session), `sampler_loop = "host"`, each
 step's input put on the device and its output fetched, as a user's loop around a served
@@ -28,17 +28,16 @@ import numpy as np
 
 from dlbench import workloads
 from dlbench.backends import support
-from dlbench.runner import fixedbatch, inference, profiled
+from dlbench.backends.base import SampleLoop, Sampler
+from dlbench.runner import protocol
+from dlbench.runner.scenarios import inference, profiled
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.spec import PARITY_BATCH, TrialSpec
 
 SAMPLE_BATCHES = 10
 WARMUP_BATCHES = 1
 
-Sampler = Callable[[np.ndarray], np.ndarray]
-
-
-def host_sampler(trial: TrialSpec, program: Any, forward: Callable[[Any], Any]) -> Sampler:
+def host_sampler(trial: TrialSpec, program: Sampler, forward: Callable[[Any], Any]) -> SampleLoop:
     """The workload's NumPy DDIM loop around the inference forward (float32 on the host)."""
     module = workloads.get(trial.workload.name)
 
@@ -57,13 +56,12 @@ def run(ctx: TrialContext) -> None:
     m, spec = ctx.metrics, trial.workload
     module = workloads.get(spec.name)
     profiled.prepare(ctx)
-    program, forward = inference.build_forward(trial, backend, phases, m)
+    program, forward = inference.build_forward(trial, backend, phases, m, support.build_sampler)
     result.numerics = program.numerics()
     result.framework_info = backend.info()
-    compiled_loop = getattr(program, "sample_fn", None)
     t = phases.start("build_sampler")
-    sample: Sampler = compiled_loop(support.init(trial, program)) if compiled_loop is not None \
-        else host_sampler(trial, program, forward)
+    compiled_loop = program.sample_fn(support.init(trial, program))
+    sample = compiled_loop if compiled_loop is not None else host_sampler(trial, program, forward)
     m["build_sampler_s"] = phases.end("build_sampler", t)
     result.notes["sampler_loop"] = "compiled" if compiled_loop is not None else "host"
     steps = len(module.ddim_timesteps(spec))
@@ -116,7 +114,7 @@ def run(ctx: TrialContext) -> None:
     allocator_metrics(ctx)
 
 
-def _parity(trial: TrialSpec, module: Any, forward: Callable[[Any], Any], program: Any, first: np.ndarray,
+def _parity(trial: TrialSpec, module: Any, forward: Callable[[Any], Any], program: Sampler, first: np.ndarray,
             phases: Any, m: dict[str, float | None], ctx: TrialContext) -> None:
     """The denoiser on the fixed batch through the timed forward (the batch cycled to the
     spec's batch size: no new shape), and the first images of the first sample with the
@@ -130,12 +128,12 @@ def _parity(trial: TrialSpec, module: Any, forward: Callable[[Any], Any], progra
     params = module.init_params(spec)
     reference = module.ddim_sample(spec, lambda z: module.reference_forward(spec, params, z),
                                    module.initial_noise(spec, spec.batch_size)[:n], dtype=np.float64)
-    fixedbatch.save_samples(ctx.parity_file, {f"batch {spec.batch_size}": outputs},
+    protocol.save_samples(ctx.parity_file, {f"batch {spec.batch_size}": outputs},
                             np.asarray(first[:n], np.float64), reference)
     m["parity_s"] = phases.end("parity", t)
 
 
-def _timed(sample: Sampler, noise: np.ndarray, count: int, budget_s: float) -> list[float]:
+def _timed(sample: SampleLoop, noise: np.ndarray, count: int, budget_s: float) -> list[float]:
     """Seconds of each whole sampling batch (the result on the host: synced), `count` of them or
     fewer when the budget is spent first (at least one)."""
     out: list[float] = []

@@ -13,16 +13,18 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
 from dlbench import workloads
 from dlbench.analysis.window import FLAG_METRIC, too_short
 from dlbench.backends import support
-from dlbench.backends.base import Program, TimedBatches
+from dlbench.backends.base import Backend, Learner, TimedBatches, Trainable
 from dlbench.machine import bf16_on_cpu
-from dlbench.runner import fixedbatch, parallel, profiled
+from dlbench.runner import fixedbatch, parallel, protocol
+from dlbench.runner.scenarios import profiled
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.runner.timing import split_steps
 from dlbench.spec import TrialSpec, WorkloadSpec
@@ -31,9 +33,9 @@ from dlbench.workloads.data import Dataset, epoch_augment
 
 def run(ctx: TrialContext) -> None:
     """Every phase of a train trial after the framework import; a profiled trial's timed
-    window under the framework's profiler (runner/profiled.py)."""
+    window under the framework's profiler (runner/scenarios/profiled.py)."""
     profiled.prepare(ctx)
-    program, state = build_and_load(ctx)
+    program, state = build_and_load(ctx, support.build_trainable)
     state = _warmup(ctx, program, state)
     _parity(ctx)
     comm_before_s = ctx.backend.data_parallel.comm_s()
@@ -44,12 +46,15 @@ def run(ctx: TrialContext) -> None:
     allocator_metrics(ctx)
 
 
-def build_and_load(ctx: TrialContext) -> tuple[Program, Any]:
+L = TypeVar("L", bound=Learner)
+
+
+def build_and_load(ctx: TrialContext, build: Callable[[TrialSpec, Backend], L]) -> tuple[L, Any]:
     """The Program and its state from the canonical parameters (build_s), then the training
     split into the framework (data_s). Records the numerics and precision as read back."""
     trial, m = ctx.trial, ctx.metrics
     t = ctx.phases.start("build")
-    program = support.build(trial, ctx.backend)
+    program = build(trial, ctx.backend)
     state = support.init(trial, program)
     m["build_s"] = ctx.phases.end("build", t)
     ctx.result.numerics = program.numerics()
@@ -67,7 +72,7 @@ def _epoch_rows(trial: TrialSpec, epoch: int) -> np.ndarray:
     return workloads.epoch_steps(trial.workload, epoch)[0]
 
 
-def _epoch_batches(trial: TrialSpec, program: Program, epoch: int, rows: np.ndarray, steps: int | None = None) -> Any:
+def _epoch_batches(trial: TrialSpec, program: Trainable, epoch: int, rows: np.ndarray, steps: int | None = None) -> Any:
     """The pipeline over the epoch's first `steps` rows (all by default), with the epoch's
     augmentation parameters where the spec augments."""
     n = len(rows) if steps is None else steps
@@ -75,7 +80,7 @@ def _epoch_batches(trial: TrialSpec, program: Program, epoch: int, rows: np.ndar
     return program.batches(rows[:n], None if augment is None else augment.steps(0, n))
 
 
-def _warmup(ctx: TrialContext, program: Program, state: Any) -> Any:
+def _warmup(ctx: TrialContext, program: Trainable, state: Any) -> Any:
     """Ahead-of-time compile (where exposed), the first step, then the rest of the warm-up
     epochs: all outside the timed window, each reported on its own."""
     trial, backend, phases, m = ctx.trial, ctx.backend, ctx.phases, ctx.metrics
@@ -111,12 +116,12 @@ def _parity(ctx: TrialContext) -> None:
     t = ctx.phases.start("parity")
     # A Program of its own: some frameworks keep the state in program-owned variables (TF,
     # Keras), and init() on the training Program would reset the warmed-up state.
-    loss, grads = fixedbatch.grads(ctx.trial, support.build(ctx.trial, ctx.backend))
-    fixedbatch.save_grads(ctx.parity_file, loss, grads)
+    loss, grads = fixedbatch.grads(ctx.trial, support.build_learner(ctx.trial, ctx.backend))
+    protocol.save_grads(ctx.parity_file, loss, grads)
     ctx.metrics["parity_s"] = ctx.phases.end("parity", t)
 
 
-def _run_steps(ctx: TrialContext, program: Program, state: Any, batches: Any, steps: int) -> Any:
+def _run_steps(ctx: TrialContext, program: Trainable, state: Any, batches: Any, steps: int) -> Any:
     for n in split_steps(steps, ctx.trial.chunk_steps):
         state, losses = program.train_chunk(state, batches, n)
         ctx.backend.sync(state, losses)
@@ -135,7 +140,7 @@ class Window:
     peaks: dict[str, int]
 
 
-def _timed_window(ctx: TrialContext, program: Program, state: Any) -> Any:
+def _timed_window(ctx: TrialContext, program: Trainable, state: Any) -> Any:
     """The timed epochs, split into chunks synced at their ends. Epoch orders are drawn before
     the window; each epoch's pipeline is created inside it, as in any training loop."""
     trial, backend, log = ctx.trial, ctx.backend, ctx.log
@@ -238,7 +243,7 @@ def _window_metrics(ctx: TrialContext, w: Window) -> None:
         result.warnings.append(short)
 
 
-def evaluate(ctx: TrialContext, program: Program, state: Any) -> None:
+def evaluate(ctx: TrialContext, program: Trainable, state: Any) -> None:
     """The workload's quality metric on the held-out split (accuracy for a classifier), outside
     the timed window; for a generative workload also the quality of samples generated from the
     trained parameters (ddpm: a Fréchet distance, not FID)."""
@@ -255,7 +260,7 @@ def evaluate(ctx: TrialContext, program: Program, state: Any) -> None:
         ctx.metrics["generated_quality_s"] = ctx.phases.end("generated_quality", t)
 
 
-def held_out_score(program: Program, state: Any, spec: WorkloadSpec, data: Dataset) -> float:
+def held_out_score(program: Trainable, state: Any, spec: WorkloadSpec, data: Dataset) -> float:
     """The workload's `score` of the Program's outputs on the held-out split `data`, predicted
     in slices of the training batch size (every call has the shape of the first)."""
     wl = workloads.get(spec.name)

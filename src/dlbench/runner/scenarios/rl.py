@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from dlbench import workloads
 from dlbench.analysis.window import FLAG_METRIC, too_short
-from dlbench.runner import profiled, train
+from dlbench.backends import support
+from dlbench.backends.base import Rollout
+from dlbench.runner.scenarios import profiled, train
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.spec import TrialSpec
 from dlbench.workloads import cartpole, ppo
@@ -38,25 +40,10 @@ from dlbench.workloads import cartpole, ppo
 RETURN_WINDOW = 20
 
 
-class RlProgram(Protocol):
-    """What an RL workload's Program adds to backends.base.Program (backends/*/ppo.py)."""
-
-    rollout_placement: str
-
-    def env(self, obs: np.ndarray) -> Any: ...
-    def rollout(self, state: Any, env: Any, uniforms: np.ndarray, resets: np.ndarray) -> tuple[Any, Any]: ...
-    def update(self, state: Any, env: Any, traj: Any, perms: np.ndarray) -> tuple[Any, Any]: ...
-    def finished(self, traj: Any) -> np.ndarray: ...
-    def wait(self, *outputs: Any) -> None: ...
-    def losses_to_numpy(self, losses: Any) -> np.ndarray: ...
-    def compilations(self) -> int: ...
-
-
-def _build(ctx: TrialContext) -> tuple[RlProgram, Any]:
-    program, state = train.build_and_load(ctx)
-    rl: RlProgram = program  # type: ignore[assignment]
-    ctx.result.policy_effective["rollout"] = {"asked": ctx.trial.policy.rollout, "placement": rl.rollout_placement}
-    return rl, state
+def _build(ctx: TrialContext) -> tuple[Rollout, Any]:
+    program, state = train.build_and_load(ctx, support.build_rollout)
+    ctx.result.policy_effective["rollout"] = {"asked": ctx.trial.policy.rollout, "placement": program.rollout_placement}
+    return program, state
 
 
 def _parity(ctx: TrialContext) -> None:
@@ -109,7 +96,7 @@ def run_rollout(ctx: TrialContext) -> None:
 def run_train(ctx: TrialContext) -> None:
     """Whole PPO iterations: warm-up iterations (compiles included), then `epochs` timed ones,
     the rollout and the update of each timed apart (a sync between them); a profiled trial's
-    timed iterations under the framework's profiler (runner/profiled.py)."""
+    timed iterations under the framework's profiler (runner/scenarios/profiled.py)."""
     trial, m = ctx.trial, ctx.metrics
     profiled.prepare(ctx)
     program, state = _build(ctx)
@@ -152,7 +139,7 @@ def run_train(ctx: TrialContext) -> None:
     allocator_metrics(ctx)
 
 
-def _iteration(program: RlProgram, state: Any, env: Any, d: ppo.Draws) -> tuple[Any, Any, tuple[float, float, np.ndarray]]:
+def _iteration(program: Rollout, state: Any, env: Any, d: ppo.Draws) -> tuple[Any, Any, tuple[float, float, np.ndarray]]:
     """One rollout and one update, each synced: (env, state, (rollout s, update s, losses))."""
     t0 = time.perf_counter()
     env, traj = program.rollout(state, env, d.uniforms, d.resets)
@@ -219,7 +206,7 @@ def run_converge(ctx: TrialContext) -> None:
     allocator_metrics(ctx)
 
 
-def _compilations(program: RlProgram) -> int:
+def _compilations(program: Rollout) -> int:
     return program.compilations()
 
 

@@ -1,5 +1,5 @@
-"""The inference scenario's load under MLPerf LoadGen (runner/loadgen.py), run by
-runner/inference.py after its warm-up and parity phases, inside the timed window:
+"""The inference scenario's load under MLPerf LoadGen (runner/scenarios/loadgen.py), run by
+runner/scenarios/inference.py after its warm-up and parity phases, inside the timed window:
 
 - `--load standard` (the default): SingleStream, whose per-request latencies become the
   scenario's latency metrics (latency_p50_s, latency_p90_s, latency_p99_s: order statistics of
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from dlbench import workloads
-from dlbench.backends.base import Program, Unsupported
-from dlbench.runner import loadgen
+from dlbench.backends.base import Servable, Unsupported
+from dlbench.runner.scenarios import loadgen
 from dlbench.runner.context import TrialContext
 from dlbench.spec import TrialSpec
 
@@ -47,7 +47,7 @@ SERVER_MIN_RUN_S = 0.25
 SERVER_MIN_QUERIES = 1100
 
 
-def standard(ctx: TrialContext, program: Program, forward: Callable[[Any], Any], requests: list[Any],
+def standard(ctx: TrialContext, program: Servable, forward: Callable[[Any], Any], requests: list[Any],
              max_batches: int) -> tuple[list[float], list[float]]:
     """SingleStream, then Offline (or Server under `--load server`): the per-request latencies and
     the Offline batches' forward seconds."""
@@ -162,7 +162,7 @@ def loadgen_metrics(ctx: TrialContext) -> None:
         m["achieved_flops_per_s"] = float(m["flops_per_sample"] or 0.0) * rate
 
 
-def accuracy(trial: TrialSpec, program: Program, forward: Callable[[Any], Any], result: Any) -> None:
+def accuracy(trial: TrialSpec, program: Servable, forward: Callable[[Any], Any], result: Any) -> None:
     """Held-out quality of the model as served, in batches of the spec's batch size (the last
     padded). A classifier: infer_accuracy; a program serving a quantised model names its float32
     model's accuracy (precision()["fp32_accuracy"]), and the change is reported

@@ -9,7 +9,7 @@ predict() loop) on the canonical parameters, timed two ways:
   and p99 as order statistics, and the p99's distribution-free confidence interval
   (analysis.stats.quantile_ci) at its actual level;
 - throughput: the workload spec's batch size back to back, each call synced, until
-  INFER_BATCHES batches are timed or the same budget is spent, whichever comes first.
+  protocol.INFER_BATCHES batches are timed or the same budget is spent, whichever comes first.
 
 A request: a device input already in place (Program.infer_input, outside the timing) ->
 infer_fn -> the logits on the host, then Backend.sync on them. Fetching the logits is part of a
@@ -27,23 +27,23 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from dlbench import workloads
 from dlbench.analysis import stats
 from dlbench.backends import support
-from dlbench.backends.base import Backend, Program
+from dlbench.backends.base import Backend, Servable
 from dlbench.monitors.memory import MemorySampler
 from dlbench.results.records import TrialResult
-from dlbench.runner import fixedbatch, profiled, served
+from dlbench.runner import protocol
+from dlbench.runner.scenarios import profiled, served
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.runner.timing import Phases
 from dlbench.spec import PARITY_BATCH, TrialSpec
 
 # Large-batch calls timed for throughput (fewer when the budget runs out first).
-INFER_BATCHES = 100
 # Warm-up calls per batch size after its first (compiling) call: batch 1, then the large batch.
 WARMUP_REQUESTS = 10
 WARMUP_BATCHES = 3
@@ -61,7 +61,7 @@ def run(ctx: TrialContext) -> None:
     trial, backend, phases, sampler, result = ctx.trial, ctx.backend, ctx.phases, ctx.sampler, ctx.result
     created, parity_file, m = ctx.created, ctx.parity_file, ctx.metrics
     profiled.prepare(ctx)
-    program, forward = build_forward(trial, backend, phases, m)
+    program, forward = build_forward(trial, backend, phases, m, support.build_servable)
     result.numerics = program.numerics()
     result.policy_effective["precision"] = {"precision": trial.precision, **program.precision()}
     # After build, a backend can report what building did (ONNX Runtime: the export cache).
@@ -80,7 +80,7 @@ def run(ctx: TrialContext) -> None:
         if trial.infer_load == "loop":
             latency_s, batch_s = _loop(ctx, forward, requests, batches)
         else:
-            latency_s, batch_s = served.standard(ctx, program, forward, requests, INFER_BATCHES)
+            latency_s, batch_s = served.standard(ctx, program, forward, requests, protocol.INFER_BATCHES)
         if trial.profile:
             m[profiled.CALLS_METRIC] = float(len(latency_s) + len(batch_s))
     window = sampler.end_window()
@@ -100,23 +100,27 @@ def _loop(ctx: TrialContext, forward: Callable[[Any], Any], requests: list[Any],
     latency_s = timed_calls(ctx.backend.sync, forward, requests, trial.infer_requests, trial.infer_budget_s)
     m["infer_latency_window_s"] = phases.end("latency", t)
     t = phases.start("throughput")
-    batch_s = timed_calls(ctx.backend.sync, forward, batches, INFER_BATCHES, trial.infer_budget_s)
+    batch_s = timed_calls(ctx.backend.sync, forward, batches, protocol.INFER_BATCHES, trial.infer_budget_s)
     m["infer_throughput_window_s"] = phases.end("throughput", t)
     return latency_s, batch_s
 
 
-def build_forward(trial: TrialSpec, backend: Backend, phases: Phases, m: Metrics) -> tuple[Program, Callable[[Any], Any]]:
+S = TypeVar("S", bound=Servable)
+
+
+def build_forward(trial: TrialSpec, backend: Backend, phases: Phases, m: Metrics,
+                  build: Callable[[TrialSpec, Backend], S]) -> tuple[S, Callable[[Any], Any]]:
     """The Program, its state from the canonical parameters and its inference function (an
     ONNX export or a cached one is loaded here): build_s."""
     t = phases.start("build")
-    program = support.build(trial, backend)
+    program = build(trial, backend)
     state = support.init(trial, program)
     forward = program.infer_fn(state)
     m["build_s"] = phases.end("build", t)
     return program, forward
 
 
-def _inputs(trial: TrialSpec, program: Program, phases: Phases, m: Metrics) -> tuple[list[Any], list[Any]]:
+def _inputs(trial: TrialSpec, program: Servable, phases: Phases, m: Metrics) -> tuple[list[Any], list[Any]]:
     """Device inputs from the held-out split: REQUEST_POOL single samples and BATCH_POOL
     batches of the spec's batch size (rows cycle where the split is smaller): data_s."""
     spec = trial.workload
@@ -152,7 +156,7 @@ def _warmup(
 
 
 def _parity(
-    trial: TrialSpec, program: Program, forward: Callable[[Any], Any], phases: Phases, m: Metrics,
+    trial: TrialSpec, program: Servable, forward: Callable[[Any], Any], phases: Phases, m: Metrics,
     path: Path,
 ) -> None:
     """The canonical fixed batch through both timed paths, after the warm-up (no new shape,
@@ -164,7 +168,7 @@ def _parity(
     single = np.concatenate([np.asarray(forward(program.infer_input(x[i : i + 1]))) for i in range(len(x))])
     rows = np.arange(spec.batch_size) % len(x)
     large = np.asarray(forward(program.infer_input(x[rows])))
-    fixedbatch.save_logits(path, {"batch 1": single, f"batch {spec.batch_size}": large})
+    protocol.save_logits(path, {"batch 1": single, f"batch {spec.batch_size}": large})
     m["parity_s"] = phases.end("parity", t)
 
 
@@ -217,10 +221,10 @@ def infer_metrics(trial: TrialSpec, result: TrialResult, latency_s: list[float],
         result.warnings.append(
             f"latency: the {trial.infer_budget_s:g} s budget ran out after {len(latency_s)} of"
             f" {trial.infer_requests} requests (p99 CI level {level:.0%})")
-    if batch_s and len(batch_s) < INFER_BATCHES:
+    if batch_s and len(batch_s) < protocol.INFER_BATCHES:
         result.warnings.append(
             f"throughput: the {trial.infer_budget_s:g} s budget ran out after {len(batch_s)} of"
-            f" {INFER_BATCHES} batches")
+            f" {protocol.INFER_BATCHES} batches")
     recompiles = m.get("recompiles_in_window")
     if recompiles:
         result.warnings.append(

@@ -19,8 +19,8 @@ from types import ModuleType
 from dlbench.analysis.categories import BYTES_METRIC, FLOPS_METRIC, INTENSITY_METRIC
 from dlbench.backends import profiling
 from dlbench.runner.context import TrialContext
+from dlbench.runner.protocol import TRACE_NOTE, trace_dir_for
 
-TRACE_NOTE = "profile_trace"
 OTHER_NOTE = "profile_other_top"
 CAVEAT_NOTE = "profile_caveat"
 WINDOW_METRIC = "profile_window_s_per_step"
@@ -29,11 +29,6 @@ PROFILED_STEP_METRIC = "profile_step_s_median"
 # An inference trial's profiled calls (batch-1 requests and large batches together): its
 # categories are per call.
 CALLS_METRIC = "profile_calls"
-
-
-def trace_dir_for(result_path: Path) -> Path:
-    """Where a worker whose result goes to `result_path` writes its trace."""
-    return result_path.with_name(result_path.name.split(".", 1)[0] + ".profile")
 
 
 def _module(ctx: TrialContext) -> ModuleType | None:

@@ -1,0 +1,22 @@
+"""The runner's one table of scenario entries, run in the worker process: runner scenario name
+(dlbench/scenarios.py: SCENARIOS) -> the function that runs a trial of it over a TrialContext.
+How the parent judges a trial's parity arrays follows the record's `parity` kind
+(runner/verdicts.py: JUDGES), so a new scenario adds one line here and none there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dlbench.runner.scenarios import converge, inference, rl, sample, train
+from dlbench.runner.context import TrialContext
+
+RUNS: dict[str, Callable[[TrialContext], None]] = {
+    "train": train.run,
+    "infer": inference.run,
+    "converge": converge.run,
+    "sample": sample.run,
+    "rl_rollout": rl.run_rollout,
+    "rl_train": rl.run_train,
+    "rl_converge": rl.run_converge,
+}

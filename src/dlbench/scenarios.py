@@ -1,0 +1,61 @@
+"""One record per runner scenario, on the spec floor: what each layer needs to know about a
+scenario, said once. Imports only the spec.
+
+A user asks for a `--scenario` (spec.SCENARIOS: train, infer, converge, rollout); the trial's
+workload maps it to the runner scenario that runs it (workloads: SCENARIOS, e.g. ddpm's infer is
+`sample`, ppo's train is `rl_train`), and `workloads.scenario(workload, name)` returns that
+runner scenario's record. Each layer then registers its behaviour for a record once:
+- runner: its entry (runner/scenarios/__init__.py: RUNS); its parity arrays are judged by the
+  record's `parity` kind (runner/verdicts.py: JUDGES);
+- report: its table and its progress line (report/scenarios.py);
+- backends: nothing by name: `support.unsupported` reads the record's `capability` and
+  `reduced_precision`.
+A test (tests/test_scenarios.py) checks that every registry holds exactly these names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from dlbench.spec import ConvergeOptions, InferOptions, NoOptions
+
+# What a scenario needs a Program to do (backends/base.py: Trainable, Servable, Rollout, Sampler).
+Capability = Literal["train", "serve", "rollout", "sample"]
+CAPABILITIES: tuple[Capability, ...] = ("train", "serve", "rollout", "sample")
+# How the parent judges the fixed-batch arrays a trial leaves (runner/verdicts.py: JUDGES):
+# "grads" loss and gradients, "logits" eval-mode logits, "sample" logits then a DDIM sample.
+Parity = Literal["grads", "logits", "sample"]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One runner scenario. `headline` is the metric `--repeats auto` narrows and the report's
+    ranking orders by; `reduced_precision` says whether bf16/fp16/tf32 apply (inference runs
+    every framework's float32 graph); `options` is the options dataclass its trials carry."""
+
+    name: str
+    capability: Capability
+    parity: Parity
+    headline: str
+    reduced_precision: bool
+    options: type[InferOptions] | type[ConvergeOptions] | type[NoOptions]
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario("train", "train", "grads", "samples_per_s", True, NoOptions),
+    Scenario("infer", "serve", "logits", "infer_samples_per_s", False, InferOptions),
+    Scenario("converge", "train", "grads", "time_to_target_s", True, ConvergeOptions),
+    Scenario("sample", "sample", "sample", "sample_images_per_s", False, InferOptions),
+    Scenario("rl_rollout", "rollout", "grads", "env_steps_per_s", False, NoOptions),
+    Scenario("rl_train", "rollout", "grads", "samples_per_s", True, NoOptions),
+    Scenario("rl_converge", "rollout", "grads", "time_to_target_s", True, ConvergeOptions),
+)}
+
+
+def get(name: str) -> Scenario:
+    """The record of runner scenario `name` (KeyError names the known ones)."""
+    found = SCENARIOS.get(name)
+    if found is None:
+        raise KeyError(f"no runner scenario {name!r} (known: {', '.join(SCENARIOS)})")
+    return found
