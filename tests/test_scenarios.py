@@ -17,7 +17,7 @@ import pytest
 
 from dlbench import scenarios, workloads
 from dlbench.backends import base
-from dlbench.backends.base import Rollout, Sampler, Servable, Trainable
+from dlbench.backends.base import OdeModule, Rollout, Sampler, Servable, Trainable
 from dlbench.cli.main import main
 from dlbench.cli.run import SCENARIO_OPTION_FLAGS, SWEEP_DEFAULTS
 from dlbench.report.scenarios import REPORTING
@@ -116,7 +116,7 @@ def test_every_layer_registers_exactly_the_recorded_scenarios():
 
 
 def test_each_capability_is_a_protocol_and_the_supervised_program_has_train_and_serve():
-    protocols = {"train": Trainable, "serve": Servable, "rollout": Rollout, "sample": Sampler}
+    protocols = {"train": Trainable, "serve": Servable, "rollout": Rollout, "sample": Sampler, "solve": OdeModule}
     assert set(protocols) == set(scenarios.CAPABILITIES)
     assert all(getattr(base, p.__name__) is p for p in protocols.values())
     # a supervised Program is both; a rollout program needs no compile nor inference stubs

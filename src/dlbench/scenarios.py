@@ -18,14 +18,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from dlbench.spec import ConvergeOptions, InferOptions, NoOptions
+from dlbench.spec import ConvergeOptions, InferOptions, NoOptions, SolveOptions
 
 # What a scenario needs a Program to do (backends/base.py: Trainable, Servable, Rollout, Sampler).
-Capability = Literal["train", "serve", "rollout", "sample"]
-CAPABILITIES: tuple[Capability, ...] = ("train", "serve", "rollout", "sample")
+# "solve": the backend's ODE solver module (backends/<framework>/ode.py: backends.base.OdeSolvers).
+Capability = Literal["train", "serve", "rollout", "sample", "solve"]
+CAPABILITIES: tuple[Capability, ...] = ("train", "serve", "rollout", "sample", "solve")
 # How the parent judges the fixed-batch arrays a trial leaves (runner/verdicts.py: JUDGES):
 # "grads" loss and gradients, "logits" eval-mode logits, "sample" logits then a DDIM sample.
-Parity = Literal["grads", "logits", "sample"]
+# "none": the trial judges its own numbers against its float64 reference (the solver scenario's
+# error per point), the parent has nothing to judge.
+Parity = Literal["grads", "logits", "sample", "none"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class Scenario:
     parity: Parity
     headline: str
     reduced_precision: bool
-    options: type[InferOptions] | type[ConvergeOptions] | type[NoOptions]
+    options: type[InferOptions] | type[ConvergeOptions] | type[SolveOptions] | type[NoOptions]
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
@@ -50,6 +53,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("rl_rollout", "rollout", "grads", "env_steps_per_s", False, NoOptions),
     Scenario("rl_train", "rollout", "grads", "samples_per_s", True, NoOptions),
     Scenario("rl_converge", "rollout", "grads", "time_to_target_s", True, ConvergeOptions),
+    Scenario("solve", "solve", "none", "solve_1e-6_s", False, SolveOptions),
 )}
 
 

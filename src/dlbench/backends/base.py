@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from dlbench import workloads
+from dlbench.backends.odesolve import OdeModule  # noqa: F401 (capability "solve": backends/<framework>/ode.py)
 from dlbench.backends.precision import Support
 from dlbench.scenarios import Capability
 from dlbench.packages import installed_versions, module_installed  # noqa: F401 (for the backends)
@@ -77,6 +78,8 @@ class Capabilities:
     train: bool = True
     infer: bool = False
     grads: bool = True
+    # `solve`: the backend has an ODE solver module, backends/<framework>/ode.py (OdeSolvers).
+    solve: bool = False
     # Workloads this backend does not run, each with the reason a user reads in `dlbench list`
     # and in the trial's status: (workload, reason) pairs.
     declined: tuple[tuple[str, str], ...] = ()
@@ -86,13 +89,14 @@ class Capabilities:
         return dict(self.declined).get(workload)
 
     def names(self) -> list[str]:
-        return [name for name, has in (("train", self.train), ("infer", self.infer), ("grads", self.grads)) if has]
+        return [name for name, has in (("train", self.train), ("infer", self.infer), ("grads", self.grads),
+                                       ("solve", self.solve)) if has]
 
     def covers(self, capability: Capability) -> str | None:
         """None when this backend's programs have what a scenario's record needs, else the
         flag it lacks: training and rollouts (with their PPO update) need `train`, serving and
-        sampling (a forward in inference mode) need `infer`."""
-        flag = "train" if capability in ("train", "rollout") else "infer"
+        sampling (a forward in inference mode) need `infer`, the solver scenario `solve`."""
+        flag = "train" if capability in ("train", "rollout") else "solve" if capability == "solve" else "infer"
         return None if getattr(self, flag) else flag
 
 

@@ -43,17 +43,19 @@ from dlbench.runner import parallel, ray_executor, resume, rounds
 from dlbench.runner.executor import Outcome, Progress, execute, register, warm_imports
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
 from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimate_s, learn, make_plan
-from dlbench.spec import ConvergeOptions, InferOptions, SpecError, option_fields, to_dict
+from dlbench.spec import ConvergeOptions, InferOptions, OptionsType, SolveOptions, SpecError, option_fields, to_dict
 from dlbench.text import printable
 
 # The scenario options' command-line destinations -> (options dataclass, its field); their
 # defaults are the dataclass's (spec.py), declared nowhere else.
-SCENARIO_OPTION_FLAGS: dict[str, tuple[type[InferOptions] | type[ConvergeOptions], str]] = {
+SCENARIO_OPTION_FLAGS: dict[str, tuple[OptionsType, str]] = {
     "infer_requests": (InferOptions, "infer_requests"), "infer_budget_s": (InferOptions, "infer_budget_s"),
     "load": (InferOptions, "infer_load"), "qps": (InferOptions, "server_qps"),
     "p99_bound_ms": (InferOptions, "p99_bound_ms"),
     "target_accuracy": (ConvergeOptions, "target_accuracy"), "eval_every": (ConvergeOptions, "eval_every"),
     "max_steps": (ConvergeOptions, "max_steps"), "max_time_s": (ConvergeOptions, "max_time_s"),
+    "rtol_loosest": (SolveOptions, "solve_rtol_loosest"), "rtol_tightest": (SolveOptions, "solve_rtol_tightest"),
+    "solve_max_steps": (SolveOptions, "solve_max_steps"),
 }
 # Every sweep option's default. The parser's defaults are None, so that an option given on the
 # command line can be told from one left out: command line > suite file > these.
@@ -67,7 +69,7 @@ SWEEP_DEFAULTS: dict[str, Any] = {
     "data": ("pipeline",), "rollout": ("default",), "loader_workers": 0, "augment": "none",
     "executor": "local", "address": None, "profile": False,
 }
-_INFER, _CONVERGE = InferOptions(), ConvergeOptions()
+_INFER, _CONVERGE, _SOLVE = InferOptions(), ConvergeOptions(), SolveOptions()
 # Options that say how to run, not what: --resume takes them too.
 HOW_OPTIONS = ("allow_concurrent", "executor", "address")
 
@@ -84,7 +86,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--mode", type=comma_list("mode"), help="eager, graph, compiled (default: compiled)")
     p.add_argument("--precision", type=comma_list("precision"),
                    help="fp32, tf32, bf16, fp16 (comma list; default fp32; dlbench list shows what runs here)")
-    p.add_argument("--scenario", type=comma_list("scenario"), help="train, infer, converge, rollout (RL workloads) (default: train)")
+    p.add_argument("--scenario", type=comma_list("scenario"), help="train, infer, converge, rollout (RL workloads), solve (ODE problems) (default: train)")
     p.add_argument("--devices", type=int_list("devices"),
                    help="data-parallel devices per trial, e.g. 1,2,4 (default: 1)")
     p.add_argument("--scaling", help="with --devices: weak (batch per device, the default) or strong"
@@ -128,6 +130,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--max-steps", type=int, help=f"converge: step budget (default {_CONVERGE.max_steps})")
     p.add_argument("--max-time-s", type=float,
                    help=f"converge: training-time budget in seconds, evaluation excluded (default {_CONVERGE.max_time_s:g})")
+    p.add_argument("--rtol-loosest", type=float,
+                   help=f"solve: the loosest relative tolerance of the sweep (default {_SOLVE.solve_rtol_loosest:g})")
+    p.add_argument("--rtol-tightest", type=float,
+                   help=f"solve: the tightest, one tolerance per decade between (default {_SOLVE.solve_rtol_tightest:g})")
+    p.add_argument("--solve-max-steps", type=int,
+                   help=f"solve: the step cap of each solve (default {_SOLVE.solve_max_steps})")
     p.add_argument("--rollout", type=comma_list("rollout"),
                    help="RL workloads: where the rollout runs: host (a Python loop of steps), fused (one compiled"
                         " program), default (fused where the mode compiles and the framework can), or several")
@@ -190,7 +198,7 @@ def repeat_rule(o: dict[str, Any]) -> repeats.RepeatRule:
         raise UsageError(str(e)) from None
 
 
-def _scenario_options(o: dict[str, Any], kind: type[InferOptions] | type[ConvergeOptions]) -> dict[str, Any]:
+def _scenario_options(o: dict[str, Any], kind: OptionsType) -> dict[str, Any]:
     """The options of one scenario options type, by its field names."""
     return {name: o[dest] for dest, (k, name) in SCENARIO_OPTION_FLAGS.items() if k is kind}
 
@@ -215,6 +223,7 @@ def sweep_from_options(o: dict[str, Any]) -> Sweep:
         memory_limit_bytes=o["memory_limit"],
         infer=InferOptions(**_scenario_options(o, InferOptions)),
         converge=ConvergeOptions(**_scenario_options(o, ConvergeOptions)),
+        solve=SolveOptions(**_scenario_options(o, SolveOptions)),
         options=tuple(parse_option(text) for text in o["option"]),
         data=o["data"], rollouts=o["rollout"], loader_workers=o["loader_workers"], augment=o["augment"],
         profile=bool(o["profile"]),

@@ -61,3 +61,11 @@ def rl_converge_line(m: Metrics) -> str:
     return (f"ok: mean return {m.get('final_return') or 0.0:.1f} after {m.get('episodes') or 0:.0f} episodes, "
             + (f"target in {m['steps_to_target']:.0f} env steps, {m['time_to_target_s']:.1f} s"
                if m.get("reached_target") else "target not reached"))
+
+
+def solve_line(m: Metrics) -> str:
+    """The solver scenario (runner/scenarios/solve.py): its points and the cheapest rtol 1e-6."""
+    at = m.get("solve_1e-6_s")
+    best = (f"fastest float64 solve at rtol 1e-6 {1e3 * at:.2f} ms, error {m.get('solve_1e-6_error') or 0.0:.1e}"
+            if at is not None else "no float64 solve met rtol 1e-6")
+    return f"ok: {m.get('solve_points') or 0:.0f} points, {m.get('solve_failures') or 0:.0f} failed; {best}"

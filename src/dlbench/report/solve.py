@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from dlbench.report.cells import label_cells, label_columns
 from dlbench.report.model import Config, Report
+from dlbench.report.scenarios import configs_in
 from dlbench.report.tabledata import MISSING, Cell, Column, Table
 
 HEADLINE_RTOL = 1e-6
@@ -35,8 +36,8 @@ class Curve:
     points: dict[float, dict[str, float]]
 
 
-def _solve_configs(report: Report) -> list[Config]:
-    return [c for c in report.configs if c.scenario == "solve" and c.ok]
+def _solve_configs(report: Report, table: str = "solve") -> list[Config]:
+    return [c for c in configs_in(report, table) if c.ok]
 
 
 def curves(config: Config, prefix: str = "solve") -> list[Curve]:
@@ -119,7 +120,7 @@ def _absences(configs: list[Config]) -> list[str]:
 
 
 def gradient_table(report: Report) -> Table | None:
-    configs = [c for c in _solve_configs(report) if any(curves(c, "gradient"))]
+    configs = [c for c in _solve_configs(report, "solve-gradients") if any(curves(c, "gradient"))]
     if not configs:
         return None
     axes = report.varying(configs, AXES)

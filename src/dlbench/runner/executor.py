@@ -24,7 +24,7 @@ from dlbench.results.store import Store
 from dlbench.runner import protocol, reference, spawn
 from dlbench.runner.plan import Plan, PlannedTrial, with_ids
 
-from dlbench.runner.verdicts import Ceilings, ceilings, judge_efficiency, judge_parity
+from dlbench.runner.verdicts import Ceilings, ceilings, judge_efficiency, judge_parity, needs_reference
 from dlbench.spec import Policy, SpecError, TrialSpec
 
 WARM_IMPORT_TIMEOUT_S = 600
@@ -148,7 +148,8 @@ def register(store: Store, run_id: int, plan: Plan) -> list[tuple[int, PlannedTr
 def execute(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]],
             progress: Progress, workdir: Path | None = None) -> Outcome:
     outcome, pending = settled(trials)
-    refs = reference.ensure([p.spec.workload for _, p in pending], 0, progress.message) if pending else {}
+    refs = reference.ensure([p.spec.workload for _, p in pending if needs_reference(p.spec)], 0,
+                                    progress.message) if pending else {}
     limits = ceilings([p.spec for _, p in pending], progress.message)
     tmp = workdir or Path(tempfile.mkdtemp(prefix="dlbench-run-"))
     try:

@@ -23,6 +23,7 @@ from dlbench.spec import (
     PROFILED_SCENARIOS,
     ConvergeOptions,
     InferOptions,
+    SolveOptions,
     NoOptions,
     Policy,
     ScenarioOptions,
@@ -88,6 +89,7 @@ class Sweep:
     # there); a trial carries only its own scenario's (options_for).
     infer: InferOptions = field(default_factory=InferOptions)
     converge: ConvergeOptions = field(default_factory=ConvergeOptions)
+    solve: SolveOptions = field(default_factory=SolveOptions)
     # Framework options (`--option FRAMEWORK.NAME=VALUE`): (framework, name, value); each trial's
     # policy carries only its own framework's.
     options: tuple[tuple[str, str, str], ...] = ()
@@ -107,7 +109,7 @@ class Sweep:
         defaults of none for a scenario without options, so an option never changes another
         scenario's configuration key."""
         wanted = OPTIONS.get(scenario)
-        return next((o for o in (self.infer, self.converge) if type(o) is wanted), NoOptions())
+        return next((o for o in (self.infer, self.converge, self.solve) if type(o) is wanted), NoOptions())
 
 
 @dataclass

@@ -70,7 +70,7 @@ class Problem:
     name: str
     title: str
     stiff: bool
-    field: Field
+    rhs: Field
     y0: tuple[float, ...]
     t1: float
     times: tuple[float, ...]  # output times, after t0 = 0; the error is measured at these
@@ -140,7 +140,7 @@ NODE_GRAD_PARAMS = ("field.dense1.kernel", "field.dense1.bias", "field.dense2.ke
 
 def _node_problem() -> Problem:
     # The `node` workload's definition at its tiny size: canonical weights, fixed batch, head.
-    from dlbench.workloads import node
+    import dlbench.workloads.node as node
 
     spec = WorkloadSpec(name="node", model_size="tiny", num_classes=10)
     params = {k: v.astype(np.float64) for k, v in node.init_params(spec).items()}
@@ -175,7 +175,7 @@ def get(name: str) -> Problem:
 
 def numpy_field(problem: Problem) -> Callable[[float, np.ndarray], np.ndarray]:
     """The field as SciPy takes it: f(t, y) on float64 arrays."""
-    return lambda t, y: np.asarray(problem.field(t, y, problem.params, NUMPY), dtype=np.float64)
+    return lambda t, y: np.asarray(problem.rhs(t, y, problem.params, NUMPY), dtype=np.float64)
 
 
 def solve_reference(problem: Problem) -> np.ndarray:
@@ -196,7 +196,9 @@ def definition_digest() -> str:
     """This module's source, node's (the neural ODE's field and weights) and SciPy's version."""
     import scipy
 
-    from dlbench.workloads import data, node, params
+    import dlbench.workloads.data as data
+    import dlbench.workloads.node as node
+    import dlbench.workloads.params as params
 
     h = hashlib.sha256(scipy.__version__.encode())
     for module_file in (__file__, node.__file__, data.__file__, params.__file__):
@@ -301,3 +303,41 @@ def relative_error(x: np.ndarray, ref: np.ndarray) -> float:
     if not np.all(np.isfinite(x64)):
         return math.inf
     return float(np.linalg.norm(x64 - ref) / np.linalg.norm(ref))
+
+
+# ---- each problem as a workload (`-w robertson --scenario solve`): its module under workloads/
+# takes these members. Only the solver scenario runs them; the supervised members say what the
+# problem is in the supervised seams' terms (its state, its parameters) and are not trained.
+
+def workload_members(name: str) -> dict[str, Any]:
+    from dlbench.spec import Numerics
+    from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, Preset
+    from dlbench.workloads.data import Dataset
+
+    problem = PROBLEMS[name]
+    # Batch 8: the spec's parity batch must divide it; nothing is batched.
+    preset = Preset(model_size="default", dataset_size=NODE_BATCH, batch_size=NODE_BATCH, epochs=1, warmup_epochs=0,
+                    eval_size=NODE_BATCH)
+    trained = NODE_GRAD_PARAMS if problem.has_gradient else ()
+
+    def states(spec: WorkloadSpec, size: int = NODE_BATCH) -> Dataset:
+        """The initial state, once per row: what the problem starts from."""
+        return Dataset(x=np.tile(np.array(problem.y0), (size, 1)), y=np.zeros(size, dtype=np.int32))
+
+    def loss(spec: WorkloadSpec, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> float:
+        """The neural ODE's loss at its reference final state; 0 for a problem without one."""
+        return float(node_loss(reference(problem)[-1], problem.params, NUMPY)) if problem.has_gradient else 0.0
+
+    return {
+        "SCENARIOS": {"solve": "solve"}, "QUALITY": "error", "MODEL_SIZES": {"default": problem},
+        "PRESETS": {"tiny": preset, "cpu": preset, "gpu": preset}, "NUMERICS": Numerics(),
+        "NUMERICS_FIELDS": COMMON_NUMERICS_FIELDS, "PROBLEM": problem,
+        "input_spec": lambda spec: ((problem.dimension,), "float64"),
+        "param_shapes": lambda spec: {k: problem.params[k].shape for k in trained},
+        "buffer_shapes": lambda spec: {},
+        "init_params": lambda spec: {k: problem.params[k].astype(np.float32) for k in trained},
+        "make_dataset": states, "make_eval_dataset": states, "fixed_batch": states,
+        "flops_per_sample": lambda spec, train=True: 0,
+        "reference_loss": loss,
+        "score": lambda spec, outputs, data: math.nan,
+    }

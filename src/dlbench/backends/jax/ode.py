@@ -38,7 +38,7 @@ _CLASSES = {"tsit5": diffrax.Tsit5, "dopri5": diffrax.Dopri5, "kvaerno5": diffra
 
 
 def _term(problem: odes.Problem) -> diffrax.ODETerm:
-    return diffrax.ODETerm(lambda t, y, args: problem.field(t, y, args, OPS))
+    return diffrax.ODETerm(lambda t, y, args: problem.rhs(t, y, args, OPS))
 
 
 def _params(problem: odes.Problem, dtype: str) -> dict[str, Any]:

@@ -52,7 +52,7 @@ def prepare(problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> S
     @tf.function(input_signature=[tf.TensorSpec([], tdtype), tf.TensorSpec([], tdtype)])
     def run(rtol: Any, atol: Any) -> Any:
         res = _solver(solver, rtol, atol, max_steps).solve(
-            lambda t, y: problem.field(t, y, params, OPS), tf.constant(0.0, tdtype), y0, solution_times=times)
+            lambda t, y: problem.rhs(t, y, params, OPS), tf.constant(0.0, tdtype), y0, solution_times=times)
         d = res.diagnostics
         return (res.states, d.status, d.num_ode_fn_evaluations, d.num_jacobian_evaluations,
                 d.num_matrix_factorizations)
@@ -90,7 +90,7 @@ def prepare_gradient(problem: odes.Problem, solver: str, method: str, dtype: str
             tape.watch(list(values.values()))
             # The trained parameters go in as `constants`: what tfp's adjoint differentiates.
             res = _solver(solver, rtol, atol, 100_000).solve(
-                lambda t, y, **c: problem.field(t, y, {**fixed, **{k.replace("_", "."): v for k, v in c.items()}},
+                lambda t, y, **c: problem.rhs(t, y, {**fixed, **{k.replace("_", "."): v for k, v in c.items()}},
                                                 OPS),
                 tf.constant(0.0, tdtype), y0, solution_times=times,
                 constants={k.replace(".", "_"): v for k, v in values.items()})

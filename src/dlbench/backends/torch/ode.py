@@ -56,7 +56,7 @@ class _Field(torch.nn.Module):
 
     def forward(self, t: Any, y: Any) -> Any:
         self.calls += 1
-        return self.problem.field(t, y, self.params(), OPS)
+        return self.problem.rhs(t, y, self.params(), OPS)
 
 
 def _times(problem: odes.Problem, dtype: torch.dtype) -> torch.Tensor:

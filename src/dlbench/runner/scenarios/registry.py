@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dlbench.runner.scenarios import converge, inference, rl, sample, train
+from dlbench.runner.scenarios import converge, inference, rl, sample, solve, train
 from dlbench.runner.context import TrialContext
 
 RUNS: dict[str, Callable[[TrialContext], None]] = {
@@ -19,4 +19,5 @@ RUNS: dict[str, Callable[[TrialContext], None]] = {
     "rl_rollout": rl.run_rollout,
     "rl_train": rl.run_train,
     "rl_converge": rl.run_converge,
+    "solve": solve.run,
 }

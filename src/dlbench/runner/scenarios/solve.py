@@ -18,6 +18,7 @@ Everything lands in the trial's series (t = rtol; exports keep every point) and 
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -26,13 +27,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dlbench.backends.odesolve import FAILURES, Gradient, OdeModule, Solve, Solved
+from dlbench import workloads
+from dlbench.backends import support
+from dlbench.backends.odesolve import FAILURES, SCIPY, Gradient, OdeModule, Solve, Solved
+from dlbench.runner.context import TrialContext
 from dlbench.workloads import odes
 
 # Status codes of the `status` series (0 ok), so failures are points of the export like the rest.
 STATUS_CODES = {"ok": 0, **{name: i + 1 for i, name in enumerate(FAILURES)}, "skipped": len(FAILURES) + 1}
 POINT_SERIES = ("error", "wall_s", "first_s", "nfe", "njev", "steps", "rejected", "status")
 HEADLINE_RTOL = 1e-6
+# The neural ODE's gradients at these tolerances (rtol; atol = rtol x the problem's scale).
+GRADIENT_RTOLS = (1e-4, 1e-6, 1e-8)
+DTYPES = ("float64", "float32")
+# SciPy's solvers run in every solve trial beside the framework's, named with this prefix: the
+# float64 baseline measured in the same process and under the same load.
+SCIPY_PREFIX = "scipy-"
 
 
 @dataclass(frozen=True)
@@ -130,7 +140,8 @@ def sweep_gradient(problem: odes.Problem, prepare: Callable[[float], Gradient], 
             t = time.perf_counter()
             grad()
             first_s = time.perf_counter() - t
-            times, g = [], None
+            times: list[float] = []
+            g: dict[str, np.ndarray] | None = None
             while len(times) < 3 or (sum(times) < settings.min_time_s and len(times) < settings.max_repeats):
                 t = time.perf_counter()
                 g = grad()
@@ -142,6 +153,15 @@ def sweep_gradient(problem: odes.Problem, prepare: Callable[[float], Gradient], 
         points.append(GradientPoint(method, solver, dtype, rtol, "ok", error=odes.relative_error(
             odes.flat_gradient(g), ref), wall_s=statistics.median(times), first_s=first_s))
     return points
+
+
+def _prepare(module: OdeModule, problem: odes.Problem, solver: str, max_steps: int, dtype: str) -> Solve:
+    return module.prepare(problem, solver, dtype, max_steps)
+
+
+def _prepare_gradient(module: OdeModule, problem: odes.Problem, solver: str, method: str, dtype: str,
+                      rtol: float) -> Gradient:
+    return module.prepare_gradient(problem, solver, method, dtype, rtol, rtol * problem.atol_ratio)
 
 
 @dataclass
@@ -167,7 +187,7 @@ def sweep(problem: odes.Problem, module: OdeModule, settings: SweepSettings,
                 absent[f"{solver}.{dtype}"] = f"{solver} ({info.library}) does not run {dtype}"
                 continue
             progress(f"{problem.name} {solver} {dtype}")
-            points += sweep_solver(problem, lambda d, s=solver: module.prepare(problem, s, d, settings.max_steps),
+            points += sweep_solver(problem, functools.partial(_prepare, module, problem, solver, settings.max_steps),
                                    solver, dtype, settings)
     gradients: list[GradientPoint] = []
     if problem.has_gradient:
@@ -175,14 +195,15 @@ def sweep(problem: odes.Problem, module: OdeModule, settings: SweepSettings,
             for dtype in settings.dtypes:
                 progress(f"{problem.name} gradient {method} {dtype}")
                 gradients += sweep_gradient(
-                    problem, lambda r, m=method, s=solver, d=dtype: module.prepare_gradient(
-                        problem, s, m, d, r, r * problem.atol_ratio), method, solver, dtype, settings)
+                    problem, functools.partial(_prepare_gradient, module, problem, solver, method, dtype), method,
+                    solver, dtype, settings)
     kinds = {s: f"{i.kind} ({i.library})" for s, i in module.SOLVERS.items()}
     return Sweep(problem.name, kinds, absent, points, gradients)
 
 
 def series_and_notes(s: Sweep) -> tuple[dict[str, list[tuple[float, float]]], dict[str, str]]:
-    """The sweep as a trial's series (t = rtol, every point; NaN where a point has no value) and
+    """The sweep as a trial's series (t = rtol; `status` at every point, the other quantities where
+    the point has them: a failed solve has no error) and
     notes (solver kinds, failure messages, absences)."""
     series: dict[str, list[tuple[float, float]]] = {}
     notes = {f"solve.{solver}.kind": kind for solver, kind in s.kinds.items()}
@@ -192,7 +213,8 @@ def series_and_notes(s: Sweep) -> tuple[dict[str, list[tuple[float, float]]], di
         values = {"error": p.error, "wall_s": p.wall_s, "first_s": p.first_s, "status": STATUS_CODES[p.status],
                   **{k: p.counters.get(k) for k in ("nfe", "njev", "steps", "rejected")}}
         for quantity, v in values.items():
-            series.setdefault(f"{key}.{quantity}", []).append((p.rtol, math.nan if v is None else float(v)))
+            if v is not None:  # the status series has every point; the others where it has a value
+                series.setdefault(f"{key}.{quantity}", []).append((p.rtol, float(v)))
         if p.status not in ("ok", "skipped"):  # the skipped points' status series names them
             said = notes.get(f"{key}.failures")
             line = f"rtol {p.rtol:g}: {p.status}: {p.message}"
@@ -202,7 +224,8 @@ def series_and_notes(s: Sweep) -> tuple[dict[str, list[tuple[float, float]]], di
         notes[f"{key}.solver"] = g.solver
         for quantity, v in {"error": g.error, "wall_s": g.wall_s, "first_s": g.first_s,
                             "status": STATUS_CODES.get(g.status, STATUS_CODES["failed"])}.items():
-            series.setdefault(f"{key}.{quantity}", []).append((g.rtol, math.nan if v is None else float(v)))
+            if v is not None:
+                series.setdefault(f"{key}.{quantity}", []).append((g.rtol, float(v)))
         if g.status != "ok":
             notes[f"{key}.failures"] = f"rtol {g.rtol:g}: {g.message}"
     return series, notes
@@ -217,3 +240,39 @@ def headline(s: Sweep) -> dict[str, float | None]:
             "solve_failures": float(sum(p.status not in ("ok", "skipped") for p in s.points)),
             "solve_1e-6_s": None if best is None else best.wall_s,
             "solve_1e-6_error": None if best is None else best.error}
+
+
+def run(ctx: TrialContext) -> None:
+    """The trial: the float64 references (cached), the framework's solvers, then SciPy's."""
+    trial, phases, result = ctx.trial, ctx.phases, ctx.result
+    m = ctx.metrics
+    module = support.build_solvers(trial, ctx.backend)
+    problem: odes.Problem = workloads.get(trial.workload.name).PROBLEM
+    options = trial.solve_options()
+    settings = SweepSettings(rtols=options.rtols(), dtypes=DTYPES, max_steps=options.solve_max_steps,
+                             gradient_rtols=GRADIENT_RTOLS)
+    t = phases.start("reference")
+    odes.reference(problem)
+    if problem.has_gradient:
+        odes.gradient_reference(problem)
+    m["reference_s"] = phases.end("reference", t)
+
+    t = phases.start("solve")
+    own = sweep(problem, module, settings)
+    m["solve_sweep_s"] = phases.end("solve", t)
+    t = phases.start("baseline")
+    base = sweep(problem, SCIPY, settings)
+    m["baseline_sweep_s"] = phases.end("baseline", t)
+    series, notes = series_and_notes(own)
+    base_series, base_notes = series_and_notes(_prefixed(base))
+    result.series.update({**series, **base_series})
+    result.notes.update({**notes, **base_notes})
+    m.update(headline(own))
+
+
+def _prefixed(s: Sweep) -> Sweep:
+    """SciPy's sweep under `scipy-` names, so its rows sit beside the framework's."""
+    name = SCIPY_PREFIX.rstrip("-")
+    points = [Point(**{**vars(p), "solver": SCIPY_PREFIX + p.solver}) for p in s.points]
+    return Sweep(s.problem, {SCIPY_PREFIX + k: v for k, v in s.kinds.items()},
+                 {f"{name}-{k}": v for k, v in s.absent.items()}, points, [])
