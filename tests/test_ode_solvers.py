@@ -1,6 +1,6 @@
 """Each framework's ODE solvers against the float64 references (tests/ode_check.py, one process
-per framework), and SciPy's baseline in this process. torch runs in the CI tier (its solvers
-compile nothing); JAX and TensorFlow, whose first solves compile, under `slow`."""
+per framework; under `slow`: JAX's and TensorFlow's first solves compile, and torch's solvers run
+in the CI tier through tests/test_solve_scenario.py), and SciPy's baseline in this process."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ def _check(framework: str, tmp_path: Path) -> dict[str, Any]:
     return found
 
 
-@pytest.mark.parametrize("framework", [
-    "torch", pytest.param("jax", marks=pytest.mark.slow), pytest.param("tensorflow", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", ["torch", "jax", "tensorflow"])
 def test_framework_solvers_meet_the_reference(framework: str, tmp_path: Path) -> None:
     found = _check(framework, tmp_path)
     for key, (status, error, nfe, steps) in found["lotka"].items():
