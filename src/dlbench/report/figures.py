@@ -27,6 +27,7 @@ from dlbench.report import profile as profile_report
 from dlbench.report.history import Series as HistorySeries
 from dlbench.report.model import Config, Report, Trial
 from dlbench.report import solve as solve_report
+from dlbench.report.scenarios import reporting
 
 GIB = 1024**3
 # Colours of frameworks (in the order they first appear in the report, so one framework has one
@@ -155,10 +156,10 @@ def _bar_figure(report: Report, traces: Callable[[list[Config]], list[_Bars]], s
 
 
 def _with_metric(report: Report, metric: str) -> list[Config]:
-    # Converge trials have a chart of their own (convergence): their samples/s include the
-    # first step's compile and their accuracy is the one at the stop, not after a timed window.
+    # Time-to-accuracy trials have a chart of their own (convergence): their samples/s include
+    # the first step's compile and their accuracy is the one at the stop, not after a timed window.
     return [c for c in report.configs if c.summary(metric).median is not None
-            and c.axes.get("scenario") != "converge"]
+            and "converge" not in reporting(c).tables]
 
 
 def throughput(report: Report) -> Chart | None:

@@ -1,7 +1,8 @@
 """What every scenario of a trial works with (`TrialContext`), and the parts of a trial that are
 the same whatever it measures: the monitors around it, the untimed framework import and
 configuration, and the metrics the monitors leave. The worker (runner/worker.py) makes one
-context per trial and hands it to the scenario the trial's workload names (workloads: SCENARIOS).
+context per trial and hands it to the runner scenario the trial's workload names (workloads:
+SCENARIOS; runner/scenarios/registry.py).
 
 A scenario module has one entry, `run(ctx: TrialContext) -> None`, that fills `ctx.result` as
 it goes, so that a failure keeps every metric measured before it.
@@ -10,9 +11,11 @@ it goes, so that a failure keeps every metric measured before it.
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
+from dlbench import workloads
 from dlbench.backends.base import Backend
 from dlbench.monitors.memory import MemorySampler
 from dlbench.monitors.nvml import Nvml
@@ -36,6 +39,12 @@ class TrialContext:
     created: float  # the worker process's creation, on the monotonic clock (time to first step)
     result: TrialResult
     parity_file: Path  # where the scenario's parity phase writes its arrays (runner/fixedbatch.py)
+    # The trial's workload module, looked up once per trial (a plugin's goes through its
+    # contract checks on that lookup).
+    workload: ModuleType = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.workload = workloads.get(self.trial.workload.name)
 
     @property
     def metrics(self) -> Metrics:

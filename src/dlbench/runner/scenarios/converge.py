@@ -167,7 +167,7 @@ def _quality(program: Trainable, state: Any, data: Dataset, trial: TrialSpec, cu
     """The workload's held-out quality (accuracy for a classifier) with the clock stopped (its
     seconds go to curve.eval_s)."""
     t0 = time.perf_counter()
-    value = train.held_out_score(program, state, trial.workload, data)
+    value = train.held_out_score(workloads.get(trial.workload.name), program, state, trial.workload, data)
     curve.eval_s += time.perf_counter() - t0
     return value
 

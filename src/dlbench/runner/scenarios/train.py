@@ -14,6 +14,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, TypeVar
 
 import numpy as np
@@ -63,7 +64,7 @@ def build_and_load(ctx: TrialContext, build: Callable[[TrialSpec, Backend], L]) 
     if trial.precision == "bf16" and ctx.backend.device_kind() == "cpu":
         ctx.result.policy_effective["precision"]["cpu_bf16"] = bf16_on_cpu()
     t = ctx.phases.start("data")
-    program.load(workloads.get(trial.workload.name).make_dataset(trial.workload))
+    program.load(ctx.workload.make_dataset(trial.workload))
     m["data_s"] = ctx.phases.end("data", t)
     return program, state
 
@@ -222,7 +223,7 @@ def _window_metrics(ctx: TrialContext, w: Window) -> None:
     m["recompiles_in_window"] = w.recompiles
     m["rss_window_peak_bytes"] = w.peaks["rss"]
     m["vram_window_peak_bytes"] = w.peaks["vram"]
-    flops = workloads.get(spec.name).flops_per_sample(spec)
+    flops = ctx.workload.flops_per_sample(spec)
     m["flops_per_sample"] = flops
     m["achieved_flops_per_s"] = flops * samples_per_s
     first_step_s = m.get("first_step_s")
@@ -247,11 +248,10 @@ def evaluate(ctx: TrialContext, program: Trainable, state: Any) -> None:
     """The workload's quality metric on the held-out split (accuracy for a classifier), outside
     the timed window; for a generative workload also the quality of samples generated from the
     trained parameters (ddpm: a Fréchet distance, not FID)."""
-    spec = ctx.trial.workload
-    wl = workloads.get(spec.name)
+    spec, wl = ctx.trial.workload, ctx.workload
     data = wl.make_eval_dataset(spec)
     t = ctx.phases.start("evaluate")
-    ctx.metrics[wl.QUALITY] = held_out_score(program, state, spec, data)
+    ctx.metrics[wl.QUALITY] = held_out_score(wl, program, state, spec, data)
     ctx.metrics["eval_s"] = ctx.phases.end("evaluate", t)
     generated = workloads.generated_quality(spec.name)
     if generated is not None:  # a generative workload: samples from the trained parameters
@@ -260,10 +260,9 @@ def evaluate(ctx: TrialContext, program: Trainable, state: Any) -> None:
         ctx.metrics["generated_quality_s"] = ctx.phases.end("generated_quality", t)
 
 
-def held_out_score(program: Trainable, state: Any, spec: WorkloadSpec, data: Dataset) -> float:
-    """The workload's `score` of the Program's outputs on the held-out split `data`, predicted
-    in slices of the training batch size (every call has the shape of the first)."""
-    wl = workloads.get(spec.name)
+def held_out_score(wl: ModuleType, program: Trainable, state: Any, spec: WorkloadSpec, data: Dataset) -> float:
+    """The workload `wl`'s `score` of the Program's outputs on the held-out split `data`,
+    predicted in slices of the training batch size (every call has the shape of the first)."""
     outputs = [np.asarray(program.predict(state, data.x[i : i + spec.batch_size]))
                for i in range(0, len(data), spec.batch_size)]
     return float(wl.score(spec, np.concatenate(outputs), data))
