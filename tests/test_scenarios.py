@@ -45,19 +45,22 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # default of a spec's scenario, read where stored specs are.
 NAME_PLACES: dict[str, set[str]] = {
     # the records, the workloads' --scenario -> runner scenario maps, the spec's choices
-    "scenarios.py": {"train", "infer", "converge", "sample", "rollout", "rl_rollout", "rl_train", "rl_converge"},
-    "spec.py": {"train", "infer", "converge", "rollout"},
+    "scenarios.py": {"train", "infer", "converge", "sample", "rollout", "rl_rollout", "rl_train", "rl_converge", "solve"},
+    "spec.py": {"train", "infer", "converge", "rollout", "solve"},
+    "workloads/odes.py": {"solve"},
     "workloads/base.py": {"train", "infer", "converge"},
     "workloads/ppo.py": {"train", "converge", "rollout", "rl_rollout", "rl_train", "rl_converge"},
     "workloads/ddpm.py": {"train", "infer", "sample"},
     "workloads/__init__.py": {"train"},
     # one registration per layer
-    "runner/scenarios/registry.py": {"train", "infer", "converge", "sample", "rl_rollout", "rl_train", "rl_converge"},
-    "report/scenarios.py": {"train", "infer", "converge", "sample", "rl_rollout", "rl_train", "rl_converge"},
+    "runner/scenarios/registry.py": {"train", "infer", "converge", "sample", "rl_rollout", "rl_train", "rl_converge",
+                                     "solve"},
+    "report/scenarios.py": {"train", "infer", "converge", "sample", "rl_rollout", "rl_train", "rl_converge", "solve"},
     # capability names that read like scenarios (base: Capabilities.covers; verdicts: parity kinds)
-    "backends/base.py": {"train", "rollout", "infer"},
+    "backends/base.py": {"train", "rollout", "infer", "solve"},
     "runner/verdicts.py": {"sample", "train"},
     "report/inference.py": {"infer"},  # the id of its table, which report/scenarios.py names
+    "report/solve.py": {"solve"},  # likewise
     "runner/protocol.py": {"sample"},
     # what is still keyed by a --scenario name (the lead's follow-up list in the issue note)
     "backends/precision.py": {"train"},
@@ -78,7 +81,7 @@ NAME_PLACES: dict[str, set[str]] = {
     "results/dashboards.py": {"train"},
     "results/tidy.py": {"train"},
 }
-SCENARIO_WORDS = {"train", "infer", "converge", "rollout", "sample", "rl_rollout", "rl_train", "rl_converge"}
+SCENARIO_WORDS = {"train", "infer", "converge", "rollout", "sample", "rl_rollout", "rl_train", "rl_converge", "solve"}
 
 
 def _names_in_code(path: Path) -> set[str]:

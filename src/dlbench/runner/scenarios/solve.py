@@ -257,9 +257,9 @@ def run(ctx: TrialContext) -> None:
         odes.gradient_reference(problem)
     m["reference_s"] = phases.end("reference", t)
 
-    t = phases.start("solve")
+    t = phases.start("sweep")
     own = sweep(problem, module, settings)
-    m["solve_sweep_s"] = phases.end("solve", t)
+    m["solve_sweep_s"] = phases.end("sweep", t)
     t = phases.start("baseline")
     base = sweep(problem, SCIPY, settings)
     m["baseline_sweep_s"] = phases.end("baseline", t)
