@@ -9,6 +9,7 @@ and the continuous adjoint (BacksolveAdjoint).
 
 from __future__ import annotations
 
+import importlib.metadata
 from typing import Any
 
 import jax
@@ -24,7 +25,7 @@ import numpy as np  # noqa: E402
 from dlbench.backends.odesolve import Gradient, Solve, Solved, SolverInfo, checked, ops_of  # noqa: E402
 from dlbench.workloads import odes  # noqa: E402
 
-_LIB = f"diffrax {diffrax.__version__}" if hasattr(diffrax, "__version__") else "diffrax"
+_LIB = f"diffrax {importlib.metadata.version('diffrax')}"
 SOLVERS = {
     "tsit5": SolverInfo(_LIB, "explicit"),
     "dopri5": SolverInfo(_LIB, "explicit"),
