@@ -136,3 +136,21 @@ def test_solve_options_outside_the_solve_scenario_are_refused() -> None:
     assert len(rtols) == 8 and all(math.isclose(r, 10.0**-k) for r, k in zip(rtols, range(3, 11)))
     # a tightest tolerance between decades ends the sweep
     assert SolveOptions(solve_rtol_loosest=1e-3, solve_rtol_tightest=3e-5).rtols() == (1e-3, 1e-4, 3e-5)
+
+
+def test_a_library_error_is_a_failed_point_and_the_tighter_ones_are_skipped() -> None:
+    from dlbench.runner.scenarios.solve import SweepSettings, Sweep, series_and_notes, sweep_solver
+    from dlbench.workloads import odes
+
+    def prepare(dtype: str) -> Any:
+        def solve(rtol: float, atol: float) -> Any:
+            raise RuntimeError("the Newton iteration diverged")
+        return solve
+
+    points = sweep_solver(odes.get("lotka-volterra"), prepare, "broken", "float64",
+                          SweepSettings(rtols=(1e-3, 1e-4), dtypes=("float64",), max_steps=10, gradient_rtols=()))
+    assert [(p.status, p.rtol) for p in points] == [("failed", 1e-3), ("skipped", 1e-4)]
+    series, notes = series_and_notes(Sweep("lotka-volterra", {"broken": "explicit (x)"}, {}, points, []))
+    assert series["solve.broken.float64.status"] == [(1e-3, STATUS_CODES["failed"]), (1e-4, STATUS_CODES["skipped"])]
+    assert "solve.broken.float64.error" not in series  # no error where nothing was solved
+    assert notes["solve.broken.float64.failures"] == "rtol 0.001: failed: RuntimeError: the Newton iteration diverged"

@@ -90,9 +90,17 @@ def _counters(out: Solved) -> dict[str, float]:
 
 def sweep_solver(problem: odes.Problem, prepare: Callable[[str], Solve], solver: str, dtype: str,
                  settings: SweepSettings) -> list[Point]:
-    """One solver in one dtype over the tolerances (loosest first)."""
+    """One solver in one dtype over the tolerances (loosest first). An exception the library
+    raises is that point's failure (`failed`, its message kept), never the trial's."""
     ref = odes.reference(problem)
-    solve = prepare(dtype)
+    raw = prepare(dtype)
+
+    def solve(rtol: float, atol: float) -> Solved:
+        try:
+            return raw(rtol, atol)
+        except Exception as e:  # noqa: BLE001 (a library's error is a point of data)
+            return Solved(None, "failed", f"{type(e).__name__}: {e}"[:300])
+
     points: list[Point] = []
     failed: Point | None = None
     for i, rtol in enumerate(sorted(settings.rtols, reverse=True)):
