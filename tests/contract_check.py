@@ -20,6 +20,7 @@ import numpy as np
 from dlbench import workloads
 from dlbench.backends import get_backend
 from dlbench.backends.base import Backend
+from dlbench.runner.scenarios import train
 from dlbench.runner.child import setup_environment
 from dlbench.spec import Policy, TrialSpec, WorkloadSpec
 from dlbench.workloads.data import batch_indices, epoch_order
@@ -52,12 +53,18 @@ def check_mode(backend: Backend, mode: str, out_dir: Path, name: str) -> dict[st
     batches = program.batches(np.tile(rows[:1], (K_STEPS, 1)))
     losses = []
     counts = []
+    per_chunk = []
     t0 = time.perf_counter()
     for _ in range(K_STEPS // 2):
         state, chunk_losses = program.train_chunk(state, batches, 2)
         backend.sync(state, chunk_losses)
-        losses.extend(program.losses_to_numpy(chunk_losses).tolist())
+        per_chunk.append(program.losses_to_numpy(chunk_losses))
+        losses.extend(per_chunk[-1].tolist())
         counts.append(program.compilations())
+    # The loss series a trial stores from these chunks (the runner's own function), as if each
+    # chunk took 1 s: what the report draws.
+    by_step, by_time, means = train.loss_points([2] * len(per_chunk), per_chunk,
+                                                [(1.0, i + 1.0) for i in range(len(per_chunk))])
     trained = program.params(state)
     logits = program.predict(state, fixed.x)
     reset = program.params(program.init(params))
@@ -72,6 +79,7 @@ def check_mode(backend: Backend, mode: str, out_dir: Path, name: str) -> dict[st
         "grad_shapes": {k: list(v.shape) for k, v in grads.items()},
         "compile_s": compile_s,
         "losses": losses,
+        "loss_series": {"by_step": by_step, "by_time": by_time, "chunk_means": means},
         "compilations": counts,
         "logits_shape": list(np.asarray(logits).shape),
         "reset_max_abs_diff": max(float(np.max(np.abs(reset[k] - params[k]))) for k in params),

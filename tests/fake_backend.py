@@ -179,6 +179,16 @@ class FakeProgram:
                 _stray_child()  # `stray` goes on and ends normally
             if b == "orphan" and state["step"] == 3:
                 time.sleep(3600)
+            if b == "spew" and state["step"] == 3:
+                # half a gigabyte of output (sparse: no disk), then a last line and a failure
+                os.ftruncate(1, 512 * 2**20)
+                os.write(1, b"\nthe last line of a long output\n")
+                raise RuntimeError("failed after a long output")
+            if b == "setsid" and state["step"] == 1:
+                # a helper that leaves the worker's session and process group
+                escaped = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"],
+                                           start_new_session=True)
+                Path(os.environ["FAKE_ESCAPED_PID"]).write_text(str(escaped.pid))
             if b == "leak":
                 self.leak.append(bytearray(8 * 1024 * 1024))
             if b == "child" and state["step"] == 1:
@@ -188,6 +198,8 @@ class FakeProgram:
             if b == "child" and state["step"] == 2:
                 time.sleep(2.5)  # let the sampler re-list the process tree and see the child
         fut = self.device.dispatch(step_s(self.trial.framework) * n_steps)
+        if b == "nan":  # a diverging model: its losses are NaN and infinity from the start
+            return state, (fut, np.array([np.nan, np.inf, -np.inf] * n_steps)[:n_steps])
         return state, (fut, np.full(n_steps, 1.0 / (1 + state["step"])))
 
     def predict(self, state: Any, x: np.ndarray) -> np.ndarray:
@@ -259,7 +271,54 @@ class FakeProgram:
     def numerics(self) -> dict[str, Any]:
         import dataclasses
 
-        return dataclasses.asdict(self.trial.workload.numerics)
+        n = self.trial.workload.numerics
+        got = {**dataclasses.asdict(n), **n.extra}
+        if behaviour() == "numerics":  # an optimizer port with another epsilon than the spec's
+            got["eps"] = 1e-3
+        return got
+
+    def decoder(self, state: Any, batch: int, max_len: int) -> FakeDecoder:
+        return FakeDecoder(self.trial.workload, state["params"])
+
+
+class FakeDecoder:
+    """The generate scenario's decoder on the fake backend: lm's float64 NumPy decoder with its
+    own cache, its logits rounded to float32 (so generation parity passes), and a fake compile
+    per new prompt length."""
+
+    how = "fake: the NumPy reference decoder"
+
+    def __init__(self, spec: Any, params: dict[str, np.ndarray]) -> None:
+        self.spec, self.params, self.lengths = spec, params, set()
+        self.cache: Any = None
+        self.position = 0
+
+    def prefill(self, prompt: np.ndarray) -> np.ndarray:
+        from dlbench.workloads import lm
+
+        self.lengths.add(prompt.shape[1])
+        logits, self.cache = lm.reference_prefill(self.spec, self.params, prompt)
+        self.position = prompt.shape[1]
+        return logits[:, -1].astype(np.float32)
+
+    def decode(self, logits: np.ndarray) -> np.ndarray:
+        from dlbench.workloads import lm
+
+        out, self.cache = lm.reference_decode(self.spec, self.params, logits.argmax(axis=-1), self.position, self.cache)
+        self.position += 1
+        return out.astype(np.float32)
+
+    def tokens(self, logits: np.ndarray) -> np.ndarray:
+        return logits.argmax(axis=-1)
+
+    def to_numpy(self, logits: np.ndarray) -> np.ndarray:
+        return logits
+
+    def cache_bytes(self) -> int:
+        return 1024
+
+    def compilations(self) -> int:
+        return len(self.lengths)
 
 
 def fake_logits(x: np.ndarray, num_classes: int, dtype: np.dtype[Any]) -> np.ndarray:
@@ -288,7 +347,7 @@ class FakeDataParallel:
 @typing.final
 class FakeBackend:
     name = "fake"
-    capabilities = Capabilities(train=True, infer=True, grads=True)
+    capabilities = Capabilities(train=True, infer=True, grads=True, generate=True)
     data_parallel = FakeDataParallel()
     precisions: Support = dict(NATIVE)
     # An option to prove options reach the worker's policy (FakeBackend.configure reads it back).

@@ -6,18 +6,22 @@ and mode, as a trial runs it):
 ROLLOUTS is a comma list of placements (host, fused). Saves: `env_obs` (K environment steps from
 the spec's initial states with fixed actions and resets), `env_done`, then per placement P:
 `P/actions`, `P/finished` (two rollouts with the spec's draws), `P/losses` (the updates of two
-iterations), and `loss`, `grad/<name>` (the fixed frozen batch from the canonical parameters).
+iterations), and `loss`, `grad/<name>` (the fixed frozen batch from the canonical parameters);
+`edge_done` (one step from states exactly at and one float32 below float32(2.4) and
+float32(12 degrees)); `loss_ddof1` and `recorded_ddof1` (the fixed batch's loss, and the
+program's recorded `adv_norm_ddof`, under a spec whose numerics ask for ddof 1).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import numpy as np
 
 from dlbench.backends import get_backend, support
 from dlbench.spec import Policy, TrialSpec
-from dlbench.workloads import contract, ppo
+from dlbench.workloads import cartpole, contract, ppo
 
 K_ENV_STEPS = 40
 
@@ -29,6 +33,45 @@ def env_actions(n: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
     actions = np.where(np.arange(steps)[:, None] % 10 < 8, 1, 0) * np.ones((1, n), np.int32)
     resets = rng.uniform(-0.05, 0.05, (steps, n, 4)).astype(np.float32)
     return actions.astype(np.int32), resets
+
+
+def edge_states() -> np.ndarray:
+    """(4, 4) float32 states with zero velocities (so one step keeps x and theta exactly): x at
+    float32(2.4), x one float32 below, theta at float32(12 degrees), theta one float32 below."""
+    out = np.zeros((4, 4), np.float32)
+    for row, (col, limit) in enumerate(((0, cartpole.X_LIMIT), (0, cartpole.X_LIMIT), (2, cartpole.THETA_LIMIT),
+                                        (2, cartpole.THETA_LIMIT))):
+        at = np.float32(limit)
+        out[row, col] = at if row % 2 == 0 else np.nextafter(at, np.float32(0))
+    return out
+
+
+def off_policy_batch(spec):  # type: ignore[no-untyped-def]
+    """The fixed batch with its old log-probs moved by 0, 0.05, 0.1, ... (ratios != 1 and
+    unequal): at the rollout policy the surrogate is -mean(normalised advantage) = 0 whatever
+    the scale, so only an off-policy batch shows the ddof."""
+    batch = ppo.fixed_batch(spec, 8)
+    x = batch.x.copy()
+    x[:, 5] -= (0.05 * (np.arange(len(x)) % 3)).astype(x.dtype)
+    return dataclasses.replace(batch, x=x)
+
+
+def with_ddof(spec, ddof: int):  # type: ignore[no-untyped-def]
+    extra = {**spec.numerics.extra, "adv_norm_ddof": ddof}
+    return dataclasses.replace(spec, numerics=dataclasses.replace(spec.numerics, extra=extra))
+
+
+def probe_ddof_and_edge(framework: str, mode: str, spec, arrays: dict[str, np.ndarray]) -> None:  # type: ignore[no-untyped-def]
+    """The ddof-1 loss and recorded ddof, and the threshold edge (saved into `arrays`)."""
+    trial = TrialSpec(workload=with_ddof(spec, 1), framework=framework, policy=Policy(mode=mode, rollout="host"))
+    program = support.build(trial, get_backend(framework))
+    state = support.init(trial, program)
+    batch = off_policy_batch(spec)
+    arrays["loss_ddof1"] = np.float64(program.loss_and_grads(state, batch.x, batch.y)[0])
+    arrays["recorded_ddof1"] = np.int64(program.numerics()["adv_norm_ddof"])
+    zeros = np.zeros(4, np.int32)
+    _, done, _ = program.env_step(program.env(edge_states()), zeros, np.zeros((4, 4), np.float32))
+    arrays["edge_done"] = np.asarray(done)
 
 
 def main(framework: str, mode: str, rollouts: str, out: str) -> None:
@@ -67,6 +110,7 @@ def main(framework: str, mode: str, rollouts: str, out: str) -> None:
         arrays[f"{placement}/actions"] = np.stack(acts)
         arrays[f"{placement}/finished"] = np.stack(fin)
         arrays[f"{placement}/losses"] = np.concatenate(losses)
+    probe_ddof_and_edge(framework, mode, spec, arrays)
     np.savez(out, **arrays)
 
 

@@ -113,6 +113,25 @@ def test_training_steps_are_finite_and_compile_once(name, contract_dir):
 
 
 @pytest.mark.parametrize("name", FRAMEWORKS)
+def test_loss_series_holds_what_was_measured_where_it_was_measured(name, contract_dir):
+    """Issue 38: Keras's fit reports one mean per chunk, and every Keras trial stored that mean
+    for each step of its chunk (mlp: 2.22134 eight times), drawn as a flat "not learning" curve.
+    The stored series holds per-step losses at their steps, or one chunk mean at the chunk's
+    last step, never a mean repeated over steps; its wall-clock twin has the same points."""
+    for mode, f in modes_of(name, contract_dir).items():
+        series = f["loss_series"]
+        xs = [x for x, _ in series["by_step"]]
+        ys = [y for _, y in series["by_step"]]
+        if series["chunk_means"]:
+            assert xs == [1.0, 3.0], (mode, xs)  # the last step of each 2-step chunk
+            assert [t for t, _ in series["by_time"]] == [1.0, 2.0], mode  # each chunk's end
+        else:
+            assert xs == [0.0, 1.0, 2.0, 3.0], (mode, xs)
+            assert [t for t, _ in series["by_time"]] == [0.5, 1.0, 1.5, 2.0], mode
+        assert ys == [y for _, y in series["by_time"]] and len(set(ys)) == len(ys), (mode, ys)
+
+
+@pytest.mark.parametrize("name", FRAMEWORKS)
 def test_gradient_shapes_are_canonical(name, contract_dir):
     shapes = workloads.get(SPEC.name).param_shapes(SPEC)
     for mode, f in modes_of(name, contract_dir).items():

@@ -41,7 +41,7 @@ from dlbench.workloads.base import numerics_readback
 from dlbench.workloads.data import batch_indices, epoch_order
 
 FRAMEWORK = "jax"
-WORKLOADS = ("mlp", "cnn", "resnet", "transformer", "node")
+WORKLOADS = ("mlp", "cnn", "resnet", "transformer", "node", "lm")
 K_STEPS = 4
 # Numerics each model does not implement: refused with a reason, never run.
 UNSUPPORTED = {
@@ -50,6 +50,7 @@ UNSUPPORTED = {
     "resnet": {"padding": "VALID"},
     "transformer": {"attention_scale": "none"},
     "node": {"ode_solver": "euler"},
+    "lm": {"attention_scale": "none"},
 }
 # float32 against the float64 NumPy reference and the float64 gradients.
 LOSS_RTOL = 1e-5

@@ -37,7 +37,7 @@ from dlbench.workloads.base import numerics_readback
 from dlbench.workloads.data import batch_indices, epoch_order
 
 FRAMEWORKS = ("keras-jax", "keras-torch", "keras-tensorflow")
-WORKLOADS = ("mlp", "cnn", "resnet", "transformer", "node")
+WORKLOADS = ("mlp", "cnn", "resnet", "transformer", "node", "lm")
 # What CI runs: every workload once per backend in its cheapest mode (XLA through jax.jit for
 # keras-jax, whose eager mode compiles every op on first use) and TensorFlow's XLA for mlp; the
 # rest of the matrix is marked slow (torch.compile alone costs 15-80 s per workload here).
@@ -57,6 +57,7 @@ UNSUPPORTED = {
     "resnet": {"bn_running_var": "biased"},
     "transformer": {"gelu": "tanh"},
     "node": {"ode_solver": "euler"},
+    "lm": {"attention_scale": "none"},
 }
 # K steps in chunks of 1, 1 and K - 2 (fit() reports each chunk's mean loss).
 K_STEPS = 4

@@ -41,7 +41,7 @@ from dlbench.workloads.base import numerics_readback
 from dlbench.workloads.data import batch_indices, epoch_order
 
 FRAMEWORK = "tensorflow"
-WORKLOADS = ("mlp", "cnn", "resnet", "transformer", "node")
+WORKLOADS = ("mlp", "cnn", "resnet", "transformer", "node", "lm")
 MODES = ("eager", "graph", "compiled")
 CI_ALL_MODES = ("mlp", "cnn")
 K_STEPS = 3
@@ -52,6 +52,7 @@ UNSUPPORTED = {
     "resnet": {"bn_running_var": "biased"},
     "transformer": {"gelu": "tanh"},
     "node": {"ode_solver": "euler"},
+    "lm": {"attention_scale": "none"},
 }
 # float32 against float64: losses agree to ~1e-7 relative, gradients (normwise) to ~1e-6.
 LOSS_RTOL = 1e-5
@@ -337,6 +338,14 @@ def test_float32_gradients_match_float64(name, zoo):
             assert err < GRAD_RTOL and cosine > COSINE_MIN, (mode, k, err, cosine)
 
 
+def _output_shape(spec: WorkloadSpec) -> list[int]:
+    """One sample's logits: the classes, or lm's (T, V) next-token logits."""
+    if spec.name == "lm":
+        size = workloads.get("lm").MODEL_SIZES[spec.model_size]
+        return [size.seq_len, size.vocab]
+    return [spec.num_classes]
+
+
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_training_lowers_the_loss_traces_once_and_init_resets(name, zoo):
     shapes = workloads.get(name).param_shapes(tiny_spec(name))
@@ -347,7 +356,7 @@ def test_training_lowers_the_loss_traces_once_and_init_resets(name, zoo):
         first, later = f["compilations"]  # traces so far, after the first and the last chunk
         assert later == first and (first == 0) == (mode == "eager"), (mode, f["compilations"])
         assert f["param_names"] == sorted(shapes), mode  # trainable parameters only
-        assert f["logits_shape"] == [8, tiny_spec(name).num_classes], mode
+        assert f["logits_shape"] == [8, *_output_shape(tiny_spec(name))], mode
         assert f["trained_changed"], mode
         assert f["reset_max_abs_diff"] == 0.0 and f["reset_buffers_equal"], mode
 

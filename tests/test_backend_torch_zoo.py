@@ -39,7 +39,7 @@ from dlbench.workloads.data import batch_indices, epoch_order
 
 FRAMEWORK = "torch"
 # The classifiers (ddpm and ppo have their own tests: test_workload_ddpm.py, test_ppo.py).
-WORKLOADS = [w for w, module in workloads.WORKLOADS.items() if module.QUALITY == "accuracy"]
+WORKLOADS = [w for w, module in workloads.WORKLOADS.items() if module.QUALITY == "accuracy" or w == "lm"]
 CI_COMPILED = ("mlp", "cnn")
 FD_DIRECTIONS = 3
 # Central differences in float64 along a unit direction: truncation ~h² and rounding ~1e-16/h
@@ -177,6 +177,7 @@ NUMERICS_PROBES = (
     ("transformer", "gelu", "sigmoid", False),
     ("transformer", "ln_eps", 1e-6, True),
     ("node", "ode_solver", "euler", False),
+    ("lm", "attention_scale", "none", False),
 )
 
 
@@ -330,13 +331,21 @@ def test_unsupported_numerics_are_refused_and_the_rest_passed_through(facts):
             assert field in found.get("unsupported", ""), (name, field, found)
 
 
+def _output_shape(spec: WorkloadSpec) -> list[int]:
+    """One sample's logits: the classes, or lm's (T, V) next-token logits."""
+    if spec.name == "lm":
+        size = workloads.get("lm").MODEL_SIZES[spec.model_size]
+        return [size.seq_len, size.vocab]
+    return [spec.num_classes]
+
+
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_data_order_and_state_round_trip(facts, name):
     for mode, f in _modes(facts, name).items():
         assert f["first_batch_equal"], (mode, f["first_batch_dtypes"])
         assert f["first_batch_dtypes"][0] == f["first_batch_dtypes"][1], mode
         assert f["reset_exact"], f"{mode}: params(init(p)) is not p"
-        assert f["logits_shape"] == [8, tiny(name).num_classes], mode
+        assert f["logits_shape"] == [8, *_output_shape(tiny(name))], mode
         assert f["predict_batch_independence"] < 1e-5, mode
 
 

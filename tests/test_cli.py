@@ -174,11 +174,16 @@ def _events(path) -> list[list[str]]:
     return list(by_pid.values())
 
 
-def test_check_forgets_compiled_state_before_each_workload(tmp_path, monkeypatch):
+def test_check_forgets_compiled_state_before_each_workload(tmp_path, monkeypatch, capsys):
     # One probe process builds every workload; each must compile as in its own worker.
     monkeypatch.setenv("FAKE_EVENTS", str(tmp_path / "events"))
     assert main(["check", "-w", "cnn,mlp", "-f", "fake", "--mode", "eager", "-k", "2"]) == 0
     assert ["forget", "build cnn", "forget", "build mlp"] in _events(tmp_path / "events")
+    from dlbench.runner import reference
+
+    # issue 38: the machine with its ISA flags once, not once per workload's floor
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.count(" ".join(reference.machine().split())) == 1 and "cnn: floor (fake float32)" in out
 
 
 def test_a_trial_worker_never_forgets_its_compiled_step(tmp_path, monkeypatch):
@@ -233,3 +238,18 @@ def test_compare_bad_input_is_one_line(tmp_path, capsys):
     assert "is not METRIC:PCT%" in capsys.readouterr().err
     assert main(["compare", "1", "missing.json", "--store", store]) == 2
     assert "'missing.json': no such file" in capsys.readouterr().err
+
+
+def test_check_that_could_not_judge_a_cell_is_not_green_and_says_why(tmp_path, capsys, monkeypatch):
+    """Issue 38: a plugin whose Keras port read back other numerics showed a bare `unsupported`
+    and exited 0 (the reason only in --json). A cell the framework does not declare unsupported
+    beforehand but that could not be judged is `NOT JUDGED`, with its reason, and exit 4."""
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "numerics")
+    assert main(["check", "-w", "mlp", "-f", "fake", "--mode", "eager", "-k", "0"]) == 4
+    out = " ".join(capsys.readouterr().out.split())
+    assert "NOT JUDGED mlp/fake: the fake mlp computes eps 0.001 (spec: 1e-08)" in out
+    # a declared unsupported (a mode the framework lacks) stays a plain, green `unsupported` with its reason
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "ok")
+    assert main(["check", "-w", "mlp", "-f", "fake", "--mode", "graph", "-k", "0"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "unsupported fake: mlp: the fake has no graph mode" in out and "NOT JUDGED" not in out

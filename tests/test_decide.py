@@ -6,6 +6,7 @@ UNDECIDED), the ranking, and the --repeats auto rule. Pure functions: about a se
 from __future__ import annotations
 
 import json
+import re
 import math
 
 import numpy as np
@@ -276,15 +277,34 @@ def test_report_opens_with_the_ranking(tmp_path, capsys):
     assert main(["report", "--store", str(path)]) == 0
     out = capsys.readouterr().out
     assert out.index("ranking (best first)") < out.index("dlbench results")
-    assert "torch is faster than" in out
+    assert re.search(r"1\s+torch\s+[\d.]+\s+2\.00x \[1\.90, 2\.10\]\s+faster \(p = ", out)
     with Store(path) as store:
         report = model.load(store, [1])
     table = report_tables(report)[0]
     assert table.id == "ranking"
     assert [c.text for c in table.column("framework")] == ["torch", "tensorflow", "jax"]
     verdicts = [c.text for c in table.column("verdict")]
-    assert verdicts[0] == "torch is faster than tensorflow by 2.00x [1.90, 2.10]"
-    assert verdicts[1] == "tensorflow and jax are the same within ±5%"
+    assert verdicts[0].startswith("faster (p = ") and table.column("vs next [interval]")[0].text == "2.00x [1.90, 2.10]"
+    assert verdicts[1] == "the same (±5%)"
     assert "not ranked: " in " ".join(table.notes) and "Holm" in " ".join(table.notes)
     page = render(report, [], None)
     assert page.index("id='table-ranking'") < page.index("id='table-results'")
+
+
+def test_gate_states_the_change_in_the_direction_of_its_ratio(tmp_path, capsys):
+    """Issue 38: NEW/BASE = 1.936 was printed "change -93.6%" and 0.548 "change 45.2%" (the gate's
+    worse-direction, unsaid). The change now carries the ratio's sign and says what it means."""
+    base = [10000.0, 10100.0, 9900.0, 10050.0, 9950.0]
+    faster = [v * 1.936 for v in base]
+    assert _compare_files(tmp_path, base, faster) == 0
+    out = capsys.readouterr().out
+    assert "NEW/BASE 1.936 (+93.6%, better)" in out and "-93.6%" not in out
+    slower = [v * 0.548 for v in base]
+    assert _compare_files(tmp_path, base, slower) == 1
+    out = capsys.readouterr().out
+    assert "NEW/BASE 0.548 (-45.2%, worse): worse by 45.2%" in out and "+45.2%" not in out
+    # an amount: step time 3 ms longer is a positive difference, and worse
+    r = cmp.compare_metric("x", "step_s_median", [0.010, 0.0101, 0.0099], [0.013, 0.0131, 0.0129])
+    assert cmp.gate(r, cmp.parse_fail("step_s_median:1ms")).text.startswith("NEW - BASE +0.003 s (worse)")
+    # medians in one fixed notation: no 1.015e+04 beside 5568
+    assert "e+04" not in out and "5480" in out and "10000" in out

@@ -98,3 +98,13 @@ def test_inference_throughput_keeps_the_median_call_and_says_when_stalls_dominat
     steady = TrialResult(status="ok")
     infer_metrics(trial, steady, [5e-5] * 200, [1e-4] * 100)
     assert not any("throughput" in w for w in steady.warnings)
+
+
+def test_the_estimate_says_what_the_present_load_makes_of_it():
+    """Issue 38: a tiny run estimated at 1.9 min took 11.3 at a load average of 12 on 2 cores; the
+    plan now says so beside the estimate, and nothing on a machine with cores to spare."""
+    from dlbench.cli.run import busy_machine
+
+    factor, why = busy_machine(load=12.2, cores=2) or (0.0, "")
+    assert factor == pytest.approx(6.1) and why == "load average 12.2 on 2 cores"
+    assert busy_machine(load=1.5, cores=2) is None

@@ -86,6 +86,8 @@ def test_history_marks_the_planted_step_and_what_changed(tmp_path, capsys):
     assert main(["history", "median", "--store", str(path)]) == 0
     out = capsys.readouterr().out
     assert "of cnn/jax/compiled" in out and out.count("STEP at run") == 1
+    # issue 38: a note every configuration's table shares is printed once, not once per table
+    assert out.count("step: the level changes here") == 1
 
 
 def test_history_of_an_unknown_metric_is_one_line(tmp_path, capsys):

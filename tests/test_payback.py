@@ -63,16 +63,40 @@ def test_payback_table_and_chart_from_a_report(capsys):
     report = _report([("torch", 64, 5.0, 0.030, 0), ("jax", 64, 20.0, 0.010, 0), ("tensorflow", 64, 8.0, 0.040, 0)])
     table = payback_table(report)
     assert table is not None
-    rows = {(r[1].text, r[4].text): r for r in table.rows}
-    # 16 steps per epoch (1024 / 64): 751 steps are 46.9 epochs
-    assert rows[("torch", "jax")][5].text == "751" and rows[("torch", "jax")][6].text == "46.9"
-    assert rows[("torch", "no crossover")][5].text == "–"  # tensorflow starts later and steps slower
+    # issue 38: only who leads: torch from the first step, jax after 751 steps (16 steps per
+    # epoch, 1024 / 64: 46.9 epochs); tensorflow (later start, slower steps) never leads, and no
+    # row says "no crossover" without naming the other side
+    [(ahead, then, _, _, steps, epochs, _)] = [tuple(c.text for c in r[1:]) for r in table.rows]
+    assert (ahead, then, steps, epochs) == ("torch", "jax", "751", "46.9")
     print_table(make_console(), table)
     out = capsys.readouterr().out
-    print(out)
-    assert "when compilation pays back" in out and "751" in out
+    assert "when compilation pays back" in out and "751" in out and "tensorflow" not in out
     chart = figures.payback(report)
-    assert chart is not None and len(chart.figure.data) == 3 + 2  # a line each, a dot per crossover
+    # a line for each configuration that leads, one trace of crossover dots, no text labels
+    assert chart is not None and [d.name for d in chart.figure.data][:2] == ["torch", "jax"]
+    assert len(chart.figure.data) == 2 + 1 and all(d.text is None for d in chart.figure.data)
+
+
+def test_payback_leaders_follow_the_lower_envelope():
+    """Three lines: a leads, c overtakes it first, then b overtakes c; d is never ahead. The
+    leader that stays ahead names its closest rival."""
+    a, b, c, d = (payback.Cost("a", 1.0, 0.5), payback.Cost("b", 30.0, 0.01), payback.Cost("c", 5.0, 0.1),
+                  payback.Cost("d", 2.0, 0.9))
+    lead = payback.leaders([a, b, c, d])
+    assert [(x.early.label, x.late.label, x.steps) for x in lead] == [("a", "c", 11), ("c", "b", 279), ("b", "c", None)]
+
+
+def test_payback_marks_crossovers_from_windows_too_short_to_time():
+    """A crossover computed from a timed window too short to time ("17 min" from 43.2 vs 43.1
+    ms) is marked `~`, with the note saying why."""
+    report = _report([("torch", 64, 5.0, 0.0432, 0), ("jax", 64, 6.0, 0.0431, 0)])
+    for c in report.configs:
+        c.trials[0].metrics["timed_window_short"] = 1.0
+    table = payback_table(report)
+    assert table is not None
+    [row] = table.rows
+    assert "short" in row[4].flags and "short" in row[5].flags and row[5].shown().startswith("~")
+    assert any("too short to time" in n for n in table.notes)
 
 
 def test_batch_sweep_table_and_chart_name_the_crossover():

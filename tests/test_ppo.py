@@ -60,6 +60,21 @@ def test_env_terminates_resets_and_truncates():
     assert done.tolist() == [False, False] and finished.tolist() == [0.0, 0.0] and new.t.tolist() == [1, 1]
 
 
+def test_termination_edge_is_gymnasiums_float64_comparison():
+    """Gymnasium steps in float64 and ends the episode when x > 2.4: a float32 state exactly at
+    float32(2.4) (2.4000001) is past it, one float32 below (2.3999999) is not; likewise for
+    float32(12 degrees). Zero velocities keep x and theta exact through the step."""
+    sys.path.insert(0, str(HERE))
+    import ppo_check
+
+    for dtype in (np.float32, np.float64):
+        obs = ppo_check.edge_states().astype(dtype)
+        gym_rule = (np.abs(obs[:, 0].astype(np.float64)) > 2.4) | (np.abs(obs[:, 2].astype(np.float64)) > 12 * 2 * math.pi / 360)
+        _, _, done, _ = cartpole.step(cartpole.initial(obs), np.zeros(4, np.int64), np.zeros((4, 4), dtype))
+        assert done.tolist() == gym_rule.tolist() == [True, False, True, False], dtype
+    assert cartpole.limits("float64") == (cartpole.X_LIMIT, cartpole.THETA_LIMIT)
+
+
 def test_gae_with_lambda_one_is_the_discounted_return():
     rng = np.random.default_rng(0)
     rewards, values = np.ones((6, 3)), rng.normal(size=(6, 3))
@@ -153,6 +168,10 @@ def _numpy_reference(rollouts: int = 2) -> dict[str, np.ndarray]:
     out["actions0"] = r.actions
     batch = ppo.fixed_batch(SPEC, 8)
     out["loss"] = np.float64(ppo.reference_loss(SPEC, ppo.init_params(SPEC), batch.x, batch.y))
+    off = ppo_check.off_policy_batch(SPEC)
+    for ddof in (0, 1):
+        out[f"loss_ddof{ddof}"] = np.float64(ppo.reference_loss(ppo_check.with_ddof(SPEC, ddof), ppo.init_params(SPEC),
+                                                                off.x, off.y))
     return out
 
 
@@ -160,6 +179,13 @@ def _assert_matches(got: dict[str, np.ndarray], ref: dict[str, np.ndarray], plac
     assert got["env_done"].any() and np.array_equal(got["env_done"], ref["env_done"])  # the reset path ran
     np.testing.assert_allclose(got["env_obs"], ref["env_obs"], atol=2e-5)
     assert got["loss"] == pytest.approx(float(ref["loss"]), rel=1e-5)
+    # The recorded ddof is the one used: ddof 1 is recorded and gives the NumPy definition's loss
+    # at ddof 1 (on an off-policy batch, 7e-4 relative from ddof 0's: 70x the tolerance).
+    assert int(got["recorded_ddof1"]) == 1
+    assert got["loss_ddof1"] == pytest.approx(float(ref["loss_ddof1"]), rel=1e-5)
+    assert abs(float(ref["loss_ddof1"]) - float(ref["loss_ddof0"])) > 20 * 1e-5 * abs(float(ref["loss_ddof0"]))
+    # Gymnasium's edge (float64 |x| > 2.4): at float32(2.4) terminated, one float32 below not.
+    assert got["edge_done"].tolist() == [True, False, True, False]
     for p in placements:
         assert np.array_equal(got[f"{p}/actions"][0], ref["actions0"])
         assert np.all(np.isfinite(got[f"{p}/losses"]))
@@ -261,3 +287,79 @@ def test_one_ppo_trial_runs_through_the_runner(tmp_path):
     assert trial.status == "ok", trial.error
     assert trial.metrics["env_steps_per_s"] > 0
     assert trial.data["policy"]["train_loop"]["loop"] == "ppo, rollout host"
+
+
+def test_finished_episodes_are_in_time_order_at_cleanrls_global_step():
+    """finished (T=3, N=2): env 1 ends at t=0 (return 7), env 0 at t=2 (return 9), env 1 at t=2
+    (return 2). Iteration 4: global steps (4*3 + t + 1) * 2 (every environment's steps)."""
+    from dlbench.runner.scenarios.rl import finished_episodes
+
+    finished = np.array([[0.0, 7.0], [0.0, 0.0], [9.0, 2.0]])
+    assert finished_episodes(finished, 4) == [(26, 7.0), (30, 9.0), (30, 2.0)]
+    assert finished_episodes(np.zeros((3, 2)), 0) == []
+
+
+def test_episodic_return_curve_averages_episodes_per_span_of_steps():
+    from dlbench.analysis.convergence import episodic_return_curve
+
+    episodes = [(10.0, 20.0), (40.0, 30.0), (50.0, 50.0), (100.0, 400.0)]
+    # spans of 25 steps up to 100: (0,25]: 20; (25,50]: 30 and 50 -> 40 (50 is in the third span's
+    # start: int(50*4/100)=2); (75,100]: 400
+    assert episodic_return_curve(episodes, 4) == [(25.0, 20.0), (50.0, 30.0), (75.0, 50.0), (100.0, 400.0)]
+    assert episodic_return_curve([], 4) == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif("torch" not in installed(), reason="torch is not installed")
+def test_converge_keeps_every_episode_and_the_report_shows_the_published_form(tmp_path):
+    """A tiny torch-eager converge trial (3 iterations, an unreachable target): every finished
+    episode's return at its global env step is stored (`episodic_return`, steps non-decreasing,
+    the same episodes the window mean is taken over), and the converge table's notes show the
+    curve in that form beside dlbench's own metric."""
+    from dlbench.cli.main import main
+    from dlbench.report import model
+    from dlbench.report.tables import report_tables
+    from dlbench.results.store import Store
+
+    store = tmp_path / "s.sqlite"
+    assert main(["run", "-w", "ppo", "-f", "torch", "--mode", "eager", "--scenario", "converge", "--preset", "tiny",
+                 "--target-accuracy", "0.99", "--max-steps", "3", "--repeats", "1", "--threads", "1",
+                 "--store", str(store), "--allow-concurrent"]) in (0, 3)
+    with Store(store) as s:
+        report = model.load(s, [1])
+    [(_, trial)] = list(report.trials())
+    assert trial.status == "ok", trial.data
+    episodes = trial.series["episodic_return"]
+    steps = [s for s, _ in episodes]
+    assert steps == sorted(steps) and 0 < steps[-1] <= 3 * 4 * 16 and len(episodes) == trial.metrics["episodes"]
+    window = [r for _, r in episodes][-20:]
+    assert trial.series["return"][-1][1] == pytest.approx(float(np.mean(window)))
+    table = next(t for t in report_tables(report) if t.id == "converge")
+    assert any(n.startswith("episodic return by global env step") for n in table.notes)
+    assert any(n.startswith("ppo/torch seed 0: ") and "k:" in n for n in table.notes)
+
+
+def test_converge_table_notes_the_episodic_return_curve(tmp_path):
+    """Synthetic store: an RL converge trial with an `episodic_return` series gets the curve in
+    the published form in the converge table's notes, after one note saying what it is; a
+    trial without the series (a supervised workload) gets none."""
+    from dlbench.report import model
+    from dlbench.report.tables import report_tables
+    from dlbench.results.records import TrialResult
+    from dlbench.results.store import Store
+    from dlbench.spec import Policy, TrialSpec, WorkloadSpec
+
+    store = Store(tmp_path / "s.sqlite")
+    run = store.create_run("dlbench run", {}, False)
+    spec = TrialSpec(workload=WorkloadSpec(name="ppo", batch_size=128), framework="jax", policy=Policy(mode="compiled"),
+                     scenario="converge", target_accuracy=0.95)
+    episodes = [(float(s), float(r)) for s, r in zip(range(512, 10241, 512), range(10, 500, 25))]
+    store.finish_trial(store.add_trial(run, 0, spec), TrialResult(
+        status="ok", metrics={"reached_target": 0.0, "accuracy": 0.8, "final_return": 400.0, "episodes": 20.0},
+        series={"accuracy": [(10240.0, 0.8)], "episodic_return": episodes}))
+    table = next(t for t in report_tables(model.load(store, [run])) if t.id == "converge")
+    i = next(k for k, n in enumerate(table.notes) if n.startswith("episodic return by global env step"))
+    # episode j = 1..20 ends at step 512 j with return 10 + 25 (j - 1); spans of 1024 steps hold
+    # j = 1, then j = 2-3 (47.5), 4-5 (97.5), ..., and the last j = 18-20 (460)
+    assert table.notes[i + 1] == ("ppo/jax seed 0: 1.024k:10 2.048k:48 3.072k:98 4.096k:148 5.12k:198 6.144k:248"
+                                  " 7.168k:298 8.192k:348 9.216k:398 10.24k:460")

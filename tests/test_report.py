@@ -7,6 +7,7 @@ The browser test skips without a Chromium unless DLBENCH_REQUIRE_BROWSER=1 (.ci/
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -17,6 +18,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cdp import Chromium, find_browser
@@ -280,7 +282,12 @@ def test_csv_json_and_parquet_exports_round_trip(store, tmp_path, capsys):
     want = {(t.id, k): v for rid in (1, 2, 3) for t in db.trials(rid) for k, v in t.metrics.items()}
     assert main(["export", "all", "--store", store, "--format", "csv"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
-    assert {(int(r["trial_id"]), r["metric"]): (float(r["value"]) if r["value"] else None) for r in rows} == want
+    # issue 38: no empty rows for what a CPU trial cannot measure; a trial without metrics
+    # (unsupported, failed early) is one row with its reason instead of none
+    measured = {k: v for k, v in want.items() if v is not None}
+    assert {(int(r["trial_id"]), r["metric"]): float(r["value"]) for r in rows if r["metric"]} == measured
+    empty = {t.id: t.error for rid in (1, 2, 3) for t in db.trials(rid) if all(v is None for v in t.metrics.values())}
+    assert empty and {int(r["trial_id"]): r["error"] for r in rows if not r["metric"]} == empty
     assert main(["export", "all", "--store", store, "--format", "parquet", "-o", str(tmp_path / "pq")]) == 0
     metrics = pq.read_table(tmp_path / "pq" / "metrics.parquet").to_pylist()
     assert {(r["trial_id"], r["metric"]): r["value"] for r in metrics} == want
@@ -349,3 +356,78 @@ def test_mlflow_thins_long_series_and_keeps_the_peak():
     assert len(kept) <= MAX_SERIES_POINTS + 1 and kept == sorted(set(kept))
     assert kept[0] == 0 and kept[-1] == 4999 and 1234 in kept
     assert thinned(points[:10]) == list(range(10))
+
+
+def test_loss_points_keep_chunk_means_at_the_chunks_end():
+    """Issue 38: a chunk's one mean (Keras's fit) is one point at its chunk's last step and end
+    time; per-step losses keep their own steps and times."""
+    from dlbench.runner.scenarios.train import loss_points
+
+    by_step, by_time, means = loss_points([4, 4], [np.array([2.2]), np.array([1.9])], [(2.0, 2.0), (2.0, 4.0)])
+    assert means and by_step == [(3.0, 2.2), (7.0, 1.9)] and by_time == [(2.0, 2.2), (4.0, 1.9)]
+    by_step, by_time, means = loss_points([2], [np.array([3.0, 2.5])], [(1.0, 1.0)])
+    assert not means and by_step == [(0.0, 3.0), (1.0, 2.5)] and by_time == [(0.5, 3.0), (1.0, 2.5)]
+
+
+def _configs_report(rows: list[tuple[str, dict[str, float]]], workload: str = "cnn") -> model.Report:
+    """A one-run report of configurations of the given frameworks and metrics (no store)."""
+    configs = []
+    for i, (framework, metrics) in enumerate(rows):
+        spec = {"workload": {"name": workload, "batch_size": 32, "dataset_size": 1024, "seed": 0, "labels": "learnable"},
+                "framework": framework, "policy": {"mode": "compiled"}, "scenario": "train", "devices": 1}
+        trial = model.Trial(i, 1, spec, "ok", None, dict(metrics), {}, [], {})
+        configs.append(model.Config(1, f"k{i}", {a: f(spec) for a, f in model.AXES.items()}, (trial,)))
+    return model.Report((model.Run(1, {}, tuple(t for c in configs for t in c.trials)),), tuple(configs),
+                        model._label_axes(tuple(configs)))
+
+
+def test_throughput_axis_is_logarithmic_where_medians_span_a_wide_range_and_short_windows_are_hatched():
+    """Issue 38: 444 beside 79,845 samples/s on a linear axis hid the slow framework; bars of
+    windows too short to time looked like any other."""
+    from dlbench.report import figures
+
+    wide = _configs_report([("torch", {"samples_per_s": 79845.0}), ("keras-torch", {"samples_per_s": 444.0,
+                                                                                  "timed_window_short": 1.0})])
+    chart = figures.throughput(wide)
+    assert chart is not None and chart.figure.layout.yaxis.type == "log"
+    torch, keras = chart.figure.data
+    assert list(torch.marker.pattern.shape) == [""] and list(keras.marker.pattern.shape) == ["/"]
+    assert list(keras.x) == ["~ keras-torch"] and "too short to time" in keras.hovertext[0]
+    narrow = _configs_report([("torch", {"samples_per_s": 800.0}), ("jax", {"samples_per_s": 444.0})])
+    assert figures.throughput(narrow).figure.layout.yaxis.type != "log"  # type: ignore[union-attr]
+
+
+def test_efficiency_keeps_one_colour_per_framework_and_memory_panels_share_axes():
+    from dlbench.report import figures
+
+    report = _configs_report([(f, {"mfu": 0.2 + i / 10, "matmul_ceiling_share": 0.3}) for i, f in enumerate(("torch", "jax"))])
+    chart = figures.efficiency(report)
+    assert chart is not None
+    colours = {d.name: d.marker.color for d in chart.figure.data}
+    assert colours["torch MFU"] == colours["torch ceiling share"] != colours["jax MFU"] == colours["jax ceiling share"]
+    assert {tuple(d.marker.pattern.shape) for d in chart.figure.data} == {("",), (".",)}  # the metric by its fill
+    rss = {"rss_bytes": [(0.0, 1e9), (1.0, 2e9)]}
+    configs = [dataclasses.replace(c, trials=tuple(dataclasses.replace(t, series=rss) for t in c.trials))
+               for c in report.configs]
+    memory = figures.memory(dataclasses.replace(report, configs=tuple(configs)))
+    assert memory is not None and memory.figure.layout.yaxis2.matches == "y" and memory.figure.layout.xaxis2.matches == "x"
+
+
+def test_detect_gets_a_map_chart_and_the_html_has_no_duplicate_nav_or_internal_wording(tmp_path):
+    from dlbench.report import figures, html
+
+    detect = _configs_report([("torch", {"map": 0.41}), ("jax", {"map": 0.39})], "detect")
+    chart = figures.accuracy(detect)
+    assert chart is not None and chart.title == "mAP@0.5 on the held-out split"
+    assert [list(d.y) for d in chart.figure.data] == [[0.41], [0.39]]
+    report = _configs_report([("torch", {"time_to_first_step_s": 5.0, "step_s_median": 0.03, "samples_per_s": 1e3}),
+                              ("jax", {"time_to_first_step_s": 20.0, "step_s_median": 0.01, "samples_per_s": 3e3})])
+    page = html.render(report, figures.charts(report), html.methodology_markdown())
+    nav = re.search(r"<nav>(.*?)</nav>", page)
+    assert nav is not None
+    entries = re.findall(r">([^<]+)</a>", nav[1])
+    assert "When compilation pays back" in entries and len(entries) == len(set(entries)), entries
+    # the overview opens the page, first in the navigation
+    assert entries[0] == "Overview" and page.index("id='table-overview'") < page.index("id='table-ranking'")
+    method = page[page.index("<section id='method'"):]
+    assert not re.search(r"issue \d+|the issue's|done-means", method)

@@ -47,6 +47,24 @@ def test_the_headline_names_one_workloads_metric(tmp_path):
     assert "accuracy" in [c.header for c in classifier.columns]
 
 
+def test_detects_voc_rule_map_has_its_own_column_beside_map(tmp_path):
+    """detect's train trial stores `map_voc` (the VOC devkit's matching) beside `map`: a column
+    of its own, left out where no row has it."""
+    report = _store(tmp_path / "s.sqlite", {"detect": ("map", 0.734)})
+    store = Store(tmp_path / "v.sqlite")
+    run = store.create_run("dlbench run", {}, False)
+    spec = TrialSpec(workload=WorkloadSpec(name="detect", batch_size=16), framework="fw", policy=Policy(mode="eager"))
+    store.finish_trial(store.add_trial(run, 0, spec), TrialResult(
+        status="ok", metrics={"samples_per_s": 100.0, "train_s": 1.0, "map": 0.734, "map_voc": 0.701}))
+    table = _table(model.load(store, [run]), "results")
+    headers = [c.header for c in table.columns]
+    assert table.rows[0][headers.index("mAP@0.5 VOC rule")].text == "0.701"
+    assert table.rows[0][headers.index("mAP@0.5")].text == "0.734"
+    from dlbench.report.tabledata import drop_empty
+
+    assert "mAP@0.5 VOC rule" not in [c.header for c in drop_empty(_table(report, "results")).columns]
+
+
 def test_a_mixed_headline_says_quality_and_which_metric_each_workload_has(tmp_path):
     table = _table(_store(tmp_path / "s.sqlite", {"cnn": ("accuracy", 0.9), "detect": ("map", 0.7)}), "results")
     headers = [c.header for c in table.columns]

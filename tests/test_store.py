@@ -251,3 +251,22 @@ def test_reads_and_exports_never_wait_for_the_run_lock_or_a_writer(tmp_path, cap
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_the_waiting_message_names_the_holder_and_allow_concurrent(tmp_path, capsys):
+    """Issue 38: the wait named neither the holder nor how not to wait."""
+    from dlbench.cli.run import _waiting
+    from dlbench.report.terminal import make_console
+
+    code = ("import time; from dlbench.results.store import machine_lock\n"
+            "with machine_lock(False):\n    print('locked', flush=True); time.sleep(30)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code, "holder-marker"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        _waiting(make_console())
+        out = " ".join(capsys.readouterr().out.split())
+        assert f"pid {holder.pid} (" in out and "python" in out and ", since " in out
+        assert "--allow-concurrent runs now" in out
+    finally:
+        holder.kill()
+        holder.wait()

@@ -1,5 +1,6 @@
 """The detect workload: its NumPy definitions against hand-worked cases (focal + L1 loss, targets,
-NMS, decoding, VOC all-point AP and mAP@0.5), the workload contract, and the Program contract
+NMS, decoding, all-point AP and mAP@0.5 under COCO's and the VOC devkit's matching rules, the
+latter against a NumPy transcription of the devkit), the workload contract, and the Program contract
 in one fresh process per framework (dlbench.testing.program: the float32 loss against the
 float64 `reference_loss`, canonical gradients, K falling steps, no recompiles, predict)."""
 
@@ -44,6 +45,103 @@ def test_map_of_a_hand_worked_case():
     # Below the IoU threshold a box on the right object is still a false positive.
     miss = [_found([[0.0, 0.0, 0.5, 0.2]], [0], [0.9]), _found([], [], [])]
     assert boxes.class_ap(miss, [_truth([g1], [0]), _truth([], [])], 0) == 0.0
+
+
+# --- the matching rules against the references -------------------------------------------------
+
+
+def _voc_devkit_ap(detections, truths, c, minoverlap=0.5, plus_one=0.0):  # type: ignore[no-untyped-def]
+    """A line-by-line NumPy transcription of the PASCAL VOC devkit's VOCevaldet.m (one class;
+    no `difficult` boxes) and VOCap.m. `plus_one` is the devkit's +1 pixel term (iw = x1 - x0 +
+    1, ...), 0 for dlbench's normalised boxes. Returns (tp flags in score order, AP)."""
+    ids, bb, conf = [], [], []
+    for img, d in enumerate(detections):
+        for b, k, sc in zip(d.boxes, d.classes, d.scores):
+            if k == c:
+                ids.append(img), bb.append(b), conf.append(sc)
+    gt = [t.boxes[t.classes == c] for t in truths]
+    det = [np.zeros(len(g), bool) for g in gt]
+    npos = sum(len(g) for g in gt)
+    si = np.argsort(-np.asarray(conf), kind="stable")  # [sc,si]=sort(-confidence): MATLAB's sort is stable
+    tp, fp = np.zeros(len(si)), np.zeros(len(si))
+    for d, k in enumerate(si):
+        i, b = ids[k], bb[k]
+        ovmax, jmax = -np.inf, -1
+        for j, g in enumerate(gt[i]):
+            bi = [max(b[0], g[0]), max(b[1], g[1]), min(b[2], g[2]), min(b[3], g[3])]
+            iw, ih = bi[2] - bi[0] + plus_one, bi[3] - bi[1] + plus_one
+            if iw > 0 and ih > 0:
+                ua = ((b[2] - b[0] + plus_one) * (b[3] - b[1] + plus_one)
+                      + (g[2] - g[0] + plus_one) * (g[3] - g[1] + plus_one) - iw * ih)
+                ov = iw * ih / ua
+                if ov > ovmax:
+                    ovmax, jmax = ov, j
+        if ovmax >= minoverlap:
+            if not det[i][jmax]:
+                tp[d], det[i][jmax] = 1, True
+            else:
+                fp[d] = 1  # false positive (multiple detection)
+        else:
+            fp[d] = 1
+    fp, tp_sum = np.cumsum(fp), np.cumsum(tp)
+    rec, prec = tp_sum / npos, tp_sum / (fp + tp_sum)
+    mrec, mpre = np.concatenate([[0], rec, [1]]), np.concatenate([[0], prec, [0]])
+    for i in range(len(mpre) - 2, -1, -1):
+        mpre[i] = max(mpre[i], mpre[i + 1])
+    i = np.flatnonzero(mrec[1:] != mrec[:-1]) + 1
+    return tp, float(np.sum((mrec[i] - mrec[i - 1]) * mpre[i]))
+
+
+def test_coco_and_voc_matching_differ_where_objects_overlap():
+    """Two overlapping objects A and B of one class. d1 sits on A (IoU 1); d2, scored lower,
+    overlaps A by 0.72 and B by 0.61: COCO's rule skips the taken A and matches B (AP 1); the
+    devkit's takes its best box overall, A, already taken: a false positive (AP 1/2)."""
+    a, b = [0.0, 0.0, 0.5, 0.5], [0.2, 0.0, 0.7, 0.5]
+    d2 = [0.08, 0.0, 0.58, 0.5]
+    assert boxes.iou(np.array(d2), np.array([a, b])).tolist() == pytest.approx([0.42 / 0.58, 0.38 / 0.62])
+    truths = [_truth([a, b], [0, 0])]
+    found = [_found([a, d2], [0, 0], [0.9, 0.8])]
+    assert boxes.true_positives(found, truths, 0, "coco")[0].tolist() == [1.0, 1.0]
+    assert boxes.true_positives(found, truths, 0, "voc")[0].tolist() == [1.0, 0.0]
+    assert boxes.class_ap(found, truths, 0, "coco") == 1.0
+    assert boxes.class_ap(found, truths, 0, "voc") == 0.5
+    tp, ap = _voc_devkit_ap(found, truths, 0)
+    assert tp.tolist() == [1.0, 0.0] and ap == 0.5
+    with pytest.raises(ValueError, match="'pascal' is not one of: coco, voc"):
+        boxes.mean_average_precision(found, truths, 1, "pascal")
+
+
+def _crowded_case(rng: np.random.Generator, images: int = 6) -> tuple[list[boxes.Detections], list[boxes.Detections]]:
+    """Images of 1-4 objects of 2 classes clustered around one point (they overlap), and
+    detections: jittered copies of the objects (some twice) plus strays, with distinct scores."""
+    truths, found = [], []
+    for _ in range(images):
+        n = int(rng.integers(1, 5))
+        centre = rng.uniform(0.3, 0.7, 2)
+        half = rng.uniform(0.1, 0.2, (n, 2))
+        xy = centre + rng.uniform(-0.08, 0.08, (n, 2))
+        gt = np.concatenate([xy - half, xy + half], axis=1)
+        cls = rng.integers(0, 2, n)
+        copies = np.concatenate([gt, gt[rng.integers(0, n, 2)], gt[:1] + 0.3]) + rng.normal(0, 0.04, (n + 3, 4))
+        copy_cls = np.concatenate([cls, cls[rng.integers(0, n, 2)], cls[:1]])
+        truths.append(boxes.Detections(gt, cls, np.ones(n)))
+        found.append(boxes.Detections(copies, copy_cls, rng.uniform(0.05, 1.0, n + 3)))
+    return found, truths
+
+
+def test_voc_rule_is_the_devkits_on_crowded_cases():
+    """dlbench's "voc" rule gives the devkit's true positives and AP (no +1: normalised boxes)
+    on 200 random crowded cases; on the same cases the "coco" rule differs in some."""
+    rng = np.random.default_rng(0)
+    differ = 0
+    for _ in range(200):
+        found, truths = _crowded_case(rng)
+        for c in (0, 1):
+            tp, ap = _voc_devkit_ap(found, truths, c)
+            assert boxes.true_positives(found, truths, c, "voc")[0].tolist() == tp.tolist()
+            assert boxes.class_ap(found, truths, c, "voc") == pytest.approx(ap, abs=1e-12)
+            differ += boxes.class_ap(found, truths, c, "coco") != pytest.approx(ap, abs=1e-12)
+    assert differ > 0
 
 
 def test_all_point_average_precision():
@@ -106,6 +204,9 @@ def test_perfect_outputs_score_one_and_the_prior_starts_low():
     assert detect.score(SPEC, perfect, data) == 1.0
     shuffled = np.concatenate([perfect[1:], perfect[:1]])
     assert detect.score(SPEC, shuffled, data) < 0.2
+    # the train scenario's extra score: the VOC devkit's rule on the same outputs
+    assert workloads.extra_scores("detect")(SPEC, perfect, data) == {"map_voc": 1.0}
+    assert workloads.extra_scores("cnn") is None
     params = detect.init_params(SPEC)
     assert np.all(params["cls_head.bias"] == np.float32(detect.PRIOR_BIAS))
     assert 1 / (1 + math.exp(-detect.PRIOR_BIAS)) == pytest.approx(0.01)
@@ -245,3 +346,21 @@ def test_the_served_model_is_scored_by_the_workloads_own_metric():
     assert seen == [spec.batch_size, spec.batch_size]
     assert set(result.metrics) == {"infer_map"}
     assert result.metrics["infer_map"] == detect.score(spec, forward(data.x), data) > 0.0
+
+
+@pytest.mark.slow
+def test_coco_rule_is_pycocotools():
+    """The "coco" rule against pycocotools' COCOeval at IoU 0.5 on 50 crowded cases
+    (benchmarks/map_vs_pycocotools.py; pycocotools is not a dependency: skipped without it)."""
+    pytest.importorskip("pycocotools")
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "benchmarks" / "map_vs_pycocotools.py"
+    spec = importlib.util.spec_from_file_location("map_vs_pycocotools", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        out = module.compare(*module.crowded_case(rng))
+        assert out["disagree"] == 0 and out["detections"] > 0

@@ -35,7 +35,7 @@ def small_spec(name: str, **kw: object) -> WorkloadSpec:
 
 
 def test_registry_order():
-    assert NAMES == ["mlp", "cnn", "resnet", "transformer", "node", "detect", "ppo", "ddpm"]
+    assert NAMES == ["mlp", "cnn", "resnet", "transformer", "node", "detect", "ppo", "ddpm", "lm"]
     assert all(WORKLOADS[n].NAME == n for n in NAMES)
 
 
@@ -56,19 +56,24 @@ def test_params_are_canonical_and_seeded(name: str):
 
 def _is_norm(name: str) -> bool:
     layer = name.split(".")[-2]
-    return layer.startswith(("bn", "ln", "gn")) or layer == "final_ln"
+    return layer.startswith(("bn", "ln", "gn")) or layer in ("final_ln", "final_norm") or layer.endswith("_norm")
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_initial_values_follow_the_rule(name: str):
     """Kernels U(+-1/sqrt(fan_in)) with fan_in all axes but the last; norm scales 1 and biases
-    0; embeddings N(0, 0.02²)."""
+    0; embeddings N(0, 0.02²); lm's kernels GPT-2's N(0, 0.02²), the residual projections
+    N(0, (0.02 / sqrt(2 depth))²)."""
     params = WORKLOADS[name].init_params(small_spec(name))
     for k, v in params.items():
         if _is_norm(k):
             assert np.all(v == (1.0 if k.endswith(".scale") else 0.0)), k
         elif k.startswith("embed."):
             assert abs(float(v.std()) - 0.02) < 0.002, k
+        elif name == "lm":
+            depth = WORKLOADS[name].MODEL_SIZES["tiny"].depth
+            std = 0.02 / math.sqrt(2 * depth) if k.endswith(("attn.out.kernel", "mlp.down.kernel")) else 0.02
+            assert abs(float(v.std()) - std) < 0.1 * std, k
         elif k.endswith(".kernel"):
             bound = 1 / math.sqrt(math.prod(v.shape[:-1]))
             assert np.abs(v).max() <= bound and np.abs(v).max() > 0.9 * bound, k

@@ -77,14 +77,19 @@ def _result(w: int, f: int, repeat: int) -> TrialResult:
                        warnings=[warning], parity={**PARITY, "worst_rel_err": 1.5e-7 * (1 + f + w)})
 
 
-def zoo_store(path: Path, repeats: int = 1) -> Store:
-    """One run: every workload x framework (and ONNX Runtime, unsupported) x `repeats`."""
+def zoo_store(path: Path, repeats: int = 1, workloads: tuple[str, ...] | None = None,
+              frameworks: tuple[str, ...] = (*FRAMEWORKS, UNSUPPORTED),
+              command: str = "dlbench run -w all -f all --preset tiny --repeats 1") -> Store:
+    """One run: every workload x framework (and ONNX Runtime, unsupported) x `repeats`; or only
+    the named workloads and frameworks (`dlbench run`'s default suite: cnn x torch, tensorflow, jax)."""
     store = Store(path)
-    run = store.create_run("dlbench run -w all -f all --preset tiny --repeats 1", {}, False)
+    run = store.create_run(command, {}, False)
     seq = 0
     for repeat in range(repeats):
         for w, workload in enumerate(WORKLOADS):
-            for f, framework in enumerate((*FRAMEWORKS, UNSUPPORTED)):
+            if workloads is not None and workload[0] not in workloads:
+                continue
+            for f, framework in enumerate(frameworks):
                 trial = store.add_trial(run, seq, _spec(workload, framework, repeat))
                 seq += 1
                 if framework == UNSUPPORTED:

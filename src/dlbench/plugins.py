@@ -81,9 +81,20 @@ class Entry:
             target: Any = importlib.import_module(module_name.strip())
             for part in filter(None, attribute.strip().split(".")):
                 target = getattr(target, part)
-        except Exception as e:  # a plugin may raise anything on import: one line, never a traceback
-            raise PluginError(f"{self.describe()} failed to import: {type(e).__name__}: {first_line(e)}") from None
+        except BaseException as e:  # noqa: B036 -- a plugin may raise anything on import
+            # sys.exit(), KeyboardInterrupt or a BaseException subclass raised by the plugin's own
+            # code would otherwise end every command that loads plugins, silently or with the
+            # plugin's exit code: it is the plugin's failure, one line, like any other. (A real
+            # Ctrl-C landing during a plugin's import is reported the same way, exit 2.)
+            raise PluginError(f"{self.describe()} failed to import: {_described(e)}") from None
         return target
+
+
+def _described(e: BaseException) -> str:
+    """`SystemExit: exit code 3` rather than a bare `SystemExit: 3`."""
+    if isinstance(e, SystemExit):
+        return f"SystemExit: it called sys.exit({e.code!r}) at import"
+    return f"{type(e).__name__}: {first_line(e)}"
 
 
 def first_line(e: BaseException) -> str:

@@ -121,3 +121,36 @@ def stop_signals_interrupt() -> Iterator[None]:
         for sig, old in previous.items():
             if old is not None:
                 signal.signal(sig, old)
+
+
+def flock_holder(path: str | os.PathLike[str]) -> int | None:
+    """The pid holding a flock(2) on the file at `path`, from /proc/locks (its lines name the
+    holder's pid and the file's device and inode: `1: FLOCK ADVISORY WRITE 4242 00:2e:1234 0
+    EOF`); None where no lock is listed or /proc/locks cannot be read."""
+    try:
+        st = os.stat(path)
+        text = open("/proc/locks").read()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 6 or parts[1] != "FLOCK":  # a blocked waiter's line reads `1: -> FLOCK ...`
+            continue
+        pid, where = parts[4], parts[5].split(":")
+        if len(where) == 3 and int(where[2]) == st.st_ino and pid.isdigit() and int(pid) > 0:
+            return int(pid)
+    return None
+
+
+def describe(pid: int) -> str:
+    """`pid 4242 (dlbench run -w cnn), since 06:41:03` for a live process, else `pid 4242`."""
+    import datetime
+
+    try:
+        p = psutil.Process(pid)
+        command = " ".join(p.cmdline()) or p.name()
+        since = datetime.datetime.fromtimestamp(p.create_time()).strftime("%H:%M:%S")
+    except (psutil.Error, OSError):
+        return f"pid {pid}"
+    return f"pid {pid} ({command[:120]}), since {since}"
+

@@ -18,17 +18,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from dlbench.spec import ConvergeOptions, InferOptions, NoOptions, SolveOptions
+from dlbench.spec import ConvergeOptions, GenerateOptions, InferOptions, NoOptions, SolveOptions
 
-# What a scenario needs a Program to do (backends/base.py: Trainable, Servable, Rollout, Sampler).
-# "solve": the backend's ODE solver module (backends/<framework>/ode.py: backends.base.OdeSolvers).
-Capability = Literal["train", "serve", "rollout", "sample", "solve"]
-CAPABILITIES: tuple[Capability, ...] = ("train", "serve", "rollout", "sample", "solve")
+# What a scenario needs a Program to do (backends/base.py: Trainable, Servable, Rollout, Sampler,
+# Generator); "solve": the backend's ODE solver module (backends/<framework>/ode.py: base.OdeModule).
+Capability = Literal["train", "serve", "rollout", "sample", "generate", "solve"]
+CAPABILITIES: tuple[Capability, ...] = ("train", "serve", "rollout", "sample", "generate", "solve")
 # How the parent judges the fixed-batch arrays a trial leaves (runner/verdicts.py: JUDGES):
-# "grads" loss and gradients, "logits" eval-mode logits, "sample" logits then a DDIM sample.
+# "grads" loss and gradients, "logits" eval-mode logits, "sample" logits then a DDIM sample,
+# "generate" greedy ids and per-step logits against a float64 decoder with its own cache;
 # "none": the trial judges its own numbers against its float64 reference (the solver scenario's
 # error per point), the parent has nothing to judge.
-Parity = Literal["grads", "logits", "sample", "none"]
+Parity = Literal["grads", "logits", "sample", "generate", "none"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Scenario:
     parity: Parity
     headline: str
     reduced_precision: bool
-    options: type[InferOptions] | type[ConvergeOptions] | type[SolveOptions] | type[NoOptions]
+    options: type[InferOptions] | type[ConvergeOptions] | type[GenerateOptions] | type[SolveOptions] | type[NoOptions]
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
@@ -53,6 +54,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("rl_rollout", "rollout", "grads", "env_steps_per_s", False, NoOptions),
     Scenario("rl_train", "rollout", "grads", "samples_per_s", True, NoOptions),
     Scenario("rl_converge", "rollout", "grads", "time_to_target_s", True, ConvergeOptions),
+    Scenario("generate", "generate", "generate", "output_tokens_per_s", False, GenerateOptions),
     Scenario("solve", "solve", "none", "solve_1e-6_s", False, SolveOptions),
 )}
 

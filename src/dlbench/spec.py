@@ -22,7 +22,7 @@ MODES = ("eager", "graph", "compiled")
 # Which framework runs which on which device is data in each backend (backends/precision.py).
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 # What a trial measures; each workload says which it runs and how (workloads: SCENARIOS).
-SCENARIOS = ("train", "infer", "converge", "rollout", "solve")
+SCENARIOS = ("train", "infer", "converge", "rollout", "generate", "solve")
 # Scenarios a profiled trial (`run --profile`) can profile: the train step, the inference calls.
 PROFILED_SCENARIOS = ("train", "infer")
 COMPILE_CACHES = ("cold", "warm")
@@ -77,9 +77,19 @@ def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
         raise SpecError(f"{name} {value!r} is not one of: {', '.join(allowed)}")
 
 
-def _check_positive_int(name: str, value: object, minimum: int = 1) -> None:
+# The largest data set or batch a spec takes: sample indices are int64 arrays, and a generated
+# data set of more than 2**31 samples would not fit a machine's memory anyway.
+MAX_SAMPLES = 2**31 - 1
+# The longest a trial may be given (a week): a timeout is a number; inf is refused, as it would
+# reach exports as `Infinity`, which is not JSON.
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+
+
+def _check_positive_int(name: str, value: object, minimum: int = 1, maximum: int | None = None) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise SpecError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise SpecError(f"{name} must be an integer from {minimum} to {maximum:,}, got {value:,}")
 
 
 @dataclass(frozen=True)
@@ -165,8 +175,8 @@ class WorkloadSpec:
         _check_choice("labels", self.labels, LABELS)
         _check_choice("augment", self.augment, AUGMENTATIONS)
         _check_choice("dtype", self.numerics.dtype, DTYPES)
-        _check_positive_int("batch size", self.batch_size)
-        _check_positive_int("dataset size", self.dataset_size)
+        _check_positive_int("batch size", self.batch_size, maximum=MAX_SAMPLES)
+        _check_positive_int("dataset size", self.dataset_size, maximum=MAX_SAMPLES)
         _check_positive_int("eval size", self.eval_size)
         _check_positive_int("seed", self.seed, minimum=0)
         if self.dataset_size < self.batch_size:
@@ -284,6 +294,34 @@ class ConvergeOptions:
                             f" got {target!r}")
 
 
+# The most cache positions (prompt + 1 + new tokens) a generation may ask for.
+MAX_GENERATION_POSITIONS = 65536
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    """Greedy generation with a KV cache (`--scenario generate`: runner/scenarios/generate.py):
+    `gen_batch` prompts of `prompt_len` tokens, `new_tokens` greedy tokens each; timed
+    generations until ten are timed or `infer_budget_s` is spent. Field names are TrialSpec's,
+    as InferOptions'."""
+
+    prompt_len: int = 32
+    new_tokens: int = 32
+    gen_batch: int = 1
+
+    def validate(self, scenario: str) -> None:
+        for name, value in (("prompt length", self.prompt_len), ("new tokens", self.new_tokens),
+                            ("generation batch", self.gen_batch)):
+            _check_positive_int(name, value)
+        positions = self.prompt_len + 1 + self.new_tokens
+        if positions > MAX_GENERATION_POSITIONS:
+            raise SpecError(f"prompt length + 1 + new tokens is {positions}, over the most a cache holds here:"
+                            f" {MAX_GENERATION_POSITIONS}")
+        if scenario != "generate" and self != GenerateOptions():
+            raise SpecError(f"prompt length, new tokens and generation batch apply to the generate scenario only,"
+                            f" not {scenario!r}")
+
+
 @dataclass(frozen=True)
 class NoOptions:
     """A scenario without options of its own (train, rollout)."""
@@ -329,13 +367,15 @@ class SolveOptions:
         return tuple(found)
 
 
-ScenarioOptions = InferOptions | ConvergeOptions | SolveOptions | NoOptions
-OptionsType = type[InferOptions] | type[ConvergeOptions] | type[SolveOptions]
+ScenarioOptions = InferOptions | ConvergeOptions | GenerateOptions | SolveOptions | NoOptions
+OptionsType = type[InferOptions] | type[ConvergeOptions] | type[GenerateOptions] | type[SolveOptions]
 # Each options type, the `--scenario` it belongs to: a sweep gives a trial the options of its
 # scenario only, so an option never changes another scenario's configuration key.
-OPTIONS: dict[str, OptionsType] = {"infer": InferOptions, "converge": ConvergeOptions, "solve": SolveOptions}
+OPTIONS: dict[str, OptionsType] = {
+    "infer": InferOptions, "converge": ConvergeOptions, "generate": GenerateOptions, "solve": SolveOptions}
 _INFER = InferOptions()
 _CONVERGE = ConvergeOptions()
+_GENERATE = GenerateOptions()
 _SOLVE = SolveOptions()
 
 
@@ -377,6 +417,9 @@ class TrialSpec:
     eval_every: int = _CONVERGE.eval_every
     max_steps: int = _CONVERGE.max_steps
     max_time_s: float = _CONVERGE.max_time_s
+    prompt_len: int = field(default=_GENERATE.prompt_len, metadata=OMIT_DEFAULT)
+    new_tokens: int = field(default=_GENERATE.new_tokens, metadata=OMIT_DEFAULT)
+    gen_batch: int = field(default=_GENERATE.gen_batch, metadata=OMIT_DEFAULT)
     solve_rtol_loosest: float = field(default=_SOLVE.solve_rtol_loosest, metadata=OMIT_DEFAULT)
     solve_rtol_tightest: float = field(default=_SOLVE.solve_rtol_tightest, metadata=OMIT_DEFAULT)
     solve_max_steps: int = field(default=_SOLVE.solve_max_steps, metadata=OMIT_DEFAULT)
@@ -410,12 +453,14 @@ class TrialSpec:
         _check_positive_int("warm-up epochs", self.warmup_epochs, minimum=0)
         _check_positive_int("chunk steps", self.chunk_steps)
         _check_positive_int("repeat", self.repeat, minimum=0)
-        if not self.timeout_s > 0:
-            raise SpecError(f"timeout must be > 0 seconds, got {self.timeout_s!r}")
+        if not 0 < self.timeout_s <= MAX_TIMEOUT_S:  # false for nan and inf
+            raise SpecError(f"timeout must be a number of seconds > 0 and at most {MAX_TIMEOUT_S:g} (a week),"
+                            f" got {self.timeout_s!r}")
         if self.memory_limit_bytes is not None:
             _check_positive_int("memory limit", self.memory_limit_bytes)
         self.infer_options().validate(self.scenario)
         self.converge_options().validate(self.scenario)
+        self.generate_options().validate(self.scenario)
         self.solve_options().validate(self.scenario)
         if self.profile is not False and (self.profile is not True or self.scenario not in PROFILED_SCENARIOS):
             raise SpecError(f"profile {self.profile!r} applies to the train and infer scenarios only (true or"
@@ -448,6 +493,9 @@ class TrialSpec:
 
     def converge_options(self) -> ConvergeOptions:
         return ConvergeOptions(**{k: getattr(self, k) for k in option_fields(_CONVERGE)})
+
+    def generate_options(self) -> GenerateOptions:
+        return GenerateOptions(**{k: getattr(self, k) for k in option_fields(_GENERATE)})
 
     def solve_options(self) -> SolveOptions:
         return SolveOptions(**{k: getattr(self, k) for k in option_fields(_SOLVE)})

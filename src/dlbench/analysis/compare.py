@@ -251,14 +251,29 @@ def gate(result: PairResult, rule: FailRule, alpha: float = stats.ALPHA) -> Gate
     def amount(x: float) -> str:
         return f"{x:.1%}" if ratio else f"{x:.4g} {unit(rule.metric)}"
 
+    said = change_text(shift.estimate, ratio, rule.metric)
     if d.p_value < alpha and change > allowed:
-        return Gate("regression", f"worse by {amount(change)} (p = {d.p_value:.2g}), more than {rule.label} allows")
+        return Gate("regression", f"{said}: worse by {amount(change)} (p = {d.p_value:.2g}), more than"
+                                  f" {rule.label} allows")
     if shift.level >= level - 1e-9 and worst <= allowed:
-        return Gate("pass", f"shown within {rule.label}: at worst {amount(max(worst, 0.0))} worse"
+        return Gate("pass", f"{said}; shown within {rule.label}: at worst {amount(max(worst, 0.0))} worse"
                             f" ({shift.level:.0%} interval)")
     more = repeats_to_decide(base, new, shift, (center - allowed, center + allowed), alpha)
-    return Gate("undecided", f"neither shown within {rule.label} nor significantly beyond it"
-                             f" (change {amount(change)}, p = {d.p_value:.2g})", more)
+    return Gate("undecided", f"{said}, p = {d.p_value:.2g}: neither shown within nor beyond it", more)
+
+
+def change_text(estimate: float, ratio: bool, metric: str) -> str:
+    """NEW against BASE in the direction of the shift, with what that means for the metric:
+    `NEW/BASE 1.936 (+93.6%, better)`, `NEW - BASE +3.1 ms (worse)`. The sign is the ratio's
+    (or the difference's), never the gate's "worse" direction."""
+    no_change = 1.0 if ratio else 0.0
+    if estimate == no_change:
+        meaning = "no change"
+    else:
+        meaning = "better" if (estimate > no_change) == higher_is_better(metric) else "worse"
+    if ratio:
+        return f"NEW/BASE {estimate:.3f} ({estimate - 1:+.1%}, {meaning})"
+    return f"NEW - BASE {estimate:+.4g} {unit(metric)} ({meaning})"
 
 
 def _gate_bound(values: Sequence[float], rule: FailRule, alpha: float) -> Gate:

@@ -115,3 +115,23 @@ def input_stalls(trials: list[tuple[dict[str, Any], float]]) -> list[Stall]:
         Stall(specs[key], statistics.median(g["pipeline"]), statistics.median(g["device"]))
         for key, g in groups.items() if "pipeline" in g and "device" in g
     ]
+
+
+# Spans of a run's environment steps that episodic_return_curve averages the episodes over.
+RETURN_SPANS = 10
+
+
+def episodic_return_curve(episodes: list[tuple[float, float]], spans: int = RETURN_SPANS) -> list[tuple[float, float]]:
+    """The mean episodic return against global environment steps, as published PPO curves show
+    it (CleanRL logs every episode's return at its global step; plots average them over a window):
+    `episodes` (global env step at the episode's end, its return) cut into `spans` equal spans of
+    steps up to the last episode's step; per span that holds an episode, (the span's end, the
+    mean return of the episodes ending in it)."""
+    if not episodes:
+        return []
+    last = max(s for s, _ in episodes)
+    sums: dict[int, list[float]] = {}
+    for step, ret in episodes:
+        k = min(spans - 1, int(step * spans / last)) if last > 0 else 0
+        sums.setdefault(k, []).append(ret)
+    return [(last * (k + 1) / spans, statistics.fmean(v)) for k, v in sorted(sums.items())]

@@ -54,12 +54,23 @@ METRICS: dict[str, Metric] = {
     "accuracy": _ratio("higher", "accuracy"),
     # ddpm's held-out quality (workloads/ddpm.py: score): the denoising loss, lower is better
     "denoising_mse": _ratio("lower", "denoising MSE"),
-    # ddpm after training: Fréchet distance of DDIM samples to held-out images in 4x4-block
-    # means (not FID), and what real images of the same count score (workloads/ddpm.py)
-    "sample_frechet_distance": _ratio("lower", "sample FD"),
-    "sample_frechet_floor": _ratio("lower"),
-    # detect's held-out quality (workloads/boxes.py): mAP@0.5, VOC all-point
+    # ddpm after training (workloads/ddpm.py: generated_quality; not FID): the Fréchet distance
+    # of DDIM samples to held-out images in the fixed feature network's space, with what real
+    # images (floor) and N(0, 1) noise images of the same count score; and in 4x4-block means
+    "sample_feature_fd": _ratio("lower", "sample FD"),
+    "sample_feature_fd_floor": _ratio("lower", "sample FD floor"),
+    "sample_feature_fd_noise": _ratio("lower", "sample FD of noise"),
+    "sample_blockmean_fd": _ratio("lower", "sample block-mean FD"),
+    "sample_blockmean_fd_floor": _ratio("lower"),
+    # detect's held-out quality (workloads/boxes.py): mAP@0.5, all-point, COCO-style matching
+    # (highest-IoU unmatched box); map_voc: the same outputs under the VOC devkit's matching
     "map": _ratio("higher", "mAP@0.5"),
+    "map_voc": _ratio("higher", "mAP@0.5 VOC rule"),
+    # lm: the share of positions whose top logit is the Markov chain's most likely next token
+    "next_token_accuracy": _ratio("higher", "next-token accuracy"),
+    # lm's extra held-out scores: perplexity, and its ratio to exp(the chain's entropy rate)
+    "eval_perplexity": _ratio("lower", "held-out perplexity"),
+    "perplexity_ratio": _ratio("lower", "perplexity / best possible"),
     "eval_s": _s("eval s"),
     "recompiles_in_window": _ratio("lower"),
     "timed_steps": _ratio(),
@@ -143,6 +154,17 @@ METRICS: dict[str, Metric] = {
     "sample_step_s": _s("ms/step"),
     "sample_steps": _ratio("none", "steps"),
     "time_to_first_sample_s": _s("time to first sample s"),
+    # generation with a KV cache (runner/scenarios/generate.py: --scenario generate on lm)
+    "ttft_p50_s": _s("TTFT p50 ms"),
+    "ttft_p99_s": _s("TTFT p99 ms"),
+    "tpot_p50_s": _s("TPOT p50 ms"),
+    "tpot_p99_s": _s("TPOT p99 ms"),
+    "output_tokens_per_s_per_stream": Metric("1/s", "higher", "tokens/s per stream"),
+    "output_tokens_per_s": Metric("1/s", "higher", "tokens/s total"),
+    "first_generation_s": _s("first generation s (compiles)"),
+    "first_generation_compile_estimate_s": _s("compile estimate s"),
+    "kv_cache_bytes": Metric("B", "lower", "KV cache MiB"),
+    "recompiles_per_prompt_length": _ratio("lower", "compiles per new prompt length"),
     # data parallelism (runner/parallel.py)
     "grad_comm_s_per_step": _s("grad comm ms/step"),
     "grad_comm_share": _ratio("lower"),
@@ -153,7 +175,7 @@ METRICS: dict[str, Metric] = {
 # The held-out quality metrics a trial can carry (a workload's QUALITY): the headline's quality
 # column shows the first one a trial has (accuracy for a classifier, map for detect), headed by
 # its label (report/model.py: quality_header).
-QUALITY_METRICS = ("accuracy", "map")
+QUALITY_METRICS = ("accuracy", "map", "next_token_accuracy")
 
 # Units by name suffix, for names the registry does not list (longest suffix first).
 SUFFIX_UNITS = (("_per_s", "1/s"), ("_bytes", "B"), ("_s", "s"), ("_w", "W"), ("_j", "J"))

@@ -71,6 +71,29 @@ def crossovers(costs: list[Cost]) -> list[Crossover]:
     return [crossover(a, b) for i, a in enumerate(costs) for b in costs[i + 1 :]]
 
 
+def leaders(costs: list[Cost]) -> list[Crossover]:
+    """Who is ahead at each run length: the lower envelope of the cost lines. The first
+    Crossover's `early` leads from the first step; each one with steps is where the lead passes
+    to its `late` (the line that crosses the current leader's soonest, ties to the faster
+    stepper); one with steps None is the last leader, against the closest other line (the one
+    with the smallest step time among the rest: the last to fall behind), or itself alone."""
+    if not costs:
+        return []
+    current = min(costs, key=lambda c: (c.startup_s, c.step_s))
+    out: list[Crossover] = []
+    while True:
+        passing = [x for c in costs if c is not current and (x := crossover(current, c)).early is current
+                   and x.steps is not None]
+        if not passing:
+            others = [c for c in costs if c is not current]
+            rival = min(others, key=lambda c: (c.step_s, c.startup_s)) if others else current
+            out.append(Crossover(current, rival, None, None))
+            return out
+        nxt = min(passing, key=lambda x: (x.seconds or 0.0, x.late.step_s))
+        out.append(nxt)
+        current = nxt.late
+
+
 def horizon_steps(found: list[Crossover], at_least: int = 100) -> int:
     """A run length that shows every crossover: twice the latest, at least `at_least`."""
     latest = max((c.steps for c in found if c.steps is not None), default=0)

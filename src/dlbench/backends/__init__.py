@@ -113,7 +113,7 @@ def _plugin_backend(name: str) -> Backend:
         if ok:
             available, detail = backend.available()
             ok = isinstance(available, bool) and isinstance(detail, str) and isinstance(backend.modes(), dict)
-    except Exception as e:  # the plugin's own code: one line, never a traceback
+    except BaseException as e:  # noqa: B036 -- the plugin's own code (sys.exit too): one line
         raise PluginError(f"{entry.describe()} breaks the backend contract: {type(e).__name__}: {plugins.first_line(e)}") from None
     if not ok:
         raise PluginError(f"{entry.describe()} breaks the backend contract: capabilities, options, available() or"

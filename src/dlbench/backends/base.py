@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from dlbench import workloads
+from dlbench.backends.generation import Decoder
 from dlbench.backends.odesolve import OdeModule  # noqa: F401 (capability "solve": backends/<framework>/ode.py)
 from dlbench.backends.precision import Support
 from dlbench.scenarios import Capability
@@ -78,6 +79,8 @@ class Capabilities:
     train: bool = True
     infer: bool = False
     grads: bool = True
+    # Greedy generation with a KV cache (the generate scenario: Generator.decoder).
+    generate: bool = False
     # `solve`: the backend has an ODE solver module, backends/<framework>/ode.py (OdeSolvers).
     solve: bool = False
     # Workloads this backend does not run, each with the reason a user reads in `dlbench list`
@@ -90,13 +93,15 @@ class Capabilities:
 
     def names(self) -> list[str]:
         return [name for name, has in (("train", self.train), ("infer", self.infer), ("grads", self.grads),
-                                       ("solve", self.solve)) if has]
+                                       ("generate", self.generate), ("solve", self.solve)) if has]
 
     def covers(self, capability: Capability) -> str | None:
         """None when this backend's programs have what a scenario's record needs, else the
         flag it lacks: training and rollouts (with their PPO update) need `train`, serving and
-        sampling (a forward in inference mode) need `infer`, the solver scenario `solve`."""
-        flag = "train" if capability in ("train", "rollout") else "solve" if capability == "solve" else "infer"
+        sampling (a forward in inference mode) need `infer`, generation `generate`, the solver
+        scenario `solve`."""
+        flag = ("train" if capability in ("train", "rollout") else "generate" if capability == "generate"
+                else "solve" if capability == "solve" else "infer")
         return None if getattr(self, flag) else flag
 
 
@@ -339,6 +344,18 @@ class Rollout(Learner, Protocol):
 
     def wait(self, *outputs: Any) -> None:
         """Block until the outputs are computed (the framework's sync)."""
+        ...
+
+
+@runtime_checkable
+class Generator(Built, Protocol):
+    """Capability "generate": greedy decoding with a KV cache (workloads/lm.py; scenario
+    generate). Each framework's decoder is written as its experts write one
+    (backends/generation.py)."""
+
+    def decoder(self, state: Any, batch: int, max_len: int) -> Decoder:
+        """A decoder of `batch` sequences with room for `max_len` positions, reading `state`'s
+        parameters."""
         ...
 
 

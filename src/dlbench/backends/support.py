@@ -26,6 +26,7 @@ from dlbench.backends.base import (
     Built,
     Capabilities,
     DataParallel,
+    Generator,
     Learner,
     Rollout,
     Sampler,
@@ -143,6 +144,13 @@ def build_sampler(trial: TrialSpec, backend: Backend) -> Sampler:
     program = build(trial, backend)
     if not isinstance(program, Sampler):
         raise _lacks(trial, "Sampler")
+    return program
+
+
+def build_generator(trial: TrialSpec, backend: Backend) -> Generator:
+    program = build(trial, backend)
+    if not isinstance(program, Generator):
+        raise _lacks(trial, "Generator")
     return program
 
 

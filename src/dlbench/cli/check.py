@@ -4,7 +4,9 @@ For every workload x framework: loss and gradients on the canonical fixed batch 
 float64 reference, a K-step loss trajectory from the same start (losses, not parameters: Adam
 turns rounding noise on tiny gradients into parameter differences of order lr), eval-mode logits
 after those steps (BatchNorm running statistics), and every pair of frameworks against each
-other. One probe process per framework checks all its workloads. Exit 1 on any failure.
+other. One probe process per framework checks all its workloads. Exit 1 on any failure, else 4
+when a cell could not be judged (an `unsupported` the framework does not declare beforehand, such
+as a numerics read-back that differs, or no reference), its reason printed under the table.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dlbench import backends, processes, workloads
 from dlbench.analysis import parity
 from dlbench.backends import get_backend, registered, support
 from dlbench.cli.common import (
+    EXIT_NOT_JUDGED,
     EXIT_OK,
     EXIT_PARITY_FAILED,
     UsageError,
@@ -33,12 +36,13 @@ from dlbench.cli.common import (
     workload_names,
     writing,
 )
+from dlbench.monitors.nvml import device_kind
 from dlbench.report.terminal import make_console
 from dlbench.runner import reference, verdicts
 from dlbench.runner.protocol import load_grads
 from dlbench.runner.plan import workload_spec
-from dlbench.runner.probe_client import run_probe
-from dlbench.spec import Policy, TrialSpec, to_dict
+from dlbench.runner.probe_client import PROBE_TIMEOUT_S, ProbeLimits, run_probe
+from dlbench.spec import MAX_TIMEOUT_S, Policy, TrialSpec, to_dict
 from dlbench.text import printable
 
 
@@ -53,6 +57,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--preset", default="tiny", help="workload size preset (default: tiny)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="FILE", help="also write every number to this JSON file")
+    p.add_argument("--timeout", type=float, default=PROBE_TIMEOUT_S,
+                   help=f"seconds each workload's probe may take before it is killed and the workload"
+                        f" failed (default {PROBE_TIMEOUT_S:g})")
     add_store_argument(p, unused="check compares frameworks live and stores nothing (--json FILE keeps the numbers)")
 
 
@@ -69,6 +76,17 @@ class Cell:
     # With the framework's kernel alternative: (its name and setting, the re-judged cell) where
     # the default kernels failed and the alternative passed (verdict `differs`).
     differs: tuple[str, Cell] | None = None
+    # An `unsupported` the framework declares before any probe (`dlbench list` says it: a mode,
+    # a capability, a declined or unimplemented workload). Any other unsupported (a numerics
+    # read-back that differs, a builder refusing the spec) means the cell was not judged.
+    declared: bool = False
+
+    @property
+    def judged(self) -> bool:
+        """Compared with the reference, or not run for a reason the framework declares."""
+        if self.status == "unsupported":
+            return self.declared
+        return self.status != "ok" or (self.grads is not None and self.grads.verdict != "n/a")
 
     @property
     def within(self) -> bool:
@@ -100,6 +118,9 @@ def _trial(w: str, f: str, args: argparse.Namespace) -> TrialSpec:
 def main(args: argparse.Namespace) -> int:
     if args.steps < 0:
         raise UsageError(f"steps {args.steps} must be >= 0")
+    if not 0 < args.timeout <= MAX_TIMEOUT_S:  # false for nan and inf
+        raise UsageError(f"timeout {args.timeout!r} is not a number of seconds > 0 and at most {MAX_TIMEOUT_S:g}")
+    limits = ProbeLimits(timeout_s=args.timeout)
     _names(args.workload, list(workloads.names()), "workload")  # an unknown name: what is allowed
     wls = list(workload_names(args.workload))
     if args.framework != ("all",):
@@ -115,10 +136,11 @@ def main(args: argparse.Namespace) -> int:
     # SIGTERM (timeout, a CI runner) stops check like Ctrl-C: the running probe's group is killed.
     with processes.stop_signals_interrupt():
         refs = reference.ensure([trials[(w, fws[0])].workload for w in wls], args.steps,
-                                lambda m: console.print(m, style="dim"))
+                                lambda m: console.print(m, style="dim"), limits)
         for f in fws:
             cells.update(_probe_framework(f, [(w, trials[(w, f)]) for w in wls], args, console))
         for (w, f), cell in cells.items():
+            cell.declared = cell.status == "unsupported" and _declared(trials[(w, f)], cell.error)
             ref = refs.get(reference.key(trials[(w, f)].workload, args.steps))
             _judge(cell, ref, w)
             if cell.status == "ok" and not cell.within and isinstance(ref, reference.Reference):
@@ -128,9 +150,22 @@ def main(args: argparse.Namespace) -> int:
     if json_path is not None:
         with writing(json_path):
             json_path.write_text(json.dumps(_to_json(cells, pairs, args), indent=1))
-    failed = [k for k, c in cells.items() if c.status not in ("unsupported", "skipped") and not c.passed]
+    failed = [k for k, c in cells.items() if c.status not in ("unsupported", "skipped") and c.judged and not c.passed]
     failed_pairs = [p for p, (ok, _) in pairs.items() if not ok]
-    return EXIT_PARITY_FAILED if failed or failed_pairs else EXIT_OK
+    if failed or failed_pairs:
+        return EXIT_PARITY_FAILED
+    # A check that could not judge a cell is never green (its reason is printed under the table).
+    return EXIT_NOT_JUDGED if any(not c.judged for c in cells.values()) else EXIT_OK
+
+
+def _declared(trial: TrialSpec, error: str | None) -> bool:
+    """Whether an `unsupported` cell is one the framework declares before running anything:
+    what plan and `dlbench list` say (support.unsupported, no gradients to compare), or no
+    implementation of the workload."""
+    backend = get_backend(trial.framework)
+    if support.unsupported(trial, backend, device_kind()) is not None or not backend.capabilities.grads:
+        return True
+    return error is not None and f"has no implementation of {trial.workload.name!r}" in error
 
 
 def _probe_framework(f: str, items: list[tuple[str, TrialSpec]], args: argparse.Namespace,
@@ -147,7 +182,7 @@ def _probe_framework(f: str, items: list[tuple[str, TrialSpec]], args: argparse.
     with tempfile.TemporaryDirectory(prefix=f"dlbench-check-{f}-") as tmp:
         req = Path(tmp) / "request.json"
         req.write_text(json.dumps({"trials": [to_dict(t) for _, t in items], "k_steps": args.steps}))
-        error = run_probe(req, Path(tmp))
+        error = run_probe(req, Path(tmp), ProbeLimits(timeout_s=args.timeout))
         for i, (w, _) in enumerate(items):
             out[(w, f)] = _read_cell(Path(tmp), i, error)
     return out
@@ -216,12 +251,12 @@ def _pairwise(cells: dict[tuple[str, str], Cell], wls: list[str], fws: list[str]
 
 
 def _cell_text(cell: Cell) -> str:
+    if not cell.judged:
+        return "NOT JUDGED"
     if cell.status != "ok":
         return cell.status
     g = cell.grads
     assert g is not None
-    if g.verdict == "n/a":
-        return "n/a"
     parts = [f"grad {g.worst_rel_err:.0e}"]
     if cell.trajectory is not None and cell.logits is not None:
         parts.append(f"traj {cell.trajectory[1]:.0e}")
@@ -249,9 +284,12 @@ def _print(console: Any, cells: dict[tuple[str, str], Cell], wls: list[str], fws
                   f" the steps, within max({factor} x floor, {tol.logits_rel_err:g}). A floor is the reference"
                   " framework's own float32 error on this CPU; the cosine bound follows the error bound."
                   " Reduced-precision math (TF32, bf16 passes) is off.", soft_wrap=True)
-    for w in wls:
-        console.print(_floor_line(w, refs.get(reference.key(trials[(w, fws[0])].workload, args.steps))),
-                      soft_wrap=True)
+    floors = [refs.get(reference.key(trials[(w, fws[0])].workload, args.steps)) for w in wls]
+    machines = list(dict.fromkeys(r.floor.machine for r in floors if isinstance(r, reference.Reference) and r.floor))
+    if len(machines) == 1:  # the CPU and its 20-odd ISA flags once, not once per workload
+        console.print(printable(f"  floors measured on {machines[0]}"), soft_wrap=True)
+    for w, ref in zip(wls, floors, strict=True):
+        console.print(_floor_line(w, ref, with_machine=len(machines) != 1), soft_wrap=True)
     for (w, f), c in cells.items():
         if c.differs is not None:
             name, again = c.differs
@@ -259,9 +297,14 @@ def _print(console: Any, cells: dict[tuple[str, str], Cell], wls: list[str], fws
                 f"  * {w}/{f} differs: a framework difference on this CPU, not a dlbench failure: with its"
                 f" default kernels {f} is over the bound ({c.grads.reason if c.grads and c.grads.reason else _trajectory_reason(c)});"
                 f" with {name}: {_cell_text(again)}"), soft_wrap=True)
+        elif not c.judged:
+            why = c.error or (c.grads.reason if c.grads else None) or "no reason given"
+            console.print(printable(f"  NOT JUDGED {w}/{f}: {why}"), soft_wrap=True)
         elif c.status in ("failed", "skipped") or (c.status == "ok" and not c.passed):
             why = c.error or (c.grads.reason if c.grads else None) or _trajectory_reason(c)
             console.print(printable(f"  {w}/{f}: {why}"), soft_wrap=True)  # a probe's error text
+    for line in _declared_lines(cells):
+        console.print(printable(line), soft_wrap=True)
     for ref in {r for r in refs.values() if isinstance(r, str)}:
         console.print(printable(f"  reference: {ref}"), soft_wrap=True)
     bad = [(k, v) for k, v in pairs.items() if not v[0]]
@@ -272,7 +315,18 @@ def _print(console: Any, cells: dict[tuple[str, str], Cell], wls: list[str], fws
                       f" {err:.1e} ({w}: {f1} vs {f2}); {len(bad)} over {2 * tol.rel_err:g}", soft_wrap=True)
 
 
-def _floor_line(workload: str, ref: reference.Reference | str | None) -> str:
+def _declared_lines(cells: dict[tuple[str, str], Cell]) -> list[str]:
+    """Each declared reason once, with the cells it covers: `unsupported litert: cnn, mlp:
+    litert computes no gradients ...`."""
+    by_reason: dict[str, dict[str, list[str]]] = {}
+    for (w, f), c in cells.items():
+        if c.status == "unsupported" and c.declared:
+            by_reason.setdefault(c.error or "no reason given", {}).setdefault(f, []).append(w)
+    return ["  unsupported " + "; ".join(f"{f}: {', '.join(ws)}" for f, ws in where.items()) + f": {reason}"
+            for reason, where in by_reason.items()]
+
+
+def _floor_line(workload: str, ref: reference.Reference | str | None, with_machine: bool = True) -> str:
     """What float32 rounding amounts to on this CPU for one workload, or why no floor applies."""
     if not isinstance(ref, reference.Reference):
         return f"  {workload}: no reference"
@@ -284,7 +338,8 @@ def _floor_line(workload: str, ref: reference.Reference | str | None) -> str:
     worst = max(floor.grads.values(), default=0.0)
     parts = [f"loss and gradients up to {max(worst, floor.loss):.1e}"]
     parts += [f"{n} {v:.1e}" for n, v in (("trajectory", floor.trajectory), ("eval", floor.logits)) if v is not None]
-    return f"  {workload}: floor ({floor.label} on {floor.machine}): {', '.join(parts)}"
+    where = f" on {floor.machine}" if with_machine else ""
+    return f"  {workload}: floor ({floor.label}{where}): {', '.join(parts)}"
 
 
 def _trajectory_reason(c: Cell) -> str:
@@ -299,6 +354,7 @@ def _to_json(cells: dict[tuple[str, str], Cell], pairs: dict[tuple[str, str, str
     for (w, f), c in cells.items():
         out["cells"].append({
             "workload": w, "framework": f, "status": c.status, "error": c.error, "passed": c.passed,
+            "judged": c.judged,
             "grads": c.grads.to_dict() if c.grads else None,
             "trajectory_rel_err": c.trajectory[1] if c.trajectory else None,
             "logits_rel_err": c.logits[1] if c.logits else None,

@@ -27,6 +27,7 @@ EXIT_PARITY_FAILED = 1  # DESIGN §4: 1 is "regression or parity failure"
 EXIT_USAGE = 2
 EXIT_TRIALS_FAILED = 3
 EXIT_UNDECIDED = 4  # compare: a rule neither shown to pass nor to fail (more repeats would decide)
+EXIT_NOT_JUDGED = 4  # check: a cell could not be judged (its reason printed), never a green exit
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports when stdout's reader went away
 

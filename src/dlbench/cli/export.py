@@ -9,6 +9,7 @@ import argparse
 import csv
 import io
 import json
+import math
 import re
 import sys
 import tempfile
@@ -59,6 +60,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     add_store_argument(p)
 
 
+def json_safe(value: Any) -> Any:
+    """NaN and infinities (a diverged trial's losses) as null: JSON has no token for them, and
+    Python's `NaN`/`Infinity` extension is refused by strict readers (jq, JavaScript)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def export_json(store: Store, run_ids: list[int]) -> dict[str, Any]:
     runs = []
     for rid in run_ids:
@@ -76,15 +89,21 @@ def export_json(store: Store, run_ids: list[int]) -> dict[str, Any]:
 
 
 def export_csv(store: Store, run_ids: list[int]) -> str:
-    """Tidy: one row per trial x metric (values as repr, so floats read back exactly)."""
+    """Tidy: one row per trial x measured metric (values as repr, so floats read back exactly),
+    and an `error` column. A metric with no value (a GPU or energy metric of a CPU trial: 17 per
+    trial) is left out, its reason in the JSON export; a trial with no metric at all (unsupported,
+    failed before measuring) is one row with an empty metric and its reason in `error`."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    columns, rows = metric_rows(store, run_ids)
-    w.writerow(columns)
+    columns, rows = metric_rows(store, run_ids, with_empty_trials=True)
+    w.writerow([*columns, "error"])
+    errors = {t.id: t.error or "" for rid in run_ids for t in store.trials(rid)}
     for row in rows:
         v = row["value"]
+        if v is None and row["metric"]:
+            continue
         w.writerow([*("" if row[c] is None else row[c] for c in columns[:-2]), "" if v is None else repr(v),
-                    row["unit"]])
+                    row["unit"], printable(errors.get(row["trial_id"], ""))])
     return buf.getvalue()
 
 
@@ -196,9 +215,9 @@ def main(args: argparse.Namespace) -> int:
     if args.metric and args.format not in DASHBOARD_METRICS:
         raise UsageError(f"--metric goes with --format {' or '.join(DASHBOARD_METRICS)}; {args.format} exports every metric")
     if args.format in DASHBOARD_METRICS:
-        text = json.dumps(export_dashboard(store, run_ids, args.format, args.metric), indent=1)
+        text = json.dumps(json_safe(export_dashboard(store, run_ids, args.format, args.metric)), indent=1)
     elif args.format == "json":
-        text = json.dumps(export_json(store, run_ids), indent=1)
+        text = json.dumps(json_safe(export_json(store, run_ids)), indent=1)
     else:
         text = export_csv(store, run_ids)
     if output is not None:

@@ -35,8 +35,9 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"no run in {args.store} has an ok value of {metric}{which}")
     tables = history_tables(series)
     console = make_console()
+    said: set[str] = set()  # a note shared by every configuration's table is printed once
     for table in tables:
-        print_table(console, table)
+        print_table(console, table, said=said)
     if html_path is not None:
         try:
             from dlbench.report import figures, html

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from dataclasses import dataclass
 
 from dlbench import backends, scenarios, workloads
@@ -24,6 +25,8 @@ from dlbench.report.tabledata import MISSING, Cell, Column, Table
 from dlbench.report.terminal import make_console, print_table
 from dlbench.spec import MODES, PRECISIONS, SCENARIOS
 from dlbench.text import printable
+
+from rich.text import Text
 
 # A cell's modes, shortest first letter: e = eager, g = graph, c = compiled.
 MODE_CODES = {mode: mode[0] for mode in MODES}
@@ -111,7 +114,10 @@ class _Reasons:
     def _what(self, applies: list[tuple[str, str, str]]) -> str:
         frameworks, choices, places = (list(dict.fromkeys(t[i] for t in applies)) for i in range(3))
         if len(applies) != len(frameworks) * len(choices) * len(places):
-            return ", ".join(" ".join(x for x in (f"{f}:", c, p) if x) for f, c, p in applies)
+            by_framework: dict[str, list[str]] = {}
+            for f, c, p in applies:
+                by_framework.setdefault(f, []).append(" ".join(x for x in (c, p) if x))
+            return "; ".join(f"{f} {', '.join(cs)}" for f, cs in by_framework.items())
         who = "every framework" if frameworks == self.frameworks else ", ".join(frameworks)
         where = f" {' and '.join(places)}" if any(places) else ""
         return f"{who}: {', '.join(choices)}{where}"
@@ -146,6 +152,27 @@ def workload_table() -> Table:
     rows = tuple(tuple(Cell(printable(v)) for v in row) for row in body)  # a plugin's names and errors
     return Table("workloads", "Workloads", "workloads (built-in, or from an installed plugin: docs/plugins.md)",
                  columns, rows)
+
+
+def compact_workload_table() -> Table:
+    """The workloads grouped by what they run and how they are scored, one row per group (a
+    plugin's distribution beside its name), and the plugins that cannot be used as notes: a
+    100x40 screen holds it whatever the number of workloads."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    notes = []
+    for name in workloads.WORKLOADS:
+        module = workloads.get(name)
+        groups.setdefault((", ".join(module.SCENARIOS), module.QUALITY), []).append(name)
+    for name, origin, reason in workloads.plugin_status():
+        if reason is None:
+            module = workloads.get(name)
+            groups.setdefault((", ".join(module.SCENARIOS), module.QUALITY), []).append(f"{name} ({origin.text()})")
+        else:
+            notes.append(f"{name} ({origin.text()}) cannot be used: {reason}")
+    columns = (Column("scenarios", key=True), Column("quality"), Column("workloads"))
+    rows = tuple((Cell(printable(k[0])), Cell(printable(k[1])), Cell(printable(" ".join(v)))) for k, v in groups.items())
+    return Table("workloads", "Workloads", "workloads (built-in, or from an installed plugin: docs/plugins.md; "
+                 "--long for one row each)", columns, rows, tuple(notes))
 
 
 def backend_plugin_notes() -> list[str]:
@@ -183,6 +210,83 @@ def _pair_cell(s: Support, workload: str, reasons: _Reasons) -> Cell:
     if own:
         return Cell(" ".join([MISSING, *(reasons.ref(r, s.framework, workload) for r in sorted(own))]))
     return Cell(_allowed(s.modes[workload], MODE_CODES))
+
+
+def _general(reason: str, framework: str, choice: str) -> str:
+    """A reason without the framework and choice it names, so that the same reason for several
+    frameworks is one note: `onnxruntime cannot run the train scenario: it lacks ...` -> `it
+    lacks ...`, `litert has no implementation of 'ppo'` -> `no implementation`."""
+    if reason == f"{framework} has no implementation of {choice!r}":
+        return "no implementation"
+    reason = reason.removeprefix(f"{framework} cannot run the {choice} scenario: ")
+    # A closing aside goes to --long: `... updates (a Keras PPO would be ...)` -> `... updates`.
+    return re.sub(r" \([^()]*\)$", "", reason) if not reason.endswith("(has: infer)") else reason
+
+
+def _lacking_modes(rows: list[Support]) -> str:
+    """`modes a framework lacks everywhere: torch graph; jax eager, graph; ...` (their reasons
+    are the frameworks' design, in --long)."""
+    parts = []
+    for s in rows:
+        lacking = [m for m, r in s.mode_reasons.items() if r is not None]
+        if lacking:
+            parts.append(f"{s.framework} {', '.join(lacking)}")
+    return "lacking by design (--long says why): " + "; ".join(parts) if parts else ""
+
+
+def compact_modes_table(rows: list[Support]) -> Table:
+    """Frameworks x workloads as `modes_table`, short enough for a 40-line screen: no version
+    column (one line of versions below), a framework's own missing modes as one line, and a
+    reason shared by several frameworks (no implementation, an inference-only backend's
+    scenarios) numbered once."""
+    reasons = _Reasons([s.framework for s in rows])
+    body = []
+    for s in rows:
+        allowed = [k for k, r in s.scenarios.items() if r is None]
+        refs = dict.fromkeys(reasons.ref(_general(r, s.framework, k), s.framework, k)
+                             for k, r in s.scenarios.items() if r is not None)
+        scen = "all" if not refs else " ".join([*(allowed or ["none"]), *refs])
+        cells = []
+        for w in workloads.usable():
+            own = {r for m, r in s.modes[w].items() if r is not None and r != s.mode_reasons.get(m)}
+            if own:
+                cells.append(Cell("".join([MISSING, *dict.fromkeys(reasons.ref(_general(r, s.framework, w), s.framework, w)
+                                                                for r in sorted(own))])))
+            else:  # `egc`, not `e g c`: ten workloads and more fit a 100-column screen unwrapped
+                cells.append(Cell(_allowed(s.modes[w], MODE_CODES).replace(" ", "")))
+        body.append((Cell(s.framework), Cell(scen), *cells))
+    columns = (Column("framework", key=True), Column("scenarios"), *(Column(w) for w in workloads.usable()))
+    versions = "versions: " + ", ".join(dict.fromkeys(
+        s.version() if s.version().startswith(s.framework.split("-")[0]) or " " in s.version()
+        else f"{s.framework} {s.version()}" for s in rows))
+    legend = (f"{', '.join(f'{c} = {m}' for m, c in MODE_CODES.items())}; all = {', '.join(SCENARIOS)};"
+              " [n]: why not, below")
+    notes = [legend, *filter(None, [_lacking_modes(rows)]), *reasons.notes(), versions, *backend_plugin_notes()]
+    return Table("list", "Frameworks", "frameworks x workloads: the modes each pair runs (--mode)", columns,
+                 tuple(body), tuple(notes))
+
+
+def _keras_star(frameworks: list[str]) -> list[str]:
+    """`keras-jax, keras-torch, keras-tensorflow` -> `keras-*` where all three are there."""
+    keras = [f for f in frameworks if f.startswith("keras-")]
+    if len(keras) < 3:
+        return frameworks
+    return ["keras-*" if f == keras[0] else f for f in frameworks if f not in keras[1:]]
+
+
+def precision_lines(rows: list[Support]) -> list[str]:
+    """The precisions each framework trains in, per device, frameworks with the same set named
+    together: `on cpu (here): fp32 bf16: torch, jax, ...; fp32: onnxruntime, litert` (why not:
+    --long)."""
+    here = device_kind()
+    out = []
+    for d in sorted(precision.DEVICES, key=lambda d: d != here):
+        groups: dict[str, list[str]] = {}
+        for s in rows:
+            groups.setdefault(_allowed(s.precisions[d], {p: p for p in PRECISIONS}), []).append(s.framework)
+        where = f"{d} (here; bf16 {bf16_on_cpu()})" if d == here else d
+        out.append(f"{where}: " + "; ".join(f"{k}: {', '.join(_keras_star(v))}" for k, v in groups.items()))
+    return [f"precisions for training (--precision; why not: --long) on {' · on '.join(out)}"]
 
 
 def modes_table(rows: list[Support]) -> Table:
@@ -234,6 +338,13 @@ def long_table(rows: list[Support]) -> Table:
                  tuple(Column(h, key=h in ("framework", "workload", "mode")) for h in headers), tuple(body))
 
 
+def compact_option_lines() -> list[str]:
+    """Every framework's own options on few lines, each default first."""
+    texts = [f"{name}.{opt}={'|'.join(dict.fromkeys([o.default, *o.allowed]))}"
+             for name in registered() for opt, o in get_backend(name).options.items()]
+    return [f"--option FRAMEWORK.NAME=VALUE (first = default): {', '.join(texts)}"] if texts else []
+
+
 def option_lines() -> list[str]:
     """Each framework's own options (`--option FRAMEWORK.NAME=VALUE`), one line each."""
     return [f"--option {name}.{opt}={'|'.join(o.allowed)} (default {o.default})"
@@ -256,9 +367,14 @@ def main(args: argparse.Namespace) -> int:
             for r in workload_table().rows]}, indent=2))
         return 0
     console = make_console()
-    tables = [workload_table(), *([long_table(rows)] if args.long else []), modes_table(rows), precision_table(rows)]
+    if args.long:
+        tables = [workload_table(), long_table(rows), modes_table(rows), precision_table(rows)]
+        lines = option_lines()
+    else:  # a 100x40 screen: the matrix, its reasons grouped, precisions and options as lines
+        tables = [compact_workload_table(), compact_modes_table(rows)]
+        lines = [*precision_lines(rows), *compact_option_lines()]
     for table in tables:
         print_table(console, table, args.wide)
-    for line in option_lines():
-        console.print(printable(line), highlight=False)
+    for line in lines:
+        console.print(Text(printable(line)), highlight=False, overflow="fold")
     return 0

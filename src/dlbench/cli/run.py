@@ -38,22 +38,25 @@ from dlbench.report.scenarios import progress_line
 from dlbench.report.terminal import make_console, print_run_tables
 from dlbench.results import environment
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
-from dlbench.results.store import Store, machine_lock
-from dlbench.runner import parallel, ray_executor, resume, rounds
+from dlbench.results.store import Store, lock_path, machine_lock
+from dlbench.runner import annotate, ray_executor, resume, rounds
 from dlbench.runner.executor import Outcome, Progress, execute, register, warm_imports
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
 from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimate_s, learn, make_plan
-from dlbench.spec import ConvergeOptions, InferOptions, OptionsType, SolveOptions, SpecError, option_fields, to_dict
+from dlbench.spec import ConvergeOptions, GenerateOptions, InferOptions, SolveOptions, SpecError, option_fields, to_dict
 from dlbench.text import printable
 
 # The scenario options' command-line destinations -> (options dataclass, its field); their
 # defaults are the dataclass's (spec.py), declared nowhere else.
-SCENARIO_OPTION_FLAGS: dict[str, tuple[OptionsType, str]] = {
+ScenarioOptionsType = type[InferOptions] | type[ConvergeOptions] | type[GenerateOptions] | type[SolveOptions]
+SCENARIO_OPTION_FLAGS: dict[str, tuple[ScenarioOptionsType, str]] = {
     "infer_requests": (InferOptions, "infer_requests"), "infer_budget_s": (InferOptions, "infer_budget_s"),
     "load": (InferOptions, "infer_load"), "qps": (InferOptions, "server_qps"),
     "p99_bound_ms": (InferOptions, "p99_bound_ms"),
     "target_accuracy": (ConvergeOptions, "target_accuracy"), "eval_every": (ConvergeOptions, "eval_every"),
     "max_steps": (ConvergeOptions, "max_steps"), "max_time_s": (ConvergeOptions, "max_time_s"),
+    "prompt_len": (GenerateOptions, "prompt_len"), "new_tokens": (GenerateOptions, "new_tokens"),
+    "gen_batch": (GenerateOptions, "gen_batch"),
     "rtol_loosest": (SolveOptions, "solve_rtol_loosest"), "rtol_tightest": (SolveOptions, "solve_rtol_tightest"),
     "solve_max_steps": (SolveOptions, "solve_max_steps"),
 }
@@ -69,7 +72,7 @@ SWEEP_DEFAULTS: dict[str, Any] = {
     "data": ("pipeline",), "rollout": ("default",), "loader_workers": 0, "augment": "none",
     "executor": "local", "address": None, "profile": False,
 }
-_INFER, _CONVERGE, _SOLVE = InferOptions(), ConvergeOptions(), SolveOptions()
+_INFER, _CONVERGE, _GENERATE, _SOLVE = InferOptions(), ConvergeOptions(), GenerateOptions(), SolveOptions()
 # Options that say how to run, not what: --resume takes them too.
 HOW_OPTIONS = ("allow_concurrent", "executor", "address")
 
@@ -130,6 +133,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--max-steps", type=int, help=f"converge: step budget (default {_CONVERGE.max_steps})")
     p.add_argument("--max-time-s", type=float,
                    help=f"converge: training-time budget in seconds, evaluation excluded (default {_CONVERGE.max_time_s:g})")
+    p.add_argument("--prompt-len", type=int, help=f"generate: prompt tokens per sequence (default {_GENERATE.prompt_len})")
+    p.add_argument("--new-tokens", type=int, help=f"generate: greedy tokens per sequence (default {_GENERATE.new_tokens})")
+    p.add_argument("--gen-batch", type=int, help=f"generate: sequences decoded together (default {_GENERATE.gen_batch})")
     p.add_argument("--rtol-loosest", type=float,
                    help=f"solve: the loosest relative tolerance of the sweep (default {_SOLVE.solve_rtol_loosest:g})")
     p.add_argument("--rtol-tightest", type=float,
@@ -198,7 +204,7 @@ def repeat_rule(o: dict[str, Any]) -> repeats.RepeatRule:
         raise UsageError(str(e)) from None
 
 
-def _scenario_options(o: dict[str, Any], kind: OptionsType) -> dict[str, Any]:
+def _scenario_options(o: dict[str, Any], kind: ScenarioOptionsType) -> dict[str, Any]:
     """The options of one scenario options type, by its field names."""
     return {name: o[dest] for dest, (k, name) in SCENARIO_OPTION_FLAGS.items() if k is kind}
 
@@ -223,6 +229,7 @@ def sweep_from_options(o: dict[str, Any]) -> Sweep:
         memory_limit_bytes=o["memory_limit"],
         infer=InferOptions(**_scenario_options(o, InferOptions)),
         converge=ConvergeOptions(**_scenario_options(o, ConvergeOptions)),
+        generate=GenerateOptions(**_scenario_options(o, GenerateOptions)),
         solve=SolveOptions(**_scenario_options(o, SolveOptions)),
         options=tuple(parse_option(text) for text in o["option"]),
         data=o["data"], rollouts=o["rollout"], loader_workers=o["loader_workers"], augment=o["augment"],
@@ -289,6 +296,18 @@ class ConsoleProgress(Progress):
         self.console.print(printable(f"{self._label} {text}"), highlight=False)  # errors echo the environment
 
 
+def busy_machine(load: float | None = None, cores: int | None = None) -> tuple[float, str] | None:
+    """(how much longer trials will take, why) where more processes want the CPU than it has
+    cores: the trials then share it, and their wall time stretches by about the load average
+    over the cores (a tiny run estimated 1.9 min took 11.3 at a load of 12 on 2 cores); None on
+    a machine with cores to spare."""
+    load = os.getloadavg()[0] if load is None else load
+    cores = len(os.sched_getaffinity(0)) if cores is None else cores
+    if load <= cores:
+        return None
+    return load / cores, f"load average {load:.1f} on {cores} cores"
+
+
 def print_plan(console: Console, plan: Plan, costs: Costs) -> None:
     pending = plan.pending
     estimates = [estimate_s(t.spec, costs) for t in pending]
@@ -298,9 +317,12 @@ def print_plan(console: Console, plan: Plan, costs: Costs) -> None:
               "from the store's trials of the same kinds" if sources <= {"store", "similar"} else
               "rough: start-up and compile guesses per framework, compute from FLOPs; later runs learn from the store")
     others = len(plan.trials) - len(pending)
+    loaded = busy_machine()
     console.print(f"dlbench: {len(pending)} trial(s) to run"
                   + (f" ({others} unsupported or skipped)" if others else "")
-                  + f", estimated {total / 60:.1f} min ({source})", highlight=False)
+                  + f", estimated {total / 60:.1f} min ({source})"
+                  + (f"; at the present load ({loaded[1]}) about {total * loaded[0] / 60:.1f} min" if loaded else ""),
+                  highlight=False)
     for note in plan.notes:
         console.print(printable(f"  note: {note}"), highlight=False)
     axes = varying_axes([to_dict(t.spec) for t in plan.trials])
@@ -324,31 +346,34 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.suite}: {e}") from None
     allow_concurrent = bool(options["allow_concurrent"])
     console = make_console()
-    store = open_store(args.store)
-    print_plan(console, plan, learn(store.trial_costs()))
-    progress = ConsoleProgress(console, plan)
-    rule = repeat_rule(options)
-    if rule.auto:
-        budget = f"{rule.max_repeats} rounds" + (f" or {rule.max_time_s / 60:g} min" if rule.max_time_s else "")
-        console.print(f"  repeats {rule.label}: the first {rule.first} round(s), then one round at a time until every"
-                      f" headline interval is within ±{rule.target:.0%}, the frameworks' comparisons are decided,"
-                      f" or {budget}", highlight=False, soft_wrap=True)
-    with machine_lock(allow_concurrent, on_wait=lambda: _waiting(console)), processes.stop_signals_interrupt():
-        if plan.pending:
-            warm_imports(plan, progress)
-        with executor(options, bool(plan.pending)) as run_trials:
+    # Closed on every way out: a SIGTERM while waiting for the lock leaves no -wal/-shm behind.
+    with contextlib.closing(open_store(args.store)) as store, processes.stop_signals_interrupt():
+        print_plan(console, plan, learn(store.trial_costs()))
+        progress = ConsoleProgress(console, plan)
+        rule = repeat_rule(options)
+        if rule.auto:
+            budget = f"{rule.max_repeats} rounds" + (f" or {rule.max_time_s / 60:g} min" if rule.max_time_s else "")
+            console.print(f"  repeats {rule.label}: the first {rule.first} round(s), then one round at a time until every"
+                          f" headline interval is within ±{rule.target:.0%}, the frameworks' comparisons are decided,"
+                          f" or {budget}", highlight=False, soft_wrap=True)
+        with _machine_lock(allow_concurrent, console), executor(options, bool(plan.pending)) as run_trials:
             # as text SQLite can hold: bytes that were not UTF-8 are kept as visible escapes
             command = printable("dlbench " + shlex.join(args.argv))
             state = rounds.AutoState(rule.label)
             run_id = store.create_run(command, environment.capture(installed()), allow_concurrent,
                                       order_seed=plan.order_seed, repeats=state.to_dict())
-            planned = register(store, run_id, plan)
-            if rule.auto:
-                outcome = rounds.run_rounds(store, run_id, rule, state, planned, run_trials, progress)
-            else:
-                outcome = run_trials(store, run_id, planned, progress)
+            try:
+                planned = register(store, run_id, plan)
+                if plan.pending:
+                    warm_imports(plan, progress)
+                if rule.auto:
+                    outcome = rounds.run_rounds(store, run_id, rule, state, planned, run_trials, progress)
+                else:
+                    outcome = run_trials(store, run_id, planned, progress)
+            except KeyboardInterrupt as e:  # before a trial ran: warm imports, reference, floor, ceiling
+                outcome = _interrupted_between_trials(console, e)
             _finish_run(store, run_id, outcome)
-    return _report(console, store, run_id, args, outcome)
+        return _report(console, store, run_id, args, outcome)
 
 
 def resume_main(args: argparse.Namespace) -> int:
@@ -360,35 +385,60 @@ def resume_main(args: argparse.Namespace) -> int:
     how = {k: SWEEP_DEFAULTS[k] if getattr(args, k) is None else getattr(args, k) for k in HOW_OPTIONS}
     check_executor(how)
     console = make_console()
-    store = open_store(args.store, must_exist=True)
-    with machine_lock(bool(args.allow_concurrent), on_wait=lambda: _waiting(console)), \
-            processes.stop_signals_interrupt():
-        run_id = resume.select_run(store, args.resume, args.retry_failed)
-        if run_id is None:
-            console.print(printable(f"dlbench: nothing to resume: no run in {args.store} has"
-                                    f" {_resumable_words(args.retry_failed)} trials"), highlight=False)
-            return EXIT_OK
-        resumption = resume.prepare(store, run_id, args.retry_failed)
-        auto = rounds.state_of(store, run_id)
-        going_on = auto is not None and auto[1].stop is None
-        if not resumption.trials and not going_on:
-            console.print(f"dlbench: run {run_id} has no {_resumable_words(args.retry_failed)}"
-                          " trials; nothing to resume", highlight=False)
-            return EXIT_OK
-        _print_resumption(console, resumption)
-        plan = Plan(trials=[p for _, p in resumption.trials])
-        print_plan(console, plan, learn(store.trial_costs()))
-        progress = ConsoleProgress(console, plan)
-        warm_imports(_first_round(store, run_id) if going_on else plan, progress)
-        with executor(how, True) as run_trials:
-            if auto is not None and going_on:
-                console.print(f"  repeats {auto[0].label}: continuing after round {auto[1].rounds}",
-                              highlight=False)
-                outcome = rounds.run_rounds(store, run_id, *auto, resumption.trials, run_trials, progress)
-            else:
-                outcome = run_trials(store, run_id, resumption.trials, progress)
-        _finish_run(store, run_id, outcome)
-    return _report(console, store, run_id, args, outcome)
+    with contextlib.closing(open_store(args.store, must_exist=True)) as store, processes.stop_signals_interrupt():
+        with _machine_lock(bool(args.allow_concurrent), console):
+            run_id = resume.select_run(store, args.resume, args.retry_failed)
+            if run_id is None:
+                console.print(printable(f"dlbench: nothing to resume: no run in {args.store} has"
+                                        f" {_resumable_words(args.retry_failed)} trials"), highlight=False)
+                return EXIT_OK
+            resumption = resume.prepare(store, run_id, args.retry_failed)
+            auto = rounds.state_of(store, run_id)
+            going_on = auto is not None and auto[1].stop is None
+            if not resumption.trials and not going_on:
+                console.print(f"dlbench: run {run_id} has no {_resumable_words(args.retry_failed)}"
+                              " trials; nothing to resume", highlight=False)
+                return EXIT_OK
+            _print_resumption(console, resumption)
+            plan = Plan(trials=[p for _, p in resumption.trials])
+            print_plan(console, plan, learn(store.trial_costs()))
+            progress = ConsoleProgress(console, plan)
+            try:
+                warm_imports(_first_round(store, run_id) if going_on else plan, progress)
+                with executor(how, True) as run_trials:
+                    if auto is not None and going_on:
+                        console.print(f"  repeats {auto[0].label}: continuing after round {auto[1].rounds}",
+                                      highlight=False)
+                        outcome = rounds.run_rounds(store, run_id, *auto, resumption.trials, run_trials, progress)
+                    else:
+                        outcome = run_trials(store, run_id, resumption.trials, progress)
+            except KeyboardInterrupt as e:  # before a trial ran: warm imports, reference, floor, ceiling
+                outcome = _interrupted_between_trials(console, e)
+            _finish_run(store, run_id, outcome)
+        return _report(console, store, run_id, args, outcome)
+
+
+def _interrupted_between_trials(console: Console, e: KeyboardInterrupt) -> Outcome:
+    """Interrupted where no trial runs (each running trial's own interruption is stored by the
+    executor): the run is `interrupted`, its unfinished trials resumable."""
+    console.print(f"interrupted by {e or 'SIGINT'} before the next trial started", highlight=False)
+    return Outcome(interrupted=True)
+
+
+@contextlib.contextmanager
+def _machine_lock(allow_concurrent: bool, console: Console) -> Iterator[None]:
+    """The machine lock; a stop signal while waiting for it ends the command with a message
+    (and exit 130), nothing having run."""
+    held = False
+    try:
+        with machine_lock(allow_concurrent, on_wait=lambda: _waiting(console)):
+            held = True
+            yield
+    except KeyboardInterrupt as e:
+        if not held:
+            console.print(f"dlbench: interrupted by {e or 'SIGINT'} while waiting for another dlbench run on"
+                          f" this machine ({lock_path()}) to finish; nothing ran", highlight=False, soft_wrap=True)
+        raise
 
 
 def _first_round(store: Store, run_id: int) -> Plan:
@@ -425,7 +475,12 @@ def _resumable_words(retry_failed: bool) -> str:
 
 
 def _waiting(console: Console) -> None:
-    console.print("waiting for another dlbench run on this machine to finish")
+    """Who holds the machine-wide lock, and how not to wait (a run beside another times both)."""
+    pid = processes.flock_holder(lock_path())
+    holder = processes.describe(pid) if pid is not None else "another process"
+    console.print(printable(f"waiting for another dlbench run on this machine to finish: {holder} holds"
+                            f" {lock_path()}; --allow-concurrent runs now (its timings then share the"
+                            " machine, and the run records that)"), highlight=False, soft_wrap=True)
 
 
 def _print_resumption(console: Console, r: resume.Resumption) -> None:
@@ -442,7 +497,7 @@ def _print_resumption(console: Console, r: resume.Resumption) -> None:
 
 def _finish_run(store: Store, run_id: int, outcome: Outcome) -> None:
     """The run's status over all its trials (a resumed run includes those finished before)."""
-    parallel.annotate_run(store, run_id)  # scaling efficiency from the paired trials
+    annotate.annotate_run(store, run_id)  # scaling efficiency from the paired trials
     failed = any(s in FAILURE_STATUSES for s in store.statuses(run_id))
     store.finish_run(run_id, "interrupted" if outcome.interrupted else ("failed" if failed else "ok"))
 
@@ -450,6 +505,7 @@ def _finish_run(store: Store, run_id: int, outcome: Outcome) -> None:
 def _report(console: Console, store: Store, run_id: int, args: argparse.Namespace, outcome: Outcome) -> int:
     print_run_tables(console, store, [run_id], args.wide)
     store_path = args.store
+    store.check_present()  # never "stored" in a file that is gone
     console.print(printable(f"stored as run {run_id} in {store_path}"), highlight=False)
     if outcome.interrupted:
         console.print(printable(f"interrupted: the unfinished trials of run {run_id} are stored; finish"

@@ -60,8 +60,9 @@ def _cores() -> int:
 
 
 KEYS: dict[str, Key] = {
-    "workload": Key("names", workloads.names),
-    "framework": Key("names", lambda: tuple(registered())),
+    # `all` as on the command line (cli/common.workload_names, -f all)
+    "workload": Key("names", lambda: (*workloads.names(), "all")),
+    "framework": Key("names", lambda: (*registered(), "all")),
     "mode": Key("names", lambda: MODES),
     "batch-size": Key("ints", minimum=1),
     "seed": Key("ints", minimum=0),
@@ -134,7 +135,7 @@ def _read(path: str) -> dict[str, Any]:
         raise UsageError(f"suite file {path} is larger than {MAX_SUITE_BYTES // 1024} KiB; a suite is a TOML table"
                          " of run's options")
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a byte-order mark, as some editors write, is not TOML
     except UnicodeDecodeError as e:
         raise UsageError(f"{path}: not UTF-8 text (byte {e.start})") from None
     try:
@@ -153,7 +154,7 @@ def _convert(key: Key, value: Any) -> Any:
         return tuple(items)
     if key.kind == "seconds":
         if _is_int(value) or isinstance(value, float):
-            if value > 0:  # false for nan; inf means no timeout
+            if value > 0:  # false for nan; inf and huge values: TrialSpec.validate says the maximum
                 return float(value)
         raise _Bad(value, "a number of seconds > 0")
     if key.kind == "fraction":

@@ -4,6 +4,8 @@ table builds its rows from these, so a configuration reads the same in every tab
 
 from __future__ import annotations
 
+import math
+
 from dlbench.analysis.summary import Summary
 from dlbench.analysis.window import (
     ADVICE,
@@ -37,6 +39,17 @@ def percent_text(x: float) -> str:
     """`5.0%` below 9.5 %, `12%` above: two significant digits at most."""
     x = abs(x)
     return f"{x:.0%}" if x >= 0.095 else f"{x:.1%}"
+
+
+def plain_number(x: float, digits: int = 4) -> str:
+    """`10150`, `5568`, `43.21`, `0.01230`: `digits` significant digits in fixed notation (never
+    `1.015e+04` beside `5568` in one column); exponents only past 1e9 or below 1e-6."""
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    magnitude = math.floor(math.log10(abs(x)))
+    if magnitude >= 9 or magnitude < -6:
+        return f"{x:.{digits - 1}e}"
+    return f"{x:.{max(0, digits - 1 - magnitude)}f}"
 
 
 def spread(s: Summary) -> float | None:

@@ -53,8 +53,11 @@ HEADLINE = [
     _m("train_s", "train_s", _f(2)),
     _m("samples_per_s", "samples_per_s", _f(1)),
     _m("accuracy", "accuracy", _f(3)),
+    _m("map_voc", "map_voc", _f(3)),  # detect: mAP@0.5 under the VOC devkit's matching; hidden elsewhere
     _m("denoising_mse", "denoising_mse", _f(4)),  # ddpm's held-out quality; hidden where no row has it
-    _m("sample_fd", "sample_frechet_distance", _f(3)),  # ddpm: trained samples' Fréchet distance (not FID)
+    _m("sample_fd", "sample_feature_fd", _f(3)),  # ddpm: trained samples' Fréchet distance (not FID)
+    _m("sample_fd_floor", "sample_feature_fd_floor", _f(3)),  # ... what real images score (a perfect sampler)
+    _m("sample_fd_noise", "sample_feature_fd_noise", _f(3)),  # ... what noise images score (learnt nothing)
     _m("rss_initial", "rss_initial_bytes", _gib),
     _m("rss_peak", "rss_peak_bytes", _gib),
     _m("vram_initial", "vram_initial_bytes", _gib),
@@ -114,6 +117,20 @@ INFER = [
     _m("sample_step", "sample_step_s", _ms),
     _m("sample_images_per_s", "sample_images_per_s", _f(1)),
     _m("sample_ttfs", "time_to_first_sample_s", _f(2)),
+]
+
+
+# The generation table (report/generation.py): token latencies, throughput, compile and cache.
+GENERATE = [
+    _m("gen_ttft_p50", "ttft_p50_s", _ms),
+    _m("gen_ttft_p99", "ttft_p99_s", _ms),
+    _m("gen_tpot_p50", "tpot_p50_s", _ms),
+    _m("gen_tpot_p99", "tpot_p99_s", _ms),
+    _m("gen_tokens_per_s_stream", "output_tokens_per_s_per_stream", _f(1)),
+    _m("gen_tokens_per_s", "output_tokens_per_s", _f(1)),
+    _m("gen_first", "first_generation_s", _f(2)),
+    _m("gen_cache", "kv_cache_bytes", lambda v: f"{v / 2**20:.2f}"),
+    _m("gen_recompiles", "recompiles_per_prompt_length", _f(1)),
 ]
 
 

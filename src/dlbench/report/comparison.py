@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dlbench.analysis import compare as cmp
 from dlbench.analysis import metrics, stats
-from dlbench.report.cells import percent_text
+from dlbench.report.cells import percent_text, plain_number
 from dlbench.report.columns import GIB
 from dlbench.report.tabledata import Cell, Column, Table
 from dlbench.text import printable
@@ -22,11 +22,11 @@ def _shift_cell(r: cmp.PairResult) -> Cell:
     """The shift with its interval: absolute `[0.950, 1.020] 88%`, relative and compact; the
     estimate alone where no interval exists (a side of one process)."""
     s = r.decision.shift
-    text = f"{s.estimate:.3f}" if s.ratio else f"{s.estimate:+.4g}"
+    text = f"{s.estimate:.3f}" if s.ratio else _signed(s.estimate)
     if s.level <= 0:
         return Cell(text)
     level = f"{s.level:.0%}"
-    interval = f"[{s.low:.3f}, {s.high:.3f}] {level}" if s.ratio else f"[{s.low:+.4g}, {s.high:+.4g}] {level}"
+    interval = f"[{s.low:.3f}, {s.high:.3f}] {level}" if s.ratio else f"[{_signed(s.low)}, {_signed(s.high)}] {level}"
     if not s.ratio or not s.estimate:
         return Cell(text, interval)
     down, up = s.estimate - s.low, s.high - s.estimate
@@ -34,11 +34,15 @@ def _shift_cell(r: cmp.PairResult) -> Cell:
     return Cell(text, interval, relative, spread=max(down, up) / s.estimate, level=level)
 
 
+def _signed(x: float) -> str:
+    return ("+" if x >= 0 else "") + plain_number(x)
+
+
 def _median(metric: str, s: stats.Summary) -> Cell:
     """The median in the unit a table shows (GiB for bytes)."""
     if s.median is None:
         return Cell("–")
-    return Cell(f"{s.median / GIB:.3f} GiB" if metrics.unit(metric) == "B" else f"{s.median:.4g}")
+    return Cell(f"{s.median / GIB:.3f} GiB" if metrics.unit(metric) == "B" else plain_number(s.median))
 
 
 def _row(r: cmp.PairResult) -> tuple[Cell, ...]:

@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 from dlbench.analysis.convergence import (
+    RETURN_SPANS,
     SeedPair,
+    episodic_return_curve,
     input_stalls,
     placement_key,
     seed_pairs,
@@ -97,12 +99,31 @@ def converge_table(report: Report) -> Table | None:
         (str(c.axes["workload"]), model.workload_quality(str(c.axes["workload"]))) for c in shown
         if c.summary("accuracy").median is not None)
     notes += quality_notes
+    notes += return_curve_notes([(_trial_label(c, c.ok[0]), c.ok[0]) for c in shown])
     columns = [*label_columns(report, axes),
                *(Column(h.replace("accuracy", quality), "right") for h in CONVERGE_HEADERS)]
     return Table("converge", "Time to accuracy",
                  f"time to {quality} {', '.join(targets)} (converge; training time only, evaluation apart;"
                  " medians over repeats)", tuple(columns), tuple(map(tuple, rows)),
                  tuple(notes + describe_pairs(pairs) + [COMPILE_NOTE]))
+
+
+def return_curve_notes(trials: list[tuple[str, Trial]]) -> list[str]:
+    """For RL converge trials (an `episodic_return` series, runner/scenarios/rl.py): the curve in the form
+    published PPO results use, beside dlbench's own target metric, one note per trial (the first
+    ok repeat), preceded by one note saying what it is."""
+    lines = [f"{label}: " + " ".join(f"{s / 1000:.4g}k:{r:.0f}" for s, r in episodic_return_curve(points))
+             for label, t in trials if (points := t.series.get("episodic_return"))]
+    if not lines:
+        return []
+    return [RETURN_CURVE_NOTE, *lines]
+
+
+RETURN_CURVE_NOTE = ("episodic return by global env step, the form of published PPO curves (CleanRL logs every"
+                     " episode's return at its global step, charts/episodic_return): the mean return of the episodes"
+                     f" ending in each of {RETURN_SPANS} equal spans of the run's steps, `span end:mean`. dlbench's own"
+                     " target metric differs: the mean of the last 20 finished episodes, checked after every"
+                     " iteration (N x T env steps); docs/workloads.md#ppo says how its PPO differs from CleanRL's")
 
 
 COMPILE_NOTE = ("of which compile s: the time to target includes the first step's compile (as a user waits"

@@ -20,8 +20,9 @@ from plotly.subplots import make_subplots
 from dlbench.analysis import payback as payback_analysis
 from dlbench.analysis.categories import CATEGORIES
 from dlbench.analysis.history import segments
+from dlbench.analysis.metrics import label as metrics_label
 from dlbench.analysis.summary import Summary, summarize
-from dlbench.report import model
+from dlbench.report import cells, model
 from dlbench.report import payback as payback_report
 from dlbench.report import profile as profile_report
 from dlbench.report.history import Series as HistorySeries
@@ -117,6 +118,8 @@ class _Bars:
     configs: list[Config]
     summary: Callable[[Config], Summary]
     with_run: bool  # the x labels name the run (when traces are not one per run)
+    pattern: str = ""  # a bar fill pattern: tells metrics apart where colour is the framework's
+    window: bool = False  # a metric of the timed window: hatch the bars of windows too short to time
 
 
 def _by_run_or_framework(report: Report, configs: list[Config], metric: str) -> list[_Bars]:
@@ -125,13 +128,27 @@ def _by_run_or_framework(report: Report, configs: list[Config], metric: str) -> 
     for c in configs:
         groups.setdefault(f"run {c.run_id}" if report.multi_run else str(c.axes["framework"]), []).append(c)
     return [_Bars(name, PALETTE[i % len(PALETTE)] if report.multi_run else _color(report, name), cs,
-                  _summary_of(metric), False) for i, (name, cs) in enumerate(groups.items())]
+                  _summary_of(metric), False, window=metric in cells.WINDOW_METRICS)
+            for i, (name, cs) in enumerate(groups.items())]
+
+
+# Medians further apart than this in one panel put its value axis on a log scale: on a linear one
+# a 444 samples/s bar beside 79,845 is invisible.
+LOG_AXIS_RATIO = 20.0
+SHORT_PATTERN = "/"  # the hatching of a bar whose timed window was too short to time
+
+
+def _log_axis(values: list[float]) -> bool:
+    positive = [v for v in values if v > 0]
+    return len(positive) > 1 and max(positive) / min(positive) > LOG_AXIS_RATIO
 
 
 def _bar_figure(report: Report, traces: Callable[[list[Config]], list[_Bars]], scale: float,
                 unit: str, configs: list[Config]) -> go.Figure:
-    """Bars with the median's interval as whiskers, one panel per workload. Traces that share
-    an x position (runs side by side, percentiles) are grouped, others centred."""
+    """Bars with the median's interval as whiskers, one panel per workload, its value axis
+    logarithmic where its medians span more than LOG_AXIS_RATIO. Traces that share an x
+    position (runs side by side, percentiles) are grouped, others centred. A bar of a timed
+    window too short to time is hatched, with `~` before its label and the reason in its hover."""
     panels = _panels(configs)
     titles = [_t(w) for w, _ in panels] if len(panels) > 1 else None
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=titles)
@@ -139,20 +156,34 @@ def _bar_figure(report: Report, traces: Callable[[list[Config]], list[_Bars]], s
     shared_x = False
     for col, (_, group) in enumerate(panels, start=1):
         xs: list[str] = []
+        values: list[float] = []
         for bars in traces(group):
             summaries = [bars.summary(c) for c in bars.configs]
-            x = [_t(report.short_label(c, with_run=bars.with_run)) for c in bars.configs]
+            short = [bars.window and cells.short_window(c) for c in bars.configs]
+            x = [_t(("~ " if sh else "") + report.short_label(c, with_run=bars.with_run))
+                 for c, sh in zip(bars.configs, short, strict=True)]
             shared_x = shared_x or bool(set(x) & set(xs))
             xs += x
+            y = [None if s.median is None else s.median * scale for s in summaries]
+            values += [v for v in y if v is not None]
             fig.add_trace(go.Bar(
-                x=x, y=[None if s.median is None else s.median * scale for s in summaries],
-                error_y=_error_bars(summaries, scale), name=_t(bars.name), legendgroup=_t(bars.name),
+                x=x, y=y, error_y=_error_bars(summaries, scale), name=_t(bars.name), legendgroup=_t(bars.name),
                 showlegend=bars.name not in shown, marker_color=bars.color,
-                hovertext=[_hover(s, scale, unit) for s in summaries], hoverinfo="x+text+name",
+                # a metric's own pattern wins (efficiency); its short windows keep the `~` label
+                marker_pattern_shape=[bars.pattern or (SHORT_PATTERN if sh else "") for sh in short],
+                hovertext=[_hover(s, scale, unit) + ("<br>~ timed window too short to time: indicative only" if sh else "")
+                           for s, sh in zip(summaries, short, strict=True)], hoverinfo="x+text+name",
             ), row=1, col=col)
             shown.add(bars.name)
-        fig.update_yaxes(title_text=_t(unit), row=1, col=col)
+        log = _log_axis(values)
+        fig.update_yaxes(title_text=_t(unit + (" (log scale)" if log else "")), type="log" if log else None,
+                         row=1, col=col)
     return _layout(fig, barmode="group" if shared_x else "relative")
+
+
+SHORT_CAPTION = (" Hatched, `~` before the label: a timed window too short to time (fewer than"
+                 f" {cells.MIN_TIMED_STEPS} steps or under {cells.MIN_TIMED_WINDOW_S:g} s): indicative only."
+                 f" A panel whose medians span more than {LOG_AXIS_RATIO:g}x has a log axis.")
 
 
 def _with_metric(report: Report, metric: str) -> list[Config]:
@@ -170,16 +201,24 @@ def throughput(report: Report) -> Chart | None:
                       "samples/s", configs)
     return Chart("throughput", "Training throughput", fig,
                  "Median samples/s over the processes of each configuration; whiskers span the "
-                 "median's confidence interval (its level in the hover) where there are 2 or more.")
+                 "median's confidence interval (its level in the hover) where there are 2 or more." + SHORT_CAPTION)
 
 
 def accuracy(report: Report) -> Chart | None:
-    configs = [c for c in _with_metric(report, "accuracy") if c.axes.get("labels") == "learnable"]
+    """The held-out quality after the timed window: accuracy, or the workload's own quality
+    metric (detect's mAP@0.5, stored as `map`) where its configurations share one."""
+    learnable = [c for c in report.configs if c.axes.get("labels") == "learnable" and c.axes.get("scenario") != "converge"]
+    names = {model.workload_quality(str(c.axes["workload"])) for c in learnable}
+    metric = names.pop() if len(names) == 1 else "accuracy"
+    if metric not in ("accuracy", "map"):
+        metric = "accuracy"  # a quality of another kind (ddpm's denoising MSE) is in the headline table
+    configs = [c for c in _with_metric(report, metric) if c in learnable]
     if not configs:
         return None
-    fig = _bar_figure(report, lambda cs: _by_run_or_framework(report, cs, "accuracy"), 1.0,
-                      "accuracy", configs)
-    return Chart("accuracy", "Accuracy on the held-out split", fig,
+    label = metrics_label(metric)
+    fig = _bar_figure(report, lambda cs: _by_run_or_framework(report, cs, metric), 1.0, label, configs)
+    title = "Accuracy on the held-out split" if metric == "accuracy" else f"{label} on the held-out split"
+    return Chart("accuracy" if metric == "accuracy" else "quality", title, fig,
                  "After the timed window, on labels a model can learn (`labels = learnable`); "
                  "median over processes with its interval.")
 
@@ -263,8 +302,10 @@ def memory(report: Report) -> Chart | None:
     cols = min(MEMORY_COLUMNS, len(configs))
     rows = -(-len(configs) // cols)
     plot_px = rows * MEMORY_PANEL_PX + (rows - 1) * MEMORY_GAP_PX
+    # shared axes: panels read against each other (the same GiB and seconds in every one)
     fig = make_subplots(rows=rows, cols=cols, vertical_spacing=MEMORY_GAP_PX / plot_px if rows > 1 else 0.0,
-                        horizontal_spacing=0.08, subplot_titles=[_t(report.short_label(c)) for c in configs])
+                        horizontal_spacing=0.08, subplot_titles=[_t(report.short_label(c)) for c in configs],
+                        shared_xaxes="all", shared_yaxes="all")
     shapes: list[dict[str, Any]] = []
     for i, c in enumerate(configs):
         row, col = i // cols + 1, i % cols + 1
@@ -286,8 +327,8 @@ def memory(report: Report) -> Chart | None:
     fig.update_layout(shapes=shapes)  # at once: add_vrect per panel is quadratic in the shapes
     _phase_legend(fig, [(c, t) for c in configs for t in c.trials if t.series.get("rss_bytes")])
     return Chart("memory", "Memory over time", _layout(fig, height=plot_px + 140),
-                 "One panel per configuration: raw samples every 25 ms over the worker's process tree, "
-                 "seconds since the sampler started (repeats fainter); shaded: the phases the first process "
+                 "One panel per configuration, all on the same axes: raw samples every 25 ms over the worker's"
+                 " process tree, seconds since the sampler started (repeats fainter); shaded: the phases the first process "
                  "reported (import, build, data, compile, first step, warm-up, timed window, evaluation).")
 
 
@@ -319,25 +360,29 @@ def loss(report: Report) -> Chart | None:
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.05,
                         subplot_titles=["by step", "by wall-clock time"])
     shown: set[str] = set()
+    any_means = False
     for c, t in pairs:
         # one legend entry per configuration, in its framework's colour; its repeats share it
-        name, color = _t(report.short_label(c)), _color(report, c.axes["framework"])
-        steps = t.series["loss"]
-        fig.add_trace(go.Scatter(x=[p[0] for p in steps], y=[p[1] for p in steps], mode="lines",
-                                 name=name, legendgroup=name, showlegend=name not in shown,
-                                 hovertext=_t(_trial_name(report, c, t)), line={"color": color, "width": 1.5}),
-                      row=1, col=1)
+        means = model.chunk_means(t)
+        any_means |= means
+        name, color = _t(report.short_label(c) + (" (chunk means)" if means else "")), _color(report, c.axes["framework"])
+        # a chunk's mean is one measurement at the chunk's end: a marker on a dotted line, never a flat run of steps
+        style = {"mode": "lines+markers", "marker": {"color": color, "size": 7, "symbol": "diamond"},
+                 "line": {"color": color, "width": 1, "dash": "dot"}} if means else \
+            {"mode": "lines", "line": {"color": color, "width": 1.5}}
+        for col, points in ((1, t.series["loss"]), (2, model.loss_by_time(t))):
+            fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], name=name, legendgroup=name,
+                                     showlegend=col == 1 and name not in shown,
+                                     hovertext=_t(_trial_name(report, c, t)), **style), row=1, col=col)
         shown.add(name)
-        timed = model.loss_by_time(t)
-        fig.add_trace(go.Scatter(x=[p[0] for p in timed], y=[p[1] for p in timed], mode="lines",
-                                 name=name, legendgroup=name, showlegend=False, hovertext=_t(_trial_name(report, c, t)),
-                                 line={"color": color, "width": 1.5}), row=1, col=2)
     fig.update_xaxes(title_text="step of the timed window", row=1, col=1)
     fig.update_xaxes(title_text="seconds since the timed window began", row=1, col=2)
     fig.update_yaxes(title_text="training loss", row=1, col=1)
+    means_note = (" A framework that reports one mean loss per training call (Keras's fit) is drawn as"
+                  " diamonds: each the mean over its chunk's steps, at the chunk's last step.") if any_means else ""
     return Chart("loss", "Loss curves", _layout(fig, height=460),
                  "Training loss of every step in the timed window, per process; identical weights and "
-                 "data order make the curves comparable step by step.")
+                 "data order make the curves comparable step by step." + means_note)
 
 
 def _several_metrics(report: Report, names: dict[str, str], scale: float, unit: str) -> go.Figure | None:
@@ -402,13 +447,33 @@ def served_load(report: Report) -> Chart | None:
                  "the p99 bound (early stopping included), open: INVALID.")
 
 
+EFFICIENCY_PATTERNS = ("", ".", "x")  # one fill per efficiency metric; the colour stays the framework's
+EFFICIENCY_SHORT = {"mfu": "MFU", "matmul_ceiling_share": "ceiling share"}
+
+
 def efficiency(report: Report) -> Chart | None:
-    fig = _several_metrics(report, EFFICIENCY, 100.0, "% of peak")
-    if fig is None:
+    """MFU and the matmul-ceiling share, one colour per framework as in every other chart, the
+    metrics told apart by their fill pattern."""
+    present = [m for m in EFFICIENCY if any(c.summary(m).median is not None for c in report.configs)]
+    if not present:
         return None
+
+    def traces(configs: list[Config]) -> list[_Bars]:
+        out = []
+        for i, m in enumerate(present):
+            for bars in _by_run_or_framework(report, [c for c in configs if c.summary(m).median is not None], m):
+                name = bars.name if len(present) == 1 else f"{bars.name} {EFFICIENCY_SHORT[m]}"
+                out.append(dataclasses.replace(bars, name=name, with_run=report.multi_run,
+                                               pattern=EFFICIENCY_PATTERNS[i % len(EFFICIENCY_PATTERNS)]))
+        return out
+
+    configs = [c for c in report.configs if any(c.summary(m).median is not None for m in present)]
+    unit = "% of peak" if len(present) > 1 else f"{EFFICIENCY[present[0]]}, %"
+    fig = _bar_figure(report, traces, 100.0, unit, configs)
     return Chart("efficiency", "Efficiency", fig,
                  "MFU: achieved FLOP/s over the device's dense peak for the dtype (GPUs in the peak "
-                 "table); on CPUs the share of a measured matmul ceiling. Medians over processes.")
+                 "table); on CPUs the share of a measured matmul ceiling. Medians over processes; the"
+                 " colour is the framework's, the fill pattern the metric.")
 
 
 def scaling(report: Report) -> Chart | None:
@@ -525,6 +590,11 @@ def returns(report: Report) -> Chart | None:
             fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines",
                                      name=name, legendgroup=name, showlegend=col == 1,
                                      line={"color": color, "width": 1.5}), row=1, col=col)
+        # every episode's return at its global env step (CleanRL's charts/episodic_return form)
+        episodes = t.series.get("episodic_return") or []
+        fig.add_trace(go.Scatter(x=[p[0] for p in episodes], y=[p[1] for p in episodes], mode="markers",
+                                 name=name, legendgroup=name, showlegend=False, opacity=0.35,
+                                 marker={"color": color, "size": 3}), row=1, col=1)
     for target in sorted({float(t.spec["target_accuracy"]) for _, t in pairs if t.spec.get("target_accuracy")}):
         fig.add_hline(y=target * RL_MAX_RETURN, line_dash="dash", line_color="#555555", line_width=1)
     fig.update_xaxes(title_text="environment steps", row=1, col=1)
@@ -532,7 +602,9 @@ def returns(report: Report) -> Chart | None:
     fig.update_yaxes(title_text="mean episodic return", row=1, col=1)
     return Chart("returns", "Reinforcement learning: returns", _layout(fig, height=460),
                  "Mean return of the last 20 finished episodes after each PPO iteration, one line per process"
-                 " (seed): against environment steps and against training seconds; dashed: the target (the"
+                 " (seed): against environment steps and against training seconds; dots: every finished"
+                 " episode's return at the global environment step it ended (the points published PPO curves,"
+                 " e.g. CleanRL's charts/episodic_return, are drawn from); dashed: the target (the"
                  " normalised target x 500, CartPole's longest episode). Seeds differ by design: once one action"
                  " flips at a rounding boundary two frameworks' runs diverge, so compare distributions.")
 
@@ -609,34 +681,54 @@ def history(series: list[HistorySeries]) -> Chart | None:
                  " of the step fit, a new level where the history table marks a STEP.")
 
 
+PAYBACK_COLUMNS = 3  # panels per row of the payback chart
+
+
 def payback(report: Report) -> Chart | None:
-    """Cumulative wall time against steps for configurations that differ only in framework and
-    mode (report/payback.py), each crossover marked; one panel per group."""
+    """Cumulative wall time against steps for the configurations ahead at some run length
+    (report/payback.py), per group of configurations that differ only in framework and mode;
+    each crossover a numbered dot whose step count is in its hover text and in the table (labels
+    beside the dots overprinted each other where crossovers lie close)."""
     found = payback_report.groups(report)
     if not found:
         return None
-    fig = make_subplots(rows=1, cols=len(found), subplot_titles=[
+    cols = min(len(found), PAYBACK_COLUMNS)
+    rows = -(-len(found) // cols)
+    fig = make_subplots(rows=rows, cols=cols, vertical_spacing=0.12 if rows > 1 else 0.1, subplot_titles=[
         _t(" ".join(f"{a} {c.axes[a]}" for a in ("workload", "batch"))) for c, _ in (g[0] for g in found)])
-    for col, group in enumerate(found, start=1):
-        costs = [made for _, made in group]
-        crossings = payback_analysis.crossovers(costs)
-        horizon = payback_analysis.horizon_steps(crossings)
-        steps = [1 + round(i * (horizon - 1) / 100) for i in range(101)]
+    shown: set[str] = set()
+    any_short = False
+    for i, group in enumerate(found):
+        row, col = i // cols + 1, i % cols + 1
+        lead = payback_analysis.leaders([made for _, made in group])
+        # the leaders; where one leads throughout, its closest rival beside it (the gap is the point)
+        ahead = {id(x.early) for x in lead} | {id(x.late) for x in lead if x.steps is not None or len(lead) == 1}
+        horizon = payback_analysis.horizon_steps(lead)
+        steps = [1 + round(k * (horizon - 1) / 100) for k in range(101)]
         for c, made in group:
+            if id(made) not in ahead:
+                continue  # never ahead: its line would only stretch the axis
+            short = cells.short_window(c)
+            any_short |= short
+            name = _t(made.label + (" ~" if short else ""))
             fig.add_trace(go.Scatter(x=steps, y=[made.total_s(n) / 60 for n in steps], mode="lines",
-                                     name=_t(made.label), legendgroup=_t(made.label), showlegend=col == 1,
-                                     line={"color": _color(report, c.axes["framework"])}), row=1, col=col)
-        for x in crossings:
-            if x.steps is not None and x.seconds is not None:
-                fig.add_trace(go.Scatter(x=[x.steps], y=[x.seconds / 60], mode="markers+text", showlegend=False,
-                                         marker={"color": "#333333", "size": 8}, text=[f"{x.steps}"],
-                                         textposition="top left", hovertext=[_t(x.text())], hoverinfo="text"),
-                              row=1, col=col)
-        fig.update_xaxes(title_text="training steps", row=1, col=col)
-    fig.update_yaxes(title_text="total wall time, min", row=1, col=1)
-    return Chart("payback", "When compilation pays back", _layout(fig),
+                                     name=name, legendgroup=name, showlegend=name not in shown,
+                                     line={"color": _color(report, c.axes["framework"]),
+                                           "dash": "dot" if short else "solid"}), row=row, col=col)
+            shown.add(name)
+        crossings = [x for x in lead if x.steps is not None and x.seconds is not None]
+        if crossings:
+            fig.add_trace(go.Scatter(x=[x.steps for x in crossings], y=[(x.seconds or 0.0) / 60 for x in crossings],
+                                     mode="markers", showlegend=False, marker={"color": "#333333", "size": 9},
+                                     hovertext=[_t(x.text()) for x in crossings], hoverinfo="text"), row=row, col=col)
+        fig.update_xaxes(title_text="training steps", row=row, col=col)
+        fig.update_yaxes(title_text="total wall time, min" if col == 1 else None, row=row, col=col)
+    short_text = (" Dotted, `~` in the legend: a configuration whose timed window was too short to time; its"
+                  " crossover is indicative only.") if any_short else ""
+    return Chart("payback", "Total wall time by run length", _layout(fig, height=max(380, 330 * rows)),
                  "Total wall time of a run of n steps = time to first step + (n - 1) x median step time, per "
-                 "configuration (medians over processes); dots: crossovers, labelled with their step count.")
+                 "configuration ahead at some run length (medians over processes); dots: where the lead passes"
+                 " to another configuration (hover for the step count; the table lists each)." + short_text)
 
 
 def batch_sweep(report: Report) -> Chart | None:

@@ -34,6 +34,8 @@ DESCRIPTION = ("Medians over processes; with each, the median's confidence inter
                " and its true level.")
 
 
+# Columns only some workloads fill (ddpm's): left out silently where no row has a value.
+WORKLOAD_SPECIFIC = ("denoising_mse", "sample_fd")
 # The headline's VRAM columns: left out, with one line saying why, when no GPU was sampled.
 VRAM_KEYS = ("vram_initial", "vram_peak")
 
@@ -77,11 +79,13 @@ def headline_table(report: Report) -> Table:
     rows = [_headline_row(report, c, metrics) for c in configs]
     noted: dict[str, str] | None = None if gpu_note is None else {}
     notes = mark_notes(rows) + quality_notes + ([gpu_note] if gpu_note else []) + model.notes(report, configs, noted)
+    rl = sorted({str(c.axes["workload"]) for c in configs if c.ok and model.rolls_out(str(c.axes["workload"]))})
+    notes += [model.RL_SAMPLES_NOTE.format(names=", ".join(rl))] if rl else []
     notes += model.repeat_notes(report)
     notes += model.parity_notes((t for c in configs for t in c.trials), TRAIN_PARITY)
     ids = [r.id for r in report.runs]
-    columns = [*label_columns(report, report.label_axes), *(Column(c.header, "right") for c in metrics),
-               Column("parity"), STATUS]
+    columns = [*label_columns(report, report.label_axes),
+               *(Column(c.header, "right", quiet=c.key in WORKLOAD_SPECIFIC) for c in metrics), Column("parity"), STATUS]
     return Table("results", "Results", "dlbench results" + (f" (run {ids[0]})" if len(ids) == 1 else ""),
                  tuple(columns), tuple(map(tuple, rows)), tuple(notes), DESCRIPTION)
 
@@ -101,10 +105,13 @@ def has_values(table: Table) -> bool:
                if not col.key)
 
 
+COMPILE_ESTIMATED_NOTE = "*: compile estimated as the first step minus a median step"
+
+
 def startup_table(report: Report) -> Table:
-    return _medians_table(report, "startup", "Start-up and efficiency",
-                          "start-up and efficiency (medians; * compile estimated as first step minus a step)",
-                          STARTUP)
+    table = _medians_table(report, "startup", "Start-up and efficiency", "start-up, efficiency (medians)", STARTUP)
+    estimated = any("estimated" in cell.flags for row in table.rows for cell in row)
+    return dataclasses.replace(table, notes=(*table.notes, *([COMPILE_ESTIMATED_NOTE] if estimated else [])))
 
 
 def gpu_table(report: Report) -> Table:

@@ -21,6 +21,7 @@ import dlbench
 from dlbench.report.figures import Chart, section_id
 from dlbench.report.headline import UNSTABLE_NOTE
 from dlbench.report.model import Report
+from dlbench.report.overview import overview_table
 from dlbench.report.tabledata import Cell, Column, Table, tidy
 from dlbench.report.tables import report_tables
 from dlbench.results.tidy import flatten
@@ -77,8 +78,10 @@ def render(report: Report, charts: list[Chart], method_markdown: str | None) -> 
     sections = [_section(w, part, [c for c in charts if c.section == w], len(parts) > 1) for w, part in parts]
     if len(parts) == 1:  # one workload: the charts made for the whole report, whatever their section
         sections = [_section(parts[0][0], report, charts, False)]
+    overview = overview_table(report)
     body = "\n".join([
-        _header(report, parts, charts),
+        _header(report, parts, charts, overview),
+        *([_table(tidy(overview), "", 2)] if overview is not None else []),
         *sections,
         _environment(report),
         _method(method_markdown),
@@ -123,19 +126,26 @@ def _when(ts: object) -> str:
     return datetime.datetime.fromtimestamp(ts).isoformat(sep=" ", timespec="seconds")
 
 
-def _header(report: Report, parts: list[tuple[str, Report]], charts: list[Chart]) -> str:
+def _header(report: Report, parts: list[tuple[str, Report]], charts: list[Chart], overview: Table | None = None) -> str:
     """Title, runs, and the navigation: to each workload's section where there are several,
     else to each table and chart."""
     runs = "".join(
         f"<li>run {r.id} ({_e(_when(r.info.get('created_at')))}, {_e(r.info.get('status'))}, "
         f"{len(r.trials)} trials): <code>{_e(r.info.get('command'))}</code></li>"
         for r in report.runs)
+    links = [("table-overview", "Overview")] if overview is not None else []
     if len(parts) > 1:
-        links = [(f"workload-{section_id(w)}", w) for w, _ in parts]
+        links += [(f"workload-{section_id(w)}", w) for w, _ in parts]
     else:
-        links = [*((f"table-{t.id}", t.name) for t in report_tables(report)),
+        links += [*((f"table-{t.id}", t.name) for t in report_tables(report)),
                  *((f"chart-{c.id}", c.title) for c in charts)]
     links += [("environment", "Environment and policy"), ("method", "Method")]
+    # a table and a chart of one name (a plugin's, or a future one) get one entry each, told apart
+    seen: dict[str, int] = {}
+    for i, (a, t) in enumerate(links):
+        seen[t] = seen.get(t, 0) + 1
+        if seen[t] > 1:
+            links[i] = (a, f"{t} ({'chart' if a.startswith('chart-') else seen[t]})")
     nav = "".join(f"<a href='#{_e(a)}'>{_e(t)}</a>" for a, t in links)
     return f"<h1>{_e(_title(report))}</h1><ul class='runs'>{runs}</ul><nav>{nav}</nav>"
 

@@ -466,10 +466,19 @@ def phase_spans(trial: Trial) -> list[tuple[str, float, float | None]]:
     return [(name, float(s or 0.0), e) for name, (s, e) in spans.items()]
 
 
+def chunk_means(trial: Trial) -> bool:
+    """Whether the trial's loss series holds one mean per chunk (Keras's fit), each at its
+    chunk's last step, rather than each step's loss."""
+    return "loss" in (trial.data.get("notes") or {})
+
+
 def loss_by_time(trial: Trial) -> Series:
-    """(seconds since the timed window began, loss) per step. A chunk's steps ran back to back
-    and the chunk ended at its step_s sample's time, so step j of n ends at
-    end - (n - 1 - j) * per_step_s. Empty when chunk events and series disagree."""
+    """(seconds since the timed window began, loss), as the worker stored it (`loss_by_time`);
+    for a store from before it, per step: a chunk's steps ran back to back and the chunk ended
+    at its step_s sample's time, so step j of n ends at end - (n - 1 - j) * per_step_s. Empty
+    when chunk events and series disagree."""
+    if "loss_by_time" in trial.series:
+        return trial.series["loss_by_time"]
     losses = trial.series.get("loss") or []
     ends = trial.series.get("step_s") or []
     steps = [int(e.get("steps", 0)) for e in trial.events if e.get("event") == "chunk"]
@@ -480,6 +489,19 @@ def loss_by_time(trial: Trial) -> Series:
         for j in range(n):
             out.append((end - (n - 1 - j) * per_step_s, losses[len(out)][1]))
     return out
+
+
+def rolls_out(name: str) -> bool:
+    """Whether the workload is a reinforcement-learning one (its scenarios include rollout:
+    ppo), whose samples/s count environment steps; False for one not known here."""
+    try:
+        return "rollout" in workloads.get(name).SCENARIOS
+    except Exception:  # noqa: BLE001 - an unknown or broken plugin
+        return False
+
+
+RL_SAMPLES_NOTE = ("samples/s of {names}: environment steps per second over whole iterations (rollout and"
+                   " update); the reinforcement-learning table splits them into env steps/s and update samples/s")
 
 
 def workload_quality(name: str) -> str:

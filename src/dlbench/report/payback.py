@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from dlbench.analysis import payback
 from dlbench.report.model import Config, Report
-from dlbench.report.tabledata import Column, Table, cells
+from dlbench.report.cells import SHORT_NOTE, short_window
+from dlbench.report.tabledata import MISSING, Cell, Column, Flag, Table, cells
 
 # Axes a payback pair may differ in; every other axis must match (same workload, batch, data...).
 PAIRED_BY = ("framework", "mode", "options")
 NOTE = ("a run of n steps costs time to first step + (n - 1) x median step time; crossover = the first"
         " whole step count at which the configuration that starts later is ahead in total wall time"
-        " (warm-up, parity probe and evaluation not counted); medians over repeats")
+        " (warm-up, parity probe and evaluation not counted); medians over repeats; only the"
+        " configurations ahead at some run length are listed")
 SWEEP_NOTE = ("the leader = the framework with the higher median samples/s at a batch size; a crossover"
               " lies between two neighbouring batch sizes where the leader changes")
 
@@ -41,31 +43,49 @@ def groups(report: Report) -> list[list[tuple[Config, payback.Cost]]]:
     return [g for g in by.values() if len(g) > 1]
 
 
-def _row(report: Report, c: Config, x: payback.Crossover) -> tuple[object, ...]:
+def _row(c: Config, x: payback.Crossover, short: bool, alone: bool) -> tuple[Cell, ...]:
+    """One leader of a group: who is ahead, who is ahead after the crossover (or, where the
+    leader stays ahead, the closest other), their start-up and step times (`~` where a timed
+    window was too short to time: then the crossover is as indicative as its inputs)."""
     steps_per_epoch = max(int(c.spec["workload"]["dataset_size"]) // int(c.spec["workload"]["batch_size"]), 1)
-    return (c.axes["workload"], x.early.label, f"{x.early.startup_s:.1f} / {x.late.startup_s:.1f}",
-            f"{x.early.step_s * 1e3:.1f} / {x.late.step_s * 1e3:.1f}", x.late.label if x.steps else "no crossover",
-            "–" if x.steps is None else x.steps,
-            "–" if x.steps is None else f"{x.steps / steps_per_epoch:.1f}",
-            "–" if x.seconds is None else f"{x.seconds / 60:.2f}")
+    flags: frozenset[Flag] = frozenset({"short"}) if short else frozenset()
+    if alone:
+        then = "nobody"
+    elif x.steps is None:
+        then = f"nobody (closest: {x.late.label})"
+    else:
+        then = x.late.label
+    return (Cell(str(c.axes["workload"])), Cell(x.early.label), Cell(then),
+            Cell(f"{x.early.startup_s:.1f} / {x.late.startup_s:.1f}"),
+            Cell(f"{x.early.step_s * 1e3:.1f} / {x.late.step_s * 1e3:.1f}", flags=flags),
+            Cell(MISSING if x.steps is None else str(x.steps), flags=flags if x.steps is not None else frozenset()),
+            Cell(MISSING if x.steps is None else f"{x.steps / steps_per_epoch:.1f}"),
+            Cell(MISSING if x.seconds is None else f"{x.seconds / 60:.2f}"))
 
 
 def payback_table(report: Report) -> Table | None:
-    """Every pair of configurations that differ only in framework and mode, with its crossover."""
+    """Per group of configurations that differ only in framework and mode, who is ahead at
+    each run length: the one ahead from the first step, and each crossover where the lead
+    passes to another (analysis/payback.leaders); pairs that never lead are left out."""
     rows = []
+    short_inputs = False
     for group in groups(report):
-        for x in payback.crossovers([made for _, made in group]):
-            config = next(c for c, made in group if made is x.early)
-            rows.append(tuple(cells(*_row(report, config, x))))
+        config_of = {id(made): c for c, made in group}
+        lead = payback.leaders([made for _, made in group])
+        # the crossovers; where there is none, the one ahead throughout against its closest rival
+        for x in [x for x in lead if x.steps is not None] or lead:
+            short = short_window(config_of[id(x.early)]) or short_window(config_of[id(x.late)])
+            short_inputs |= short
+            rows.append(_row(config_of[id(x.early)], x, short, x.late is x.early))
     if not rows:
         return None
-    columns = (Column("workload", key=True, lift=True), Column("ahead at start", key=True),
-               Column("start-up s (first / then)", "right"), Column("step ms (first / then)", "right"),
-               Column("ahead after", "left"), Column("crossover steps", "right"), Column("epochs", "right"),
-               Column("wall min", "right"))
+    # not a key column: one table for every workload (a table per workload was 6 lines a row)
+    columns = (Column("workload", lift=True), Column("ahead", key=True), Column("then ahead"),
+               Column("start-up s (ahead / then)", "right"), Column("step ms (ahead / then)", "right"),
+               Column("crossover steps", "right"), Column("epochs", "right"), Column("wall min", "right"))
     return Table("payback", "When compilation pays back",
-                 "when compilation pays back: the run length at which one configuration's total wall time overtakes another's",
-                 columns, tuple(rows), (NOTE,))
+                 "when compilation pays back: who is ahead in total wall time at each run length",
+                 columns, tuple(rows), (NOTE, *([SHORT_NOTE] if short_inputs else [])))
 
 
 def sweeps(report: Report) -> list[tuple[str, dict[str, dict[int, float]]]]:

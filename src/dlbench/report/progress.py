@@ -63,6 +63,13 @@ def rl_converge_line(m: Metrics) -> str:
                if m.get("reached_target") else "target not reached"))
 
 
+def generate_line(m: Metrics) -> str:
+    """Greedy generation with a KV cache (runner/scenarios/generate.py)."""
+    return (f"ok: TTFT p50 {1e3 * (m.get('ttft_p50_s') or 0.0):.2f} ms, TPOT p50 {1e3 * (m.get('tpot_p50_s') or 0.0):.2f} ms,"
+            f" {m.get('output_tokens_per_s') or 0.0:.1f} tokens/s at batch {m.get('gen_batch') or 0:g}"
+            f" (first generation {m.get('first_generation_s') or 0.0:.1f} s)")
+
+
 def solve_line(m: Metrics) -> str:
     """The solver scenario (runner/scenarios/solve.py): its points and the cheapest rtol 1e-6."""
     at = m.get("solve_1e-6_s")

@@ -1,24 +1,26 @@
-"""The ranking, the report's first table: for each workload setting (the configurations of a run
-that differ only in framework), the frameworks ordered by the headline metric, each compared
-with the one ranked next below it: "A is faster than B by 1.9x [1.7, 2.1]", "the same within
-±5 %", or "indistinguishable here" with the repeats that would likely decide it. The statistics
-are analysis.compare.rank's (Holm over the adjacent pairs, Hodges-Lehmann intervals at the
-Bonferroni level)."""
+"""The ranking: for each workload setting (the configurations of a run that differ only in
+framework), the frameworks ordered by the headline metric, each compared with the one ranked
+next below it on one line: how many times better with its interval (`1.90x [1.70, 2.10]`) and
+the verdict (`faster (p = 0.008)`, `the same (±5%)`, `undecided (p = 0.3); ~6 more repeats
+each`, `1 repeat: not tested`). The statistics are analysis.compare.rank's (Holm over the
+adjacent pairs, Hodges-Lehmann intervals at the Bonferroni level)."""
 
 from __future__ import annotations
 
 from dlbench.analysis import compare, metrics
 from dlbench.analysis.stats import ALPHA
 from dlbench.report import model
+from dlbench.report.cells import SHORT_NOTE, WINDOW_METRICS, short_window
 from dlbench.report.model import Config, Report
-from dlbench.report.tabledata import Cell, Column, Table
+from dlbench.report.tabledata import Cell, Column, Flag, Table
 from dlbench.spec import configuration_key
 
-METHOD_NOTE = (f"ranking: each framework against the next one down; 'faster' when the Mann-Whitney p,"
-               f" adjusted by Holm's method over the ranking's adjacent pairs, is below {ALPHA:g}; 'the same'"
-               f" when the Hodges-Lehmann interval of the ratio (level shown: 1 - {2 * ALPHA:g}/pairs,"
-               f" Bonferroni) lies within ±{compare.DEFAULT_THRESHOLD:.0%}; otherwise indistinguishable with"
-               " the repeats measured, and the repeats per framework that would likely decide it")
+METHOD_NOTE = (f"ranking: each framework against the next one down, vs next = how many times better (the"
+               f" Hodges-Lehmann ratio) with its interval at level 1 - {2 * ALPHA:g}/pairs (Bonferroni);"
+               f" 'faster' when the Mann-Whitney p, adjusted by Holm's method over the ranking's adjacent"
+               f" pairs, is below {ALPHA:g}; 'same' when the interval lies within"
+               f" ±{compare.DEFAULT_THRESHOLD:.0%}; otherwise undecided with the repeats measured, with the"
+               " repeats per framework that would likely decide it; a side of one process is not tested")
 DESCRIPTION = ("Frameworks ordered by each workload's headline metric (median over processes), each"
                " compared with the next one down: how many times better (the Hodges-Lehmann estimate"
                " of the ratio) with its distribution-free interval and level, and the verdict.")
@@ -60,21 +62,29 @@ def _factor(r: compare.Ranked, metric: str) -> tuple[float, float, float]:
     return 1 / s.estimate, 1 / s.high, 1 / s.low
 
 
-def verdict_text(r: compare.Ranked, metric: str) -> str:
-    """The sentence a reader takes away from one adjacent pair."""
+def tested(r: compare.Ranked, below: compare.Ranked | None) -> bool:
+    """Whether the pair had values enough for a test: a side of one process has no spread, so
+    its p-value (1) and interval (one point) say nothing."""
+    return below is not None and len(r.values) > 1 and len(below.values) > 1
+
+
+def verdict_text(r: compare.Ranked, metric: str, below: compare.Ranked | None = None) -> str:
+    """What a reader takes away from one adjacent pair (this row against the next one down),
+    short enough for one line beside its ratio: `faster (p = 0.008)`, `the same (±5%)`,
+    `undecided (p = 0.2); ~3 more repeats each`, `1 repeat: not tested`."""
     d = r.decision
-    if d is None:
+    if d is None or r.below is None:
         return ""
-    factor, low, high = _factor(r, metric)
+    if below is not None and not tested(r, below):
+        return f"{min(len(r.values), len(below.values))} repeat: not tested"
     word = "faster" if metrics.unit(metric) in ("1/s", "s") else "better"
     if d.verdict == compare.DIFFERENT:
-        if not d.shift.ratio:
-            return f"{r.name} is {word} than {r.below} by {factor:.4g} [{low:.4g}, {high:.4g}]"
-        return f"{r.name} is {word} than {r.below} by {factor:.2f}x [{low:.2f}, {high:.2f}]"
+        return f"{word} (p = {d.p_value:.2g})"
     if d.verdict == compare.SAME:
-        return f"{r.name} and {r.below} are the same within ±{d.threshold:.0%}"
-    more = f"; about {d.more_repeats} more repeats each would likely decide" if d.more_repeats else ""
-    return f"{r.name} and {r.below} are indistinguishable here (p = {d.p_value:.2g} after Holm){more}"
+        return f"the same (±{d.threshold:.0%})"
+    n = d.more_repeats
+    more = f"; ~{n} more repeat{'s' if n != 1 else ''} each" if n else ""
+    return f"undecided (p = {d.p_value:.2g}){more}"
 
 
 def _rows(report: Report, configs: list[Config], axes: tuple[str, ...]) -> list[tuple[Cell, ...]]:
@@ -84,21 +94,24 @@ def _rows(report: Report, configs: list[Config], axes: tuple[str, ...]) -> list[
     rows = []
     for i, r in enumerate(ranking):
         c = by_name[r.name]
+        below = ranking[i + 1] if i + 1 < len(ranking) else None
         head = ([str(c.run_id)] if report.multi_run else []) + [str(c.axes[a]) for a in axes]
         if r.decision is None:
             versus = "–"
         else:
             factor, low, high = _factor(r, metric)
-            versus = f"{factor:.2f}x [{low:.2f}, {high:.2f}] {r.decision.shift.level:.0%}"
-        rows.append(tuple(Cell(v) for v in (*head, str(i + 1), r.name,
-                                            f"{_number(r.median)} {metrics.label(metric)}",
-                                            versus, verdict_text(r, metric) or "–")))
+            versus = f"{factor:.2f}x" + (f" [{low:.2f}, {high:.2f}]" if tested(r, below) else "")
+        short: frozenset[Flag] = frozenset({"short"}) if metric in WINDOW_METRICS and short_window(c) else frozenset()
+        rows.append((*(Cell(v) for v in head), Cell(metrics.label(metric)), Cell(str(i + 1)), Cell(r.name),
+                     Cell(_number(r.median), flags=short), Cell(versus),
+                     Cell(verdict_text(r, metric, below) or "–")))
     return rows
 
 
 def ranking_table(report: Report) -> Table | None:
-    """One block of rows per workload setting with two or more frameworks, best first; None
-    when no setting has two."""
+    """One block of rows per workload setting with two or more frameworks, best first (in the
+    terminal one table per workload, its constants and metric in the title); None when no
+    setting has two."""
     groups, notes = _groups(report)
     ranked = [cs for cs in groups.values() if len(cs) > 1]
     if not ranked:
@@ -106,8 +119,9 @@ def ranking_table(report: Report) -> Table | None:
     axes = tuple(a for a in report.varying([c for cs in ranked for c in cs], shown=("workload",))
                  if a != "framework")
     rows = [row for cs in ranked for row in _rows(report, cs, axes)]
-    columns = [Column(h) for h in (["run"] if report.multi_run else []) + list(axes)]
-    columns += [Column("#", "right"), Column("framework"), Column("median", "right"),
-                Column("vs next [interval]", "right"), Column("verdict")]
+    columns = [Column(h, key=True, lift=True) for h in (["run"] if report.multi_run else []) + list(axes)]
+    columns += [Column("metric", key=True, lift=True), Column("#", "right"), Column("framework"),
+                Column("median", "right"), Column("vs next [interval]", "right"), Column("verdict")]
+    short = any("short" in cell.flags for row in rows for cell in row)
     return Table("ranking", "Ranking", "ranking (best first)", tuple(columns), tuple(rows),
-                 (METHOD_NOTE, *notes), DESCRIPTION)
+                 (METHOD_NOTE, *([SHORT_NOTE] if short else []), *notes), DESCRIPTION)

@@ -35,6 +35,7 @@ REPORTING: dict[str, Reporting] = {
     "rl_rollout": Reporting(True, ("rl",), progress.rl_line),
     "rl_train": Reporting(True, ("rl",), progress.rl_line),
     "rl_converge": Reporting(False, ("converge",), progress.rl_converge_line),
+    "generate": Reporting(False, ("generate",), progress.generate_line),
     "solve": Reporting(False, ("solve", "solve-gradients"), progress.solve_line),
 }
 

@@ -77,6 +77,9 @@ class Column:
     # compiled") and the column goes (tidy); label axes and the status are lifted.
     key: bool = False
     lift: bool = False
+    # quiet: a column only some workloads fill (ddpm's denoising MSE): dropped when empty without
+    # the "not shown" note (a cnn-only run has no reason to hear of it).
+    quiet: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "header", printable(self.header))
@@ -131,9 +134,9 @@ def drop_empty(table: Table) -> Table:
              if table.rows and not c.key and all(row[i].text == MISSING for row in table.rows)]
     if not empty or len(empty) == len(table.columns):
         return table
-    names = ", ".join(table.columns[i].header for i in empty)
+    names = ", ".join(table.columns[i].header for i in empty if not table.columns[i].quiet)
     return _keep(table, [i for i in range(len(table.columns)) if i not in empty],
-                 notes=(*table.notes, f"not shown, no value in any row: {names}"))
+                 notes=(*table.notes, *([f"not shown, no value in any row: {names}"] if names else [])))
 
 
 def tidy(table: Table) -> Table:

@@ -13,6 +13,7 @@ from dlbench.report.headline import (
     headline_table,
     startup_table,
 )
+from dlbench.report.generation import generation_table
 from dlbench.report.inference import infer_table
 from dlbench.report.model import Report
 from dlbench.report.payback import payback_table, sweep_table
@@ -41,7 +42,7 @@ def _gpu(report: Report) -> Table | None:
 TABLES: tuple[Callable[[Report], Table | None], ...] = (
     ranking_table, headline_table, _startup, _gpu, scaling_table, profile_table, findings_table, payback_table,
     sweep_table, converge_table, stall_table,
-    infer_table, rl_table, work_precision_table, gradient_table)
+    infer_table, generation_table, rl_table, work_precision_table, gradient_table)
 
 
 def report_tables(report: Report) -> list[Table]:

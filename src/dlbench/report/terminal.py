@@ -32,6 +32,7 @@ from rich.text import Text
 from dlbench.report import model
 from dlbench.report.cells import percent_text
 from dlbench.report.model import Report
+from dlbench.report.overview import overview_table
 from dlbench.report.tabledata import (
     UNSTABLE_MARK,
     Cell,
@@ -250,11 +251,14 @@ def _vertical(table: Table, form: _Form) -> list[RenderableType]:
     return out
 
 
-def rich_table(table: Table, width: int | None = None, wide: bool = False) -> list[RenderableType]:
+def rich_table(table: Table, width: int | None = None, wide: bool = False,
+               said: set[str] | None = None) -> list[RenderableType]:
     """The one place where table data becomes terminal output, fitted to `width` (None: no
     limit) by the rules in this module's docstring: a table of several workloads as one table
     per workload (each lifts its own constants into its title), each as its title and table (or
-    parts, or vertical form), then the notes once. Every renderable is printed as is."""
+    parts, or vertical form), then the notes once. Notes already in `said` (printed under an
+    earlier table of the same output) are left out, and the ones printed here are added to it.
+    Every renderable is printed as is."""
     blocks: list[RenderableType] = []
     notes: dict[str, None] = {}
     for part in split_rows(table):
@@ -262,6 +266,9 @@ def rich_table(table: Table, width: int | None = None, wide: bool = False) -> li
         made, form = _layout(tidied, width, wide)
         blocks += made
         notes.update(dict.fromkeys([*form.notes, *tidied.notes]))
+    if said is not None:
+        notes = {n: None for n in notes if n not in said}
+        said.update(notes)
     return [*blocks, *(Padding(Text(note), (0, 0, 0, 2), expand=False) for note in notes)]
 
 
@@ -290,10 +297,10 @@ def _layout(table: Table, width: int | None, wide: bool) -> tuple[list[Renderabl
     return blocks, form
 
 
-def print_table(console: Console, table: Table, wide: bool = False) -> None:
+def print_table(console: Console, table: Table, wide: bool = False, said: set[str] | None = None) -> None:
     """The table fitted to the console's width (or in full where `wide`, the console widened
-    to it); titles and notes wrap at spaces."""
-    blocks = rich_table(table, console.width, wide)
+    to it); titles and notes wrap at spaces; notes in `said` are not printed again."""
+    blocks = rich_table(table, console.width, wide, said)
     needed = max((_table_width(b) for b in blocks if isinstance(b, RichTable)), default=0)
     saved = console.width
     console.width = max(saved, needed)  # only --wide needs more than the terminal has
@@ -309,9 +316,12 @@ def _table_width(table: RichTable) -> int:
 
 
 def print_report_tables(console: Console, report: Report, wide: bool = False) -> None:
-    """Every table that has rows (report/tables.py), each with its notes."""
-    for table in report_tables(report):
-        print_table(console, table, wide)
+    """The overview (frameworks x workloads), then every table that has rows (report/tables.py),
+    each with its notes; a note said under an earlier table is not repeated."""
+    said: set[str] = set()
+    overview = overview_table(report)
+    for table in [*([overview] if overview is not None else []), *report_tables(report)]:
+        print_table(console, table, wide, said)
 
 
 def print_run_tables(console: Console, store: Store, run_ids: list[int], wide: bool = False) -> None:

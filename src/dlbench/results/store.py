@@ -12,13 +12,12 @@ import json
 import os
 import sqlite3
 import stat
-import tempfile
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import psutil
 
@@ -114,6 +113,10 @@ class StoreError(Exception):
     """The store cannot be used; the message is one line saying why."""
 
 
+class StoreGone(StoreError):
+    """The store's file was deleted or replaced after this process opened it."""
+
+
 @dataclass(frozen=True)
 class TrialRow:
     id: int
@@ -160,9 +163,23 @@ class Store:
         self.path = Path(path)
         self.readonly = readonly
         self._db = _open_readonly(self.path) if readonly else _open(self.path)
+        # The file this store opened, checked before each write (a later chdir changes nothing)
+        self._file = Path(os.path.abspath(self.path))
+        self._identity = None if readonly else _identity(self._file)
 
     def close(self) -> None:
+        if self._identity is None or _identity(self._file) == self._identity:
+            self._db.close()
+            return
+        # The file was deleted or replaced: SQLite then neither checkpoints nor deletes its WAL
+        # and shared-memory files, which keep the store's name; a new store at that path (or the
+        # replacement) would read this one's log as its own. Remove them, where they are ours.
+        ours = _open_files(self._file, ("-wal", "-shm"))
         self._db.close()
+        for name, inode in ours.items():
+            if _identity(Path(name)) == inode:
+                with contextlib.suppress(OSError):
+                    os.unlink(name)
 
     def __enter__(self) -> Store:
         return self
@@ -171,11 +188,32 @@ class Store:
         self.close()
 
     # --- writing -------------------------------------------------------------------------
+    def check_present(self) -> None:
+        """Raise StoreGone when the file this store opened is no longer at its path (deleted, or
+        replaced by another file): every write checks first, so nothing is written to a file no
+        one will read, and the run never claims to have stored what is not there. (SQLite keeps
+        writing to an open, deleted file without an error.)"""
+        if self._identity is None:
+            return
+        now = _identity(self._file)
+        if now == self._identity:
+            return
+        what = "deleted" if now is None else "replaced by another file"
+        raise StoreGone(f"{self.path} was {what} while dlbench wrote to it: what this command wrote"
+                        " there since it opened the store is lost, and nothing more is written")
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[None]:
+        """One write transaction, into the file this store opened only."""
+        self.check_present()
+        with self._db:
+            yield
+
     def create_run(self, command: str, environment: dict[str, Any], allow_concurrent: bool,
                    order_seed: int | None = None, repeats: dict[str, Any] | None = None) -> int:
         """A new run, owned by this process (its pid and creation time are recorded, so that
         `--resume` can tell a run whose process died from one still going)."""
-        with self._db:
+        with self._write():
             cur = self._db.execute(
                 "INSERT INTO runs (created_at, command, status, environment, allow_concurrent,"
                 " order_seed, pid, process_created_at, repeats) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?)",
@@ -186,7 +224,7 @@ class Store:
         return cur.lastrowid
 
     def add_trial(self, run_id: int, seq: int, trial: TrialSpec, status: str = "pending") -> int:
-        with self._db:
+        with self._write():
             cur = self._db.execute(
                 "INSERT INTO trials (run_id, seq, config_key, workload, framework, mode, repeat,"
                 " spec, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -198,19 +236,19 @@ class Store:
 
     def mark_running(self, trial_id: int, started_at: float | None = None) -> None:
         """Running since now, or since `started_at` (a Ray task's start, known at its end)."""
-        with self._db:
+        with self._write():
             self._db.execute("UPDATE trials SET status='running', started_at=? WHERE id=?",
                              (time.time() if started_at is None else started_at, trial_id))
 
     def set_trial_process(self, trial_id: int, pid: int, created_at: float) -> None:
         """The worker now running this trial: what `--resume` kills if it outlives its parent."""
-        with self._db:
+        with self._write():
             self._db.execute("UPDATE trials SET pid=?, process_created_at=? WHERE id=?",
                              (pid, created_at, trial_id))
 
     def finish_trial(self, trial_id: int, result: TrialResult) -> None:
         """One transaction: the trial's status, metrics and raw series land together or not."""
-        with self._db:
+        with self._write():
             self._db.execute(
                 "UPDATE trials SET status=?, error=?, policy=?, framework_info=?, numerics=?,"
                 " notes=?, warnings=?, events=?, parity=?, pid=?, finished_at=? WHERE id=?",
@@ -227,13 +265,13 @@ class Store:
             )
             self._db.executemany(
                 "INSERT INTO series (trial_id, series, t, value) VALUES (?, ?, ?, ?)",
-                [(trial_id, name, t, v) for name, pts in result.series.items() for t, v in pts],
+                [(trial_id, name, _real(t), _real(v)) for name, pts in result.series.items() for t, v in pts],
             )
 
     def add_metrics(self, trial_id: int, metrics: dict[str, float | None], notes: dict[str, str]) -> None:
         """Metrics derived after the trial finished (scaling efficiency from paired trials), with
         their notes merged into the trial's; one transaction."""
-        with self._db:
+        with self._write():
             row = self._db.execute("SELECT notes FROM trials WHERE id=?", (trial_id,)).fetchone()
             merged = {**(json.loads(row[0]) if row and row[0] else {}), **notes}
             self._db.execute("UPDATE trials SET notes=? WHERE id=?", (json.dumps(merged), trial_id))
@@ -245,11 +283,11 @@ class Store:
     def set_run_repeats(self, run_id: int, repeats: dict[str, Any]) -> None:
         """The run's repeat rule and its state (`--repeats auto`: rounds, time spent, why it
         stopped), replaced after every round."""
-        with self._db:
+        with self._write():
             self._db.execute("UPDATE runs SET repeats=? WHERE id=?", (json.dumps(repeats), run_id))
 
     def finish_run(self, run_id: int, status: str) -> None:
-        with self._db:
+        with self._write():
             self._db.execute("UPDATE runs SET status=?, finished_at=? WHERE id=?",
                              (status, time.time(), run_id))
 
@@ -265,6 +303,7 @@ class Store:
         """Make this process the owner of a run to resume it. Returns None, or the pid of the
         live process that still runs it (then nothing changes). Check and claim are one
         transaction, so two resumes of one run cannot both go ahead."""
+        self.check_present()
         with _immediate(self._db):
             status, pid, created = self._db.execute(
                 "SELECT status, pid, process_created_at FROM runs WHERE id=?", (run_id,)).fetchone()
@@ -287,6 +326,7 @@ class Store:
         """Back to `pending` for a re-run, in one transaction. What the replaced attempt left
         (status, error, process, metrics, notes, events) moves to the trial's `attempts`; only
         its raw series are dropped."""
+        self.check_present()
         with _immediate(self._db):
             keys = ("status", "error", "pid", "started_at", "finished_at", "notes", "events", "attempts")
             row = dict(zip(keys, self._db.execute(
@@ -359,7 +399,7 @@ class Store:
         out: dict[str, list[tuple[float, float]]] = {}
         for name, t, v in self._db.execute(
                 "SELECT series, t, value FROM series WHERE trial_id=? ORDER BY rowid", (trial_id,)):
-            out.setdefault(name, []).append((t, v))
+            out.setdefault(name, []).append((float(t), float(v)))  # 'NaN' text: see _real
         return out
 
     def events(self, trial_id: int) -> list[dict[str, Any]]:
@@ -374,6 +414,42 @@ class Store:
             " ON m.trial_id = t.id AND m.name = 'train_s' WHERE t.status = 'ok'"
             " AND t.started_at IS NOT NULL AND t.finished_at IS NOT NULL").fetchall()
         return [(json.loads(spec), float(wall), None if train is None else float(train)) for spec, wall, train in rows]
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at `path`, None when there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _open_files(path: Path, suffixes: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    """{file name: (device, inode)} of the files `path + suffix` this process holds open (Linux's
+    /proc/self/fd; empty elsewhere)."""
+    names = {os.path.realpath(f"{path}{suffix}") for suffix in suffixes}
+    found = {}
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return {}
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target in names:
+                st = os.fstat(int(fd))
+                found[target] = (st.st_dev, st.st_ino)
+        except OSError:
+            continue
+    return found
+
+
+def _real(value: float) -> float | str:
+    """A series value as SQLite can hold it: SQLite binds a float NaN as NULL (the NOT NULL
+    column then refuses the whole trial), so NaN is stored as the text 'NaN', which a REAL
+    column keeps as text and `Store.series` reads back as NaN. Infinities are REAL values."""
+    return "NaN" if value != value else value
 
 
 def _this_process() -> tuple[int, float]:
@@ -585,8 +661,35 @@ def _schema_version(db: sqlite3.Connection) -> int | None:
         raise sqlite3.DatabaseError(f"its schema version {row[0]!r} is not a number") from None
 
 
+# One lock per machine, whatever TMPDIR says (a per-user or per-job TMPDIR once let two runs time
+# against each other): /var/tmp exists on every Linux system, is writable by every user and is
+# not a per-session tmpfs. Where it cannot be used, the system's temporary directory (TMPDIR
+# ignored) is the fallback; DLBENCH_LOCK names another path (the tests give each their own).
+LOCK_DIRS = ("/var/tmp", "/tmp")
+LOCK_NAME = "dlbench-run.lock"
+
+
 def lock_path() -> Path:
-    return Path(os.environ.get("DLBENCH_LOCK", Path(tempfile.gettempdir()) / "dlbench-run.lock"))
+    forced = os.environ.get("DLBENCH_LOCK")
+    if forced:
+        return Path(forced)
+    for folder in LOCK_DIRS:
+        if os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK):
+            return Path(folder) / LOCK_NAME
+    return Path(LOCK_DIRS[0]) / LOCK_NAME
+
+
+def _open_lock(path: Path) -> IO[str]:
+    """The lock file: created if missing, else opened as it is. flock needs no write access,
+    so another user's lock file (or Linux's protected_regular refusing to open it for writing
+    in a sticky directory such as /var/tmp) is opened read-only: one lock for every user."""
+    try:
+        return open(path, "a")  # noqa: SIM115 -- held for the whole run
+    except PermissionError:
+        return open(path)  # noqa: SIM115
+    except OSError as e:
+        raise StoreError(f"the machine-wide run lock {path} cannot be opened: {e.strerror}"
+                         " (set DLBENCH_LOCK to a path every user of this machine can read)") from None
 
 
 @contextlib.contextmanager
@@ -596,7 +699,7 @@ def machine_lock(allow_concurrent: bool, on_wait: Any = None) -> Iterator[None]:
     if allow_concurrent:
         yield
         return
-    with open(lock_path(), "a") as f:
+    with _open_lock(lock_path()) as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -99,9 +99,12 @@ def _trials(store: Store, run_ids: list[int]) -> list[tuple[int, TrialRow]]:
     return [(rid, t) for rid in run_ids for t in store.trials(rid)]
 
 
-def metric_rows(store: Store, run_ids: list[int]) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
+def metric_rows(store: Store, run_ids: list[int],
+                with_empty_trials: bool = False) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
     """The columns (METRIC_COLUMNS with the varying spec.<path> columns before `metric`), and
-    one row per trial x metric (a metric that could not be measured has value None)."""
+    one row per trial x metric (a metric that could not be measured has value None); where
+    `with_empty_trials`, a trial with no metric (unsupported, failed early) is one row with
+    metric "" and value None, so that it is not lost."""
     trials = _trials(store, run_ids)
     extra = varying_spec_columns([t for _, t in trials])
     rows = []
@@ -109,11 +112,13 @@ def metric_rows(store: Store, run_ids: list[int]) -> tuple[tuple[str, ...], list
         base = trial_fields(rid, t, extra)
         units = store.metric_units(t.id)
         rows += [{**base, "metric": k, "value": v, "unit": units.get(k, "")} for k, v in t.metrics.items()]
+        if with_empty_trials and not any(v is not None for v in t.metrics.values()):
+            rows.append({**base, "metric": "", "value": None, "unit": ""})
     return (*TRIAL_COLUMNS, *(f"spec.{p}" for p in extra), "metric", "value", "unit"), rows
 
 
 def series_rows(store: Store, run_ids: list[int]) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
-    """The columns, and one row per raw sample: loss by step, step_s by seconds into the timed
+    """The columns, and one row per raw sample: loss by step (and by seconds: loss_by_time), step_s by seconds into the timed
     window, epoch_s by epoch, rss_bytes (and vram_bytes) by seconds since the sampler started."""
     trials = _trials(store, run_ids)
     extra = varying_spec_columns([t for _, t in trials])

@@ -2,7 +2,7 @@
 
 Measured once per machine, BLAS library and thread count (cached under DLBENCH_CACHE_DIR), in a
 child process because BLAS sizes its thread pool from environment variables read at import.
-`python -m dlbench.runner.ceiling THREADS` prints the measurement as JSON.
+`python -m dlbench.runner.ceiling THREADS OUT` writes the measurement to OUT as JSON.
 """
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from dlbench.runner import children
 from dlbench.runner.reference import cache_root
 
 SIZE = 2048  # large enough to reach the BLAS plateau on CPUs, ~0.3 s per product on 2 cores
@@ -72,20 +73,22 @@ def ceiling(threads: int, measure_if_missing: bool = True) -> tuple[dict[str, An
             return data, ""
     if not measure_if_missing:
         return None, "not measured yet on this machine (dlbench env measures it)"
-    env = {**os.environ, **{v: str(threads) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}
+    env = {v: str(threads) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
     cores = sorted(os.sched_getaffinity(0))[:threads]
-    cmd = [sys.executable, "-m", "dlbench.runner.ceiling", str(threads)]
-    try:
+    with tempfile.TemporaryDirectory(prefix="dlbench-ceiling-") as tmp:
+        out = Path(tmp) / "ceiling.json"
         # Pinned like a trial with this many threads, before BLAS starts its pool.
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=TIMEOUT_S, check=True,
-                             preexec_fn=lambda: os.sched_setaffinity(0, cores))
-        data = json.loads(out.stdout)
-    except (OSError, subprocess.SubprocessError, ValueError) as e:
-        return None, f"matmul ceiling measurement failed: {e}"
+        child, watched = children.run_child("dlbench.runner.ceiling", [str(threads), str(out)],
+                                            Path(tmp) / "ceiling.log", TIMEOUT_S, env=env, cpus=cores)
+        why = children.why_not_ok(child, watched, TIMEOUT_S)
+        try:
+            data = json.loads(out.read_text())
+        except (OSError, ValueError) as e:
+            return None, f"matmul ceiling measurement failed: the child {why or e}"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data))
     return data, ""
 
 
 if __name__ == "__main__":
-    print(json.dumps(measure(int(sys.argv[1]))))
+    Path(sys.argv[2]).write_text(json.dumps(measure(int(sys.argv[1]))))

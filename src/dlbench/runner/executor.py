@@ -7,8 +7,6 @@ import contextlib
 import functools
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,9 +19,9 @@ from dlbench import backends, workloads
 from dlbench.backends import get_backend
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
 from dlbench.results.store import Store
-from dlbench.runner import protocol, reference, spawn
+from dlbench.runner import children, protocol, reference, spawn
 from dlbench.runner.plan import Plan, PlannedTrial, with_ids
-
+from dlbench.runner.probe_client import PROBE_TIMEOUT_S, ProbeLimits
 from dlbench.runner.verdicts import Ceilings, ceilings, judge_efficiency, judge_parity, needs_reference
 from dlbench.spec import Policy, SpecError, TrialSpec
 
@@ -102,6 +100,14 @@ def record_origins(spec: TrialSpec, result: TrialResult) -> None:
             result.framework_info[key] = {"source": "unknown", "error": str(e)}
 
 
+def probe_limits(specs: list[TrialSpec]) -> ProbeLimits:
+    """The parity reference's probe is bound like the trials it serves: each workload by the
+    longest --timeout and the largest --memory-limit among them (none if any trial has none)."""
+    memory = [s.memory_limit_bytes for s in specs]
+    return ProbeLimits(timeout_s=max((s.timeout_s for s in specs), default=PROBE_TIMEOUT_S),
+                       memory_limit_bytes=None if not memory or None in memory else max(m for m in memory if m))
+
+
 def warm_imports(plan: Plan, progress: Progress) -> None:
     """Import each framework once, untimed, in a throwaway process, so the page cache is warm
     alike for every trial (the first trial would otherwise pay the cold disk reads)."""
@@ -112,14 +118,12 @@ def warm_imports(plan: Plan, progress: Progress) -> None:
 def warm_import(name: str, on_message: Callable[[str], None]) -> None:
     """One framework's untimed import in a throwaway process; marks this machine warm for it."""
     backend = get_backend(name)
-    env = {**os.environ, **backend.environment(Policy(), tempfile.gettempdir())}
-    code = f"from dlbench.backends import get_backend; get_backend({name!r}).import_framework()"
     on_message(f"warming the page cache: importing {name} once (untimed)")
-    try:
-        subprocess.run([sys.executable, "-c", code], env=env, timeout=WARM_IMPORT_TIMEOUT_S,
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, check=False)
-    except subprocess.TimeoutExpired:
+    with tempfile.TemporaryDirectory(prefix="dlbench-warm-") as tmp:
+        child, watched = children.run_child("dlbench.runner.warm", [name], Path(tmp) / "warm.log",
+                                            WARM_IMPORT_TIMEOUT_S,
+                                            env=backend.environment(Policy(), tempfile.gettempdir()))
+    if watched.killed_for == "timeout":
         on_message(f"importing {name} took over {WARM_IMPORT_TIMEOUT_S} s; going on")
     with contextlib.suppress(OSError):
         warm_marker(name).touch()
@@ -148,8 +152,8 @@ def register(store: Store, run_id: int, plan: Plan) -> list[tuple[int, PlannedTr
 def execute(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]],
             progress: Progress, workdir: Path | None = None) -> Outcome:
     outcome, pending = settled(trials)
-    refs = reference.ensure([p.spec.workload for _, p in pending if needs_reference(p.spec)], 0,
-                                    progress.message) if pending else {}
+    judged = [p.spec for _, p in pending if needs_reference(p.spec)]
+    refs = reference.ensure([s.workload for s in judged], 0, progress.message, probe_limits(judged)) if judged else {}
     limits = ceilings([p.spec for _, p in pending], progress.message)
     tmp = workdir or Path(tempfile.mkdtemp(prefix="dlbench-run-"))
     try:

@@ -1,13 +1,13 @@
-"""Data parallelism around the trial: the worker's hooks (device setup, gradient communication
-time) and the parent's scaling efficiency, written to the store after a sweep."""
+"""Data parallelism around the trial, the worker's half: device setup and gradient
+communication time. (The parent's half, scaling efficiency written to the store after a sweep,
+is runner/annotate.py: the worker never imports the store.)"""
 
 from __future__ import annotations
 
 from dlbench.analysis import scaling
 from dlbench.backends.base import Backend
 from dlbench.results.records import TrialResult
-from dlbench.results.store import Store
-from dlbench.spec import trial_from_dict, TrialSpec
+from dlbench.spec import TrialSpec
 
 
 def setup(trial: TrialSpec, backend: Backend, result: TrialResult) -> None:
@@ -31,7 +31,7 @@ def comm_metrics(trial: TrialSpec, backend: Backend, before_s: float | None, res
     if trial.devices == 1:
         return
     after_s = backend.data_parallel.comm_s()
-    steps = len(result.series.get("loss") or [])
+    steps = int(result.metrics.get("timed_steps") or 0)  # not the loss series: Keras stores one mean per chunk
     train_s = result.metrics.get("train_s")
     if before_s is None or after_s is None or not steps or not train_s:
         result.metrics["grad_comm_s_per_step"] = result.metrics["grad_comm_share"] = None
@@ -41,28 +41,3 @@ def comm_metrics(trial: TrialSpec, backend: Backend, before_s: float | None, res
         return
     result.metrics["grad_comm_s_per_step"] = (after_s - before_s) / steps
     result.metrics["grad_comm_share"] = (after_s - before_s) / train_s
-
-
-def annotate_run(store: Store, run_id: int) -> int:
-    """Parent, after a sweep (or a resumed one): scaling_efficiency of every successful
-    multi-device trial of the run against its paired one-device trials. Returns how many
-    trials got a value."""
-    rows = store.trials(run_id)
-    specs = {row.id: trial_from_dict(row.spec) for row in rows}
-    singles: dict[str, dict[int, float]] = {}
-    for row in rows:
-        thr = row.metrics.get("samples_per_s")
-        if row.status == "ok" and specs[row.id].devices == 1 and thr:
-            singles.setdefault(specs[row.id].config_key(), {})[specs[row.id].repeat] = thr
-    done = 0
-    for row in rows:
-        spec = specs[row.id]
-        thr = row.metrics.get("samples_per_s")
-        if row.status != "ok" or spec.devices == 1 or not thr:
-            continue
-        base, how = scaling.baseline(spec.repeat, singles.get(spec.single_device().config_key(), {}))
-        value = None if base is None else scaling.efficiency(thr, spec.devices, base)
-        store.add_metrics(row.id, {"scaling_efficiency": value, "scaling_baseline_samples_per_s": base},
-                          {"scaling_efficiency": how})
-        done += value is not None
-    return done

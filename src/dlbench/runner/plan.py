@@ -17,11 +17,13 @@ from dlbench import workloads
 from dlbench.analysis import repeats
 from dlbench.backends import get_backend, support
 from dlbench.monitors.nvml import device_kind
+from dlbench.plugins import first_line
 from dlbench.runner.protocol import INFER_BATCHES
 from dlbench.spec import (
     OPTIONS,
     PROFILED_SCENARIOS,
     ConvergeOptions,
+    GenerateOptions,
     InferOptions,
     SolveOptions,
     NoOptions,
@@ -89,6 +91,7 @@ class Sweep:
     # there); a trial carries only its own scenario's (options_for).
     infer: InferOptions = field(default_factory=InferOptions)
     converge: ConvergeOptions = field(default_factory=ConvergeOptions)
+    generate: GenerateOptions = field(default_factory=GenerateOptions)
     solve: SolveOptions = field(default_factory=SolveOptions)
     # Framework options (`--option FRAMEWORK.NAME=VALUE`): (framework, name, value); each trial's
     # policy carries only its own framework's.
@@ -109,7 +112,8 @@ class Sweep:
         defaults of none for a scenario without options, so an option never changes another
         scenario's configuration key."""
         wanted = OPTIONS.get(scenario)
-        return next((o for o in (self.infer, self.converge, self.solve) if type(o) is wanted), NoOptions())
+        return next((o for o in (self.infer, self.converge, self.generate, self.solve) if type(o) is wanted),
+                    NoOptions())
 
 
 @dataclass
@@ -197,6 +201,10 @@ def _framework_status(name: str, explicit: bool, notes: list[str]) -> str | None
     return "skipped"
 
 
+# The most trials one run plans (make_plan refuses more, before planning them).
+MAX_TRIALS = 10_000
+
+
 def make_plan(sweep: Sweep) -> Plan:
     """Every trial validated before anything runs; a bad value raises SpecError."""
     plan = Plan(order_seed=sweep.order_seed)
@@ -205,6 +213,7 @@ def make_plan(sweep: Sweep) -> Plan:
     if sweep.repeats > MAX_REPEATS:
         raise SpecError(f"repeats {sweep.repeats!r} is over the maximum of {MAX_REPEATS}")
     _check_options(sweep)
+    _check_size(sweep)
     missing = {f: _framework_status(f, sweep.frameworks_explicit, plan.notes) for f in sweep.frameworks}
     batch_sizes: tuple[int | None, ...] = sweep.batch_sizes or (None,)
     axes = list(itertools.product(sweep.workloads, sweep.frameworks, sweep.modes, batch_sizes,
@@ -226,6 +235,19 @@ def make_plan(sweep: Sweep) -> Plan:
                 profiled = replace(spec, profile=True)
                 plan.trials.append(_planned(profiled, support.validate(profiled), missing[spec.framework]))
     return plan
+
+
+def _check_size(sweep: Sweep) -> None:
+    """A sweep over MAX_TRIALS trials is refused before it is planned: planning validates each
+    trial (10,000 took 52 s here, a million about a minute and 1 GB, silently), and no machine
+    runs that many in a sitting. The count is an upper bound (before RL-only axes are folded)."""
+    axes = (sweep.workloads, sweep.frameworks, sweep.modes, sweep.batch_sizes or (None,), sweep.seeds,
+            sweep.precisions, sweep.scenarios, sweep.devices, sweep.data)
+    rollouts = len(sweep.rollouts) if any(_is_rl(w) for w in sweep.workloads) else 1
+    total = math.prod(len(a) for a in axes) * rollouts * sweep.repeats
+    if total > MAX_TRIALS:
+        raise SpecError(f"the sweep has {total:,} trials, over the limit of {MAX_TRIALS:,} per run: split it"
+                        " into several runs (fewer values per axis, or fewer repeats)")
 
 
 def _is_rl(workload: str) -> bool:
@@ -309,7 +331,12 @@ def estimate_s(trial: TrialSpec, costs: Costs) -> tuple[float, str]:
     if known is not None and (known[1] is not None or trial.scenario != "train"):
         overhead, per_sample = known
         return overhead + (per_sample or 0.0) * samples, "similar"
-    return _rough_s(trial, samples), "rough"
+    try:
+        return _rough_s(trial, samples), "rough"
+    except Exception as e:  # a plugin's param_shapes or FLOPs at a preset its contract check never ran
+        origin = workloads.origin(spec.name).text()
+        raise SpecError(f"workload {spec.name} ({origin}) fails at batch size {spec.batch_size}, data set size"
+                        f" {spec.dataset_size}: {type(e).__name__}: {first_line(e)}") from None
 
 
 def _rough_s(trial: TrialSpec, samples: int) -> float:

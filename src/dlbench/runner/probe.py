@@ -13,6 +13,8 @@ judged against); with K > 0 also the K-step loss trajectory from the canonical p
 eval-mode logits on the fixed batch after those steps, and the batch its pipeline fed for the
 last step) and OUT/i.json ({"status", "error",
 "numerics"}). A failure of one workload is recorded and the probe goes on with the next.
+With "indices" in REQUEST, only those trials are probed (the parent restarts a probe that died
+on one workload for the ones after it); OUT/i.started marks each trial begun.
 """
 
 from __future__ import annotations
@@ -97,8 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         backend.import_framework()
         backend.configure(trials[0].policy)
-        for i, trial in enumerate(trials):
-            (out_dir / f"{i}.json").write_text(json.dumps(_probe_safely(backend, trial, request, out_dir / f"{i}.npz")))
+        for i in request.get("indices", range(len(trials))):
+            # The marker names the workload being probed if this process dies on it (probe_client).
+            (out_dir / f"{i}.started").touch()
+            result = _probe_safely(backend, trials[i], request, out_dir / f"{i}.npz")
+            (out_dir / f"{i}.json.part").write_text(json.dumps(result))
+            os.replace(out_dir / f"{i}.json.part", out_dir / f"{i}.json")  # whole, or not there
     finally:
         if fresh is not None:
             shutil.rmtree(fresh, ignore_errors=True)

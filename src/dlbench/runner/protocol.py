@@ -91,3 +91,15 @@ def load_samples(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
     """(sample, float64 reference sample) from a file written by save_samples, else None."""
     with np.load(path) as f:
         return (f[SAMPLE], f[SAMPLE_REFERENCE]) if SAMPLE in f.files else None
+
+
+def save_generation(path: Path, prompt: np.ndarray, ids: np.ndarray, logits: np.ndarray) -> None:
+    """A generation trial's arrays: the prompts (B, P), the greedy ids (B, G) and every step's
+    logits (G, B, V), for the parent's float64 decoder to recompute."""
+    _save(path, {"gen/prompt": np.asarray(prompt), "gen/ids": np.asarray(ids), "gen/logits": np.asarray(logits)})
+
+
+def load_generation(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(prompt, ids, logits) from a file written by save_generation."""
+    with np.load(path) as f:
+        return f["gen/prompt"], f["gen/ids"], f["gen/logits"]

@@ -29,8 +29,8 @@ from dlbench import paths, workloads
 from dlbench.analysis import parity
 from dlbench.backends import REFERENCE_PREFERENCE, get_backend
 from dlbench.machine import cpu_isa, cpu_model
+from dlbench.runner.probe_client import ProbeLimits, run_probe
 from dlbench.runner.protocol import load_grads
-from dlbench.runner.probe_client import run_probe
 from dlbench.spec import Policy, TrialSpec, WorkloadSpec, to_dict
 
 # Bump when what a reference file contains changes.
@@ -107,9 +107,11 @@ def load(spec: WorkloadSpec, k_steps: int) -> Reference | None:
                      extra.get("init_logits"))
 
 
-def ensure(specs: list[WorkloadSpec], k_steps: int, on_message: object = None) -> dict[str, Reference | str]:
-    """key -> Reference (computed now where missing, in one probe process) or the reason there
-    is none. Never raises for a failed reference: parity becomes n/a with that reason."""
+def ensure(specs: list[WorkloadSpec], k_steps: int, on_message: object = None,
+           limits: ProbeLimits = ProbeLimits()) -> dict[str, Reference | str]:
+    """key -> Reference (computed now where missing, in one probe process, restarted past a
+    workload it dies on; `limits` per workload) or the reason there is none. Never raises for a
+    failed reference: parity becomes n/a with that reason."""
     out: dict[str, Reference | str] = {}
     missing: dict[str, WorkloadSpec] = {}
     for spec in specs:
@@ -128,11 +130,12 @@ def ensure(specs: list[WorkloadSpec], k_steps: int, on_message: object = None) -
         if callable(on_message):
             names = ", ".join(sorted({s.name for s in missing.values()}))
             on_message(f"computing the float64 parity reference with {framework} for: {names}")
-        out.update(_compute(missing, framework, k_steps))
-    return _with_floors(out, {key(s, k_steps): s for s in specs}, k_steps, on_message)
+        out.update(_compute(missing, framework, k_steps, limits))
+    return _with_floors(out, {key(s, k_steps): s for s in specs}, k_steps, on_message, limits)
 
 
-def _compute(missing: dict[str, WorkloadSpec], framework: str, k_steps: int) -> dict[str, Reference | str]:
+def _compute(missing: dict[str, WorkloadSpec], framework: str, k_steps: int,
+             limits: ProbeLimits) -> dict[str, Reference | str]:
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
     out: dict[str, Reference | str] = {}
@@ -141,7 +144,7 @@ def _compute(missing: dict[str, WorkloadSpec], framework: str, k_steps: int) -> 
         request = {"trials": [to_dict(reference_trial(missing[k], framework)) for k in keys], "k_steps": k_steps}
         req_path = Path(tmp) / "request.json"
         req_path.write_text(json.dumps(request))
-        error = run_probe(req_path, Path(tmp))
+        error = run_probe(req_path, Path(tmp), limits)
         for i, k in enumerate(keys):
             status = _status(Path(tmp) / f"{i}.json", error)
             if status.get("status") != "ok":
@@ -178,7 +181,7 @@ def _floor_path(k: str, framework: str) -> Path:
 
 
 def _with_floors(refs: dict[str, Reference | str], specs: dict[str, WorkloadSpec], k_steps: int,
-                 on_message: object) -> dict[str, Reference | str]:
+                 on_message: object, limits: ProbeLimits) -> dict[str, Reference | str]:
     """Every reference with its float32 floor on this machine: read from the cache, else one
     float32 probe of the reference framework for all that lack one. A floor that cannot be had
     leaves the reference with the reason (its bounds fall back to the dtype's constants)."""
@@ -198,7 +201,7 @@ def _with_floors(refs: dict[str, Reference | str], specs: dict[str, WorkloadSpec
     if callable(on_message):
         names = ", ".join(sorted({s.name for s in missing.values()}))
         on_message(f"measuring the float32 parity floor with {framework} on this CPU for: {names}")
-    for k, floor in _measure_floors(missing, framework, k_steps, refs).items():
+    for k, floor in _measure_floors(missing, framework, k_steps, refs, limits).items():
         ref = refs[k]
         assert isinstance(ref, Reference)
         if isinstance(floor, str):
@@ -212,7 +215,7 @@ def _with_floors(refs: dict[str, Reference | str], specs: dict[str, WorkloadSpec
 
 
 def _measure_floors(missing: dict[str, WorkloadSpec], framework: str, k_steps: int,
-                    refs: dict[str, Reference | str]) -> dict[str, parity.Floor | str]:
+                    refs: dict[str, Reference | str], limits: ProbeLimits) -> dict[str, parity.Floor | str]:
     """The reference framework's float32 run of each workload, in one probe process, against its
     float64 reference."""
     out: dict[str, parity.Floor | str] = {}
@@ -221,7 +224,7 @@ def _measure_floors(missing: dict[str, WorkloadSpec], framework: str, k_steps: i
         trials = [replace(reference_trial(missing[k], framework), workload=missing[k]) for k in keys]
         req_path = Path(tmp) / "request.json"
         req_path.write_text(json.dumps({"trials": [to_dict(t) for t in trials], "k_steps": k_steps}))
-        error = run_probe(req_path, Path(tmp))
+        error = run_probe(req_path, Path(tmp), limits)
         for i, k in enumerate(keys):
             status = _status(Path(tmp) / f"{i}.json", error)
             if status.get("status") != "ok":

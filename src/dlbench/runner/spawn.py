@@ -2,8 +2,9 @@
 
 Whatever happens to the worker (exception, segfault, abort, hang past the timeout, memory over
 the limit) becomes the trial's status and error; every event it wrote is kept. Nothing here
-raises for a bad trial. The worker leads its own process group and dies with this process
-(PR_SET_PDEATHSIG); whatever it leaves in its group is killed when it ends.
+raises for a bad trial. The worker is started, watched and killed by runner/children.py (its
+own process group and session, dying with this process, its descendants killed when it ends,
+its output read only as a bounded tail).
 """
 
 from __future__ import annotations
@@ -11,41 +12,25 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from dlbench.monitors.memory import ProcessTree
-from dlbench.results.records import TrialResult, read_events
 from dlbench import processes
+from dlbench.results.records import TrialResult, read_events
+from dlbench.runner import children
+from dlbench.runner.children import Watched, gib
 from dlbench.runner.protocol import events_path, parity_path
 from dlbench.spec import TrialSpec, to_dict
 
-POLL_S = 0.1
-STDERR_TAIL_CHARS = 2000
-# The watchdog re-lists the worker's descendants once a second (a /proc walk: 2.8 ms with 117
-# processes here); each poll between reads the known processes' RSS only (18 us). Together
-# about 0.3 % of one core beside the timed window, as much as the worker's own sampler.
-TREE_REFRESH_S = 1.0
+# The most the parent reads of a worker's events file per poll (an event is a few hundred bytes).
+EVENTS_READ_BYTES = 1 << 20
 
 EventCallback = Callable[[dict[str, Any]], None]
 # Called once the worker runs, with its pid and creation time: the store keeps them for resume.
 StartCallback = Callable[[int, float], None]
-
-
-@dataclass
-class Watched:
-    """What the parent saw while the worker ran."""
-
-    killed_for: str | None = None  # "timeout", "oom" or "interrupted": the parent killed it
-    rss_peak_bytes: int = 0  # the worker's process tree, sampled every POLL_S
-    signal_name: str = "SIGINT"  # what interrupted the parent, for "interrupted"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -55,11 +40,6 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, result: TrialResult) -> None:
         super().__init__(result.error)
         self.result = result
-
-
-def worker_command(trial: TrialSpec, spec_path: Path, out_path: Path) -> list[str]:
-    interpreter = trial.interpreter or sys.executable
-    return [interpreter, "-m", "dlbench.runner.worker", str(spec_path), str(out_path)]
 
 
 def out_path_for(trial: TrialSpec, workdir: Path) -> Path:
@@ -82,29 +62,30 @@ def run_trial(
     for p in (out_path, events_path(out_path), parity_path(out_path)):
         p.unlink(missing_ok=True)
     spec_path.write_text(json.dumps(to_dict(trial)))
-    with open(log_path, "wb") as log:
-        # A new session: on timeout the whole process group goes (loader workers, compilers).
-        proc = subprocess.Popen(
-            worker_command(trial, spec_path, out_path),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=processes.die_with_parent(),
-        )
-        watched = Watched()
-        try:
-            if on_start is not None:
-                on_start(proc.pid, processes.created_at(proc.pid) or time.time())
-            _watch(proc, trial, events_path(out_path), on_event, watched)
-        except KeyboardInterrupt as e:
-            _kill_group(proc)  # Ctrl-C in the parent: no orphan keeps the machine busy
-            watched.killed_for, watched.signal_name = "interrupted", str(e) or "SIGINT"
-            raise Interrupted(_collect(proc, watched, trial, out_path, log_path)) from None
-        except BaseException:
-            _kill_group(proc)
-            raise
-    return _collect(proc, watched, trial, out_path, log_path)
+    log_path.unlink(missing_ok=True)
+    child = children.start_child("dlbench.runner.worker", [str(spec_path), str(out_path)], log_path,
+                                 interpreter=trial.interpreter)
+    watched = Watched()
+    tail = EventTail(events_path(out_path))
+
+    def forward_events() -> bool:
+        if on_event is not None:
+            for ev in tail.new():
+                on_event(ev)
+        return False  # a trial's timeout runs from its start, whatever it reports
+
+    try:
+        if on_start is not None:
+            on_start(child.pid, processes.created_at(child.pid) or time.time())
+        children.watch(child, watched, trial.timeout_s, trial.memory_limit_bytes, forward_events)
+    except KeyboardInterrupt as e:
+        child.kill()  # Ctrl-C in the parent: no orphan keeps the machine busy
+        watched.killed_for, watched.signal_name = "interrupted", str(e) or "SIGINT"
+        raise Interrupted(_collect(child, watched, trial, out_path)) from None
+    except BaseException:
+        child.kill()
+        raise
+    return _collect(child, watched, trial, out_path)
 
 
 class EventTail:
@@ -120,11 +101,13 @@ class EventTail:
         try:
             with open(self._path, "rb") as f:
                 f.seek(self._offset)
-                data = f.read()
+                data = f.read(EVENTS_READ_BYTES)  # bounded: the rest comes at the next polls
         except FileNotFoundError:
             return []
         self._offset += len(data)
         *lines, self._partial = (self._partial + data).split(b"\n")
+        if len(self._partial) > EVENTS_READ_BYTES:  # no event is that long: not an event
+            self._partial = b""
         events = []
         for line in lines:
             try:
@@ -134,72 +117,17 @@ class EventTail:
         return events
 
 
-def _watch(
-    proc: subprocess.Popen[bytes],
-    trial: TrialSpec,
-    events: Path,
-    on_event: EventCallback | None,
-    watched: Watched,
-) -> None:
-    """Poll until the worker exits; kill its group past the timeout or the memory limit. Whatever
-    it left in its group (loader workers, compiler daemons) goes with it."""
-    deadline = time.monotonic() + trial.timeout_s
-    limit = trial.memory_limit_bytes
-    tail = EventTail(events)
-    tree = ProcessTree(psutil.Process(proc.pid), refresh_s=TREE_REFRESH_S)
-    while True:
-        done = _exited(proc)
-        if not done:
-            watched.rss_peak_bytes = max(watched.rss_peak_bytes, tree.rss_bytes())
-        if on_event is not None:
-            for ev in tail.new():
-                on_event(ev)
-        if done:
-            _kill_group(proc)
-            return
-        if limit is not None and watched.rss_peak_bytes > limit:
-            watched.killed_for = "oom"
-        elif time.monotonic() > deadline:
-            watched.killed_for = "timeout"
-        if watched.killed_for is not None:
-            _kill_group(proc)
-            return
-        time.sleep(POLL_S)
-
-
-def _exited(proc: subprocess.Popen[bytes]) -> bool:
-    """Has the worker exited? Checked without reaping it: while the leader is a zombie its pid,
-    and so its process group id, cannot be reused, so killing the group kills only ours."""
-    try:
-        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:  # already reaped
-        return True
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
-def _collect(
-    proc: subprocess.Popen[bytes],
-    watched: Watched,
-    trial: TrialSpec,
-    out_path: Path,
-    log_path: Path,
-) -> TrialResult:
+def _collect(child: children.Child, watched: Watched, trial: TrialSpec, out_path: Path) -> TrialResult:
     events = read_events(events_path(out_path))
-    tail = _tail(log_path)
+    tail = child.tail()
     result = _read_result(out_path)
     if watched.killed_for is not None:
         result = result or TrialResult(status=watched.killed_for)
         result.status = watched.killed_for
         result.error = _kill_reason(watched, trial)
     elif result is None:
-        result = TrialResult(status="crashed", error=_crash_reason(proc.returncode, watched))
+        assert child.returncode is not None  # watch() reaped it
+        result = TrialResult(status="crashed", error=_crash_reason(child.returncode, watched))
     _check_peak(result, trial)
     if result.metrics.get("rss_peak_bytes") is None and watched.rss_peak_bytes:
         # the worker died before reporting: the peak the watchdog saw is the best there is
@@ -207,13 +135,8 @@ def _collect(
     if result.status not in ("ok", "unsupported") and tail:
         result.notes["output_tail"] = tail
     result.events = events
-    result.pid = result.pid or proc.pid
+    result.pid = result.pid or child.pid
     return result
-
-
-def _gib(n: float) -> str:
-    """GiB with enough digits that a peak just over a limit reads as more than it."""
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def _kill_reason(watched: Watched, trial: TrialSpec) -> str:
@@ -222,8 +145,8 @@ def _kill_reason(watched: Watched, trial: TrialSpec) -> str:
     if watched.killed_for == "oom":
         assert trial.memory_limit_bytes is not None
         peak, limit = watched.rss_peak_bytes, trial.memory_limit_bytes
-        return (f"process tree RSS reached {_gib(peak)} ({peak / limit - 1:+.1%} over the memory limit of"
-                f" {_gib(limit)}); process group killed")
+        return (f"process tree RSS reached {gib(peak)} ({peak / limit - 1:+.1%} over the memory limit of"
+                f" {gib(limit)}); process group killed")
     return f"no result within the timeout of {trial.timeout_s:g} s; process group killed"
 
 
@@ -232,7 +155,7 @@ def _crash_reason(rc: int, watched: Watched) -> str:
     hint = ""
     if rc == -signal.SIGKILL:  # not ours: the kernel's out-of-memory killer sends SIGKILL
         hint = (f"; not sent by dlbench: the kernel's out-of-memory killer sends SIGKILL (RSS"
-                f" seen {_gib(watched.rss_peak_bytes)}; --memory-limit stops a trial before that)")
+                f" seen {gib(watched.rss_peak_bytes)}; --memory-limit stops a trial before that)")
     return f"worker {why} without a result{hint}"
 
 
@@ -244,8 +167,8 @@ def _check_peak(result: TrialResult, trial: TrialSpec) -> None:
     limit = trial.memory_limit_bytes
     if result.status == "ok" and limit is not None and peak is not None and peak > limit:
         result.status = "oom"
-        result.error = (f"peak RSS {_gib(peak)} (the worker's own measurement) is over the memory"
-                        f" limit of {_gib(limit)}")
+        result.error = (f"peak RSS {gib(peak)} (the worker's own measurement) is over the memory"
+                        f" limit of {gib(limit)}")
 
 
 def _read_result(path: Path) -> TrialResult | None:
@@ -253,11 +176,3 @@ def _read_result(path: Path) -> TrialResult | None:
         return TrialResult.from_dict(json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):
         return None
-
-
-def _tail(path: Path) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return text[-STDERR_TAIL_CHARS:].strip()

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from dlbench import workloads
-from dlbench.analysis import efficiency, parity
+from dlbench.analysis import efficiency, generation, parity
 from dlbench.backends import get_backend, precision
 from dlbench.results.records import TrialResult
 from dlbench.runner import ceiling, fixedbatch, protocol, reference
-from dlbench.runner.probe_client import run_probe
+from dlbench.runner.probe_client import ProbeLimits, run_probe
 from dlbench.scenarios import Parity
 from dlbench.spec import TrialSpec, to_dict
 
@@ -77,6 +77,26 @@ def sample_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> pa
     return replace(verdict, tolerance=tolerance, per_tensor=per)
 
 
+def generate_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> parity.Verdict:
+    """Greedy generation (runner/scenarios/generate.py) against the workload's float64 NumPy decoder with
+    its own KV cache (analysis/generation.py states the rule): every step's logits against the
+    reference fed the framework's own tokens; the ids against the reference's own greedy ids up
+    to the first step whose top-2 margin is within twice the float32 bound. `ref` (the jax or
+    torch float64 run) is not needed: the NumPy reference is the definition itself."""
+    module = workloads.get(trial.workload.name)
+    prompt, ids, logits = protocol.load_generation(path)
+    params = module.init_params(trial.workload)
+    free_ids, free_logits = module.reference_generate(trial.workload, params, prompt, ids.shape[1])
+    forced = module.reference_forced(trial.workload, params, prompt, ids)
+    v = generation.judge_generation(ids, logits, forced, free_ids, free_logits)
+    steps = (f"first ambiguous step {v.ambiguous_step}, first divergence step {v.divergence_step}"
+             f" of {ids.shape[1]} (-1: none)")
+    return parity.Verdict("pass" if v.ok else "fail", worst_rel_err=v.logits_error, worst_tensor="logits",
+                          tolerance={"logits_rel_err": generation.LOGITS_RTOL},
+                          reference="float64 NumPy decoder with its own cache",
+                          reason=f"{v.reason}; {steps}" if not v.ok else steps)
+
+
 # A scenario record's parity kind (dlbench/scenarios.py: Parity) -> how its arrays are judged.
 def no_verdict(trial: TrialSpec, path: Path, ref: reference.Reference | None) -> parity.Verdict:
     """Parity kind "none" (the solver scenario): the trial compares every solve with its own
@@ -86,7 +106,7 @@ def no_verdict(trial: TrialSpec, path: Path, ref: reference.Reference | None) ->
 
 
 JUDGES: dict[Parity, Judge] = {"grads": grads_verdict, "logits": logits_verdict, "sample": sample_verdict,
-                               "none": no_verdict}
+                               "generate": generate_verdict, "none": no_verdict}
 
 
 def needs_reference(trial: TrialSpec) -> bool:
@@ -151,7 +171,7 @@ def alternative_arrays(trial: TrialSpec, env: dict[str, str], k_steps: int) -> d
     with tempfile.TemporaryDirectory(prefix="dlbench-diagnose-") as tmp:
         request = Path(tmp) / "request.json"
         request.write_text(json.dumps({"trials": [to_dict(probed)], "k_steps": k_steps}))
-        error = run_probe(request, Path(tmp), env=env)
+        error = run_probe(request, Path(tmp), ProbeLimits(trial.timeout_s, trial.memory_limit_bytes), env=env)
         out = Path(tmp) / "0.npz"
         if not out.exists():
             return error or "the probe wrote no result"

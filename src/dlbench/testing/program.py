@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ import numpy as np
 from dlbench import workloads
 from dlbench.backends import get_backend, support
 from dlbench.backends.base import Backend, Trainable, Unsupported
+from dlbench.runner import children
 from dlbench.runner.child import setup_environment
 from dlbench.spec import PARITY_BATCH, Policy, TrialSpec
 from dlbench.workloads.contract import preset_spec
@@ -144,14 +144,11 @@ def problems(framework: str, workload: str, modes: list[str]) -> tuple[list[str]
     """Run the child for `framework` and judge it: (problems, the facts per mode)."""
     with tempfile.TemporaryDirectory(prefix="dlbench-contract-") as tmp:
         out = Path(tmp) / "facts.json"
-        cmd = [sys.executable, "-m", "dlbench.testing.program", framework, workload, ",".join(modes), str(out)]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            return [f"the {framework} process did not finish within {TIMEOUT_S:g} s"], {}
-        if proc.returncode != 0 or not out.exists():
-            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-            return [f"the {framework} process exited with code {proc.returncode}: {tail}"], {}
+        child, watched = children.run_child("dlbench.testing.program", [framework, workload, ",".join(modes), str(out)],
+                                            Path(tmp) / "program.log", TIMEOUT_S)
+        why = children.why_not_ok(child, watched, TIMEOUT_S)
+        if why is not None or not out.exists():
+            return [f"the {framework} process {why or 'wrote no facts'}"], {}
         facts: dict[str, Any] = json.loads(out.read_text())
     return [p for mode, f in facts.items() for p in judge(workload, mode, f)], facts
 

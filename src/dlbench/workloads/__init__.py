@@ -25,6 +25,7 @@ from dlbench.workloads import (
     data,
     ddpm,
     detect,
+    lm,
     mlp,
     node,
     ode_hires,
@@ -40,7 +41,7 @@ from dlbench.workloads import (
 # Order: as listed by `dlbench list` and run by `-w all`.
 WORKLOADS: dict[str, ModuleType] = {
     "mlp": mlp, "cnn": cnn, "resnet": resnet, "transformer": transformer, "node": node,
-    "detect": detect, "ppo": ppo, "ddpm": ddpm,
+    "detect": detect, "ppo": ppo, "ddpm": ddpm, "lm": lm,
 }
 
 # The solver scenario's initial value problems (workloads/odes.py; `--scenario solve` only): built
@@ -201,6 +202,16 @@ def generated_quality(name: str) -> Callable[[WorkloadSpec, Callable[[np.ndarray
     without one (optional member)."""
     found: Callable[[WorkloadSpec, Callable[[np.ndarray], np.ndarray]], dict[str, float]] | None = \
         vars(get(name)).get("generated_quality")
+    return found
+
+
+def extra_scores(name: str) -> Callable[[WorkloadSpec, np.ndarray, data.Dataset], dict[str, float]] | None:
+    """The workload's further held-out scores of the same outputs as its `score`,
+    `extra_scores(spec, outputs, data) -> {metric: value}` (detect: `map_voc`, mAP@0.5 under the
+    VOC devkit's matching rule beside `map`'s COCO rule); None for a workload without any (an
+    optional member of the interface)."""
+    found: Callable[[WorkloadSpec, np.ndarray, data.Dataset], dict[str, float]] | None = \
+        vars(get(name)).get("extra_scores")
     return found
 
 

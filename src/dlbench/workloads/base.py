@@ -49,7 +49,10 @@ class Workload(Protocol):
     three object classes): its specs carry it and workloads.validate refuses another;
     `epoch_copies(spec) -> int`, how many per-epoch copies of its samples `make_dataset` holds
     (ddpm: timesteps and noise redrawn per epoch; epoch e reads copy e mod that,
-    workloads.epoch_steps), 1 without it."""
+    workloads.epoch_steps), 1 without it; `extra_scores(spec, outputs, data) -> {metric: value}`,
+    further held-out scores of the outputs `score` judged, recorded beside it by the train
+    scenario (detect: `map_voc`, the VOC devkit's matching; workloads.extra_scores);
+    `generated_quality(spec, denoise) -> {metric: value}` (ddpm's sample quality)."""
 
     NAME: str
     # --scenario name -> runner scenario (SUPERVISED_SCENARIOS for a classifier)

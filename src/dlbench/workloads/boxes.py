@@ -18,8 +18,21 @@ SCORE_THRESHOLD = 0.05
 NMS_IOU = 0.5
 # At most this many detections per image are kept (highest scores first).
 MAX_DETECTIONS = 100
-# A detection matches a ground-truth box of its class at IoU >= this (PASCAL VOC's mAP@0.5).
+# A detection matches a ground-truth box of its class at IoU >= this (mAP@0.5).
 MATCH_IOU = 0.5
+# How a detection is matched (class_ap), detections taken in descending score over all images:
+# "coco" (the workload's `map`): the detection takes the *unmatched* ground-truth box of its
+#   class with the highest IoU >= MATCH_IOU, as pycocotools' COCOeval.evaluateImg does (it
+#   skips matched boxes before comparing IoUs); a true positive, else a false positive.
+# "voc" (`map_voc`): the PASCAL VOC devkit's VOCevaldet.m: the detection looks at the box with
+#   the highest IoU among *all* of its class's ground truth in the image; IoU >= MATCH_IOU and
+#   that box not yet taken: a true positive; already taken (or IoU too low): a false positive,
+#   even when another box it overlaps enough is still free.
+# They differ only where objects of a class overlap (tests/test_workload_detect.py has crafted
+# cases). Either way: IoU without the devkit's +1 pixel term (boxes are normalised to [0, 1],
+# not pixel indices, so +1 would be a whole canvas), and all-point interpolated AP (the devkit's
+# VOCap.m since VOC2010), not COCO's 101-point interpolation nor its IoU range 0.5:0.95.
+MATCH_RULES = ("coco", "voc")
 
 
 @dataclass(frozen=True)
@@ -98,7 +111,7 @@ def postprocess(outputs: np.ndarray, classes: int) -> list[Detections]:
 
 
 def average_precision(recall: np.ndarray, precision: np.ndarray) -> float:
-    """All-point interpolated AP (PASCAL VOC 2010+): the area under the precision envelope
+    """All-point interpolated AP (the PASCAL VOC devkit's VOCap.m, VOC2010 on): the area under the precision envelope
     (precision made non-increasing from the right) over recall, from recall 0 to the last."""
     r = np.concatenate([[0.0], recall, [1.0]])
     p = np.concatenate([[0.0], precision, [0.0]])
@@ -107,14 +120,12 @@ def average_precision(recall: np.ndarray, precision: np.ndarray) -> float:
     return float(np.sum((r[steps + 1] - r[steps]) * p[steps + 1]))
 
 
-def class_ap(detections: list[Detections], truths: list[Detections], c: int) -> float | None:
-    """AP of class `c` over all images at MATCH_IOU, or None when no ground truth has class c.
-    Detections are taken in descending score over all images; each matches the unmatched
-    ground-truth box of its class in its image with the highest IoU >= MATCH_IOU (a true
-    positive), else it is a false positive."""
+def true_positives(detections: list[Detections], truths: list[Detections], c: int,
+                   rule: str = "coco") -> tuple[np.ndarray, int]:
+    """(tp, n_truth) for class `c`: tp[i] is 1.0 when the i-th detection of class c, taken in
+    descending score over all images (ties: image order, then the detection's order), is a true
+    positive under `rule` (MATCH_RULES); n_truth counts the class's ground-truth boxes."""
     n_truth = sum(int(np.sum(t.classes == c)) for t in truths)
-    if n_truth == 0:
-        return None
     found = [(float(s), img, b) for img, d in enumerate(detections)
              for b, k, s in zip(d.boxes, d.classes, d.scores) if k == c]
     found.sort(key=lambda f: -f[0])  # stable: ties keep image order
@@ -124,17 +135,33 @@ def class_ap(detections: list[Detections], truths: list[Detections], c: int) -> 
     for i, (_, img, box) in enumerate(found):
         if len(gt[img]) == 0:
             continue
-        overlaps = np.where(used[img], -1.0, iou(box, gt[img]))
+        overlaps = iou(box, gt[img])
+        if rule == "coco":  # taken boxes are out of the running
+            overlaps = np.where(used[img], -1.0, overlaps)
+        # Equal IoUs: the first box (the devkit's `ov > ovmax`; pycocotools' `<` takes the last).
         best = int(np.argmax(overlaps))
-        if overlaps[best] >= MATCH_IOU:
+        if overlaps[best] >= MATCH_IOU and not used[img][best]:
             tp[i], used[img][best] = 1.0, True
+    return tp, n_truth
+
+
+def class_ap(detections: list[Detections], truths: list[Detections], c: int, rule: str = "coco") -> float | None:
+    """AP of class `c` over all images at MATCH_IOU (true_positives under `rule`, all-point
+    interpolated), or None when no ground truth has class c."""
+    tp, n_truth = true_positives(detections, truths, c, rule)
+    if n_truth == 0:
+        return None
     hits = np.cumsum(tp)
     recall = hits / n_truth
-    precision = hits / np.arange(1, len(found) + 1)
+    precision = hits / np.arange(1, len(tp) + 1)
     return average_precision(recall, precision)
 
 
-def mean_average_precision(detections: list[Detections], truths: list[Detections], classes: int) -> float:
-    """mAP@0.5: the mean of class_ap over the classes with ground truth (0 if none has any)."""
-    aps = [ap for c in range(classes) if (ap := class_ap(detections, truths, c)) is not None]
+def mean_average_precision(detections: list[Detections], truths: list[Detections], classes: int,
+                           rule: str = "coco") -> float:
+    """mAP@0.5: the mean of class_ap (matching `rule`) over the classes with ground truth (0 if
+    none has any)."""
+    if rule not in MATCH_RULES:
+        raise ValueError(f"matching rule {rule!r} is not one of: {', '.join(MATCH_RULES)}")
+    aps = [ap for c in range(classes) if (ap := class_ap(detections, truths, c, rule)) is not None]
     return float(np.mean(aps)) if aps else 0.0

@@ -3,10 +3,12 @@ own environment (backends/<framework>/ppo.py) is checked against, in float64 and
 
 Dynamics as Gymnasium's CartPoleEnv (Euler integration, the classic constants). Episode rules
 as Gymnasium's: reward 1 for every step, the terminating one included; terminated when
-|x| > 2.4 or |theta| > 12 degrees; truncated after 500 steps. Vectorised as gymnax and
-PureJaxRL do: a finished environment is reset inside the same step (the returned observation
-is the new episode's first), from a reset state the spec drew (U(-0.05, 0.05) per component),
-and `done` (terminated or truncated) marks the transition.
+|x| > 2.4 or |theta| > 12 degrees, judged as Gymnasium's float64 comparison in every dtype
+(limit_below); truncated after 500 steps. Vectorised as gymnax and
+PureJaxRL do, Gymnasium's SAME_STEP auto-reset mode (not the NEXT_STEP default of Gymnasium
+1.x's vector environments): a finished environment is reset inside the same step (the returned
+observation is the new episode's first), from a reset state the spec drew (U(-0.05, 0.05) per
+component), and `done` (terminated or truncated) marks the transition.
 Definition: docs/workloads.md#ppo.
 """
 
@@ -42,6 +44,23 @@ class EnvState(NamedTuple):
     ret: np.ndarray
 
 
+def limit_below(limit: float, dtype: str) -> float:
+    """The largest value of `dtype` ("float32" or "float64") not above `limit`. Gymnasium steps
+    in float64 and terminates when |x| > 2.4; float32(2.4) and float32(12 degrees) both round
+    *up*, so a float32 state exactly at float32(2.4) is past Gymnasium's limit, yet
+    `x > float32(2.4)` is false. Comparing `|x| > limit_below(2.4, "float32")` in float32 is true
+    exactly for the float32 values above the float64 limit: Gymnasium's rule at every value."""
+    rounded = np.asarray(limit, dtype=dtype)
+    if float(rounded) > limit:
+        rounded = np.nextafter(rounded, np.asarray(-np.inf, dtype=dtype))
+    return float(rounded)
+
+
+def limits(dtype: str) -> tuple[float, float]:
+    """(x limit, theta limit) to compare `|x| > ...` against in `dtype` (limit_below)."""
+    return limit_below(X_LIMIT, dtype), limit_below(THETA_LIMIT, dtype)
+
+
 def dynamics(obs: np.ndarray, action: np.ndarray) -> np.ndarray:
     """One Euler step of the cart and pole (Gymnasium's order of updates) in obs's dtype."""
     x, x_dot, theta, theta_dot = (obs[:, i] for i in range(4))
@@ -59,7 +78,8 @@ def step(state: EnvState, action: np.ndarray, reset: np.ndarray) -> tuple[EnvSta
     environment restarts from `reset` (N, 4) in the same step."""
     obs = dynamics(state.obs, action)
     t = state.t + 1
-    terminated = (np.abs(obs[:, 0]) > X_LIMIT) | (np.abs(obs[:, 2]) > THETA_LIMIT)
+    x_limit, theta_limit = limits(obs.dtype.name)
+    terminated = (np.abs(obs[:, 0]) > x_limit) | (np.abs(obs[:, 2]) > theta_limit)
     done = terminated | (t >= MAX_STEPS)
     reward = np.ones_like(state.ret)
     ret = state.ret + reward

@@ -12,9 +12,11 @@ on bit-identical inputs.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import final
 
 import numpy as np
@@ -264,11 +266,17 @@ def score(spec: WorkloadSpec, outputs: np.ndarray, data: Dataset) -> float:
     return float(np.mean((np.asarray(outputs, np.float64).reshape(y.shape) - y) ** 2))
 
 
-# --- a Fréchet distance in a fixed feature space (not FID) ---------------------------------------
+# --- sample quality: Fréchet distances in two fixed feature spaces (neither is FID) ---------------
 
-# Feature space: the means of non-overlapping FEATURE_POOL x FEATURE_POOL blocks of each channel
-# (48 values per 16x16 image, 12 per 8x8): fixed, framework-free and cheap; no Inception network,
-# so the number is not comparable with any published FID.
+# The feature network's canonical weights (benchmarks/train_ddpm_features.py trained them once):
+# per image size, an MLP autoencoder of the workload's clean images and the whitening of its
+# features. Read in NumPy, so every framework's samples are scored identically, in the trial's
+# process, with no framework.
+FEATURE_WEIGHTS = Path(__file__).with_name("ddpm_features.npz")
+
+# The old, weak feature space: the means of non-overlapping FEATURE_POOL x FEATURE_POOL blocks
+# of each channel (48 values per 16x16 image, 12 per 8x8). Kept as `sample_blockmean_fd`: it
+# catches gross failures (a sampler that diverges) but barely tells white noise from data.
 FEATURE_POOL = 4
 
 
@@ -282,6 +290,38 @@ def image_features(x: np.ndarray) -> np.ndarray:
     """(n, H, W, C) -> (n, H/4 * W/4 * C): FEATURE_POOL-block means, float64."""
     pooled = ops.avg_pool(np.asarray(x, np.float64), FEATURE_POOL)
     return pooled.reshape(len(x), -1)
+
+
+@functools.cache
+def _feature_network(image: int) -> dict[str, np.ndarray]:
+    with np.load(FEATURE_WEIGHTS) as f:
+        return {k.split("/", 1)[1]: f[k].astype(np.float64) for k in f.files if k.startswith(f"{image}/")}
+
+
+def autoencoder_features(net: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+    """(n, H, W, C) images -> (n, code + 1), float64: the autoencoder's code (HWC-flattened
+    image -> tanh(enc1) -> enc2) and the log of its mean squared reconstruction error (code ->
+    tanh(dec1) -> dec2), not yet whitened."""
+    flat = np.asarray(x, np.float64).reshape(len(x), -1)
+
+    def dense(name: str, h: np.ndarray) -> np.ndarray:
+        out: np.ndarray = h @ net[f"{name}.kernel"].astype(np.float64) + net[f"{name}.bias"].astype(np.float64)
+        return out
+
+    code = dense("enc2", np.tanh(dense("enc1", flat)))
+    recon = dense("dec2", np.tanh(dense("dec1", code)))
+    err = np.mean((recon - flat) ** 2, axis=1, keepdims=True)
+    return np.concatenate([code, np.log(err)], axis=1)
+
+
+def sample_features(x: np.ndarray) -> np.ndarray:
+    """(n, H, W, C) images -> (n, 5) float64: autoencoder_features with the canonical network of
+    the images' size, whitened (identity covariance over the network's training images)."""
+    net = _feature_network(int(x.shape[1]))
+    if not net:
+        raise ValueError(f"no feature network for {x.shape[1]}-pixel images in {FEATURE_WEIGHTS.name}")
+    out: np.ndarray = (autoencoder_features(net, x) - net["mean"]) @ net["whiten"]
+    return out
 
 
 def frechet_distance(a: np.ndarray, b: np.ndarray) -> float:
@@ -424,8 +464,9 @@ def ddim_coefficients(spec: WorkloadSpec, steps: int | None = None) -> np.ndarra
 
 # The sampler's initial noise: default_rng((seed, STREAM_SAMPLE)).
 STREAM_SAMPLE = 7
-# The real images that give generated_quality's floor.
+# The real images that give generated_quality's floor, and the noise images of its noise level.
 STREAM_QUALITY = 9
+STREAM_QUALITY_NOISE = 10
 
 
 def initial_noise(spec: WorkloadSpec, n: int) -> np.ndarray:
@@ -439,14 +480,21 @@ def generated_quality(spec: WorkloadSpec, denoise: Callable[[np.ndarray], np.nda
     """The quality of generated images after training (the train scenario calls it after the
     timed window, with the trained parameters' predict; workloads.generated_quality): one batch
     of `batch_size` DDIM samples (S steps, the sampler's initial noise) and their Fréchet
-    distance to the held-out clean images in the 4x4-block-mean space: `sample_frechet_distance`.
-    Beside it `sample_frechet_floor`, what `batch_size` real images (fresh clean images) score
-    against the same held-out set: a perfect sampler's value at this sample size. Not FID."""
-    held_out = image_features(held_out_images(spec))
+    distance to the held-out clean images in the feature network's space (sample_features):
+    `sample_feature_fd`. Beside it, at the same sample size, `sample_feature_fd_floor` (fresh
+    real images: a perfect sampler's value) and `sample_feature_fd_noise` (N(0, 1) images: a
+    sampler that learnt nothing), so a value reads on that scale. And the old block-mean space's
+    `sample_blockmean_fd` with its `sample_blockmean_fd_floor`. Not FID."""
+    held_out = held_out_images(spec)
     images = ddim_sample(spec, denoise, initial_noise(spec, spec.batch_size))
     real = clean_images(np.random.default_rng((spec.seed, STREAM_QUALITY)), spec.batch_size, _size(spec).image)
-    return {"sample_frechet_distance": frechet_distance(image_features(images), held_out),
-            "sample_frechet_floor": frechet_distance(image_features(real), held_out)}
+    noise = np.random.default_rng((spec.seed, STREAM_QUALITY_NOISE)).standard_normal(images.shape)
+    fd = {name: frechet_distance(sample_features(x), sample_features(held_out))
+          for name, x in (("", images), ("_floor", real), ("_noise", noise))}
+    return {"sample_feature_fd": fd[""], "sample_feature_fd_floor": fd["_floor"],
+            "sample_feature_fd_noise": fd["_noise"],
+            "sample_blockmean_fd": frechet_distance(image_features(images), image_features(held_out)),
+            "sample_blockmean_fd_floor": frechet_distance(image_features(real), image_features(held_out))}
 
 
 def ddim_sample(spec: WorkloadSpec, denoise: Callable[[np.ndarray], np.ndarray], x: np.ndarray,

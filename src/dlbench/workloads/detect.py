@@ -29,7 +29,9 @@ from dlbench.workloads.params import Init, draw_params, fan_in_uniform
 
 NAME = "detect"
 SCENARIOS = SUPERVISED_SCENARIOS
-# The held-out quality: mAP@0.5, VOC all-point (workloads/boxes.py).
+# The held-out quality: mAP@0.5 with COCO-style matching (a detection takes the highest-IoU
+# *unmatched* box), all-point interpolated (workloads/boxes.py). extra_scores adds `map_voc`,
+# the PASCAL VOC devkit's matching rule, from the same outputs.
 QUALITY = "map"
 # The detector's classes: three textures (_texture). Fixed: the spec's num_classes is this
 # (NUM_CLASSES, an optional workload member) and workloads.validate refuses another value.
@@ -280,7 +282,14 @@ def postprocess(spec: WorkloadSpec, outputs: np.ndarray) -> list[Detections]:
     return boxes.postprocess(outputs, CLASSES)
 
 
-def score(spec: WorkloadSpec, outputs: np.ndarray, data: Dataset) -> float:
-    """mAP@0.5 (VOC all-point) of the post-processed outputs against the split's ground truth."""
+def score(spec: WorkloadSpec, outputs: np.ndarray, data: Dataset, rule: str = "coco") -> float:
+    """mAP@0.5 (all-point; matching `rule`, boxes.MATCH_RULES: COCO's by default) of the
+    post-processed outputs against the split's ground truth."""
     truths = [decode_targets(t) for t in data.y[: len(outputs)]]
-    return boxes.mean_average_precision(postprocess(spec, outputs), truths, CLASSES)
+    return boxes.mean_average_precision(postprocess(spec, outputs), truths, CLASSES, rule)
+
+
+def extra_scores(spec: WorkloadSpec, outputs: np.ndarray, data: Dataset) -> dict[str, float]:
+    """The optional member (workloads.extra_scores): `map_voc`, the same outputs' mAP@0.5 under
+    the PASCAL VOC devkit's matching rule (boxes.MATCH_RULES), beside `map`'s COCO rule."""
+    return {"map_voc": score(spec, outputs, data, "voc")}

@@ -62,10 +62,13 @@ PRESETS = {
                   eval_size=128),
 }
 
-# PPO's own constants, pinned (CleanRL's ppo.py defaults, without its learning-rate annealing):
-# advantages normalised per minibatch with the population standard deviation (ddof 0; torch.std
-# defaults to the unbiased one) plus ADV_EPS; gradients clipped to a global norm of
-# max_grad_norm as optax does (scaled by max_norm / norm when the norm exceeds it).
+# PPO's own constants, pinned. The values of CleanRL's ppo.py and PureJaxRL's CartPole config
+# (clip 0.2, gamma 0.99, lambda 0.95, vf 0.5, entropy 0.01, grad norm 0.5, Adam 2.5e-4 eps 1e-5),
+# but not all of their choices: no learning-rate annealing, no value-loss clipping, advantages
+# normalised per minibatch with ddof 0 (PureJaxRL's jnp.std; CleanRL and SB3 use torch.std,
+# ddof 1; every backend honours adv_norm_ddof), fan-in uniform initialisation (they use
+# orthogonal, policy-head gain 0.01). docs/workloads.md#ppo has the table. Gradients clipped to a
+# global norm of max_grad_norm as optax does (scaled by max_norm / norm when the norm exceeds it).
 EXTRA = {"clip_eps": 0.2, "gamma": 0.99, "gae_lambda": 0.95, "vf_coef": 0.5, "ent_coef": 0.01,
          "max_grad_norm": 0.5, "adv_norm_ddof": 0, "adv_eps": 1e-8}
 NUMERICS = Numerics(learning_rate=2.5e-4, eps=1e-5, loss="ppo_clip", extra=dict(EXTRA))
@@ -216,7 +219,8 @@ def rows(r: Rollout, adv: np.ndarray, ret: np.ndarray) -> np.ndarray:
 
 def ppo_loss(spec: WorkloadSpec, p: dict[str, np.ndarray], batch: np.ndarray) -> float:
     """The PPO-clip loss of one minibatch of rows: clipped surrogate + vf_coef x 0.5 mean squared
-    value error - ent_coef x entropy, advantages normalised within the minibatch (ddof 0)."""
+    value error (unclipped) - ent_coef x entropy, advantages normalised within the minibatch
+    (standard deviation with the numerics block's adv_norm_ddof, 0 by default)."""
     e = spec.numerics.extra
     obs, action = batch[:, :4], batch[:, 4].astype(np.int64)
     logp_old, adv, ret = batch[:, 5], batch[:, 6], batch[:, 7]

@@ -65,6 +65,22 @@ class SquaredError:
         return {"loss": "mean_squared_error"}
 
 
+@typing.final
+@dataclass(frozen=True)
+class TokenCrossEntropy:
+    """`mean_token_cross_entropy`: logits (N, T, V), ids (N, T), the mean over every position."""
+
+    def __call__(self, logits: jax.Array, y: jax.Array) -> jax.Array:
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+    def numerics(self) -> dict[str, Any]:
+        return {"loss": "mean_token_cross_entropy"}
+
+
+def token_cross_entropy(n: Numerics) -> TokenCrossEntropy:
+    return TokenCrossEntropy()
+
+
 def squared_error(n: Numerics) -> SquaredError:
     return SquaredError()
 

@@ -73,7 +73,8 @@ def env_step(env: Env, action: jax.Array, reset: jax.Array) -> tuple[Env, jax.Ar
     nxt = jnp.stack([x + cartpole.TAU * x_dot, x_dot + cartpole.TAU * x_acc, theta + cartpole.TAU * theta_dot,
                      theta_dot + cartpole.TAU * theta_acc], axis=1)
     t = env.t + 1
-    done = (jnp.abs(nxt[:, 0]) > cartpole.X_LIMIT) | (jnp.abs(nxt[:, 2]) > cartpole.THETA_LIMIT) | (t >= cartpole.MAX_STEPS)
+    x_limit, theta_limit = cartpole.limits(obs.dtype.name)  # Gymnasium's float64 comparison
+    done = (jnp.abs(nxt[:, 0]) > x_limit) | (jnp.abs(nxt[:, 2]) > theta_limit) | (t >= cartpole.MAX_STEPS)
     reward = jnp.ones_like(env.ret)
     ret = env.ret + reward
     finished = jnp.where(done, ret, 0.0)
@@ -117,8 +118,8 @@ def ppo_loss(e: dict[str, Any], p: Params, batch: jax.Array) -> jax.Array:
     logps = jax.nn.log_softmax(logits)
     logp = jnp.take_along_axis(logps, action[:, None], axis=1)[:, 0]
     entropy = -(jnp.exp(logps) * logps).sum(axis=1)
-    # ddof 0: the population standard deviation (jnp.std's default).
-    adv = (adv - adv.mean()) / (jnp.std(adv) + float(e["adv_eps"]))
+    # The numerics block's ddof (0: the population standard deviation, PureJaxRL's; 1: CleanRL's).
+    adv = (adv - adv.mean()) / (jnp.std(adv, ddof=int(e["adv_norm_ddof"])) + float(e["adv_eps"]))
     ratio = jnp.exp(logp - logp_old)
     clip = float(e["clip_eps"])
     pg = -jnp.minimum(ratio * adv, jnp.clip(ratio, 1.0 - clip, 1.0 + clip) * adv).mean()

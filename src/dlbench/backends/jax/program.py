@@ -25,6 +25,7 @@ import optax
 
 from dlbench import workloads
 from dlbench.backends import multistep
+from dlbench.backends.generation import Generating
 from dlbench.backends.base import Sampling, Unsupported
 from dlbench.backends.jax import losses, pipeline
 from dlbench.spec import Numerics, TrialSpec
@@ -56,6 +57,7 @@ LOSSES: dict[str, LossKind] = {
     "mean_softmax_cross_entropy": LossKind(losses.cross_entropy, "int32"),
     "focal_l1_detection": LossKind(losses.focal_l1, None),
     "mean_squared_error": LossKind(losses.squared_error, None),
+    "mean_token_cross_entropy": LossKind(losses.token_cross_entropy, "int32"),
 }
 
 
@@ -155,7 +157,7 @@ def refuse(workload: str, field: str, wanted: object, implemented: Iterable[obje
 
 
 @typing.final
-class JaxProgram(Sampling):
+class JaxProgram(Sampling, Generating):
     def __init__(self, trial: TrialSpec, model: Model) -> None:
         spec = trial.workload
         self._spec = spec

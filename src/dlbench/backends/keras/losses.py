@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import math
 import typing
 from typing import Any
 
 import keras
+import numpy as np
 from keras import ops
 
 
@@ -37,3 +39,24 @@ class FocalL1(keras.losses.Loss):
 
     def numerics(self) -> dict[str, Any]:
         return {"loss": "focal_l1_detection", "focal_alpha": self.alpha, "focal_gamma": self.gamma}
+
+
+@typing.final
+class TokenCrossEntropy(keras.losses.SparseCategoricalCrossentropy):
+    """`mean_token_cross_entropy` (docs/workloads.md#lm): logits (N, T, V), ids (N, T); Keras's
+    sparse cross-entropy with "sum_over_batch_size" divides the sum by the number of per-token
+    losses, N x T: the mean over every position. `numerics` checks that on a probe."""
+
+    def __init__(self) -> None:
+        super().__init__(from_logits=True, ignore_class=None, reduction="sum_over_batch_size",
+                         name="token_cross_entropy")
+
+    def numerics(self) -> dict[str, Any]:
+        logits = np.array([[[2.0, 0.0, -1.0], [0.5, 0.5, 3.0]]], np.float32)  # (1, 2, 3)
+        y = np.array([[0, 2]], np.int32)
+        shifted = logits - logits.max(axis=-1, keepdims=True)
+        logp = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        wanted = float(-(logp[0, 0, 0] + logp[0, 1, 2]) / 2)
+        got = float(ops.convert_to_numpy(self(y, logits)))
+        return {"loss": "mean_token_cross_entropy" if math.isclose(got, wanted, rel_tol=1e-6)
+                else f"TokenCrossEntropy: {got} on the probe, not {wanted}"}

@@ -35,6 +35,7 @@ from keras import layers, ops
 
 import dlbench.backends.keras.losses as losses
 from dlbench import workloads
+from dlbench.backends.generation import Generating
 from dlbench.backends.base import Sampling, TimedBatches, Unsupported
 from dlbench.backends.keras.native import Native, Pipeline, native
 from dlbench.spec import Numerics, TrialSpec, WorkloadSpec
@@ -152,6 +153,7 @@ LOSSES: dict[str, LossKind] = {
     # every sample the same size, the mean of all values.
     "mean_squared_error": LossKind(lambda n: keras.losses.MeanSquaredError(reduction="sum_over_batch_size"),
                                    "float32"),
+    "mean_token_cross_entropy": LossKind(lambda n: losses.TokenCrossEntropy(), "int32"),
 }
 
 
@@ -193,7 +195,7 @@ def optimizer_numerics(optimizer: keras.optimizers.Optimizer) -> dict[str, Any]:
 
 def loss_numerics(loss: keras.losses.Loss) -> dict[str, Any]:
     """The loss's name (and its own numerics) read back from the loss object."""
-    if isinstance(loss, losses.FocalL1):
+    if isinstance(loss, (losses.FocalL1, losses.TokenCrossEntropy)):
         return loss.numerics()
     if isinstance(loss, keras.losses.MeanSquaredError):
         return {"loss": squared_error_numerics(loss)}
@@ -295,7 +297,7 @@ def build(trial: TrialSpec, make_net: NetFactory) -> KerasProgram:
 
 
 @typing.final
-class KerasProgram(Sampling):
+class KerasProgram(Sampling, Generating):
     def __init__(self, trial: TrialSpec, make_net: NetFactory) -> None:
         spec = trial.workload
         self._spec, self._mode = spec, trial.policy.mode
@@ -402,6 +404,19 @@ class KerasProgram(Sampling):
         model = self._net.model
         return {"steps_per_call": int(model.steps_per_execution), "loop": "fit",
                 "rule": "Keras steps_per_execution = chunk_steps (at most the backend's limit)"}
+
+    def live_model(self, state: State) -> keras.Model:
+        """The model with `state`'s values in its variables (generation reads them there)."""
+        self._activate(state)
+        return state.model
+
+    @property
+    def native(self) -> Native:
+        return self._native
+
+    @property
+    def mode(self) -> str:
+        return self._mode
 
     def predict(self, state: State, x: np.ndarray) -> np.ndarray:
         self._activate(state)

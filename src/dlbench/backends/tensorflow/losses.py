@@ -62,6 +62,23 @@ class SquaredError:
         return {"loss": "mean_squared_error"}
 
 
+@typing.final
+@dataclass(frozen=True)
+class TokenCrossEntropy:
+    """`mean_token_cross_entropy`: logits (N, T, V), ids (N, T); reduce_mean over every
+    position of sparse_softmax_cross_entropy_with_logits."""
+
+    def __call__(self, logits: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+
+    def numerics(self) -> dict[str, Any]:
+        return {"loss": "mean_token_cross_entropy"}
+
+
+def token_cross_entropy(n: Numerics) -> TokenCrossEntropy:
+    return TokenCrossEntropy()
+
+
 def squared_error(n: Numerics) -> SquaredError:
     return SquaredError()
 

@@ -63,7 +63,8 @@ def env_step(env: Env, action: tf.Tensor, reset: tf.Tensor) -> tuple[Env, tf.Ten
     nxt = tf.stack([x + cartpole.TAU * x_dot, x_dot + cartpole.TAU * x_acc, theta + cartpole.TAU * theta_dot,
                     theta_dot + cartpole.TAU * theta_acc], axis=1)
     t = env.t + 1
-    done = (tf.abs(nxt[:, 0]) > cartpole.X_LIMIT) | (tf.abs(nxt[:, 2]) > cartpole.THETA_LIMIT) | (t >= cartpole.MAX_STEPS)
+    x_limit, theta_limit = cartpole.limits(obs.dtype.name)  # Gymnasium's float64 comparison
+    done = (tf.abs(nxt[:, 0]) > x_limit) | (tf.abs(nxt[:, 2]) > theta_limit) | (t >= cartpole.MAX_STEPS)
     reward = tf.ones_like(env.ret)
     ret = env.ret + reward
     finished = tf.where(done, ret, tf.zeros_like(ret))
@@ -104,8 +105,12 @@ def ppo_loss(e: dict[str, Any], p: Tensors, batch: tf.Tensor) -> tf.Tensor:
     logps = tf.nn.log_softmax(logits, axis=1)
     logp = tf.gather(logps, action, axis=1, batch_dims=1)
     entropy = -tf.reduce_sum(tf.exp(logps) * logps, axis=1)
-    # tf.math.reduce_std is the population standard deviation (ddof 0).
-    adv = (adv - tf.reduce_mean(adv)) / (tf.math.reduce_std(adv) + float(e["adv_eps"]))
+    # The numerics block's ddof: tf.math.reduce_std has none (it is ddof 0), so the variance is
+    # written out, sum of squares / (n - ddof).
+    centred = adv - tf.reduce_mean(adv)
+    n = tf.cast(tf.size(adv), adv.dtype)
+    std = tf.sqrt(tf.reduce_sum(centred**2) / (n - float(e["adv_norm_ddof"])))
+    adv = centred / (std + float(e["adv_eps"]))
     ratio = tf.exp(logp - logp_old)
     clip = float(e["clip_eps"])
     pg = -tf.reduce_mean(tf.minimum(ratio * adv, tf.clip_by_value(ratio, 1.0 - clip, 1.0 + clip) * adv))

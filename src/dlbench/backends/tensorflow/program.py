@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from dlbench.backends import multistep
+from dlbench.backends.generation import Generating
 from dlbench.backends.base import Sampling, Unsupported
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.backends.tensorflow import losses, mirrored, pipeline
@@ -53,6 +54,7 @@ LOSSES: dict[str, LossKind] = {
     "mean_softmax_cross_entropy": LossKind(losses.cross_entropy, tf.int32),
     "focal_l1_detection": LossKind(losses.focal_l1, None),
     "mean_squared_error": LossKind(losses.squared_error, None),
+    "mean_token_cross_entropy": LossKind(losses.token_cross_entropy, tf.int32),
 }
 
 
@@ -206,7 +208,7 @@ def initial_buffer(name: str, shape: tuple[int, ...]) -> np.ndarray:
 
 
 @typing.final
-class TensorFlowProgram(Sampling):
+class TensorFlowProgram(Sampling, Generating):
     """One workload's Program: the Model's forward pass inside the shared training machinery."""
 
     def __init__(self, trial: TrialSpec, workload: ModuleType, model: Model) -> None:
@@ -468,9 +470,10 @@ class TensorFlowProgram(Sampling):
 
 
 def _target_shape(workload: ModuleType, spec: Any, kind: LossKind) -> tuple[int, ...]:
-    """One sample's target shape: () for integer labels, else that of the workload's targets
-    (read off a one-sample fixed batch: the workload interface has no shape for them)."""
-    if kind.label_dtype is not None:
+    """One sample's target shape: () for class labels, else that of the workload's targets
+    (read off a one-sample fixed batch: the workload interface has no shape for them; lm's
+    integer targets are a token per position)."""
+    if kind.label_dtype is not None and spec.numerics.loss == "mean_softmax_cross_entropy":
         return ()
     return tuple(workload.fixed_batch(spec, 1).y.shape[1:])
 

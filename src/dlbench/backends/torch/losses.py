@@ -34,3 +34,16 @@ class FocalL1Loss(nn.Module):
 
     def numerics(self) -> dict[str, Any]:
         return {"loss": "focal_l1_detection", "focal_alpha": self.alpha, "focal_gamma": self.gamma}
+
+
+class TokenCrossEntropy(nn.Module):
+    """`mean_token_cross_entropy` (docs/workloads.md#lm): logits (N, T, V), next-token ids
+    (N, T); softmax cross-entropy averaged over every position of every sequence (nn.CrossEntropy
+    wants the classes on axis 1, so both are flattened to N x T rows)."""
+
+    def forward(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # autocast: float32 loss
+        return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="mean")
+
+    def numerics(self) -> dict[str, Any]:
+        return {"loss": "mean_token_cross_entropy"}

@@ -56,6 +56,10 @@ def forward(p: Params, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return _dense(p, "actor.head", a), _dense(p, "critic.head", c)[:, 0]
 
 
+# cartpole.limits per dtype, looked up (not computed) inside the compiled step.
+_LIMITS = {torch.float32: cartpole.limits("float32"), torch.float64: cartpole.limits("float64")}
+
+
 def env_step(env: Env, action: torch.Tensor, reset: torch.Tensor) -> tuple[Env, torch.Tensor, torch.Tensor, torch.Tensor]:
     """cartpole.step in torch: (next env, reward, done, finished episode return or 0)."""
     obs = env.obs
@@ -69,7 +73,8 @@ def env_step(env: Env, action: torch.Tensor, reset: torch.Tensor) -> tuple[Env, 
     nxt = torch.stack([x + cartpole.TAU * x_dot, x_dot + cartpole.TAU * x_acc, theta + cartpole.TAU * theta_dot,
                        theta_dot + cartpole.TAU * theta_acc], dim=1)
     t = env.t + 1
-    done = (nxt[:, 0].abs() > cartpole.X_LIMIT) | (nxt[:, 2].abs() > cartpole.THETA_LIMIT) | (t >= cartpole.MAX_STEPS)
+    x_limit, theta_limit = _LIMITS[obs.dtype]  # Gymnasium's float64 comparison
+    done = (nxt[:, 0].abs() > x_limit) | (nxt[:, 2].abs() > theta_limit) | (t >= cartpole.MAX_STEPS)
     reward = torch.ones_like(env.ret)
     ret = env.ret + reward
     finished = torch.where(done, ret, torch.zeros_like(ret))
@@ -110,7 +115,7 @@ def ppo_loss(e: dict[str, Any], p: Params, batch: torch.Tensor) -> torch.Tensor:
     logps = torch.log_softmax(logits, dim=1)
     logp = torch.gather(logps, 1, action[:, None])[:, 0]
     entropy = -(torch.exp(logps) * logps).sum(dim=1)
-    # correction=0: the population standard deviation (torch.std defaults to the unbiased one).
+    # The numerics block's ddof as torch's correction (torch.std defaults to 1, the unbiased one).
     adv = (adv - adv.mean()) / (adv.std(correction=int(e["adv_norm_ddof"])) + float(e["adv_eps"]))
     ratio = torch.exp(logp - logp_old)
     clip = float(e["clip_eps"])

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from dlbench import workloads
+from dlbench.backends.generation import Generating
 from dlbench.backends.base import Sampling, shard_slice
 from dlbench.backends.torch import (
     COMPILE_OPTIONS,
@@ -87,7 +88,7 @@ class ConvKernel:
         return a.transpose(2, 3, 1, 0)
 
 
-_NORMS = (nn.modules.batchnorm._BatchNorm, nn.LayerNorm, nn.GroupNorm)
+_NORMS = (nn.modules.batchnorm._BatchNorm, nn.LayerNorm, nn.GroupNorm, nn.RMSNorm)
 # Leaf renames per owner type; a norm's num_batches_tracked (None) has no canonical twin.
 _NORM_LEAVES: dict[str, str | None] = {
     "weight": "scale", "bias": "bias", "running_mean": "mean", "running_var": "var",
@@ -256,6 +257,7 @@ LOSSES: dict[str, LossKind] = {
     "mean_softmax_cross_entropy": LossKind(make_cross_entropy, torch.int64),
     "focal_l1_detection": LossKind(make_focal_l1, None),
     "mean_squared_error": LossKind(lambda n: nn.MSELoss(reduction="mean"), None),
+    "mean_token_cross_entropy": LossKind(lambda n: losses.TokenCrossEntropy(), torch.int64),
 }
 
 
@@ -271,7 +273,7 @@ def loss_numerics(loss: nn.Module) -> dict[str, Any]:
         return {"loss": f"{loss.reduction}_softmax_cross_entropy" if plain else repr(loss)}
     if isinstance(loss, nn.MSELoss):
         return {"loss": f"{loss.reduction}_squared_error"}
-    if isinstance(loss, losses.FocalL1Loss):
+    if isinstance(loss, (losses.FocalL1Loss, losses.TokenCrossEntropy)):
         return loss.numerics()
     return {"loss": repr(loss)}
 
@@ -305,7 +307,7 @@ ONE_STEP_PER_CALL = (
 
 
 @typing.final
-class TorchProgram(Sampling):
+class TorchProgram(Sampling, Generating):
     def __init__(self, trial: TrialSpec, model: Model) -> None:
         spec = trial.workload
         self._trial = trial
@@ -339,6 +341,11 @@ class TorchProgram(Sampling):
         # step's shapes dynamic.
         self._step: Callable[..., torch.Tensor] = self._maybe_compile(train_step)
         self._fwd_bwd: Callable[..., torch.Tensor] = self._maybe_compile(forward_backward)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the trial's mode compiles (torch.compile)."""
+        return self._compiled
 
     def _maybe_compile(self, fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
         return torch.compile(fn, **COMPILE_OPTIONS) if self._compiled else fn

@@ -49,7 +49,9 @@ class Curve:
     compile_s: float | None = None
     # (steps, seconds) per synced chunk after the first step
     chunks: list[tuple[int, float]] = field(default_factory=list)
-    losses: list[np.ndarray] = field(default_factory=list)
+    losses: list[np.ndarray] = field(default_factory=list)  # per step (a chunk mean repeated: for means only)
+    # (steps, the losses train_chunk returned) per chunk, first step included: the loss series
+    measured: list[tuple[int, np.ndarray]] = field(default_factory=list)
     # (step, training seconds, held-out accuracy) after each chunk of K steps
     points: list[tuple[int, float, float]] = field(default_factory=list)
     reached: bool = False
@@ -144,7 +146,9 @@ def _chunk(backend: Backend, program: Trainable, state: Any, feed: Feed, n: int,
         backend.sync(state, losses)
         curve.chunks.append((k, time.perf_counter() - t0))
         curve.recompiles += program.compilations() - compiles
-        curve.losses.append(_per_step(program.losses_to_numpy(losses), k))
+        values = program.losses_to_numpy(losses)
+        curve.measured.append((k, values))
+        curve.losses.append(_per_step(values, k))
         curve.steps += k
         feed.left -= k
         done += k
@@ -216,7 +220,10 @@ def converge_metrics(trial: TrialSpec, curve: Curve, result: TrialResult) -> Non
     m["achieved_flops_per_s"] = flops * m["samples_per_s"]
     result.series["accuracy"] = [(float(s), a) for s, _, a in curve.points]
     result.series["accuracy_by_time"] = [(t, a) for _, t, a in curve.points]
-    result.series["loss"] = [(float(i), float(v)) for i, v in enumerate(losses)]
+    by_step, _, means = train.loss_points([k for k, _ in curve.measured], [v for _, v in curve.measured])
+    result.series["loss"] = by_step
+    if means:
+        result.notes["loss"] = train.CHUNK_MEANS_NOTE
     if not np.all(np.isfinite(losses)):
         result.warnings.append("non-finite training loss")
     if curve.recompiles:

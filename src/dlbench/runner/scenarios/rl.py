@@ -12,7 +12,9 @@ states as long as its logits agree.
   the last RETURN_WINDOW finished episodes reaches `target_accuracy` x 500 (the normalised
   return; 0.95 is CartPole's customary 475) or a budget runs out (`max_steps` iterations,
   `max_time_s`); the first compile counts, as a user waits for it. Reports `steps_to_target` in
-  environment steps, `time_to_target_s`, and the curve (`return`, `return_by_time`).
+  environment steps, `time_to_target_s`, and the curve (`return`, `return_by_time`); the
+  episodes are ordered by the step they ended at (then by environment), and every episode's
+  return at its global env step is kept as `episodic_return`, the published curves' form.
 
 Where the rollout runs (`host` or `fused`) is the policy (Policy.rollout), recorded as
 `policy_effective["rollout"]`. Before timing, the parity phase writes the fixed frozen batch's
@@ -112,7 +114,7 @@ def run_train(ctx: TrialContext) -> None:
     first = max(trial.warmup_epochs, 1)
     plan = [ppo.draws(trial.workload, i) for i in range(first, first + trial.epochs)]
     compiles = _compilations(program)
-    times, rollout_s, update_s, losses = [], [], [], []
+    times, rollout_s, update_s, losses, ends = [], [], [], [], []
     if trial.profile:
         m[profiled.CALLS_METRIC] = float(len(plan))  # a profiled trial's categories: per iteration
     ctx.sampler.begin_window()
@@ -122,6 +124,7 @@ def run_train(ctx: TrialContext) -> None:
             t0 = time.perf_counter()
             env, state, (r_s, u_s, loss) = _iteration(program, state, env, d)
             times.append(time.perf_counter() - t0)
+            ends.append(time.perf_counter() - t_window)
             rollout_s.append(r_s)
             update_s.append(u_s)
             losses.append(loss)
@@ -132,9 +135,12 @@ def run_train(ctx: TrialContext) -> None:
     m["env_steps_per_s"] = env_steps * len(times) / sum(rollout_s)
     m["update_samples_per_s"] = samples * len(times) / sum(update_s)
     m["samples_per_s"] = env_steps * len(times) / window_s
-    all_losses = np.concatenate(losses)
     m["final_loss"] = float(np.mean(losses[-1]))
-    ctx.result.series["loss"] = [(float(i), float(v)) for i, v in enumerate(all_losses)]
+    # The update's minibatch losses, by update step and (spread over the update, which ends
+    # each iteration) by seconds since the window began.
+    by_step, by_time, _ = train.loss_points([len(v) for v in losses], losses,
+                                            [(u, end) for u, end in zip(update_s, ends, strict=True)])
+    ctx.result.series["loss"], ctx.result.series["loss_by_time"] = by_step, by_time
     _window(ctx, window_s, len(times), times, _compilations(program) - compiles, peaks)
     allocator_metrics(ctx)
 
@@ -160,6 +166,7 @@ def run_converge(ctx: TrialContext) -> None:
     env = program.env(ppo.initial_obs(trial.workload))
     env_steps, _ = _steps_per_iteration(trial)
     returns: list[float] = []
+    episodes: list[tuple[int, float]] = []  # (global env step at its end, return), in time order
     points: list[tuple[int, float, float]] = []  # (env steps, training s, mean return of the window)
     train_s, reached, stop = 0.0, False, f"max steps {trial.max_steps} iterations"
     m["time_to_first_step_s"] = None
@@ -174,7 +181,9 @@ def run_converge(ctx: TrialContext) -> None:
             m["first_step_s"] = train_s
             m["time_to_first_step_s"] = time.monotonic() - ctx.created
         finished = program.finished(traj)  # outside the clock: a fetch of the episode returns
-        returns += [float(v) for v in finished.T.reshape(-1)[finished.T.reshape(-1) > 0]]
+        ended = finished_episodes(finished, i)
+        episodes += ended
+        returns += [r for _, r in ended]
         if returns:
             points.append(((i + 1) * env_steps, train_s, float(np.mean(returns[-RETURN_WINDOW:]))))
             ctx.log.emit("chunk", epoch=i, steps=1, seconds=train_s)
@@ -196,6 +205,9 @@ def run_converge(ctx: TrialContext) -> None:
             result.notes[name] = f"return target {target:g} not reached: {stop}"
     result.notes["stop"] = stop
     result.series["return"] = [(float(s), r) for s, _, r in points]
+    # Every finished episode's return at the global env step it ended: the form published PPO
+    # curves are made from (CleanRL logs charts/episodic_return by global_step).
+    result.series["episodic_return"] = [(float(s), r) for s, r in episodes]
     result.series["return_by_time"] = [(t, r) for _, t, r in points]
     # The converge tables and charts read the quality metric as `accuracy`: here the normalised
     # return (mean return of the window / 500).
@@ -204,6 +216,16 @@ def run_converge(ctx: TrialContext) -> None:
     m[workloads.get(trial.workload.name).QUALITY] = m["final_return"]
     _parity(ctx)  # after training: its compile must not warm anything the clock measures
     allocator_metrics(ctx)
+
+
+def finished_episodes(finished: np.ndarray, iteration: int) -> list[tuple[int, float]]:
+    """The episodes that ended in one rollout, `finished` (T, N) (an episode's return where it
+    ended, else 0), as (global env step, return) in time order, then environment order. The
+    global step counts every environment's steps, as CleanRL's global_step: at rollout step t of
+    iteration i it is (i T + t + 1) N."""
+    steps, envs = finished.shape
+    t, n = np.nonzero(finished > 0)  # row-major: time first, then environment
+    return [((iteration * steps + int(a) + 1) * envs, float(finished[a, b])) for a, b in zip(t, n)]
 
 
 def _compilations(program: Rollout) -> int:

@@ -136,7 +136,8 @@ class Window:
     chunks: list[tuple[int, float, float]]  # (steps, seconds, end time in the window)
     epoch_s: list[float]
     train_s: float
-    losses: np.ndarray
+    losses: np.ndarray  # per step (a chunk's mean repeated over its steps: for means over steps only)
+    chunk_losses: list[np.ndarray]  # as each train_chunk returned them
     recompiles: int
     peaks: dict[str, int]
 
@@ -171,8 +172,9 @@ def _timed_window(ctx: TrialContext, program: Trainable, state: Any) -> Any:
     train_s = time.perf_counter() - t_window
     peaks = ctx.sampler.end_window()
     log.emit("phase", name="timed", state="end", seconds=train_s)
-    losses = step_losses([n for n, _, _ in chunks], [program.losses_to_numpy(x) for x in device_losses])
-    window = Window(chunks, epoch_s, train_s, losses, program.compilations() - compiles_before, peaks)
+    per_chunk = [program.losses_to_numpy(x) for x in device_losses]
+    losses = step_losses([n for n, _, _ in chunks], per_chunk)
+    window = Window(chunks, epoch_s, train_s, losses, per_chunk, program.compilations() - compiles_before, peaks)
     _window_metrics(ctx, window)
     _input_wait_metrics(ctx, pipelines, train_s)
     return state
@@ -192,6 +194,39 @@ def _input_wait_metrics(ctx: TrialContext, pipelines: list[TimedBatches], train_
     wait_s = sum(p.wait_s for p in pipelines)
     result.metrics["input_wait_per_step_s"] = wait_s / pulls
     result.metrics["input_wait_share"] = wait_s / train_s
+
+
+# The note a loss series of chunk means carries (result.notes["loss"]; the report draws such a
+# series as points at the chunks' ends).
+CHUNK_MEANS_NOTE = ("chunk means: the framework reports one mean loss per training call (Keras's fit), so each"
+                    " point is that mean over the chunk's steps, at the chunk's last step")
+
+
+def loss_points(steps: list[int], per_chunk: list[np.ndarray], timing: list[tuple[float, float]] | None = None
+                ) -> tuple[list[tuple[float, float]], list[tuple[float, float]], bool]:
+    """The loss series as measured: (by step, by seconds since the window began, chunk means?).
+    Per-step values at their own steps (by time: step j of n ends at end - (n - 1 - j) x the
+    chunk's per-step time, from `timing`: each chunk's (seconds, end since the window began)); a
+    chunk's one mean (Keras's fit) at the chunk's last step and end time, once, never repeated
+    over its steps. By time is empty without `timing`."""
+    by_step: list[tuple[float, float]] = []
+    by_time: list[tuple[float, float]] = []
+    means = False
+    done = 0
+    for i, (n, values) in enumerate(zip(steps, per_chunk, strict=True)):
+        if len(values) == n:
+            idx, vals = list(range(done, done + n)), [float(v) for v in values]
+        elif len(values) == 1:
+            idx, vals, means = [done + n - 1], [float(values[0])], True
+        else:
+            raise RuntimeError(f"train_chunk returned {len(values)} losses for {n} steps")
+        by_step += [(float(j), v) for j, v in zip(idx, vals, strict=True)]
+        if timing is not None:
+            seconds, end = timing[i]
+            per_step_s = seconds / n
+            by_time += [(end - (done + n - 1 - j) * per_step_s, v) for j, v in zip(idx, vals, strict=True)]
+        done += n
+    return by_step, by_time, means
 
 
 def step_losses(steps: list[int], per_chunk: list[np.ndarray]) -> np.ndarray:
@@ -229,7 +264,10 @@ def _window_metrics(ctx: TrialContext, w: Window) -> None:
     first_step_s = m.get("first_step_s")
     if m.get("compile_s") is None and first_step_s is not None:
         m["compile_estimate_s"] = max(first_step_s - median_step_s, 0.0)
-    result.series["loss"] = [(float(i), float(v)) for i, v in enumerate(w.losses)]
+    by_step, by_time, means = loss_points([n for n, _, _ in w.chunks], w.chunk_losses, [(s, e) for _, s, e in w.chunks])
+    result.series["loss"], result.series["loss_by_time"] = by_step, by_time
+    if means:
+        result.notes["loss"] = CHUNK_MEANS_NOTE
     result.series["step_s"] = [(end, s / n) for n, s, end in w.chunks]
     result.series["epoch_s"] = [(float(i), s) for i, s in enumerate(w.epoch_s)]
     if w.recompiles:
@@ -251,7 +289,11 @@ def evaluate(ctx: TrialContext, program: Trainable, state: Any) -> None:
     spec, wl = ctx.trial.workload, ctx.workload
     data = wl.make_eval_dataset(spec)
     t = ctx.phases.start("evaluate")
-    ctx.metrics[wl.QUALITY] = held_out_score(wl, program, state, spec, data)
+    outputs = held_out_outputs(program, state, spec, data)
+    ctx.metrics[wl.QUALITY] = float(wl.score(spec, outputs, data))
+    more = workloads.extra_scores(spec.name)
+    if more is not None:  # further scores of the same outputs (detect: map_voc)
+        ctx.metrics.update(more(spec, outputs, data))
     ctx.metrics["eval_s"] = ctx.phases.end("evaluate", t)
     generated = workloads.generated_quality(spec.name)
     if generated is not None:  # a generative workload: samples from the trained parameters
@@ -261,8 +303,13 @@ def evaluate(ctx: TrialContext, program: Trainable, state: Any) -> None:
 
 
 def held_out_score(wl: ModuleType, program: Trainable, state: Any, spec: WorkloadSpec, data: Dataset) -> float:
-    """The workload `wl`'s `score` of the Program's outputs on the held-out split `data`,
-    predicted in slices of the training batch size (every call has the shape of the first)."""
+    """The workload `wl`'s `score` of the Program's outputs on the held-out split `data`."""
+    return float(wl.score(spec, held_out_outputs(program, state, spec, data), data))
+
+
+def held_out_outputs(program: Trainable, state: Any, spec: WorkloadSpec, data: Dataset) -> np.ndarray:
+    """The Program's outputs on the held-out split `data`, predicted in slices of the training
+    batch size (every call has the shape of the first)."""
     outputs = [np.asarray(program.predict(state, data.x[i : i + spec.batch_size]))
                for i in range(0, len(data), spec.batch_size)]
-    return float(wl.score(spec, np.concatenate(outputs), data))
+    return np.concatenate(outputs)

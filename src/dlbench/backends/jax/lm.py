@@ -1,0 +1,198 @@
+"""The lm workload in JAX: a Llama-style decoder as plain functions of the canonical parameter
+dict, causal attention through jax.nn.dot_product_attention(is_causal=True). Canonical names and
+layouts are JAX's own: nothing is converted."""
+
+from __future__ import annotations
+
+import functools
+import math
+import typing
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from dlbench.backends.jax import program
+from dlbench.backends.jax.layers import Params
+from dlbench.spec import Numerics, TrialSpec
+from dlbench.workloads import lm as workload
+
+# What this implementation writes out; anything else in the numerics block is refused.
+FIXED = {"rope_pairs": "half", "attention_mask": "causal", "mlp": "swiglu", "attention_scale": "rsqrt_head_dim"}
+
+
+def build(trial: TrialSpec) -> program.JaxProgram:
+    model = LmModel(trial)
+    built = program.build(trial, model)
+    built.decoder_factory = lambda state, batch, max_len: JitDecoder(model, state.params, batch, max_len)
+    return built
+
+
+def check_fixed(numerics: Numerics) -> None:
+    for name, value in FIXED.items():
+        if numerics.value(name) != value:
+            raise program.refuse("lm", name, numerics.value(name), [value])
+
+
+def rope_tables(positions: jax.Array, head_dim: int, base: float, dtype: Any) -> tuple[jax.Array, jax.Array]:
+    """(cos, sin), each (T, dh) in `dtype`: frequency base^(-2i/dh) per pair over both halves."""
+    inverse = base ** (-jnp.arange(0, head_dim, 2, dtype=dtype) / head_dim)
+    angles = positions.astype(dtype)[:, None] * inverse[None, :]
+    angles = jnp.concatenate([angles, angles], axis=-1)
+    return jnp.cos(angles), jnp.sin(angles)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """x (N, T, heads, dh): x cos + rotate_half(x) sin, pairs (i, i + dh/2)."""
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos[:, None, :] + rotated * sin[:, None, :]
+
+
+def rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:
+    return x * lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * scale
+
+
+def causal_formula(q: jax.Array, k: jax.Array, v: jax.Array, scale: float, offset: int = 0) -> jax.Array:
+    """softmax(q k^T scale, keys s <= offset + t) v on (N, T, heads, dh), in the inputs' dtype:
+    jax.nn.dot_product_attention runs its softmax in float32 (jax 0.10.2), so the float64
+    reference writes the formula out."""
+    logits = jnp.einsum("btnh,bsnh->bnts", q, k) * scale
+    visible = jnp.arange(k.shape[1])[None, :] <= offset + jnp.arange(q.shape[1])[:, None]
+    logits = jnp.where(visible, logits, -jnp.inf)
+    return jnp.einsum("bnts,bsnh->btnh", jax.nn.softmax(logits, axis=-1), v)
+
+
+def fused_causal(q: jax.Array, k: jax.Array, v: jax.Array, scale: float) -> jax.Array:
+    return jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=True, implementation=None)
+
+
+@typing.final
+class LmModel:
+    def __init__(self, trial: TrialSpec) -> None:
+        numerics = trial.workload.numerics
+        check_fixed(numerics)
+        self.size = workload.MODEL_SIZES[trial.workload.model_size]
+        self.rms_eps = float(numerics.extra["rms_eps"])
+        self.rope_base = float(numerics.extra["rope_base"])
+        self.scale = 1.0 / math.sqrt(self.size.head_dim)
+        self.float64 = numerics.dtype == "float64"
+
+    def initial_buffers(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def heads(self, params: Params, name: str, z: jax.Array) -> jax.Array:
+        """(N, T, D) @ kernel -> (N, T, heads, dh): head j takes columns j*dh:(j+1)*dh."""
+        n, t, _ = z.shape
+        return (z @ params[f"{name}.kernel"]).reshape(n, t, self.size.heads, self.size.head_dim)
+
+    def mlp(self, params: Params, b: str, h: jax.Array) -> jax.Array:
+        z = rms_norm(h, params[f"{b}.mlp_norm.scale"], self.rms_eps)
+        gated = jax.nn.silu(z @ params[f"{b}.mlp.gate.kernel"]) * (z @ params[f"{b}.mlp.up.kernel"])
+        return h + gated @ params[f"{b}.mlp.down.kernel"]
+
+    def logits(self, params: Params, h: jax.Array) -> jax.Array:
+        return rms_norm(h, params["final_norm.scale"], self.rms_eps) @ params["head.kernel"]
+
+    def apply(self, params: Params, buffers: Params, x: jax.Array, train: bool) -> tuple[jax.Array, Params]:
+        n, t = x.shape
+        h = jnp.take(params["embed.tokens"], x, axis=0)
+        cos, sin = rope_tables(jnp.arange(t), self.size.head_dim, self.rope_base, h.dtype)
+        for i in range(self.size.depth):
+            b = f"block{i}"
+            z = rms_norm(h, params[f"{b}.attn_norm.scale"], self.rms_eps)
+            q = apply_rope(self.heads(params, f"{b}.attn.query", z), cos, sin)
+            k = apply_rope(self.heads(params, f"{b}.attn.key", z), cos, sin)
+            v = self.heads(params, f"{b}.attn.value", z)
+            o = causal_formula(q, k, v, self.scale) if self.float64 else fused_causal(q, k, v, self.scale)
+            h = self.mlp(params, b, h + o.reshape(n, t, self.size.dim) @ params[f"{b}.attn.out.kernel"])
+        return self.logits(params, h), buffers
+
+    def numerics(self) -> dict[str, Any]:
+        rsqrt = math.isclose(self.scale, 1.0 / math.sqrt(self.size.head_dim), rel_tol=1e-12)
+        return {
+            "rms_eps": self.rms_eps,
+            "rope_base": self.rope_base,
+            "attention_scale": "rsqrt_head_dim" if rsqrt else repr(self.scale),
+            **{k: FIXED[k] for k in ("rope_pairs", "attention_mask", "mlp")},
+        }
+
+
+# --- generation: jitted prefill and decode step, the cache donated (as MaxText) ----------------
+
+Cache = tuple[jax.Array, jax.Array]  # keys, values: (depth, B, max_len, heads, dh)
+
+
+def forward_cached(model: LmModel, params: Params, cache: Cache, ids: jax.Array,
+                   start: jax.Array) -> tuple[jax.Array, Cache]:
+    """Logits (B, V) of the last of `ids` (B, t) at positions start..start+t-1, their keys and
+    values written into the cache (a traced start: one compiled step serves every position).
+    Each query attends to the whole cache under a mask of the positions <= its own."""
+    keys, values = cache
+    n, t = ids.shape
+    max_len = keys.shape[2]
+    positions = start + jnp.arange(t)
+    visible = jnp.arange(max_len)[None, :] <= positions[:, None]  # (t, max_len)
+    h = jnp.take(params["embed.tokens"], ids, axis=0)
+    cos, sin = rope_tables(positions, model.size.head_dim, model.rope_base, h.dtype)
+    for i in range(model.size.depth):
+        b = f"block{i}"
+        z = rms_norm(h, params[f"{b}.attn_norm.scale"], model.rms_eps)
+        q = apply_rope(model.heads(params, f"{b}.attn.query", z), cos, sin)
+        k = apply_rope(model.heads(params, f"{b}.attn.key", z), cos, sin)
+        v = model.heads(params, f"{b}.attn.value", z)
+        keys = keys.at[i].set(lax.dynamic_update_slice(keys[i], k, (0, start, 0, 0)))
+        values = values.at[i].set(lax.dynamic_update_slice(values[i], v, (0, start, 0, 0)))
+        o = jax.nn.dot_product_attention(q, keys[i], values[i], mask=visible[None, None], scale=model.scale,
+                                         implementation=None)
+        h = model.mlp(params, b, h + o.reshape(n, t, model.size.dim) @ params[f"{b}.attn.out.kernel"])
+    return model.logits(params, h[:, -1]), (keys, values)
+
+
+def decode_step(model: LmModel, params: Params, cache: Cache, logits: jax.Array,
+                position: jax.Array) -> tuple[jax.Array, Cache]:
+    return forward_cached(model, params, cache, jnp.argmax(logits, axis=-1)[:, None].astype(jnp.int32), position)
+
+
+@typing.final
+class JitDecoder:
+    """Prefill and the decode step each jax.jit'd with the cache donated (XLA updates it in
+    place instead of copying depth x B x max_len x D per token), positions traced."""
+
+    how = "jitted prefill and decode step, cache donated"
+
+    def __init__(self, model: LmModel, params: Params, batch: int, max_len: int) -> None:
+        s = model.size
+        dtype = params["embed.tokens"].dtype
+        shape = (s.depth, batch, max_len, s.heads, s.head_dim)
+        self.params, self.cache = params, (jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+        self.position = jnp.int32(0)
+        self._prefill = jax.jit(functools.partial(forward_cached, model), donate_argnums=(1,))
+        self._step = jax.jit(functools.partial(decode_step, model), donate_argnums=(1,))
+
+    def prefill(self, prompt: np.ndarray) -> jax.Array:
+        cache = (jnp.zeros_like(self.cache[0]), jnp.zeros_like(self.cache[1]))
+        logits, self.cache = self._prefill(self.params, cache, jnp.asarray(prompt, jnp.int32), jnp.int32(0))
+        self.position = jnp.int32(prompt.shape[1])
+        return logits
+
+    def decode(self, logits: jax.Array) -> jax.Array:
+        out, self.cache = self._step(self.params, self.cache, logits, self.position)
+        self.position = self.position + 1
+        return out
+
+    def tokens(self, logits: jax.Array) -> np.ndarray:
+        return np.asarray(jnp.argmax(logits, axis=-1))
+
+    def to_numpy(self, logits: jax.Array) -> np.ndarray:
+        return np.asarray(logits, dtype=np.float32)
+
+    def cache_bytes(self) -> int:
+        return int(self.cache[0].nbytes + self.cache[1].nbytes)
+
+    def compilations(self) -> int:
+        """Compiled variants of prefill and step so far (jax.jit's own cache)."""
+        return int(self._prefill._cache_size() + self._step._cache_size())
+

@@ -1,0 +1,47 @@
+"""The generation table (`--scenario generate`: runner/scenarios/generate.py): time to first
+token and time per output token (p50, p99), output tokens/s per stream and in total, the first
+generation's time (it compiles), the KV cache's size and the compilations a new prompt length
+causes, per framework x mode; the decoder each framework used, parity and status as in the
+headline table."""
+
+from __future__ import annotations
+
+from dlbench.report import model
+from dlbench.report.cells import STATUS, label_cells, label_columns, metric_cell, parity_cell, status_cell
+from dlbench.report.columns import GENERATE
+from dlbench.report.model import Config, Report
+from dlbench.report.scenarios import configs_in
+from dlbench.report.tabledata import Cell, Table
+from dlbench.report.tabledata import Column as TableColumn
+
+AXES = ("workload", "framework", "mode", "precision")
+NOTES = ("TTFT: prefill of the prompt plus the first token's fetch; TPOT: one decode step plus its token's fetch"
+         " (each token is fetched to the host, as a streaming server hands it out); tokens/s per stream: G"
+         " tokens over a generation's end-to-end time (median over generations), total: B times that;"
+         " p99 interpolates between order statistics (few samples: near the largest); first generation: the"
+         " first call, compiles included; compiles per new prompt length: measured at P - 1 and P + 1."
+         " Greedy decoding, batch B, no continuous batching (a serving engine's job).",
+         "parity (generate): every step's logits against the float64 NumPy decoder fed the same tokens, and"
+         " the ids against its own greedy ids up to the first step whose top-2 margin is within twice the"
+         " float32 bound (docs/workloads.md#lm)")
+
+
+def _row(report: Report, config: Config, axes: tuple[str, ...]) -> list[Cell]:
+    numbers = [metric_cell(col, config) for col in GENERATE]
+    decoder = next((t.data.get("notes", {}).get("decoder") for t in config.trials
+                    if t.data.get("notes", {}).get("decoder")), None)
+    return [*label_cells(report, config, axes), *numbers, Cell(str(decoder or "–")),
+            parity_cell(config.trials), status_cell(config.trials)]
+
+
+def generation_table(report: Report) -> Table | None:
+    """One row per generation configuration; None when the runs have none."""
+    configs = configs_in(report, "generate")
+    if not configs:
+        return None
+    axes = report.varying(configs, AXES)
+    columns = [*label_columns(report, axes), *(TableColumn(c.header, "right") for c in GENERATE),
+               TableColumn("decoder"), TableColumn("parity"), STATUS]
+    notes = [*NOTES, *model.notes(report, configs, {})]
+    return Table("generate", "Generation", "generation with a KV cache: token latencies and throughput (medians over"
+                 " repeats)", tuple(columns), tuple(tuple(_row(report, c, axes)) for c in configs), tuple(notes))

@@ -1,0 +1,96 @@
+"""The overview that opens the report: frameworks as rows, workloads as columns, each cell the
+framework's headline metric as a share of the fastest framework on that workload, then its time
+to first step. One screen to compare a framework across workloads (the sections below it are
+each a workload's detail)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlbench.analysis import metrics
+from dlbench.report import model
+from dlbench.report.cells import SHORT_NOTE, WINDOW_METRICS, short_window
+from dlbench.report.model import Config, Report
+from dlbench.report.scenarios import reporting
+from dlbench.report.tabledata import MISSING, Cell, Column, Flag, Table
+
+# Where a process's start-up ends, by scenario: the first training step, request or sample.
+STARTUP_METRICS = ("time_to_first_step_s", "time_to_first_request_s", "time_to_first_sample_s")
+NOTE = ("each cell: the framework's median headline metric as a share of the fastest framework on that"
+        " workload (100% = the fastest; a framework that ran several configurations of a workload, its"
+        " best), then its median time to first step (process start to the end of the first step: import,"
+        " build, data, compile) in seconds; – not run here (unsupported, failed, or not asked for)")
+DESCRIPTION = ("Every framework on every workload at a glance: throughput relative to the fastest"
+               " framework of the workload, and the start-up a user waits for.")
+
+
+@dataclass(frozen=True)
+class Best:
+    """A framework's best configuration on a workload, and its share of the fastest."""
+
+    config: Config
+    value: float
+    share: float
+
+
+def _scenario(configs: list[Config]) -> str:
+    """The workload's runner scenario the overview compares: the first one the headline table
+    shows (training; its report registration) where one ran, else the first."""
+    return next((c.record.name for c in configs if reporting(c).in_headline), configs[0].record.name)
+
+
+def _startup_s(config: Config) -> float | None:
+    return next((v for m in STARTUP_METRICS if (v := config.summary(m).median) is not None), None)
+
+
+def best_by_framework(configs: list[Config]) -> tuple[str, dict[str, Best]]:
+    """(the metric compared, framework -> its best configuration) for one workload's
+    configurations with an ok trial and no failed parity."""
+    usable = [c for c in configs if c.ok and model.parity(c.trials).verdict != "fail"]
+    if not usable:
+        return "", {}
+    scenario = _scenario(usable)
+    metric = next(c.record.headline for c in usable if c.record.name == scenario)
+    higher = metrics.higher_is_better(metric)
+    best: dict[str, tuple[Config, float]] = {}
+    for c in usable:
+        value = c.summary(metric).median
+        if c.record.name != scenario or value is None or value <= 0:
+            continue
+        framework = str(c.axes["framework"])
+        if framework not in best or (value > best[framework][1]) == higher:
+            best[framework] = (c, value)
+    if not best:
+        return metric, {}
+    top = (max if higher else min)(v for _, v in best.values())
+    return metric, {f: Best(c, v, v / top if higher else top / v) for f, (c, v) in best.items()}
+
+
+def _cell(b: Best | None, metric: str) -> Cell:
+    if b is None:
+        return Cell(MISSING)
+    startup = _startup_s(b.config)
+    flags: frozenset[Flag] = frozenset({"short"}) if metric in WINDOW_METRICS and short_window(b.config) else frozenset()
+    return Cell(f"{b.share:.0%}" + ("" if startup is None else f" {startup:.0f}s"), flags=flags)
+
+
+def overview_table(report: Report) -> Table | None:
+    """Frameworks x workloads (module docstring); None where it would compare nothing (one
+    framework on one workload)."""
+    parts = report.by_workload()
+    columns: list[tuple[str, str, dict[str, Best]]] = []
+    for workload, part in parts:
+        metric, best = best_by_framework(list(part.configs))
+        if best:
+            columns.append((workload, metric, best))
+    frameworks = [f for f in report.frameworks if any(f in best for _, _, best in columns)]
+    if not columns or (len(columns) < 2 and len(frameworks) < 2):
+        return None
+    rows = tuple((Cell(f), *(_cell(best.get(f), metric) for _, metric, best in columns)) for f in frameworks)
+    names = {m for _, m, _ in columns}
+    compared = ", ".join(metrics.label(m) for m in sorted(names))
+    short = any("short" in c.flags for row in rows for c in row)
+    return Table("overview", "Overview", f"overview: {compared} as a share of each workload's fastest framework,"
+                 " and time to first step",
+                 (Column("framework", key=True), *(Column(w, "right") for w, _, _ in columns)), rows,
+                 (NOTE, *([SHORT_NOTE] if short else [])), DESCRIPTION)

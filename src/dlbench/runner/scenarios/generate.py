@@ -1,0 +1,144 @@
+"""The generate scenario (`--scenario generate` on lm), run by the worker process: greedy decoding
+with each framework's KV-cache decoder (backends/generation.py: Decoder) from the canonical
+parameters.
+
+One generation is a batch of `gen_batch` prompts of `prompt_len` tokens (drawn from the
+workload's chain) and `new_tokens` greedy tokens, driven token by token so that each is timed:
+prefill plus the first token's fetch is the time to first token, each later decode step plus its
+fetch a time per output token (analysis/generation.py). Continuous batching is a serving
+engine's job, not a framework's: out of scope.
+
+Order: the first generation apart (it compiles: `first_generation_s`, and
+`first_generation_compile_estimate_s` over the median generation), one warm-up, then timed
+generations until GENERATIONS are timed or BUDGET_S is spent; compilations inside that
+window are counted. Then, untimed: one generation at each of two other prompt lengths (P - 1
+and P + 1 where they fit), counting the compilations they cause (`recompiles_per_prompt_length`:
+measured, not assumed), and the parity generation, whose ids and per-step logits the parent
+judges against the float64 NumPy reference (runner/verdicts.py: generate_verdict).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from dlbench.analysis.generation import token_latencies
+from dlbench.backends import support
+from dlbench.backends.generation import Decoder
+from dlbench.runner import protocol
+from dlbench.runner.context import TrialContext
+from dlbench.spec import GenerateOptions, TrialSpec
+from dlbench.workloads import lm
+
+GENERATIONS = 10
+WARMUP_GENERATIONS = 1
+# Timed generations stop at GENERATIONS or after this many seconds, whichever comes first.
+BUDGET_S = 30.0
+# Parity keeps the logits of the first rows and steps only (the reference recomputes them in
+# float64 NumPy in the parent; at the gpu preset a row of logits is 32000 floats).
+PARITY_ROWS = 4
+PARITY_STEPS = 16
+
+
+def prompts(trial: TrialSpec, length: int, batch: int) -> np.ndarray:
+    """The prompts every framework decodes from: chain streams from their own random stream."""
+    rng = np.random.default_rng((trial.workload.seed, lm.STREAM_PROMPTS))
+    return lm.sequences(trial.workload, batch, length, rng)
+
+
+def generate_timed(decoder: Decoder, prompt: np.ndarray, new_tokens: int) -> tuple[float, list[float], np.ndarray]:
+    """(TTFT, TPOTs, ids (B, G)) of one greedy generation, each token ended by its fetch."""
+    t0 = time.perf_counter()
+    logits = decoder.prefill(prompt)
+    ids = [decoder.tokens(logits)]
+    t = time.perf_counter()
+    ttft, tpots = t - t0, []
+    for _ in range(new_tokens - 1):
+        logits = decoder.decode(logits)
+        ids.append(decoder.tokens(logits))
+        now = time.perf_counter()
+        tpots.append(now - t)
+        t = now
+    return ttft, tpots, np.stack(ids, axis=1)
+
+
+def run(ctx: TrialContext) -> None:
+    trial, phases, m, result = ctx.trial, ctx.phases, ctx.metrics, ctx.result
+    o = trial.generate_options()
+    t = phases.start("build")
+    program = support.build_generator(trial, ctx.backend)
+    state = support.init(trial, program)
+    # Room for the longest prompt tried (P + 1) and its tokens.
+    decoder: Decoder = program.decoder(state, o.gen_batch, o.prompt_len + 1 + o.new_tokens)
+    m["build_s"] = phases.end("build", t)
+    result.numerics = program.numerics()
+    result.framework_info = ctx.backend.info()
+    result.notes["decoder"] = decoder.how
+    m["kv_cache_bytes"] = float(decoder.cache_bytes())
+    prompt = prompts(trial, o.prompt_len, o.gen_batch)
+    m["rss_initial_bytes"], m["vram_initial_bytes"] = ctx.sampler.sample()
+    t = phases.start("first_generation")
+    generate_timed(decoder, prompt, o.new_tokens)
+    first_s = m["first_generation_s"] = phases.end("first_generation", t)
+    m["time_to_first_step_s"] = time.monotonic() - ctx.created
+    t = phases.start("warmup")
+    for _ in range(WARMUP_GENERATIONS):
+        generate_timed(decoder, prompt, o.new_tokens)
+    m["warmup_s"] = phases.end("warmup", t)
+    compiles = decoder.compilations()
+    ctx.sampler.begin_window()
+    t = phases.start("generation")
+    ttfts, tpots = _timed(decoder, prompt, o.new_tokens, BUDGET_S)
+    m["generation_window_s"] = phases.end("generation", t)
+    window = ctx.sampler.end_window()
+    m["recompiles_in_window"] = float(decoder.compilations() - compiles)
+    m["rss_window_peak_bytes"], m["vram_window_peak_bytes"] = window["rss"], window["vram"]
+    m.update(token_latencies(ttfts, tpots, o.gen_batch))
+    ends = [a + sum(b) for a, b in zip(ttfts, tpots)]
+    m["first_generation_compile_estimate_s"] = max(first_s - float(np.median(ends)), 0.0)
+    m.update(prompt_len=float(o.prompt_len), new_tokens=float(o.new_tokens), gen_batch=float(o.gen_batch))
+    result.series["ttft_s"] = [(float(i), s) for i, s in enumerate(ttfts)]
+    result.series["tpot_s"] = [(float(i), s) for i, s in enumerate(x for gen in tpots for x in gen)]
+    if len(ttfts) < GENERATIONS:
+        result.warnings.append(f"generation: the {BUDGET_S:g} s budget ran out after {len(ttfts)} of"
+                               f" {GENERATIONS} generations")
+    if m["recompiles_in_window"]:
+        result.warnings.append(f"recompiled {m['recompiles_in_window']:g} time(s) while generation was timed")
+    m["recompiles_per_prompt_length"] = _other_lengths(trial, decoder, o)
+    _parity(trial, decoder, prompt, o, ctx)
+
+
+def _timed(decoder: Decoder, prompt: np.ndarray, new_tokens: int, budget_s: float) -> tuple[list[float], list[list[float]]]:
+    ttfts: list[float] = []
+    tpots: list[list[float]] = []
+    start = time.perf_counter()
+    while len(ttfts) < GENERATIONS and (not ttfts or time.perf_counter() - start < budget_s):
+        ttft, steps, _ = generate_timed(decoder, prompt, new_tokens)
+        ttfts.append(ttft)
+        tpots.append(steps)
+    return ttfts, tpots
+
+
+def _other_lengths(trial: TrialSpec, decoder: Decoder, o: GenerateOptions) -> float:
+    """Compilations per new prompt length, over P - 1 and P + 1 (where P - 1 >= 1)."""
+    lengths = [n for n in (o.prompt_len - 1, o.prompt_len + 1) if n >= 1]
+    before = decoder.compilations()
+    for n in lengths:
+        generate_timed(decoder, prompts(trial, n, o.gen_batch), o.new_tokens)
+    return (decoder.compilations() - before) / len(lengths)
+
+
+def _parity(trial: TrialSpec, decoder: Decoder, prompt: np.ndarray, o: GenerateOptions, ctx: TrialContext) -> None:
+    """The parity generation (untimed): ids and per-step logits of the first rows and steps."""
+    t = ctx.phases.start("parity")
+    logits = decoder.prefill(prompt)
+    steps: list[np.ndarray] = [decoder.to_numpy(logits)[:PARITY_ROWS]]
+    ids: list[Any] = [decoder.tokens(logits)[:PARITY_ROWS]]
+    for _ in range(min(o.new_tokens, PARITY_STEPS) - 1):
+        logits = decoder.decode(logits)
+        steps.append(decoder.to_numpy(logits)[:PARITY_ROWS])
+        ids.append(decoder.tokens(logits)[:PARITY_ROWS])
+    protocol.save_generation(ctx.parity_file, prompt[:PARITY_ROWS], np.stack(ids, axis=1), np.stack(steps))
+    ctx.metrics["parity_s"] = ctx.phases.end("parity", t)
