@@ -9,7 +9,7 @@ import pytest
 from dlbench.analysis.convergence import input_stalls, seed_pairs
 from dlbench.cli.main import main
 from dlbench.report import model
-from dlbench.report.converge import converge_table, curve_text, pair_notes
+from dlbench.report.time_to_target import converge_table, curve_text, pair_notes
 from dlbench.results.records import TrialResult
 from dlbench.results.store import Store
 from dlbench.runner import spawn
@@ -129,7 +129,7 @@ def test_rejections_name_the_value(make, msg):
 def test_plan_gives_converge_settings_to_converge_trials_only():
     plan = make_plan(Sweep(workloads=("cnn",), frameworks=("fake",), modes=("eager",), repeats=1,
                            scenarios=("train", "converge"), data=("pipeline", "device"), loader_workers=1,
-                           converge=ConvergeOptions(target_accuracy=0.8, eval_every=16), preset="tiny",
+                           scenario_options=(ConvergeOptions(target_accuracy=0.8, eval_every=16),), preset="tiny",
                            augment="crop_flip"))
     specs = [t.spec for t in plan.trials]
     assert len(specs) == 4

@@ -127,7 +127,7 @@ def test_a_generate_trial_carries_its_options_and_a_train_trial_the_defaults():
     from dlbench.spec import GenerateOptions
 
     plan = make_plan(Sweep(workloads=("lm",), frameworks=("torch",), modes=("eager",), repeats=1, preset="tiny",
-                           scenarios=("train", "generate"), generate=GenerateOptions(prompt_len=5, new_tokens=7)))
+                           scenarios=("train", "generate"), scenario_options=(GenerateOptions(prompt_len=5, new_tokens=7),)))
     by = {t.spec.scenario: t.spec for t in plan.trials}
     assert by["generate"].generate_options() == GenerateOptions(prompt_len=5, new_tokens=7, gen_batch=1)
     assert by["train"].generate_options() == GenerateOptions()

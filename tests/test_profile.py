@@ -121,9 +121,15 @@ def test_profile_is_for_train_trials_and_out_of_the_timed_key():
     profiled_spec.validate()
     assert profiled_spec.config_key() != spec.config_key() and "profiled" in profiled_spec.label()
     assert "profile" not in json.dumps(__import__("dlbench.spec").spec.to_dict(spec))  # old keys unchanged
-    with pytest.raises(SpecError, match="train and infer scenarios only"):
-        TrialSpec(workload=WorkloadSpec(), framework="torch", scenario="converge", target_accuracy=0.9,
-                  profile=True).validate()
+    from dlbench.backends import support
+
+    # which scenarios a profiler covers is their record's (dlbench/scenarios.py: profiled)
+    with pytest.raises(SpecError, match="profile applies to the runner scenarios train, infer, sample, rl_train only,"
+                                        " not 'converge'"):
+        support.validate(TrialSpec(workload=WorkloadSpec(), framework="torch", scenario="converge",
+                                   target_accuracy=0.9, profile=True))
+    with pytest.raises(SpecError, match="profile must be true or false, got 'yes'"):
+        TrialSpec(workload=WorkloadSpec(), framework="torch", profile="yes").validate()  # type: ignore[arg-type]
 
 
 def test_plan_adds_one_profiled_trial_per_train_and_infer_configuration():
@@ -131,7 +137,7 @@ def test_plan_adds_one_profiled_trial_per_train_and_infer_configuration():
 
     plan = make_plan(Sweep(workloads=("mlp",), frameworks=("torch",), modes=("eager", "compiled"),
                            scenarios=("train", "infer", "converge"), repeats=2, preset="tiny", profile=True,
-                           converge=ConvergeOptions(target_accuracy=0.9)))
+                           scenario_options=(ConvergeOptions(target_accuracy=0.9),)))
     made = [t.spec for t in plan.trials if t.spec.profile]
     assert len(plan.trials) == 2 * 6 + 4 and {(s.policy.mode, s.scenario) for s in made} == {
         ("eager", "train"), ("compiled", "train"), ("eager", "infer"), ("compiled", "infer")}

@@ -40,6 +40,29 @@ def check_outputs(tmp_path: Path) -> dict:
     return result
 
 
+def test_the_event_schema_names_the_protocols_events_and_the_event_log_writes_each(tmp_path):
+    from dlbench.runner import protocol
+    from dlbench.runner.timing import EventLog, Phases
+
+    assert schema("event")["properties"]["event"]["enum"] == list(protocol.EVENTS)
+    log = EventLog(tmp_path / "e.events")
+    log.start(1, 0.0)
+    phases = Phases(log)
+    phases.end("build", phases.start("build"))
+    log.chunk(0, 4, 0.5)
+    log.eval(4, 0.5, 0.5)
+    log.warning("w")
+    log.end("ok")
+    log.close()
+    events = read_events(tmp_path / "e.events")
+    for ev in events:
+        jsonschema.validate(ev, schema("event"))
+    assert [protocol.event_kind(e) for e in events] == [protocol.START, protocol.PHASE, protocol.PHASE, protocol.CHUNK,
+                                                         protocol.EVAL, protocol.WARNING, protocol.END]
+    assert [e[protocol.PHASE_STATE] for e in events[1:3]] == [protocol.PHASE_START, protocol.PHASE_END]
+    assert events[3][protocol.STEPS] == 4 and protocol.SECONDS in events[2]
+
+
 @pytest.mark.usefixtures("fake_env")
 def test_dlbench_worker_meets_the_schemas(tmp_path):
     r = spawn.run_trial(trial(), tmp_path)

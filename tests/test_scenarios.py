@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import re
 import shutil
 import sqlite3
 from pathlib import Path
@@ -52,7 +53,7 @@ NAME_PLACES: dict[str, set[str]] = {
     "workloads/base.py": {"train", "infer", "converge"},
     "workloads/ppo.py": {"train", "converge", "rollout", "rl_rollout", "rl_train", "rl_converge"},
     "workloads/ddpm.py": {"train", "infer", "sample"},
-    "workloads/lm.py": {"train", "infer", "converge", "generate"},
+    "workloads/lm.py": {"generate"},
     "workloads/__init__.py": {"train"},
     # one registration per layer
     "runner/scenarios/registry.py": {"train", "infer", "converge", "sample", "rl_rollout", "rl_train", "rl_converge",
@@ -62,25 +63,16 @@ NAME_PLACES: dict[str, set[str]] = {
     # capability names that read like scenarios (base: Capabilities.covers; verdicts: parity kinds)
     "backends/base.py": {"train", "rollout", "infer", "generate", "solve"},
     "runner/verdicts.py": {"sample", "train", "generate"},
-    "report/inference.py": {"infer"},  # the id of its table, which report/scenarios.py names
-    "report/generation.py": {"generate"},  # likewise
-    "report/solve.py": {"solve"},  # likewise
     "runner/protocol.py": {"sample"},
-    # what is still keyed by a --scenario name (the lead's follow-up list in the issue note)
+    # what is still keyed by a --scenario name
     "backends/precision.py": {"train"},
-    "backends/support.py": {"train"},
-    "cli/run.py": {"train", "rollout"},
+        "cli/run.py": {"train", "rollout"},
     "cli/suite.py": {"rollout"},
-    "runner/plan.py": {"train", "infer", "converge", "rollout"},
-    "runner/scenarios/converge.py": {"converge"},
+    "runner/plan.py": {"train", "rollout"},
     "runner/scenarios/rl.py": {"rollout"},
-    "report/converge.py": {"train", "converge"},
-    "report/figures.py": {"converge"},
     "report/history.py": {"train"},
     "report/model.py": {"train", "rollout"},
-    "report/payback.py": {"train"},
     "report/rl.py": {"rollout"},
-    "report/scaling.py": {"train"},
     "report/terminal.py": {"train"},
     "results/dashboards.py": {"train"},
     "results/tidy.py": {"train"},
@@ -107,6 +99,20 @@ def test_the_places_that_know_scenario_names_are_these():
                      " record (dlbench/scenarios.py) and the layer's one registration instead")
     gone = sorted(set(NAME_PLACES) - set(found))
     assert not gone, f"these places no longer name scenarios: take them out of NAME_PLACES: {gone}"
+    fewer = {k: sorted(v - found[k]) for k, v in NAME_PLACES.items() if k in found and v - found[k]}
+    assert not fewer, f"these places name fewer scenarios: shrink NAME_PLACES: {fewer}"
+
+
+# The only files whose text (docstrings and help included) says the name of one scenario: where
+# it is defined and registered. Elsewhere the text comes from the record or its options type.
+CONVERGE_PLACES = {"scenarios.py", "spec.py", "workloads/base.py", "workloads/ppo.py", "runner/scenarios/registry.py",
+                   "report/scenarios.py"}
+
+
+def test_one_scenarios_name_is_said_where_it_is_defined_and_registered_only():
+    word = re.compile(r"(?<![\w])converge(?![\w])")
+    found = {str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if word.search(p.read_text())}
+    assert found == CONVERGE_PLACES
 
 
 def test_every_layer_registers_exactly_the_recorded_scenarios():
@@ -136,7 +142,8 @@ def test_each_capability_is_a_protocol_and_the_supervised_program_has_train_and_
 def test_options_are_frozen_dataclasses_whose_defaults_the_spec_sweep_and_cli_take():
     spec = TrialSpec(workload=WorkloadSpec(), framework="x")
     assert spec.infer_options() == InferOptions() and spec.converge_options() == ConvergeOptions()
-    assert Sweep().infer == InferOptions() and Sweep().converge == ConvergeOptions()
+    assert Sweep().options_for("infer") == InferOptions() and Sweep().options_for("converge") == ConvergeOptions()
+    assert Sweep().options_for("train") == NoOptions()
     for dest, (kind, name) in SCENARIO_OPTION_FLAGS.items():
         assert SWEEP_DEFAULTS[dest] == option_fields(kind())[name], dest
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -149,8 +156,8 @@ def test_options_are_frozen_dataclasses_whose_defaults_the_spec_sweep_and_cli_ta
 
 def test_a_sweep_gives_each_trial_its_own_scenarios_options_only(fake_env):
     plan = make_plan(Sweep(workloads=("cnn",), frameworks=("fake",), modes=("eager",), repeats=1, preset="tiny",
-                           scenarios=("train", "infer", "converge"), infer=InferOptions(infer_requests=300),
-                           converge=ConvergeOptions(target_accuracy=0.5, eval_every=4)))
+                           scenarios=("train", "infer", "converge"), scenario_options=(InferOptions(infer_requests=300),
+                           ConvergeOptions(target_accuracy=0.5, eval_every=4))))
     by = {t.spec.scenario: t.spec for t in plan.trials}
     assert by["infer"].infer_requests == 300 and by["infer"].eval_every == ConvergeOptions().eval_every
     assert by["converge"].eval_every == 4 and by["converge"].infer_requests == InferOptions().infer_requests
@@ -176,8 +183,8 @@ def test_a_previous_release_store_keeps_its_keys_and_pairs_in_compare_as_before(
     # the same sweep planned today makes the same configurations
     plan = make_plan(Sweep(workloads=("cnn",), frameworks=("fake",), modes=("eager",), batch_sizes=(16,),
                            dataset_size=64, preset="tiny", repeats=1, scenarios=("train", "infer", "converge"),
-                           infer=InferOptions(infer_requests=100, infer_budget_s=0.3),
-                           converge=ConvergeOptions(target_accuracy=0.5, eval_every=4, max_steps=8)))
+                           scenario_options=(InferOptions(infer_requests=100, infer_budget_s=0.3),
+                                             ConvergeOptions(target_accuracy=0.5, eval_every=4, max_steps=8))))
     assert {t.spec.config_key() for t in plan.trials} == set(written.values())
     capsys.readouterr()
     assert main(["compare", "1", "2", "--store", store, "--format", "markdown"]) == 4  # undecided, as before
@@ -189,3 +196,34 @@ def test_a_previous_release_store_reports_every_scenario_table(tmp_path, capsys,
     out = capsys.readouterr().out
     assert "Results" in out or "dlbench results" in out
     assert "time to accuracy" in out and "inference" in out.lower()
+
+
+def test_data_parallelism_and_the_profiler_follow_the_records(fake_env):
+    from dlbench.backends import get_backend
+    from dlbench.backends.support import data_parallel_unsupported
+
+    dp = get_backend("fake").data_parallel
+    for user in ("train", "infer", "converge"):
+        trial = TrialSpec(workload=WorkloadSpec(name="mlp", batch_size=16), framework="fake", scenario=user,
+                          devices=2, target_accuracy=0.5 if user == "converge" else None)
+        reason = data_parallel_unsupported(dp, trial)
+        if scenarios.get(user).data_parallel:
+            assert reason is None or "runner scenarios" not in reason, reason
+        else:
+            assert reason == ("devices 2: data parallelism runs the runner scenarios train, rl_train only, not mlp"
+                              f" --scenario {user}")
+    assert [n for n, r in scenarios.SCENARIOS.items() if r.profiled] == ["train", "infer", "sample", "rl_train"]
+
+
+def test_a_run_finishes_in_the_parent_with_its_scaling_annotated_then_its_status(tmp_path, monkeypatch):
+    from dlbench.results.store import Store
+    from dlbench.runner import annotate, executor
+
+    steps: list[str] = []
+    monkeypatch.setattr(annotate, "annotate_run", lambda store, run_id: steps.append(f"annotate {run_id}") or 0)
+    with Store(str(tmp_path / "s.sqlite")) as store:
+        run_id = store.create_run("dlbench run", {}, True)
+        assert executor.finish_run(store, run_id, interrupted=True) == "interrupted"
+        assert executor.finish_run(store, run_id, interrupted=False) == "ok"
+        assert store.run(run_id)["status"] == "ok"
+    assert steps == [f"annotate {run_id}", f"annotate {run_id}"]

@@ -167,7 +167,8 @@ def test_list_is_a_matrix_that_fits(width, monkeypatch, capsys):
     assert joined.count("no implementation") == 1 and "fp32 bf16: torch, tensorflow, jax, keras-*" in joined
 
 
-def test_list_long_and_json_keep_every_pair(capsys):
+def test_list_long_and_json_keep_every_pair(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "240")  # one row per pair is the point here, not the wrapping
     assert main(["list", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [w["workload"] for w in data["workloads"]][:len(WORKLOADS)] == [w for w, *_ in WORKLOADS]

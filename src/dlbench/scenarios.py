@@ -30,13 +30,18 @@ CAPABILITIES: tuple[Capability, ...] = ("train", "serve", "rollout", "sample", "
 # "none": the trial judges its own numbers against its float64 reference (the solver scenario's
 # error per point), the parent has nothing to judge.
 Parity = Literal["grads", "logits", "sample", "generate", "none"]
+# The headline of the scenarios that time training steps (the report compares them by it).
+TRAIN_THROUGHPUT = "samples_per_s"
 
 
 @dataclass(frozen=True)
 class Scenario:
     """One runner scenario. `headline` is the metric `--repeats auto` narrows and the report's
     ranking orders by; `reduced_precision` says whether bf16/fp16/tf32 apply (inference runs
-    every framework's float32 graph); `options` is the options dataclass its trials carry."""
+    every framework's float32 graph); `options` is the options dataclass its trials carry;
+    `profiled`: `run --profile` adds a trial of it whose timed window runs under the framework's
+    profiler (runner/scenarios/profiled.py); `data_parallel`: `--devices N` shards its training
+    step (a workload's own loop to a target or a rollout does not shard)."""
 
     name: str
     capability: Capability
@@ -44,18 +49,26 @@ class Scenario:
     headline: str
     reduced_precision: bool
     options: type[InferOptions] | type[ConvergeOptions] | type[GenerateOptions] | type[SolveOptions] | type[NoOptions]
+    profiled: bool
+    data_parallel: bool
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario("train", "train", "grads", "samples_per_s", True, NoOptions),
-    Scenario("infer", "serve", "logits", "infer_samples_per_s", False, InferOptions),
-    Scenario("converge", "train", "grads", "time_to_target_s", True, ConvergeOptions),
-    Scenario("sample", "sample", "sample", "sample_images_per_s", False, InferOptions),
-    Scenario("rl_rollout", "rollout", "grads", "env_steps_per_s", False, NoOptions),
-    Scenario("rl_train", "rollout", "grads", "samples_per_s", True, NoOptions),
-    Scenario("rl_converge", "rollout", "grads", "time_to_target_s", True, ConvergeOptions),
-    Scenario("generate", "generate", "generate", "output_tokens_per_s", False, GenerateOptions),
-    Scenario("solve", "solve", "none", "solve_1e-6_s", False, SolveOptions),
+    Scenario("train", "train", "grads", TRAIN_THROUGHPUT, True, NoOptions, profiled=True, data_parallel=True),
+    Scenario("infer", "serve", "logits", "infer_samples_per_s", False, InferOptions, profiled=True,
+             data_parallel=False),
+    Scenario("converge", "train", "grads", "time_to_target_s", True, ConvergeOptions, profiled=False,
+             data_parallel=False),
+    Scenario("sample", "sample", "sample", "sample_images_per_s", False, InferOptions, profiled=True,
+             data_parallel=False),
+    Scenario("rl_rollout", "rollout", "grads", "env_steps_per_s", False, NoOptions, profiled=False,
+             data_parallel=False),
+    Scenario("rl_train", "rollout", "grads", TRAIN_THROUGHPUT, True, NoOptions, profiled=True, data_parallel=True),
+    Scenario("rl_converge", "rollout", "grads", "time_to_target_s", True, ConvergeOptions, profiled=False,
+             data_parallel=False),
+    Scenario("generate", "generate", "generate", "output_tokens_per_s", False, GenerateOptions, profiled=False,
+             data_parallel=False),
+    Scenario("solve", "solve", "none", "solve_1e-6_s", False, SolveOptions, profiled=False, data_parallel=False),
 )}
 
 

@@ -14,7 +14,7 @@ import json
 import math
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 SCHEMA_VERSION = 1
 
@@ -23,8 +23,6 @@ MODES = ("eager", "graph", "compiled")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 # What a trial measures; each workload says which it runs and how (workloads: SCENARIOS).
 SCENARIOS = ("train", "infer", "converge", "rollout", "generate", "solve")
-# Scenarios a profiled trial (`run --profile`) can profile: the train step, the inference calls.
-PROFILED_SCENARIOS = ("train", "infer")
 COMPILE_CACHES = ("cold", "warm")
 LABELS = ("learnable", "random")
 # Where the training data lives: "pipeline", the framework's idiomatic loader (DataLoader,
@@ -243,6 +241,8 @@ class InferOptions:
     infer_load: str = "standard"
     server_qps: float | None = None
     p99_bound_ms: float | None = None
+    # The --scenario these options belong to (OPTIONS).
+    SCENARIO: ClassVar[str] = "infer"
 
     def validate(self, scenario: str) -> None:
         """Checked for every trial (a value outside the scenario must stay at its default)."""
@@ -250,8 +250,8 @@ class InferOptions:
         if not self.infer_budget_s > 0:
             raise SpecError(f"infer budget must be > 0 seconds, got {self.infer_budget_s!r}")
         _check_choice("load", self.infer_load, INFER_LOADS)
-        if self.infer_load != "standard" and scenario != "infer":
-            raise SpecError(f"load {self.infer_load!r} applies to the infer scenario only, not {scenario!r}")
+        if self.infer_load != "standard" and scenario != self.SCENARIO:
+            raise SpecError(f"load {self.infer_load!r} applies to the {self.SCENARIO} scenario only, not {scenario!r}")
         for name, value in (("qps", self.server_qps), ("p99 bound (ms)", self.p99_bound_ms)):
             if value is None:
                 continue
@@ -274,6 +274,8 @@ class ConvergeOptions:
     eval_every: int = 32
     max_steps: int = 2000
     max_time_s: float = 600.0
+    # The --scenario these options belong to (OPTIONS).
+    SCENARIO: ClassVar[str] = "converge"
 
     def validate(self, scenario: str) -> None:
         _check_positive_int("eval every", self.eval_every)
@@ -281,16 +283,16 @@ class ConvergeOptions:
         if not self.max_time_s > 0:
             raise SpecError(f"max time must be > 0 seconds, got {self.max_time_s!r}")
         target = self.target_accuracy
-        if scenario != "converge":
+        if scenario != self.SCENARIO:
             if target is not None:
-                raise SpecError(f"target accuracy {target!r} applies to the converge scenario only,"
+                raise SpecError(f"target accuracy {target!r} applies to the {self.SCENARIO} scenario only,"
                                 f" not {scenario!r}")
             return
         if target is None:
-            raise SpecError("the converge scenario needs a target: --target-accuracy (a number in (0, 1]),"
-                            " or target-accuracy in a suite file")
+            raise SpecError(f"the {self.SCENARIO} scenario needs a target: --target-accuracy (a number in"
+                            " (0, 1]), or target-accuracy in a suite file")
         if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1:
-            raise SpecError(f"target accuracy must be a number in (0, 1] for the converge scenario,"
+            raise SpecError(f"target accuracy must be a number in (0, 1] for the {self.SCENARIO} scenario,"
                             f" got {target!r}")
 
 
@@ -308,6 +310,9 @@ class GenerateOptions:
     prompt_len: int = 32
     new_tokens: int = 32
     gen_batch: int = 1
+
+    # The --scenario these options belong to (OPTIONS).
+    SCENARIO: ClassVar[str] = "generate"
 
     def validate(self, scenario: str) -> None:
         for name, value in (("prompt length", self.prompt_len), ("new tokens", self.new_tokens),
@@ -346,6 +351,9 @@ class SolveOptions:
     solve_rtol_tightest: float = 1e-10
     solve_max_steps: int = 5000
 
+    # The --scenario these options belong to (OPTIONS).
+    SCENARIO: ClassVar[str] = "solve"
+
     def validate(self, scenario: str) -> None:
         low, high = SOLVE_RTOL_RANGE
         for name, value in (("loosest rtol", self.solve_rtol_loosest), ("tightest rtol", self.solve_rtol_tightest)):
@@ -355,8 +363,9 @@ class SolveOptions:
             raise SpecError(f"tightest rtol {self.solve_rtol_tightest:g} is looser than the loosest"
                             f" {self.solve_rtol_loosest:g}: allowed is tightest <= loosest")
         _check_positive_int("solve max steps", self.solve_max_steps)
-        if scenario != "solve" and self != SolveOptions():
-            raise SpecError(f"tolerances and solve max steps apply to the solve scenario only, not {scenario!r}")
+        if scenario != self.SCENARIO and self != SolveOptions():
+            raise SpecError(f"tolerances and solve max steps apply to the {self.SCENARIO} scenario only,"
+                            f" not {scenario!r}")
 
     def rtols(self) -> tuple[float, ...]:
         """One tolerance per decade from the loosest, the tightest last."""
@@ -371,8 +380,7 @@ ScenarioOptions = InferOptions | ConvergeOptions | GenerateOptions | SolveOption
 OptionsType = type[InferOptions] | type[ConvergeOptions] | type[GenerateOptions] | type[SolveOptions]
 # Each options type, the `--scenario` it belongs to: a sweep gives a trial the options of its
 # scenario only, so an option never changes another scenario's configuration key.
-OPTIONS: dict[str, OptionsType] = {
-    "infer": InferOptions, "converge": ConvergeOptions, "generate": GenerateOptions, "solve": SolveOptions}
+OPTIONS: dict[str, OptionsType] = {k.SCENARIO: k for k in (InferOptions, ConvergeOptions, GenerateOptions, SolveOptions)}
 _INFER = InferOptions()
 _CONVERGE = ConvergeOptions()
 _GENERATE = GenerateOptions()
@@ -462,9 +470,9 @@ class TrialSpec:
         self.converge_options().validate(self.scenario)
         self.generate_options().validate(self.scenario)
         self.solve_options().validate(self.scenario)
-        if self.profile is not False and (self.profile is not True or self.scenario not in PROFILED_SCENARIOS):
-            raise SpecError(f"profile {self.profile!r} applies to the train and infer scenarios only (true or"
-                            f" false), not {self.scenario!r}")
+        # Which scenarios a profiler covers is their record's (support.validate checks it).
+        if self.profile is not False and self.profile is not True:
+            raise SpecError(f"profile must be true or false, got {self.profile!r}")
 
     def _validate_devices(self) -> None:
         _check_positive_int("devices", self.devices)

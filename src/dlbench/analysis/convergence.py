@@ -48,7 +48,7 @@ class SeedPair:
 
 def seed_pairs(trials: list[tuple[dict[str, Any], float | None]]) -> list[SeedPair]:
     """Every pair of frameworks per (configuration but the framework): `trials` are (spec,
-    steps_to_target or None) of ok converge trials; repeats of one framework give their median
+    steps_to_target or None) of ok time-to-accuracy trials; repeats of one framework give their median
     (None if most did not reach)."""
     groups: dict[str, dict[str, list[float | None]]] = {}
     first: dict[str, dict[str, Any]] = {}

@@ -270,7 +270,7 @@ class Learner(Built, Protocol):
 
 @runtime_checkable
 class Trainable(Learner, Protocol):
-    """Capability "train": a supervised training step (scenarios train, converge)."""
+    """Capability "train": a supervised training step (training and time to accuracy)."""
 
     def compile(self, state: Any, batch: Any) -> float | None:
         """Ahead-of-time compile where the framework exposes it: returns the compile seconds.

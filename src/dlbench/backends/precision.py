@@ -56,7 +56,8 @@ def unsupported(row: Support, device: str, precision: str, scenario: str = "trai
     if reduced_precision is None:
         reduced_precision = scenarios.get(scenario).reduced_precision
     if precision != "fp32" and not reduced_precision:
-        return f"the {scenario} scenario runs fp32 only (reduced precision covers training: train, converge)"
+        training = ", ".join(n for n, r in scenarios.SCENARIOS.items() if r.reduced_precision)
+        return f"the {scenario} scenario runs fp32 only (reduced precision covers training: {training})"
     return row.get((device, precision), f"unknown device {device!r}")
 
 

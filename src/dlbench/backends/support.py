@@ -43,6 +43,11 @@ def validate(trial: TrialSpec) -> Backend:
     Returns the backend; raises SpecError with one line."""
     workloads.validate(trial.workload)
     trial.validate()
+    record = _record(trial)
+    if trial.profile and record is not None and not record.profiled:
+        profiled = ", ".join(n for n, r in scenarios.SCENARIOS.items() if r.profiled)
+        raise SpecError(f"profile applies to the runner scenarios {profiled} only, not {record.name!r}"
+                        f" ({trial.workload.name} --scenario {trial.scenario})")
     backend = get_backend(trial.framework)
     for name, value in trial.policy.options.items():
         option = backend.options.get(name)
@@ -52,6 +57,14 @@ def validate(trial: TrialSpec) -> Backend:
         if value not in option.allowed:
             raise SpecError(f"{trial.framework} option {name} {value!r} is not one of: {', '.join(option.allowed)}")
     return backend
+
+
+def _record(trial: TrialSpec) -> scenarios.Scenario | None:
+    """The record of the runner scenario that runs `trial`, None where its workload has none
+    (unsupported says why)."""
+    if workloads.scenario_unsupported(trial.workload.name, trial.scenario) is not None:
+        return None
+    return workloads.scenario(trial.workload.name, trial.scenario)
 
 
 def scenario_unsupported(framework: str, capabilities: Capabilities, scenario: str,
@@ -68,12 +81,16 @@ def scenario_unsupported(framework: str, capabilities: Capabilities, scenario: s
 
 def data_parallel_unsupported(dp: DataParallel, trial: TrialSpec) -> str | None:
     """Why `trial` cannot run on trial.devices devices here, or None. What no framework runs is
-    decided here, once: scenarios other than train, and workloads with BatchNorm (per-replica
-    statistics would need a per-replica float64 reference; not implemented)."""
+    decided here, once: scenarios whose record does not say `data_parallel`, and workloads with
+    BatchNorm (per-replica statistics would need a per-replica float64 reference; not
+    implemented)."""
     if trial.devices == 1:
         return None
-    if trial.scenario != "train":  # the user's --scenario: a workload's own training loop does not shard
-        return f"devices {trial.devices}: data parallelism runs the train scenario only, not {trial.scenario!r}"
+    record = _record(trial)
+    if record is None or not record.data_parallel:
+        sharded = ", ".join(n for n, r in scenarios.SCENARIOS.items() if r.data_parallel)
+        return (f"devices {trial.devices}: data parallelism runs the runner scenarios {sharded} only, not"
+                f" {trial.workload.name} --scenario {trial.scenario}")
     if workloads.get(trial.workload.name).buffer_shapes(trial.workload):
         return (f"devices {trial.devices}: {trial.workload.name} has BatchNorm, and {trial.bn_sync} BatchNorm"
                 " under data parallelism (with its matching parity reference) is not implemented")

@@ -168,7 +168,7 @@ def compact_workload_table() -> Table:
             module = workloads.get(name)
             groups.setdefault((", ".join(module.SCENARIOS), module.QUALITY), []).append(f"{name} ({origin.text()})")
         else:
-            notes.append(f"{name} ({origin.text()}) cannot be used: {reason}")
+            notes.append(f"{name} ({origin.text()}) usable: no: {reason}")
     columns = (Column("scenarios", key=True), Column("quality"), Column("workloads"))
     rows = tuple((Cell(printable(k[0])), Cell(printable(k[1])), Cell(printable(" ".join(v)))) for k, v in groups.items())
     return Table("workloads", "Workloads", "workloads (built-in, or from an installed plugin: docs/plugins.md; "

@@ -39,11 +39,13 @@ from dlbench.report.terminal import make_console, print_run_tables
 from dlbench.results import environment
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
 from dlbench.results.store import Store, lock_path, machine_lock
-from dlbench.runner import annotate, ray_executor, resume, rounds
-from dlbench.runner.executor import Outcome, Progress, execute, register, warm_imports
+from dlbench.runner import ray_executor, resume, rounds
+from dlbench.runner.executor import Outcome, Progress, execute, finish_run, register, warm_imports
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
+from dlbench.runner.protocol import CHUNK, PHASE_NAME, STEPS, event_kind
 from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimate_s, learn, make_plan
-from dlbench.spec import ConvergeOptions, GenerateOptions, InferOptions, SolveOptions, SpecError, option_fields, to_dict
+from dlbench.spec import (SCENARIOS, ConvergeOptions, GenerateOptions, InferOptions, SolveOptions, SpecError,
+                          option_fields, to_dict)
 from dlbench.text import printable
 
 # The scenario options' command-line destinations -> (options dataclass, its field); their
@@ -73,6 +75,9 @@ SWEEP_DEFAULTS: dict[str, Any] = {
     "executor": "local", "address": None, "profile": False,
 }
 _INFER, _CONVERGE, _GENERATE, _SOLVE = InferOptions(), ConvergeOptions(), GenerateOptions(), SolveOptions()
+_TO_TARGET = ConvergeOptions.SCENARIO  # the --scenario of the time-to-target options
+_GEN = GenerateOptions.SCENARIO
+_ODE = SolveOptions.SCENARIO
 # Options that say how to run, not what: --resume takes them too.
 HOW_OPTIONS = ("allow_concurrent", "executor", "address")
 
@@ -89,7 +94,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--mode", type=comma_list("mode"), help="eager, graph, compiled (default: compiled)")
     p.add_argument("--precision", type=comma_list("precision"),
                    help="fp32, tf32, bf16, fp16 (comma list; default fp32; dlbench list shows what runs here)")
-    p.add_argument("--scenario", type=comma_list("scenario"), help="train, infer, converge, rollout (RL workloads), solve (ODE problems) (default: train)")
+    p.add_argument("--scenario", type=comma_list("scenario"), help=f"{', '.join(SCENARIOS)} (rollout: RL"
+                   f" workloads; {_ODE}: ODE problems) (default: train)")
     p.add_argument("--devices", type=int_list("devices"),
                    help="data-parallel devices per trial, e.g. 1,2,4 (default: 1)")
     p.add_argument("--scaling", help="with --devices: weak (batch per device, the default) or strong"
@@ -128,20 +134,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="a framework's own option, e.g. onnxruntime.optimization=basic (dlbench list"
                         " shows each framework's options); part of that framework's policy")
     p.add_argument("--target-accuracy", type=float,
-                   help="converge: held-out accuracy to reach (required by --scenario converge)")
-    p.add_argument("--eval-every", type=int, help=f"converge: steps between evaluations, K (default {_CONVERGE.eval_every})")
-    p.add_argument("--max-steps", type=int, help=f"converge: step budget (default {_CONVERGE.max_steps})")
+                   help=f"{_TO_TARGET}: held-out accuracy to reach (required by --scenario {_TO_TARGET})")
+    p.add_argument("--eval-every", type=int,
+                   help=f"{_TO_TARGET}: steps between evaluations, K (default {_CONVERGE.eval_every})")
+    p.add_argument("--max-steps", type=int, help=f"{_TO_TARGET}: step budget (default {_CONVERGE.max_steps})")
     p.add_argument("--max-time-s", type=float,
-                   help=f"converge: training-time budget in seconds, evaluation excluded (default {_CONVERGE.max_time_s:g})")
-    p.add_argument("--prompt-len", type=int, help=f"generate: prompt tokens per sequence (default {_GENERATE.prompt_len})")
-    p.add_argument("--new-tokens", type=int, help=f"generate: greedy tokens per sequence (default {_GENERATE.new_tokens})")
-    p.add_argument("--gen-batch", type=int, help=f"generate: sequences decoded together (default {_GENERATE.gen_batch})")
+                   help=f"{_TO_TARGET}: training-time budget in seconds, evaluation excluded"
+                        f" (default {_CONVERGE.max_time_s:g})")
+    p.add_argument("--prompt-len", type=int, help=f"{_GEN}: prompt tokens per sequence (default {_GENERATE.prompt_len})")
+    p.add_argument("--new-tokens", type=int, help=f"{_GEN}: greedy tokens per sequence (default {_GENERATE.new_tokens})")
+    p.add_argument("--gen-batch", type=int, help=f"{_GEN}: sequences decoded together (default {_GENERATE.gen_batch})")
     p.add_argument("--rtol-loosest", type=float,
-                   help=f"solve: the loosest relative tolerance of the sweep (default {_SOLVE.solve_rtol_loosest:g})")
+                   help=f"{_ODE}: the loosest relative tolerance of the sweep (default {_SOLVE.solve_rtol_loosest:g})")
     p.add_argument("--rtol-tightest", type=float,
-                   help=f"solve: the tightest, one tolerance per decade between (default {_SOLVE.solve_rtol_tightest:g})")
+                   help=f"{_ODE}: the tightest, one tolerance per decade between (default {_SOLVE.solve_rtol_tightest:g})")
     p.add_argument("--solve-max-steps", type=int,
-                   help=f"solve: the step cap of each solve (default {_SOLVE.solve_max_steps})")
+                   help=f"{_ODE}: the step cap of each solve (default {_SOLVE.solve_max_steps})")
     p.add_argument("--rollout", type=comma_list("rollout"),
                    help="RL workloads: where the rollout runs: host (a Python loop of steps), fused (one compiled"
                         " program), default (fused where the mode compiles and the framework can), or several")
@@ -227,10 +235,10 @@ def sweep_from_options(o: dict[str, Any]) -> Sweep:
         epochs=o["epochs"], warmup_epochs=o["warmup_epochs"], chunk_steps=o["chunk_steps"],
         threads=o["threads"], compile_cache=o["compile_cache"], timeout_s=o["timeout"],
         memory_limit_bytes=o["memory_limit"],
-        infer=InferOptions(**_scenario_options(o, InferOptions)),
-        converge=ConvergeOptions(**_scenario_options(o, ConvergeOptions)),
-        generate=GenerateOptions(**_scenario_options(o, GenerateOptions)),
-        solve=SolveOptions(**_scenario_options(o, SolveOptions)),
+        scenario_options=(InferOptions(**_scenario_options(o, InferOptions)),
+                          ConvergeOptions(**_scenario_options(o, ConvergeOptions)),
+                          GenerateOptions(**_scenario_options(o, GenerateOptions)),
+                          SolveOptions(**_scenario_options(o, SolveOptions))),
         options=tuple(parse_option(text) for text in o["option"]),
         data=o["data"], rollouts=o["rollout"], loader_workers=o["loader_workers"], augment=o["augment"],
         profile=bool(o["profile"]),
@@ -277,12 +285,12 @@ class ConsoleProgress(Progress):
         self.console.print(printable(f"{self._label} ..."), highlight=False)
 
     def event(self, event: dict[str, Any]) -> None:
-        if event.get("event") == "chunk":
-            self._steps += int(event.get("steps", 0))
+        if event_kind(event) == CHUNK:
+            self._steps += int(event.get(STEPS, 0))
         if not self.live or time.monotonic() - self._last_draw < 1.0:
             return
         self._last_draw = time.monotonic()
-        phase = event.get("name", event.get("event"))
+        phase = event.get(PHASE_NAME, event_kind(event))
         line = printable(f"  {phase} {'(' + str(self._steps) + ' timed steps)' if self._steps else ''}")
         # padded over the last line: a shorter phase must not leave the end of a longer one
         self.console.print(line.ljust(self._drawn), end="\r", highlight=False)
@@ -372,7 +380,7 @@ def main(args: argparse.Namespace) -> int:
                     outcome = run_trials(store, run_id, planned, progress)
             except KeyboardInterrupt as e:  # before a trial ran: warm imports, reference, floor, ceiling
                 outcome = _interrupted_between_trials(console, e)
-            _finish_run(store, run_id, outcome)
+            finish_run(store, run_id, outcome.interrupted)
         return _report(console, store, run_id, args, outcome)
 
 
@@ -414,7 +422,7 @@ def resume_main(args: argparse.Namespace) -> int:
                         outcome = run_trials(store, run_id, resumption.trials, progress)
             except KeyboardInterrupt as e:  # before a trial ran: warm imports, reference, floor, ceiling
                 outcome = _interrupted_between_trials(console, e)
-            _finish_run(store, run_id, outcome)
+            finish_run(store, run_id, outcome.interrupted)
         return _report(console, store, run_id, args, outcome)
 
 
@@ -493,13 +501,6 @@ def _print_resumption(console: Console, r: resume.Resumption) -> None:
     if r.killed:
         console.print(f"  killed {len(r.killed)} process(es) left by workers of the dead run:"
                       f" {', '.join(map(str, r.killed))}", highlight=False, soft_wrap=True)
-
-
-def _finish_run(store: Store, run_id: int, outcome: Outcome) -> None:
-    """The run's status over all its trials (a resumed run includes those finished before)."""
-    annotate.annotate_run(store, run_id)  # scaling efficiency from the paired trials
-    failed = any(s in FAILURE_STATUSES for s in store.statuses(run_id))
-    store.finish_run(run_id, "interrupted" if outcome.interrupted else ("failed" if failed else "ok"))
 
 
 def _report(console: Console, store: Store, run_id: int, args: argparse.Namespace, outcome: Outcome) -> int:

@@ -25,10 +25,10 @@ from dlbench.analysis.summary import Summary, summarize
 from dlbench.report import cells, model
 from dlbench.report import payback as payback_report
 from dlbench.report import profile as profile_report
+from dlbench.report import solve as solve_report
 from dlbench.report.history import Series as HistorySeries
 from dlbench.report.model import Config, Report, Trial
-from dlbench.report import solve as solve_report
-from dlbench.report.scenarios import reporting
+from dlbench.report.scenarios import TIME_TO_TARGET_TABLE, reporting
 
 GIB = 1024**3
 # Colours of frameworks (in the order they first appear in the report, so one framework has one
@@ -190,7 +190,7 @@ def _with_metric(report: Report, metric: str) -> list[Config]:
     # Time-to-accuracy trials have a chart of their own (convergence): their samples/s include
     # the first step's compile and their accuracy is the one at the stop, not after a timed window.
     return [c for c in report.configs if c.summary(metric).median is not None
-            and "converge" not in reporting(c).tables]
+            and TIME_TO_TARGET_TABLE not in reporting(c).tables]
 
 
 def throughput(report: Report) -> Chart | None:
@@ -207,7 +207,8 @@ def throughput(report: Report) -> Chart | None:
 def accuracy(report: Report) -> Chart | None:
     """The held-out quality after the timed window: accuracy, or the workload's own quality
     metric (detect's mAP@0.5, stored as `map`) where its configurations share one."""
-    learnable = [c for c in report.configs if c.axes.get("labels") == "learnable" and c.axes.get("scenario") != "converge"]
+    learnable = [c for c in report.configs if c.axes.get("labels") == "learnable"
+                 and TIME_TO_TARGET_TABLE not in reporting(c).tables]
     names = {model.workload_quality(str(c.axes["workload"])) for c in learnable}
     metric = names.pop() if len(names) == 1 else "accuracy"
     if metric not in ("accuracy", "map"):
@@ -549,7 +550,7 @@ def _device_curves(report: Report) -> list[Curve]:
 
 
 def convergence(report: Report) -> Chart | None:
-    """Held-out accuracy at each evaluation of the converge scenario, by step and by training
+    """Held-out accuracy at each evaluation of a time-to-accuracy trial, by step and by training
     seconds (evaluation excluded), one line per process, the target dashed."""
     # RL trials (a `return` series) have their own chart: returns()
     pairs = [(c, t) for c, t in report.trials() if t.series.get("accuracy_by_time") and not t.series.get("return")]
@@ -570,12 +571,12 @@ def convergence(report: Report) -> Chart | None:
     fig.update_xaxes(title_text="seconds of training (first step's compile included)", row=1, col=2)
     fig.update_yaxes(title_text="held-out accuracy", row=1, col=1)
     return Chart("convergence", "Time to accuracy: curves", _layout(fig, height=460),
-                 "Held-out accuracy after every K steps of each converge process, against steps and "
+                 "Held-out accuracy after every K steps of each time-to-accuracy process, against steps and "
                  "against training seconds (the clock stops while evaluating); dashed: the target.")
 
 
 def returns(report: Report) -> Chart | None:
-    """Reinforcement learning (runner/scenarios/rl.py, converge): the mean return of the last finished
+    """Reinforcement learning (runner/scenarios/rl.py, time to the return target): the mean return of the last finished
     episodes after each iteration, by environment steps and by training seconds, one line per
     process (seed), the target dashed."""
     pairs = [(c, t) for c, t in report.trials() if t.series.get("return")]
@@ -633,7 +634,7 @@ def work_precision(report: Report) -> Chart | None:
                  " left out here and named in the work-precision table.")
 
 
-# CartPole-v1's longest episode: the converge target of an RL trial is a share of it.
+# CartPole-v1's longest episode: the target of an RL time-to-target trial is a share of it.
 RL_MAX_RETURN = 500.0
 
 CHARTS: tuple[Callable[[Report], Chart | None], ...] = (

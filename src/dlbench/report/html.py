@@ -65,7 +65,7 @@ def data_text(text: str) -> str:
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
-# A converge- or infer-only report has no headline table: its scenario tables follow.
+# A report of time-to-accuracy or inference trials only has no headline table: its scenario tables follow.
 NO_HEADLINE = ("<section id='table-{prefix}results'><h{h}>Results</h{h}><p class='note'>No training-throughput"
                " configuration in these runs; the scenario tables follow.</p></section>")
 

@@ -20,7 +20,7 @@ from dlbench.report.cells import (
 )
 from dlbench.report.columns import INFER, Column
 from dlbench.report.model import Config, Report
-from dlbench.report.scenarios import configs_in
+from dlbench.report.scenarios import INFERENCE_TABLE, configs_in
 from dlbench.report.tabledata import Cell, Table
 from dlbench.report.tabledata import Column as TableColumn
 
@@ -115,7 +115,7 @@ def postprocess_notes(configs: list[Config]) -> list[str]:
 
 def infer_table(report: Report) -> Table | None:
     """One row per inference configuration with its notes; None when the runs have none."""
-    configs = configs_in(report, "infer")
+    configs = configs_in(report, INFERENCE_TABLE)
     if not configs:
         return None
     axes = report.varying(configs, INFER_AXES, INFER_HIDDEN)

@@ -18,6 +18,7 @@ from dlbench.analysis import metrics, window
 from dlbench.analysis.metrics import QUALITY_METRICS
 from dlbench.analysis.summary import Summary, summarize
 from dlbench.report.columns import compile_value
+from dlbench.results.records import CHUNK, PHASE, PHASE_END, PHASE_NAME, PHASE_STATE, PHASE_START, STEPS, TIME_KEY, event_kind
 from dlbench.results.store import Store
 from dlbench.spec import configuration_key, policy_fields
 
@@ -103,7 +104,7 @@ class Config:
 
     @property
     def scenario(self) -> str:
-        """The user's --scenario (train, infer, converge, rollout)."""
+        """The user's --scenario (spec.SCENARIOS)."""
         return str(self.spec.get("scenario", "train"))
 
     @property
@@ -452,17 +453,18 @@ def phase_spans(trial: Trial) -> list[tuple[str, float, float | None]]:
     immediately before it emits the import-phase start event, so that pair ties the events'
     monotonic clock to the sampler's, to within one sample's cost (tens of microseconds)."""
     rss = trial.series.get("rss_bytes") or []
-    phases = [e for e in trial.events if e.get("event") == "phase"]
-    anchor = next((e["t"] for e in phases if e.get("name") == "import" and e.get("state") == "start"), None)
+    phases = [e for e in trial.events if event_kind(e) == PHASE]
+    anchor = next((e[TIME_KEY] for e in phases if e.get(PHASE_NAME) == "import" and e.get(PHASE_STATE) == PHASE_START),
+                  None)
     if not rss or anchor is None:
         return []
     offset = rss[0][0] - anchor
     spans: dict[str, list[float | None]] = {}
     for e in phases:
-        if e.get("state") == "start":
-            spans[str(e["name"])] = [e["t"] + offset, None]
-        elif e.get("state") == "end" and str(e.get("name")) in spans:
-            spans[str(e["name"])][1] = e["t"] + offset
+        if e.get(PHASE_STATE) == PHASE_START:
+            spans[str(e[PHASE_NAME])] = [e[TIME_KEY] + offset, None]
+        elif e.get(PHASE_STATE) == PHASE_END and str(e.get(PHASE_NAME)) in spans:
+            spans[str(e[PHASE_NAME])][1] = e[TIME_KEY] + offset
     return [(name, float(s or 0.0), e) for name, (s, e) in spans.items()]
 
 
@@ -481,7 +483,7 @@ def loss_by_time(trial: Trial) -> Series:
         return trial.series["loss_by_time"]
     losses = trial.series.get("loss") or []
     ends = trial.series.get("step_s") or []
-    steps = [int(e.get("steps", 0)) for e in trial.events if e.get("event") == "chunk"]
+    steps = [int(e.get(STEPS, 0)) for e in trial.events if event_kind(e) == CHUNK]
     if not losses or len(steps) != len(ends) or sum(steps) != len(losses):
         return []
     out: Series = []
@@ -505,7 +507,7 @@ RL_SAMPLES_NOTE = ("samples/s of {names}: environment steps per second over whol
 
 
 def workload_quality(name: str) -> str:
-    """The workload's held-out quality metric (its QUALITY: detect's `map`), as the converge
+    """The workload's held-out quality metric (its QUALITY: detect's `map`), as the time-to-accuracy
     scenario stores under `accuracy`; "accuracy" for a workload not known here (a plugin not
     installed)."""
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dlbench.analysis import payback
 from dlbench.report.model import Config, Report
 from dlbench.report.cells import SHORT_NOTE, short_window
+from dlbench.report.scenarios import trains
 from dlbench.report.tabledata import MISSING, Cell, Column, Flag, Table, cells
 
 # Axes a payback pair may differ in; every other axis must match (same workload, batch, data...).
@@ -36,7 +37,7 @@ def groups(report: Report) -> list[list[tuple[Config, payback.Cost]]]:
     only groups of two or more."""
     by: dict[tuple[object, ...], list[tuple[Config, payback.Cost]]] = {}
     for c in report.configs:
-        if c.scenario != "train" or (made := cost(report, c)) is None:
+        if not trains(c.record) or (made := cost(report, c)) is None:
             continue
         rest = tuple(v for a, v in c.axes.items() if a not in PAIRED_BY)
         by.setdefault((c.run_id, *rest), []).append((c, made))
@@ -95,7 +96,7 @@ def sweeps(report: Report) -> list[tuple[str, dict[str, dict[int, float]]]]:
     titles: dict[tuple[object, ...], str] = {}
     for c in report.configs:
         rate = c.summary("samples_per_s").median
-        if c.scenario != "train" or rate is None:
+        if not trains(c.record) or rate is None:
             continue
         key = tuple(v for a, v in c.axes.items() if a not in (*PAIRED_BY, "batch")) + (c.run_id,)
         part = report.only(str(c.axes["workload"])) if len(report.workloads) > 1 else report

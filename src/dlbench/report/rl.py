@@ -1,7 +1,7 @@
 """The reinforcement-learning table (workloads with a rollout: runner/scenarios/rl.py): environment steps
 per second of the rollouts, update samples per second and time per iteration, per framework x
 mode x rollout placement, for the rollout and train scenarios; parity and status as in the
-headline table. Time to the return target is the converge table's (report/converge.py)."""
+headline table. Time to the return target is the time-to-accuracy table's (report/time_to_target.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from dlbench.report.cells import (
 )
 from dlbench.report.columns import RL
 from dlbench.report.model import Config, Report
-from dlbench.report.scenarios import configs_in
+from dlbench.report.scenarios import RL_TABLE, configs_in
 from dlbench.report.tabledata import Cell, Table
 from dlbench.report.tabledata import Column as TableColumn
 
@@ -36,13 +36,13 @@ def _row(report: Report, config: Config, axes: tuple[str, ...]) -> list[Cell]:
 
 def rl_table(report: Report) -> Table | None:
     """One row per RL configuration; None when the runs have none."""
-    configs = configs_in(report, "rl")
+    configs = configs_in(report, RL_TABLE)
     if not configs:
         return None
     axes = report.varying(configs, RL_AXES)
     columns = [*label_columns(report, axes), *(TableColumn(c.header, "right") for c in RL),
                TableColumn("parity"), STATUS]
     notes = [*NOTES, *model.notes(report, configs, {})]
-    return Table("rl", "Reinforcement learning",
+    return Table(RL_TABLE, "Reinforcement learning",
                  "reinforcement learning: rollout and update throughput (medians over repeats)",
                  tuple(columns), tuple(tuple(_row(report, c, axes)) for c in configs), tuple(notes))

@@ -66,7 +66,7 @@ def _notes(report: Report, configs: list[Config]) -> list[str]:
 
 def scaling_table(report: Report) -> Table | None:
     """Every train configuration, when any of them ran on several devices; else None."""
-    train = [c for c in report.configs if c.scenario == "train"]
+    train = [c for c in report.configs if c.record.data_parallel]
     if not any(int(c.spec.get("devices", 1)) > 1 for c in train):
         return None
     columns = [Column("configuration", key=True),

@@ -10,11 +10,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dlbench import workloads
+from dlbench import scenarios, workloads
 
 from dlbench.report import progress
 from dlbench.report.model import Config, Report
 from dlbench.report.progress import Metrics
+
+
+# The ids of the scenario tables (report/time_to_target.py, inference.py, rl.py, generation.py, solve.py): a
+# record's registration below names the tables that show its configurations.
+TIME_TO_TARGET_TABLE, INFERENCE_TABLE, RL_TABLE, GENERATION_TABLE = "converge", "infer", "rl", "generate"
+SOLVE_TABLE, SOLVE_GRADIENTS_TABLE = "solve", "solve-gradients"
 
 
 @dataclass(frozen=True)
@@ -29,19 +35,25 @@ class Reporting:
 
 REPORTING: dict[str, Reporting] = {
     "train": Reporting(True, (), progress.train_line),
-    "infer": Reporting(False, ("infer",), progress.infer_line),
-    "converge": Reporting(False, ("converge",), progress.converge_line),
-    "sample": Reporting(False, ("infer",), progress.sample_line),
-    "rl_rollout": Reporting(True, ("rl",), progress.rl_line),
-    "rl_train": Reporting(True, ("rl",), progress.rl_line),
-    "rl_converge": Reporting(False, ("converge",), progress.rl_converge_line),
-    "generate": Reporting(False, ("generate",), progress.generate_line),
-    "solve": Reporting(False, ("solve", "solve-gradients"), progress.solve_line),
+    "infer": Reporting(False, (INFERENCE_TABLE,), progress.infer_line),
+    "converge": Reporting(False, (TIME_TO_TARGET_TABLE,), progress.converge_line),
+    "sample": Reporting(False, (INFERENCE_TABLE,), progress.sample_line),
+    "rl_rollout": Reporting(True, (RL_TABLE,), progress.rl_line),
+    "rl_train": Reporting(True, (RL_TABLE,), progress.rl_line),
+    "rl_converge": Reporting(False, (TIME_TO_TARGET_TABLE,), progress.rl_converge_line),
+    "generate": Reporting(False, (GENERATION_TABLE,), progress.generate_line),
+    "solve": Reporting(False, (SOLVE_TABLE, SOLVE_GRADIENTS_TABLE), progress.solve_line),
 }
 
 
 def reporting(config: Config) -> Reporting:
     return REPORTING[config.record.name]
+
+
+def trains(record: scenarios.Scenario) -> bool:
+    """Whether a scenario's headline is training throughput (the train scenarios of supervised
+    and RL workloads), which the payback, scaling and input-stall tables compare."""
+    return record.headline == scenarios.TRAIN_THROUGHPUT
 
 
 def headline_configs(report: Report) -> list[Config]:

@@ -19,12 +19,15 @@ from dataclasses import dataclass
 
 from dlbench.report.cells import label_cells, label_columns
 from dlbench.report.model import Config, Report
-from dlbench.report.scenarios import configs_in
+from dlbench.report.scenarios import SOLVE_GRADIENTS_TABLE, SOLVE_TABLE, configs_in
 from dlbench.report.tabledata import MISSING, Cell, Column, Table
 
 HEADLINE_RTOL = 1e-6
 FAILURE_TOKENS = {1: "max", 2: "dt", 3: "nan", 4: "fail", 5: "skip"}  # runner/solve.py STATUS_CODES
 AXES = ("workload", "framework")
+# The namespaces of the series and notes runner/scenarios/solve.py writes: a solver's points, a
+# gradient method's points.
+SOLVER_SERIES, GRADIENT_SERIES = "solve.", "gradient."
 
 
 @dataclass(frozen=True)
@@ -36,24 +39,24 @@ class Curve:
     points: dict[float, dict[str, float]]
 
 
-def _solve_configs(report: Report, table: str = "solve") -> list[Config]:
+def _solve_configs(report: Report, table: str = SOLVE_TABLE) -> list[Config]:
     return [c for c in configs_in(report, table) if c.ok]
 
 
-def curves(config: Config, prefix: str = "solve") -> list[Curve]:
-    """The configuration's solver (or, prefix "gradient", method) curves from its series."""
+def curves(config: Config, prefix: str = SOLVER_SERIES) -> list[Curve]:
+    """The configuration's solver (or, prefix GRADIENT_SERIES, method) curves from its series."""
     gathered: dict[tuple[str, str], dict[float, dict[str, list[float]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list)))
     for t in config.ok:
         for name, points in t.series.items():
             parts = name.split(".")
-            if len(parts) != 4 or parts[0] != prefix:
+            if len(parts) != 4 or f"{parts[0]}." != prefix:
                 continue
             for rtol, value in points:
                 if not math.isnan(value):
                     gathered[(parts[1], parts[2])][rtol][parts[3]].append(value)
     notes = config.ok[0].data.get("notes") or {}
-    return [Curve(solver, dtype, str(notes.get(f"{prefix}.{solver}.kind", "")),
+    return [Curve(solver, dtype, str(notes.get(f"{prefix}{solver}.kind", "")),
                   {r: {q: statistics.median(v) for q, v in qs.items()} for r, qs in sorted(pts.items(), reverse=True)})
             for (solver, dtype), pts in gathered.items()]
 
@@ -103,7 +106,7 @@ def work_precision_table(report: Report) -> Table | None:
              " looser tolerance; ms @1e-6: the median warm solve at rtol 1e-6 (first solve, compile included,"
              " apart), nfe / njev: field and Jacobian evaluations as the library counts them"]
     notes += _absences(configs)
-    return Table("solve", "Work precision", "ODE solvers: achieved error per tolerance (log10) and cost at 1e-6",
+    return Table(SOLVE_TABLE, "Work precision", "ODE solvers: achieved error per tolerance (log10) and cost at 1e-6",
                  tuple(columns), tuple(rows), tuple(notes))
 
 
@@ -112,15 +115,15 @@ def _absences(configs: list[Config]) -> list[str]:
     for c in configs:
         notes = c.ok[0].data.get("notes") or {}
         for key, why in notes.items():
-            if key.startswith("solve.absent."):
+            if key.startswith(f"{SOLVER_SERIES}absent."):
                 said[f"{c.axes['framework']}: {why}"] = None
-            elif key.endswith(".failures") and key.startswith("solve."):
+            elif key.endswith(".failures") and key.startswith(SOLVER_SERIES):
                 said[f"{c.axes['workload']} {c.axes['framework']} {key.split('.')[1]} {key.split('.')[2]}: {why}"] = None
     return list(said)
 
 
 def gradient_table(report: Report) -> Table | None:
-    configs = [c for c in _solve_configs(report, "solve-gradients") if any(curves(c, "gradient"))]
+    configs = [c for c in _solve_configs(report, SOLVE_GRADIENTS_TABLE) if any(curves(c, GRADIENT_SERIES))]
     if not configs:
         return None
     axes = report.varying(configs, AXES)
@@ -130,11 +133,11 @@ def gradient_table(report: Report) -> Table | None:
     rows = []
     for c in configs:
         notes = c.ok[0].data.get("notes") or {}
-        for cv in curves(c, "gradient"):
+        for cv in curves(c, GRADIENT_SERIES):
             for rtol, p in cv.points.items():
                 failed = int(p.get("status", 0)) != 0
                 rows.append((*label_cells(report, c, axes), Cell(cv.solver),
-                             Cell(str(notes.get(f"gradient.{cv.solver}.{cv.dtype}.solver", ""))), Cell(cv.dtype),
+                             Cell(str(notes.get(f"{GRADIENT_SERIES}{cv.solver}.{cv.dtype}.solver", ""))), Cell(cv.dtype),
                              Cell(f"{rtol:.0e}"), Cell("fail") if failed else _number(p.get("error"), digits=2),
                              _number(p.get("wall_s"), 1e3), _number(p.get("first_s"), 1e3)))
     notes_out = ["gradient error: normwise relative error of d loss / d field parameters against the float64"
@@ -142,8 +145,8 @@ def gradient_table(report: Report) -> Table | None:
                  " adjoint: the library's continuous adjoint; ms: median warm gradient, first: with compilation"]
     notes_out += [f"{c.axes['framework']}: {why}" for c in configs
                   for k, why in (c.ok[0].data.get("notes") or {}).items()
-                  if k.startswith("gradient.") and k.endswith(".failures")]
-    return Table("solve-gradients", "Neural ODE gradients", "neural ODE: gradient error and time, backprop vs adjoint",
+                  if k.startswith(GRADIENT_SERIES) and k.endswith(".failures")]
+    return Table(SOLVE_GRADIENTS_TABLE, "Neural ODE gradients", "neural ODE: gradient error and time, backprop vs adjoint",
                  tuple(columns), tuple(rows), tuple(notes_out))
 
 

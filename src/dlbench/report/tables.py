@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dlbench.report.converge import converge_table, stall_table
+from dlbench.report.time_to_target import converge_table, stall_table
 from dlbench.report.headline import (
     gpu_table,
     has_values,

@@ -65,6 +65,26 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+# The events file's vocabulary (one JSON line per event; runner/schemas/event.schema.json). The
+# worker writes it (runner/timing.py EventLog), the parent reads it live (runner/spawn.py, `dlbench
+# run`'s progress) and the report reads it stored (report/model.py); runner/protocol.py gives it
+# to both sides of the process boundary. It lives here, on the results floor, so the report,
+# which may not import the runner, reads the same names.
+EVENT_KEY, VERSION_KEY, TIME_KEY = "event", "v", "t"
+START, PHASE, CHUNK, EVAL, WARNING, END = "start", "phase", "chunk", "eval", "warning", "end"
+EVENTS = (START, PHASE, CHUNK, EVAL, WARNING, END)
+# A phase event's name and its state (PHASE_START or PHASE_END, the end with its SECONDS).
+PHASE_NAME, PHASE_STATE, PHASE_START, PHASE_END = "name", "state", "start", "end"
+# A chunk event: STEPS timed steps of EPOCH that took SECONDS.
+EPOCH, STEPS, SECONDS = "epoch", "steps", "seconds"
+
+
+def event_kind(event: dict[str, Any]) -> str | None:
+    """Which event (EVENTS) a line of an events file is."""
+    kind = event.get(EVENT_KEY)
+    return None if kind is None else str(kind)
+
+
 def read_events(path: Path) -> list[dict[str, Any]]:
     """All complete JSON lines of an events file; a torn last line (a killed worker) is ignored."""
     if not path.exists():

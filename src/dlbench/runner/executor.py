@@ -19,7 +19,7 @@ from dlbench import backends, workloads
 from dlbench.backends import get_backend
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
 from dlbench.results.store import Store
-from dlbench.runner import children, protocol, reference, spawn
+from dlbench.runner import annotate, children, protocol, reference, spawn
 from dlbench.runner.plan import Plan, PlannedTrial, with_ids
 from dlbench.runner.probe_client import PROBE_TIMEOUT_S, ProbeLimits
 from dlbench.runner.verdicts import Ceilings, ceilings, judge_efficiency, judge_parity, needs_reference
@@ -72,6 +72,18 @@ def finish(store: Store, tid: int, spec: TrialSpec, result: TrialResult, parity_
             outcome.parity_failures += 1
     store.finish_trial(tid, result)
     outcome.count(result.status)
+
+
+def finish_run(store: Store, run_id: int, interrupted: bool) -> str:
+    """The parent's steps after a run's trials (a resumed run's included, with those finished
+    before), whichever executor ran them: the scaling efficiency of its multi-device trials
+    against their paired one-device trials (runner/annotate.py), then the run's status over all
+    its trials, stored and returned."""
+    annotate.annotate_run(store, run_id)
+    failed = any(s in FAILURE_STATUSES for s in store.statuses(run_id))
+    status = "interrupted" if interrupted else ("failed" if failed else "ok")
+    store.finish_run(run_id, status)
+    return status
 
 
 def keep_profile(store: Store, tid: int, result: TrialResult) -> None:

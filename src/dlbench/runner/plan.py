@@ -21,14 +21,12 @@ from dlbench.plugins import first_line
 from dlbench.runner.protocol import INFER_BATCHES
 from dlbench.spec import (
     OPTIONS,
-    PROFILED_SCENARIOS,
     ConvergeOptions,
-    GenerateOptions,
     InferOptions,
-    SolveOptions,
     NoOptions,
     Policy,
     ScenarioOptions,
+    SolveOptions,
     SpecError,
     TrialSpec,
     WorkloadSpec,
@@ -56,6 +54,16 @@ COMPILE_REFERENCE_TENSORS = 8
 EXTRA_COMPILES = 0.5
 # Seconds a graph-mode trace costs against a compile.
 TRACE_SHARE = 0.3
+# The solver scenario (runner/scenarios/solve.py) sweeps every tolerance on each solver x dtype
+# curve, a point's warm solves running to 0.2 s and three solves at least, the solves that fail
+# running to the step cap; a framework curve's first solve compiles (a jit or a traced function: 3-11 s
+# under load). Guessed: a framework's 2-3 solvers in float64 and float32 (6 curves), SciPy's 5
+# float64 solvers beside them, about 0.6 s a point; the neural ODE adds 12 gradient points
+# (2 methods x 2 dtypes x 3 tolerances) of about 2 s. The development run of the 4 problems on 3
+# frameworks took 33 min at load 13-15 on 2 cores; this guesses about 17 min for it.
+SOLVE_FRAMEWORK_CURVES, SOLVE_BASELINE_CURVES = 6, 5
+SOLVE_POINT_S_GUESS, SOLVE_FIRST_SOLVE_S_GUESS = 0.6, 3.0
+SOLVE_GRADIENT_POINTS, SOLVE_GRADIENT_POINT_S_GUESS = 12, 2.0
 # More fresh processes per configuration than any CI spread needs; a typo such as 1000000 would
 # otherwise plan a million trials before anything says no (one limit with --repeats auto's).
 MAX_REPEATS = repeats.MAX_REPEATS
@@ -88,11 +96,9 @@ class Sweep:
     memory_limit_bytes: int | None = None
     order_seed: int = 0
     # The scenario options (spec.py: InferOptions, ConvergeOptions, each default declared
-    # there); a trial carries only its own scenario's (options_for).
-    infer: InferOptions = field(default_factory=InferOptions)
-    converge: ConvergeOptions = field(default_factory=ConvergeOptions)
-    generate: GenerateOptions = field(default_factory=GenerateOptions)
-    solve: SolveOptions = field(default_factory=SolveOptions)
+    # there), at most one of each type, the defaults for a type not given; a trial carries only
+    # its own scenario's (options_for).
+    scenario_options: tuple[ScenarioOptions, ...] = ()
     # Framework options (`--option FRAMEWORK.NAME=VALUE`): (framework, name, value); each trial's
     # policy carries only its own framework's.
     options: tuple[tuple[str, str, str], ...] = ()
@@ -111,9 +117,8 @@ class Sweep:
         """The sweep's options of the type `--scenario scenario` takes (spec.OPTIONS); the
         defaults of none for a scenario without options, so an option never changes another
         scenario's configuration key."""
-        wanted = OPTIONS.get(scenario)
-        return next((o for o in (self.infer, self.converge, self.generate, self.solve) if type(o) is wanted),
-                    NoOptions())
+        wanted = OPTIONS.get(scenario, NoOptions)
+        return next((o for o in self.scenario_options if type(o) is wanted), wanted())
 
 
 @dataclass
@@ -231,10 +236,16 @@ def make_plan(sweep: Sweep) -> Plan:
             plan.trials.append(_planned(spec, backend, missing[spec.framework]))
     if sweep.profile:
         for spec in (_trial(sweep, *a, repeat=0) for a in axes):
-            if spec.scenario in PROFILED_SCENARIOS:
+            if _profiled(spec):
                 profiled = replace(spec, profile=True)
                 plan.trials.append(_planned(profiled, support.validate(profiled), missing[spec.framework]))
     return plan
+
+
+def _profiled(spec: TrialSpec) -> bool:
+    """Whether `run --profile` adds a profiled trial of this configuration (its record's)."""
+    name, scenario = spec.workload.name, spec.scenario
+    return workloads.scenario_unsupported(name, scenario) is None and workloads.scenario(name, scenario).profiled
 
 
 def _check_size(sweep: Sweep) -> None:
@@ -348,19 +359,29 @@ def _rough_s(trial: TrialSpec, samples: int) -> float:
     size = math.sqrt(len(module.param_shapes(spec)) / COMPILE_REFERENCE_TENSORS)
     share = {"compiled": 1.0, "graph": TRACE_SHARE}.get(trial.policy.mode, 0.0)
     compile_ = guess.compile_s * size * share
-    if trial.scenario == "infer":
+    options = OPTIONS.get(trial.scenario)  # the estimate follows what the scenario's options bound
+    if options is SolveOptions:
+        return guess.startup_s + _solve_s(trial.solve_options(), module.PROBLEM.has_gradient)
+    if options is InferOptions:
         flops = module.flops_per_sample(spec, train=False)
         requests = trial.infer_requests + INFER_BATCHES * spec.batch_size
         compute = min(requests * flops / CPU_FLOPS_GUESS, 2 * trial.infer_budget_s)
         if trial.infer_load == "server":  # each Server test: its minimum duration or ~1,100 queries
             compute += trial.infer_budget_s if trial.server_qps else SERVER_TEST_GUESS_S * SERVER_SWEEP_TESTS
         return guess.startup_s + 2 * compile_ + compute
-    if trial.scenario == "converge":  # the presets reach their targets in a few hundred steps
+    if options is ConvergeOptions:  # the presets reach their targets in a few hundred steps
         samples = min(trial.max_steps, 8 * trial.eval_every) * spec.batch_size
     compute = samples * module.flops_per_sample(spec) / CPU_FLOPS_GUESS
-    if trial.scenario == "converge":
+    if options is ConvergeOptions:
         compute = min(compute, trial.max_time_s)
     return guess.startup_s + compile_ * (1 + EXTRA_COMPILES) + compute
+
+
+def _solve_s(options: SolveOptions, gradients: bool) -> float:
+    """A solve trial's sweeps: the framework's curves (a compile each), then SciPy's."""
+    points_s = len(options.rtols()) * SOLVE_POINT_S_GUESS
+    sweeps_s = SOLVE_FRAMEWORK_CURVES * (SOLVE_FIRST_SOLVE_S_GUESS + points_s) + SOLVE_BASELINE_CURVES * points_s
+    return sweeps_s + (SOLVE_GRADIENT_POINTS * SOLVE_GRADIENT_POINT_S_GUESS if gradients else 0.0)
 
 
 def with_ids(trial: TrialSpec, run_id: int, trial_id: int) -> TrialSpec:

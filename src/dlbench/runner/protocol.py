@@ -3,7 +3,7 @@
 scenario modules under runner/scenarios/). What crosses is files beside the worker's OUT path
 (the TrialResult JSON at OUT, the events at OUT.events, the fixed-batch arrays at
 OUT.parity.npz, a profiled trial's trace directory) and the names inside them that the parent
-reads (note keys, batch counts it plans with). Imports no framework and no scenario.
+reads (event kinds and keys, note keys, batch counts it plans with). Imports no framework and no scenario.
 """
 
 from __future__ import annotations
@@ -14,6 +14,27 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from dlbench.results.records import (  # noqa: F401 (the events file's vocabulary, for both sides)
+    CHUNK,
+    END,
+    EPOCH,
+    EVAL,
+    EVENT_KEY,
+    EVENTS,
+    PHASE,
+    PHASE_END,
+    PHASE_NAME,
+    PHASE_START,
+    PHASE_STATE,
+    SECONDS,
+    START,
+    STEPS,
+    TIME_KEY,
+    VERSION_KEY,
+    WARNING,
+    event_kind,
+)
 
 # -- files beside the worker's OUT path ----------------------------------------------------------
 

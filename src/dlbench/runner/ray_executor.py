@@ -10,7 +10,7 @@ What runs where, and why:
 - Resources: a task asks for `num_cpus` = the trial's `--threads` (1 without), `num_gpus` = its
   devices when the cluster has GPUs, and one unit of the custom resource `dlbench_node`, which
   every node offers once: timed trials never overlap on a node, as the local executor runs them
-  one at a time. Every trial is timed (train, infer, converge), so none shares a node by
+  one at a time. Every trial is timed (every scenario), so none shares a node by
   default; with `--allow-concurrent` a trial with `--threads N` asks for its N cores only and
   may share a node (recorded with the run, as locally). A trial without `--threads` uses every
   core of its node, so it always takes the whole node.

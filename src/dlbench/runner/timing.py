@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from dlbench.runner import protocol as p
+
 EVENTS_SCHEMA_VERSION = 1
 
 
@@ -39,9 +41,31 @@ class EventLog:
     def __init__(self, path: Path) -> None:
         self._f: IO[str] = open(path, "a", buffering=1)
 
-    def emit(self, event: str, **fields: Any) -> None:
-        record = {"v": EVENTS_SCHEMA_VERSION, "t": time.monotonic(), "event": event, **fields}
+    def _emit(self, event: str, fields: dict[str, Any]) -> None:
+        record = {p.VERSION_KEY: EVENTS_SCHEMA_VERSION, p.TIME_KEY: time.monotonic(), p.EVENT_KEY: event, **fields}
         self._f.write(json.dumps(record, default=float) + "\n")
+
+    # One method per event (runner/protocol.py: EVENTS), so each key is written in one place.
+    def start(self, pid: int, created: float) -> None:
+        self._emit(p.START, {"pid": pid, "created": created})
+
+    def phase(self, name: str, state: str, seconds: float | None = None) -> None:
+        fields: dict[str, Any] = {p.PHASE_NAME: name, p.PHASE_STATE: state}
+        if seconds is not None:
+            fields[p.SECONDS] = seconds
+        self._emit(p.PHASE, fields)
+
+    def chunk(self, epoch: int, steps: int, seconds: float) -> None:
+        self._emit(p.CHUNK, {p.EPOCH: epoch, p.STEPS: steps, p.SECONDS: seconds})
+
+    def eval(self, step: int, accuracy: float, train_s: float) -> None:
+        self._emit(p.EVAL, {"step": step, "accuracy": accuracy, "train_s": train_s})
+
+    def warning(self, message: str) -> None:
+        self._emit(p.WARNING, {"message": message})
+
+    def end(self, status: str) -> None:
+        self._emit(p.END, {"status": status})
 
     def close(self) -> None:
         self._f.close()
@@ -55,13 +79,13 @@ class Phases:
         self.seconds: dict[str, float] = {}
 
     def start(self, name: str) -> float:
-        self._log.emit("phase", name=name, state="start")
+        self._log.phase(name, p.PHASE_START)
         return time.perf_counter()
 
     def end(self, name: str, started: float) -> float:
         elapsed = time.perf_counter() - started
         self.seconds[name] = elapsed
-        self._log.emit("phase", name=name, state="end", seconds=elapsed)
+        self._log.phase(name, p.PHASE_END, elapsed)
         return elapsed
 
 

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     spec_path, out_path = Path(args[0]), Path(args[1])
     created = process_start_monotonic()
     log = EventLog(events_path(out_path))
-    log.emit("start", pid=os.getpid(), created=created)
+    log.start(os.getpid(), created)
     result = TrialResult(status="failed", pid=os.getpid())
     fresh_cache: Path | None = None
     try:
@@ -53,12 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # the trial fails; the parent records it and the sweep goes on
         result.status, result.error = "failed", f"{type(e).__name__}: {e}"
         result.notes["traceback"] = traceback.format_exc()
-        log.emit("warning", message=result.error)
+        log.warning(result.error)
     finally:
         if fresh_cache is not None:
             shutil.rmtree(fresh_cache, ignore_errors=True)
     result.write(out_path)
-    log.emit("end", status=result.status)
+    log.end(result.status)
     log.close()
     return 0
 

@@ -44,7 +44,7 @@ WORKLOADS: dict[str, ModuleType] = {
     "detect": detect, "ppo": ppo, "ddpm": ddpm, "lm": lm,
 }
 
-# The solver scenario's initial value problems (workloads/odes.py; `--scenario solve` only): built
+# The solver scenario's initial value problems (workloads/odes.py; that scenario only): built
 # in, named explicitly with -w, not part of `-w all` (the training suite).
 ODE_WORKLOADS: dict[str, ModuleType] = {
     "lotka-volterra": ode_lotka_volterra, "robertson": ode_robertson, "hires": ode_hires, "node-ode": ode_node_ode,

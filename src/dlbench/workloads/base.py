@@ -57,7 +57,7 @@ class Workload(Protocol):
     NAME: str
     # --scenario name -> runner scenario (SUPERVISED_SCENARIOS for a classifier)
     SCENARIOS: dict[str, str]
-    # The name of the held-out quality metric `score` returns ("accuracy"); converge trains
+    # The name of the held-out quality metric `score` returns ("accuracy"); time to accuracy trains
     # until it reaches the target.
     QUALITY: str
     # model size name -> the workload's own frozen dataclass of dimensions

@@ -18,14 +18,14 @@ import numpy as np
 
 from dlbench.spec import Numerics, WorkloadSpec
 import dlbench.workloads.reference_ops as ops
-from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, Preset
+from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, SUPERVISED_SCENARIOS, Preset
 from dlbench.workloads.data import STREAM_TEACHER, Dataset, dataset_makers
 from dlbench.workloads.params import ONES, Init, draw_params
 
 NAME = "lm"
 # Generation is its own scenario (runner/scenarios/generate.py); ONNX Runtime and LiteRT serve
 # the whole-sequence forward (infer) and lack the generate capability.
-SCENARIOS = {"train": "train", "infer": "infer", "converge": "converge", "generate": "generate"}
+SCENARIOS = {**SUPERVISED_SCENARIOS, "generate": "generate"}
 # The share of held-out positions whose largest logit is the chain's most likely next token
 # (1.0 is the best any model can do; the label itself is a draw and would cap it below 1).
 QUALITY = "next_token_accuracy"
@@ -219,7 +219,7 @@ def score(spec: WorkloadSpec, outputs: np.ndarray, data: Dataset) -> float:
 def extra_scores(spec: WorkloadSpec, outputs: np.ndarray, data: Dataset) -> dict[str, float]:
     """The optional member (workloads.extra_scores): the held-out perplexity of the same logits,
     exp(mean token cross-entropy), and its ratio to the best achievable, exp(entropy rate)
-    (1.0 is the chain itself; the converge target of the issue is 1.1)."""
+    (1.0 is the chain itself; the time-to-target goal of the issue is 1.1)."""
     n = len(outputs)
     logits = np.asarray(outputs, dtype=np.float64)
     z = logits - logits.max(axis=-1, keepdims=True)
@@ -230,7 +230,7 @@ def extra_scores(spec: WorkloadSpec, outputs: np.ndarray, data: Dataset) -> dict
 
 
 def perplexity_target(spec: WorkloadSpec, within: float = 0.1) -> float:
-    """The converge target in perplexity: exp(entropy rate) x (1 + within)."""
+    """The time-to-target goal in perplexity: exp(entropy rate) x (1 + within)."""
     return math.exp(entropy_rate_nats(spec)) * (1.0 + within)
 
 

@@ -1,4 +1,4 @@
-"""hires: HIRES plant physiology (stiff), an initial value problem of the solver scenario (`--scenario solve`),
+"""hires: HIRES plant physiology (stiff), an initial value problem of the solver scenario,
 defined in workloads/odes.py."""
 
 import dlbench.workloads.odes as odes

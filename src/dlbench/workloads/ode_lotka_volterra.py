@@ -1,4 +1,4 @@
-"""lotka-volterra: Lotka-Volterra (non-stiff), an initial value problem of the solver scenario (`--scenario solve`),
+"""lotka-volterra: Lotka-Volterra (non-stiff), an initial value problem of the solver scenario,
 defined in workloads/odes.py."""
 
 import dlbench.workloads.odes as odes

@@ -1,4 +1,4 @@
-"""node-ode: neural ODE (node's field, canonical weights), an initial value problem of the solver scenario (`--scenario solve`),
+"""node-ode: neural ODE (node's field, canonical weights), an initial value problem of the solver scenario,
 defined in workloads/odes.py."""
 
 import dlbench.workloads.odes as odes

@@ -1,4 +1,4 @@
-"""robertson: Robertson chemical kinetics (stiff), an initial value problem of the solver scenario (`--scenario solve`),
+"""robertson: Robertson chemical kinetics (stiff), an initial value problem of the solver scenario,
 defined in workloads/odes.py."""
 
 import dlbench.workloads.odes as odes

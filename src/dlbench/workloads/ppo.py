@@ -279,6 +279,6 @@ def reference_loss(spec: WorkloadSpec, params: dict[str, np.ndarray], x: np.ndar
 
 def score(spec: WorkloadSpec, outputs: np.ndarray, data: Dataset) -> float:
     """Of Program.predict's outputs (logits, value) on frozen rows: the share of rows whose most
-    likely action is the action taken. (PPO's quality is the episodic return that the converge
+    likely action is the action taken. (PPO's quality is the episodic return that the time-to-target
     scenario measures; this only makes the supervised seams whole.)"""
     return float(np.mean(np.argmax(outputs[:, :cartpole.ACTIONS], axis=1) == data.y[: len(outputs)]))

@@ -1,4 +1,5 @@
-"""Time to accuracy (`--scenario converge`), run by the worker process (runner/worker.py).
+"""Time to accuracy (the `--scenario` whose options are spec.ConvergeOptions), run by the worker
+process (runner/worker.py).
 
 From the canonical weights, after the usual untimed import, build and data phases, the trial
 trains on the spec's data and order in chunks of `eval_every` (K) steps and evaluates on the
@@ -40,7 +41,7 @@ from dlbench.workloads.data import Dataset
 @typing.final
 @dataclass
 class Curve:
-    """What one converge run measured, filled as it trains."""
+    """What one time-to-accuracy run measured, filled as it trains."""
 
     steps: int = 0
     train_s: float = 0.0  # training time so far: the clock runs only while training
@@ -84,16 +85,16 @@ class Feed:
 
 
 def run(ctx: TrialContext) -> None:
-    """Every phase of a converge trial after the framework import."""
+    """Every phase of a time-to-accuracy trial after the framework import."""
     trial, m = ctx.trial, ctx.metrics
     program, state = train.build_and_load(ctx, support.build_trainable)
     spec = trial.workload
     eval_data = workloads.get(spec.name).make_eval_dataset(spec)  # untimed, before the clock
     m["rss_initial_bytes"], m["vram_initial_bytes"] = ctx.sampler.sample()
     ctx.sampler.begin_window()
-    ctx.log.emit("phase", name="converge", state="start")
+    ctx.log.phase(ctx.trial.scenario, protocol.PHASE_START)  # the phase is named as the --scenario
     curve = train_to_target(trial, ctx.backend, program, state, ctx.log, eval_data, ctx.created, m)
-    ctx.log.emit("phase", name="converge", state="end", seconds=curve.train_s + curve.eval_s)
+    ctx.log.phase(ctx.trial.scenario, protocol.PHASE_END, curve.train_s + curve.eval_s)
     window = ctx.sampler.end_window()
     m["rss_window_peak_bytes"], m["vram_window_peak_bytes"] = window["rss"], window["vram"]
     m["recompiles_in_window"] = curve.recompiles
@@ -124,11 +125,11 @@ def train_to_target(
         until_eval = trial.eval_every - curve.steps % trial.eval_every
         for n in split_steps(min(until_eval, trial.max_steps - curve.steps), trial.chunk_steps):
             state = _chunk(backend, program, state, feed, n, curve)
-            log.emit("chunk", epoch=feed.epoch, steps=n, seconds=curve.chunks[-1][1])
+            log.chunk(feed.epoch, n, curve.chunks[-1][1])
         curve.train_s += time.perf_counter() - t0
         accuracy = _quality(program, state, eval_data, trial, curve)
         curve.points.append((curve.steps, curve.train_s, accuracy))
-        log.emit("eval", step=curve.steps, accuracy=accuracy, train_s=curve.train_s)
+        log.eval(curve.steps, accuracy, curve.train_s)
         if _stop(trial, curve, accuracy):
             return curve
 
@@ -179,7 +180,7 @@ def _quality(program: Trainable, state: Any, data: Dataset, trial: TrialSpec, cu
 def _stop(trial: TrialSpec, curve: Curve, accuracy: float) -> bool:
     target = trial.target_accuracy
     if target is None:
-        raise ValueError("the converge scenario needs a target accuracy")
+        raise ValueError(f"the {trial.scenario} scenario needs a target accuracy")
     if accuracy >= target:
         curve.reached = True
     elif curve.steps >= trial.max_steps:

@@ -8,7 +8,7 @@ states as long as its logits agree.
 - `rl_train` (`--scenario train`): whole iterations, rollout then update: `iteration_s`,
   `env_steps_per_s` (of the rollouts inside the iterations), `update_samples_per_s` (E x N x T
   samples per update).
-- `rl_converge` (`--scenario converge`): from the canonical parameters until the mean return of
+- `rl_converge` (the time-to-target `--scenario`): from the canonical parameters until the mean return of
   the last RETURN_WINDOW finished episodes reaches `target_accuracy` x 500 (the normalised
   return; 0.95 is CartPole's customary 475) or a budget runs out (`max_steps` iterations,
   `max_time_s`); the first compile counts, as a user waits for it. Reports `steps_to_target` in
@@ -38,7 +38,7 @@ from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.spec import TrialSpec
 from dlbench.workloads import cartpole, ppo
 
-# Episodes averaged for the converge criterion (the last this many finished, over all envs).
+# Episodes averaged for the time-to-target criterion (the last this many finished, over all envs).
 RETURN_WINDOW = 20
 
 
@@ -86,7 +86,7 @@ def run_rollout(ctx: TrialContext) -> None:
         env, traj = program.rollout(state, env, d.uniforms, d.resets)
         program.wait(env, traj)
         times.append(time.perf_counter() - t0)
-        ctx.log.emit("chunk", epoch=i, steps=env_steps, seconds=times[-1])
+        ctx.log.chunk(i, env_steps, times[-1])
     window_s = time.perf_counter() - t_window
     peaks = ctx.sampler.end_window()
     m["rollout_s_median"] = statistics.median(times)
@@ -128,7 +128,7 @@ def run_train(ctx: TrialContext) -> None:
             rollout_s.append(r_s)
             update_s.append(u_s)
             losses.append(loss)
-            ctx.log.emit("chunk", epoch=i, steps=1, seconds=times[-1])
+            ctx.log.chunk(i, 1, times[-1])
     window_s = time.perf_counter() - t_window
     peaks = ctx.sampler.end_window()
     m["iteration_s_median"] = statistics.median(times)
@@ -186,7 +186,7 @@ def run_converge(ctx: TrialContext) -> None:
         returns += [r for _, r in ended]
         if returns:
             points.append(((i + 1) * env_steps, train_s, float(np.mean(returns[-RETURN_WINDOW:]))))
-            ctx.log.emit("chunk", epoch=i, steps=1, seconds=train_s)
+            ctx.log.chunk(i, 1, train_s)
         if len(returns) >= RETURN_WINDOW and points[-1][2] >= target:
             reached, stop = True, "target reached"
             break
@@ -209,7 +209,7 @@ def run_converge(ctx: TrialContext) -> None:
     # curves are made from (CleanRL logs charts/episodic_return by global_step).
     result.series["episodic_return"] = [(float(s), r) for s, r in episodes]
     result.series["return_by_time"] = [(t, r) for _, t, r in points]
-    # The converge tables and charts read the quality metric as `accuracy`: here the normalised
+    # The time-to-accuracy tables and charts read the quality metric as `accuracy`: here the normalised
     # return (mean return of the window / 500).
     result.series["accuracy"] = [(float(s), r / cartpole.MAX_STEPS) for s, _, r in points]
     result.series["accuracy_by_time"] = [(t, r / cartpole.MAX_STEPS) for _, t, r in points]

@@ -1,4 +1,4 @@
-"""The solver scenario (`--scenario solve` on an ODE problem, workloads/odes.py), run by the
+"""The solver scenario (on an ODE problem, workloads/odes.py), run by the
 worker process: a work-precision sweep of every solver the trial's framework offers
 (backends/<framework>/ode.py), in each dtype, over the tolerances, as SciMLBenchmarks draws its
 work-precision diagrams: per point the error at the output times against the float64 reference,

@@ -153,7 +153,7 @@ def _timed_window(ctx: TrialContext, program: Trainable, state: Any) -> Any:
     device_losses = []
     pipelines: list[TimedBatches] = []
     compiles_before = program.compilations()
-    log.emit("phase", name="timed", state="start")
+    log.phase("timed", protocol.PHASE_START)
     ctx.sampler.begin_window()
     t_window = time.perf_counter()
     for e, (rows, augment) in enumerate(epochs, start=first):
@@ -167,11 +167,11 @@ def _timed_window(ctx: TrialContext, program: Trainable, state: Any) -> Any:
             t1 = time.perf_counter()
             chunks.append((n, t1 - t0, t1 - t_window))
             device_losses.append(losses)
-            log.emit("chunk", epoch=e, steps=n, seconds=t1 - t0)
+            log.chunk(e, n, t1 - t0)
         epoch_s.append(time.perf_counter() - t_epoch)
     train_s = time.perf_counter() - t_window
     peaks = ctx.sampler.end_window()
-    log.emit("phase", name="timed", state="end", seconds=train_s)
+    log.phase("timed", protocol.PHASE_END, train_s)
     per_chunk = [program.losses_to_numpy(x) for x in device_losses]
     losses = step_losses([n for n, _, _ in chunks], per_chunk)
     window = Window(chunks, epoch_s, train_s, losses, per_chunk, program.compilations() - compiles_before, peaks)

@@ -1,4 +1,4 @@
-"""Tables for time to accuracy (scenario converge: steps and time to the target per workload x
+"""Tables for time to accuracy (the scenarios with spec.ConvergeOptions: steps and time to the target per workload x
 seed x framework, the curves, seed pairs compared across frameworks) and for the input pipeline
 (stall share of paired pipeline/device trials), from the report model."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from dlbench import workloads
 from dlbench.analysis.convergence import (
     RETURN_SPANS,
     SeedPair,
@@ -18,12 +19,13 @@ from dlbench.analysis.summary import summarize
 from dlbench.report import model
 from dlbench.report.cells import label_cells, label_columns
 from dlbench.report.model import Config, Report, Trial
-from dlbench.report.scenarios import configs_in
+from dlbench.report.scenarios import TIME_TO_TARGET_TABLE, configs_in, trains
 from dlbench.report.tabledata import Cell, Column, Table, cells
+from dlbench.spec import ConvergeOptions
 
 # Points of a curve shown in a cell (evenly spaced, the last always).
 CURVE_POINTS = 8
-# The label axes a converge row always shows; others follow where they vary.
+# The label axes a time-to-accuracy row always shows; others follow where they vary.
 CONVERGE_AXES = ("workload", "seed", "framework")
 CONVERGE_HEADERS = ("reached", "steps to target", "time to target s", "of which compile s", "eval s", "accuracy",
                     "accuracy by step", "accuracy by time s")
@@ -80,8 +82,8 @@ def converge_table(report: Report) -> Table | None:
     """Steps and time to the target per workload x seed x framework (medians over repeats),
     with the accuracy curves of the first ok repeat, and the seed-pair notes; `!` marks the
     steps of a framework in a pair more than K apart. Frameworks that cannot run the scenario
-    get one note, not a row per seed. None when no converge trial finished."""
-    configs = sorted(configs_in(report, "converge"), key=_order)
+    get one note, not a row per seed. None when no time-to-accuracy trial finished."""
+    configs = sorted(configs_in(report, TIME_TO_TARGET_TABLE), key=_order)
     shown = [c for c in configs if c.ok]
     if not shown:
         return None
@@ -94,7 +96,7 @@ def converge_table(report: Report) -> Table | None:
     notes += [f"{_trial_label(c, t)}: {why}" for c in shown for t in c.ok
               if (why := (t.data.get("notes") or {}).get("steps_to_target"))]
     targets = sorted({f"{t.spec['target_accuracy']:g}" for c in shown for t in c.ok})
-    # The quality is the workload's (converge stores it as `accuracy`: detect's is mAP@0.5).
+    # The quality is the workload's (stored as `accuracy`: detect's is mAP@0.5).
     quality, quality_notes = model.quality_header(
         (str(c.axes["workload"]), model.workload_quality(str(c.axes["workload"]))) for c in shown
         if c.summary("accuracy").median is not None)
@@ -102,14 +104,15 @@ def converge_table(report: Report) -> Table | None:
     notes += return_curve_notes([(_trial_label(c, c.ok[0]), c.ok[0]) for c in shown])
     columns = [*label_columns(report, axes),
                *(Column(h.replace("accuracy", quality), "right") for h in CONVERGE_HEADERS)]
-    return Table("converge", "Time to accuracy",
-                 f"time to {quality} {', '.join(targets)} (converge; training time only, evaluation apart;"
+    return Table(TIME_TO_TARGET_TABLE, "Time to accuracy",
+                 f"time to {quality} {', '.join(targets)} ({ConvergeOptions.SCENARIO}; training time only,"
+                 " evaluation apart;"
                  " medians over repeats)", tuple(columns), tuple(map(tuple, rows)),
                  tuple(notes + describe_pairs(pairs) + [COMPILE_NOTE]))
 
 
 def return_curve_notes(trials: list[tuple[str, Trial]]) -> list[str]:
-    """For RL converge trials (an `episodic_return` series, runner/scenarios/rl.py): the curve in the form
+    """For RL time-to-target trials (an `episodic_return` series, runner/scenarios/rl.py): the curve in the form
     published PPO results use, beside dlbench's own target metric, one note per trial (the first
     ok repeat), preceded by one note saying what it is."""
     lines = [f"{label}: " + " ".join(f"{s / 1000:.4g}k:{r:.0f}" for s, r in episodic_return_curve(points))
@@ -132,9 +135,9 @@ COMPILE_NOTE = ("of which compile s: the time to target includes the first step'
 
 def pair_notes(trials: list[Trial]) -> list[str]:
     """Seed pairs across frameworks whose steps to the target differ by more than K."""
-    converge = [(t.spec, t.metrics.get("steps_to_target")) for t in trials
-                if t.status == "ok" and t.spec.get("scenario") == "converge"]
-    return describe_pairs(seed_pairs(converge))
+    to_target = [(t.spec, t.metrics.get("steps_to_target")) for t in trials
+                 if t.status == "ok" and workloads.stored_scenario(t.spec).options is ConvergeOptions]
+    return describe_pairs(seed_pairs(to_target))
 
 
 def describe_pairs(pairs: list[SeedPair]) -> list[str]:
@@ -164,7 +167,7 @@ STALL_NOTES = (
 def stall_table(report: Report) -> Table | None:
     """Input stall share per configuration run with both data placements; None without such
     pairs."""
-    ok = [t for _, t in report.trials() if t.status == "ok" and t.spec.get("scenario", "train") == "train"
+    ok = [t for _, t in report.trials() if t.status == "ok" and trains(workloads.stored_scenario(t.spec))
           and t.metrics.get("samples_per_s") is not None]
     stalls = input_stalls([(t.spec, float(t.metrics["samples_per_s"] or 0.0)) for t in ok])
     if not stalls:
