@@ -3,6 +3,9 @@ and mode, as a trial runs it):
 
     python ppo_check.py FRAMEWORK MODE ROLLOUTS OUT.npz
 
+(or `check` from a process that has imported the framework: the zoo tests' children). The
+tests judge the arrays with `assert_matches` against `numpy_reference`.
+
 ROLLOUTS is a comma list of placements (host, fused). Saves: `env_obs` (K environment steps from
 the spec's initial states with fixed actions and resets), `env_done`, then per placement P:
 `P/actions`, `P/finished` (two rollouts with the spec's draws), `P/losses` (the updates of two
@@ -20,10 +23,12 @@ import sys
 import numpy as np
 
 from dlbench.backends import get_backend, support
+from dlbench.backends.base import Backend
 from dlbench.spec import Policy, TrialSpec
 from dlbench.workloads import cartpole, contract, ppo
 
 K_ENV_STEPS = 40
+SPEC = contract.preset_spec(ppo)
 
 
 def env_actions(n: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
@@ -78,6 +83,12 @@ def main(framework: str, mode: str, rollouts: str, out: str) -> None:
     backend = get_backend(framework)
     backend.import_framework()
     backend.configure(Policy(mode=mode, threads=1))
+    np.savez(out, **check(backend, framework, mode, rollouts))
+
+
+def check(backend: Backend, framework: str, mode: str, rollouts: str) -> dict[str, np.ndarray]:
+    """The arrays the tests assert on (module docstring), in this process, whose framework is
+    imported and configured (a zoo test's child calls it beside its other checks)."""
     spec = contract.preset_spec(ppo)
     arrays: dict[str, np.ndarray] = {}
     for placement in rollouts.split(","):
@@ -111,7 +122,53 @@ def main(framework: str, mode: str, rollouts: str, out: str) -> None:
         arrays[f"{placement}/finished"] = np.stack(fin)
         arrays[f"{placement}/losses"] = np.concatenate(losses)
     probe_ddof_and_edge(framework, mode, spec, arrays)
-    np.savez(out, **arrays)
+    return arrays
+
+
+def numpy_reference(rollouts: int = 2) -> dict[str, np.ndarray]:
+    """What `check` computes, in float64 NumPy (the environment, the rollouts' actions)."""
+    p64 = {k: v.astype(np.float64) for k, v in ppo.init_params(SPEC).items()}
+    out: dict[str, np.ndarray] = {}
+    env = cartpole.initial(ppo.initial_obs(SPEC).astype(np.float64))
+    actions, resets = env_actions(ppo.size(SPEC).envs, K_ENV_STEPS)
+    obs, done = [], []
+    for a, r in zip(actions, resets):
+        env, _, d, _ = cartpole.step(env, a, r.astype(np.float64))
+        obs.append(env.obs)
+        done.append(d)
+    out["env_obs"], out["env_done"] = np.stack(obs), np.stack(done)
+    env = cartpole.initial(ppo.initial_obs(SPEC).astype(np.float64))
+    d = ppo.draws(SPEC, 0)
+    _, r = ppo.rollout(p64, env, d.uniforms.astype(np.float64), d.resets.astype(np.float64))
+    out["actions0"] = r.actions
+    batch = ppo.fixed_batch(SPEC, 8)
+    out["loss"] = np.float64(ppo.reference_loss(SPEC, ppo.init_params(SPEC), batch.x, batch.y))
+    off = off_policy_batch(SPEC)
+    for ddof in (0, 1):
+        out[f"loss_ddof{ddof}"] = np.float64(ppo.reference_loss(with_ddof(SPEC, ddof), ppo.init_params(SPEC), off.x, off.y))
+    return out
+
+
+def assert_matches(got: dict[str, np.ndarray], ref: dict[str, np.ndarray], placements: list[str]) -> None:
+    """One framework's arrays against numpy_reference: K environment steps through terminations
+    and resets, the frozen batch's loss, the first rollout's actions, finite update losses; and
+    every placement taking the same actions and updates."""
+    assert got["env_done"].any() and np.array_equal(got["env_done"], ref["env_done"])  # the reset path ran
+    np.testing.assert_allclose(got["env_obs"], ref["env_obs"], atol=2e-5)
+    assert abs(float(got["loss"]) - float(ref["loss"])) <= 1e-5 * abs(float(ref["loss"])), (got["loss"], ref["loss"])
+    # The recorded ddof is the one used: ddof 1 is recorded and gives the NumPy definition's loss
+    # at ddof 1 (on an off-policy batch, 7e-4 relative from ddof 0's: 70x the tolerance).
+    assert int(got["recorded_ddof1"]) == 1
+    assert abs(float(got["loss_ddof1"]) - float(ref["loss_ddof1"])) <= 1e-5 * abs(float(ref["loss_ddof1"]))
+    assert abs(float(ref["loss_ddof1"]) - float(ref["loss_ddof0"])) > 20 * 1e-5 * abs(float(ref["loss_ddof0"]))
+    # Gymnasium's edge (float64 |x| > 2.4): at float32(2.4) terminated, one float32 below not.
+    assert got["edge_done"].tolist() == [True, False, True, False]
+    for p in placements:
+        assert np.array_equal(got[f"{p}/actions"][0], ref["actions0"])
+        assert np.all(np.isfinite(got[f"{p}/losses"]))
+    for p in placements[1:]:  # host and fused take the same actions and updates
+        assert np.array_equal(got[f"{placements[0]}/actions"], got[f"{p}/actions"])
+        np.testing.assert_allclose(got[f"{placements[0]}/losses"], got[f"{p}/losses"], rtol=1e-5)
 
 
 if __name__ == "__main__":

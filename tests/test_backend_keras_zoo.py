@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import zoo_matrix
 from dlbench import workloads
 from dlbench.backends import get_backend, support
 from dlbench.backends.base import Unsupported
@@ -37,7 +38,9 @@ from dlbench.workloads.base import numerics_readback
 from dlbench.workloads.data import batch_indices, epoch_order
 
 FRAMEWORKS = ("keras-jax", "keras-torch", "keras-tensorflow")
-WORKLOADS = ("mlp", "cnn", "resnet", "transformer", "node", "lm")
+# Every workload the Keras backends run, from the registries (tests/zoo_matrix.py): classifiers,
+# detect, ddpm and plugins (Keras declines ppo, whose rollouts it has no API for).
+WORKLOADS = zoo_matrix.supervised(FRAMEWORKS[0])
 # What CI runs: every workload once per backend in its cheapest mode (XLA through jax.jit for
 # keras-jax, whose eager mode compiles every op on first use) and TensorFlow's XLA for mlp; the
 # rest of the matrix is marked slow (torch.compile alone costs 15-80 s per workload here).
@@ -304,6 +307,12 @@ def arrays(zoo: dict[str, Any], fw: str, name: str, mode: str, prefix: str = "")
         if not prefix:
             return {k: z[k] for k in z.files}
         return {k.split("/", 1)[1]: z[k] for k in z.files if k.startswith(f"{prefix}/")}
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_every_workload_keras_runs_is_checked(framework):
+    assert zoo_matrix.unchecked(framework) == [] and zoo_matrix.rollouts(framework) == []
+    assert zoo_matrix.supervised(framework) == WORKLOADS and {"mlp", "detect", "ddpm"} <= set(WORKLOADS)
 
 
 def test_the_plans_cover_every_supported_mode():

@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+import ppo_check
+import zoo_matrix
 from dlbench import workloads
 from dlbench.backends import get_backend, support
 from dlbench.spec import Policy, TrialSpec, WorkloadSpec
@@ -38,8 +40,10 @@ from dlbench.workloads.base import numerics_readback
 from dlbench.workloads.data import batch_indices, epoch_order
 
 FRAMEWORK = "torch"
-# The classifiers (ddpm and ppo have their own tests: test_workload_ddpm.py, test_ppo.py).
-WORKLOADS = [w for w, module in workloads.WORKLOADS.items() if module.QUALITY == "accuracy" or w == "lm"]
+# Every workload torch runs, from the registries (tests/zoo_matrix.py): the supervised ones
+# (classifiers, detect, ddpm, plugins) through the checks below, ppo through ppo_check.py.
+WORKLOADS = zoo_matrix.supervised(FRAMEWORK)
+ROLLOUTS = zoo_matrix.rollouts(FRAMEWORK)
 CI_COMPILED = ("mlp", "cnn")
 FD_DIRECTIONS = 3
 # Central differences in float64 along a unit direction: truncation ~h² and rounding ~1e-16/h
@@ -232,6 +236,11 @@ def run_checks(out_dir: Path, plan: dict[str, list[str]]) -> None:
     facts: dict[str, Any] = {"modes": backend.modes(), "workloads": {}, "numerics_probes": probe_numerics(backend),
                              "compiler_state_after_forget": compiler_state_after_forget(backend)}
     for name, modes in plan.items():
+        if name in ROLLOUTS:  # its own loop: environment, rollouts, updates (tests/ppo_check.py)
+            for mode in modes:
+                backend.forget_compiled()
+                np.savez(out_dir / f"{name}-{mode}.npz", **ppo_check.check(backend, FRAMEWORK, mode, "host"))
+            continue
         t0 = time.perf_counter()
         f64 = check_float64(backend, name)
         grads64 = f64.pop("grads")
@@ -259,8 +268,8 @@ def main() -> int:
 
 def _plan(full: bool) -> list[str]:
     if full:  # the rest of the matrix: compiled mode of the workloads CI runs eager only
-        return [f"{w}=compiled" for w in WORKLOADS if w not in CI_COMPILED]
-    return [f"{w}=eager,compiled" if w in CI_COMPILED else f"{w}=eager" for w in WORKLOADS]
+        return [f"{w}=compiled" for w in (*WORKLOADS, *ROLLOUTS) if w not in CI_COMPILED]
+    return [f"{w}=eager,compiled" if w in CI_COMPILED else f"{w}=eager" for w in (*WORKLOADS, *ROLLOUTS)]
 
 
 @pytest.fixture(scope="module", params=["ci", pytest.param("full", marks=pytest.mark.slow)])
@@ -273,7 +282,22 @@ def facts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     found: dict[str, Any] = json.loads((out_dir / "facts.json").read_text())
+    found["out_dir"] = str(out_dir)
     return found
+
+
+def test_every_workload_torch_runs_is_checked():
+    assert zoo_matrix.unchecked(FRAMEWORK) == []
+    assert {"mlp", "detect", "ddpm"} <= set(WORKLOADS) and "ppo" in ROLLOUTS
+
+
+@pytest.mark.parametrize("name", ROLLOUTS)
+def test_rollouts_and_updates_match_the_numpy_definition(facts, name):
+    ran = sorted(Path(facts["out_dir"]).glob(f"{name}-*.npz"))
+    assert ran, "no rollout check ran"
+    for path in ran:
+        with np.load(path) as f:
+            ppo_check.assert_matches(dict(f), ppo_check.numpy_reference(), ["host"])
 
 
 def _modes(facts: dict[str, Any], name: str) -> dict[str, Any]:
@@ -345,7 +369,9 @@ def test_data_order_and_state_round_trip(facts, name):
         assert f["first_batch_equal"], (mode, f["first_batch_dtypes"])
         assert f["first_batch_dtypes"][0] == f["first_batch_dtypes"][1], mode
         assert f["reset_exact"], f"{mode}: params(init(p)) is not p"
-        assert f["logits_shape"] == [8, *_output_shape(tiny(name))], mode
+        assert f["logits_shape"][0] == 8, mode
+        if workloads.get(name).QUALITY == "accuracy" or name == "lm":  # detect and ddpm: outputs of their own
+            assert f["logits_shape"] == [8, *_output_shape(tiny(name))], mode
         assert f["predict_batch_independence"] < 1e-5, mode
 
 

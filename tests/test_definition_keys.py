@@ -58,3 +58,16 @@ def test_the_onnx_export_key_follows_the_definition_and_the_exported_torch_code(
         assert program.cache_key(spec, params) == key  # the same files: the same key
         (torch_copy / "ddpm.py").write_text((torch_copy / "ddpm.py").read_text() + "\n# a model fix\n")
         assert program.cache_key(spec, params) != key
+
+
+def test_a_workload_built_from_another_changes_with_it(tmp_path, monkeypatch):
+    """vit takes its encoder blocks from transformer.py and its images from cnn.py: both are part
+    of its definition (an edited copy of transformer.py changes vit's digest, not cnn's)."""
+    from dlbench.workloads import transformer
+
+    vit, cnn = workloads.definition_digest("vit"), workloads.definition_digest("cnn")
+    edited = tmp_path / "transformer.py"
+    edited.write_text(Path(transformer.__file__).read_text() + "\n# edited\n")
+    monkeypatch.setattr(transformer, "__file__", str(edited))
+    assert workloads.definition_digest("vit") != vit
+    assert workloads.definition_digest("cnn") == cnn

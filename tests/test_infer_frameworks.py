@@ -122,7 +122,7 @@ def test_litert_int8_is_judged_by_its_accuracy_change(root: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in ("onnxruntime", "torch", "jax", "tensorflow") if n in INFER])
 def test_inference_of_the_larger_workloads(name: str, root: Path) -> None:
-    """resnet, transformer and node through the same path (ONNX Runtime: an export of each from
+    """resnet, transformer, node and vit through the same path (ONNX Runtime: an export of each from
     the torch implementation, checked against torch's logits and the float64 reference)."""
     ok, reason = get_backend(name).available()
     if not ok:
@@ -130,11 +130,11 @@ def test_inference_of_the_larger_workloads(name: str, root: Path) -> None:
     out = root / f"{name}-large"
     out.mkdir()
     mode = "eager" if name == "torch" else "compiled"
-    items = ",".join(f"{w}={mode}" for w in ("resnet", "transformer", "node"))
+    items = ",".join(f"{w}={mode}" for w in ("resnet", "transformer", "node", "vit"))
     proc = subprocess.run([sys.executable, str(HERE / "infer_check.py"), name, str(out), items],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for w in ("resnet", "transformer", "node"):
+    for w in ("resnet", "transformer", "node", "vit"):
         r = judged(out, name, w)
         assert r.status == "ok" and r.parity["verdict"] == "pass", (name, w, r.parity)
     if name == "onnxruntime":

@@ -148,47 +148,18 @@ def _probe(framework: str, mode: str, rollouts: str, tmp: Path) -> dict[str, np.
         return dict(f)
 
 
-def _numpy_reference(rollouts: int = 2) -> dict[str, np.ndarray]:
-    """What ppo_check.py computes, in float64 NumPy (the environment, the rollouts' actions)."""
+def _numpy_reference() -> dict[str, np.ndarray]:
     sys.path.insert(0, str(HERE))
     import ppo_check
 
-    out: dict[str, np.ndarray] = {}
-    env = cartpole.initial(ppo.initial_obs(SPEC).astype(np.float64))
-    actions, resets = ppo_check.env_actions(ppo.size(SPEC).envs, ppo_check.K_ENV_STEPS)
-    obs, done = [], []
-    for a, r in zip(actions, resets):
-        env, _, d, _ = cartpole.step(env, a, r.astype(np.float64))
-        obs.append(env.obs)
-        done.append(d)
-    out["env_obs"], out["env_done"] = np.stack(obs), np.stack(done)
-    env = cartpole.initial(ppo.initial_obs(SPEC).astype(np.float64))
-    d = ppo.draws(SPEC, 0)
-    _, r = ppo.rollout(P64, env, d.uniforms.astype(np.float64), d.resets.astype(np.float64))
-    out["actions0"] = r.actions
-    batch = ppo.fixed_batch(SPEC, 8)
-    out["loss"] = np.float64(ppo.reference_loss(SPEC, ppo.init_params(SPEC), batch.x, batch.y))
-    off = ppo_check.off_policy_batch(SPEC)
-    for ddof in (0, 1):
-        out[f"loss_ddof{ddof}"] = np.float64(ppo.reference_loss(ppo_check.with_ddof(SPEC, ddof), ppo.init_params(SPEC),
-                                                                off.x, off.y))
-    return out
+    return ppo_check.numpy_reference()
 
 
 def _assert_matches(got: dict[str, np.ndarray], ref: dict[str, np.ndarray], placements: list[str]) -> None:
-    assert got["env_done"].any() and np.array_equal(got["env_done"], ref["env_done"])  # the reset path ran
-    np.testing.assert_allclose(got["env_obs"], ref["env_obs"], atol=2e-5)
-    assert got["loss"] == pytest.approx(float(ref["loss"]), rel=1e-5)
-    # The recorded ddof is the one used: ddof 1 is recorded and gives the NumPy definition's loss
-    # at ddof 1 (on an off-policy batch, 7e-4 relative from ddof 0's: 70x the tolerance).
-    assert int(got["recorded_ddof1"]) == 1
-    assert got["loss_ddof1"] == pytest.approx(float(ref["loss_ddof1"]), rel=1e-5)
-    assert abs(float(ref["loss_ddof1"]) - float(ref["loss_ddof0"])) > 20 * 1e-5 * abs(float(ref["loss_ddof0"]))
-    # Gymnasium's edge (float64 |x| > 2.4): at float32(2.4) terminated, one float32 below not.
-    assert got["edge_done"].tolist() == [True, False, True, False]
-    for p in placements:
-        assert np.array_equal(got[f"{p}/actions"][0], ref["actions0"])
-        assert np.all(np.isfinite(got[f"{p}/losses"]))
+    sys.path.insert(0, str(HERE))
+    import ppo_check
+
+    ppo_check.assert_matches(got, ref, placements)
 
 
 def test_frameworks_agree_with_the_numpy_definition_and_each_other(tmp_path):
@@ -225,11 +196,7 @@ def test_every_mode_and_rollout_placement(framework, mode, rollouts, tmp_path):
     if framework not in installed():
         pytest.skip(f"{framework} is not installed")
     got = _probe(framework, mode, rollouts, tmp_path)
-    placements = rollouts.split(",")
-    _assert_matches(got, _numpy_reference(), placements)
-    for p in placements[1:]:  # host and fused take the same actions and updates
-        assert np.array_equal(got[f"{placements[0]}/actions"], got[f"{p}/actions"])
-        np.testing.assert_allclose(got[f"{placements[0]}/losses"], got[f"{p}/losses"], rtol=1e-5)
+    _assert_matches(got, _numpy_reference(), rollouts.split(","))
 
 
 @pytest.mark.slow

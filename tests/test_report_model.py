@@ -164,3 +164,20 @@ def test_runs_differing_only_in_memory_limit_pair_in_compare(tmp_path, capsys):
     assert main(["compare", "1", "2", "--store", str(path)]) == 0
     out = capsys.readouterr().out
     assert "samples_per_s" in out and "only in" not in out
+
+
+def test_a_second_architecture_is_named_in_labels(tmp_path):
+    """ResNet-50 (`resnet` at its `published` size) is labelled with its size even where every
+    configuration shown runs it; the tiny/cpu/gpu ladder's sizes are not."""
+    store = Store(tmp_path / "s.sqlite")
+    run = store.create_run("dlbench run", {}, False)
+    for size in ("resnet50", "full"):
+        _add(store, run, _trial(workload=WorkloadSpec(name="resnet", model_size=size, batch_size=8)), _train(10.0))
+    both = model.load(store, [run])
+    assert {both.label(c) for c in both.configs} == {"fw/eager size resnet50", "fw/eager size full"}
+    only = model.load(store, [run]).only("resnet")
+    r50 = model.Report(only.runs, tuple(c for c in only.configs if c.axes["size"] == "resnet50"),
+                       model._label_axes(tuple(c for c in only.configs if c.axes["size"] == "resnet50")))
+    assert r50.label(r50.configs[0]) == "fw/eager size resnet50"
+    full = tuple(c for c in only.configs if c.axes["size"] == "full")
+    assert "size" not in model._label_axes(full)

@@ -13,7 +13,7 @@ import pytest
 
 from dlbench.runner.plan import workload_spec
 from dlbench.spec import Numerics, WorkloadSpec
-from dlbench.workloads import WORKLOADS, cnn, node, resnet
+from dlbench.workloads import WORKLOADS, cnn, node, resnet, transformer
 from dlbench.workloads.data import STREAM_TEACHER, teacher_labels
 
 NAMES = list(WORKLOADS)
@@ -35,7 +35,7 @@ def small_spec(name: str, **kw: object) -> WorkloadSpec:
 
 
 def test_registry_order():
-    assert NAMES == ["mlp", "cnn", "resnet", "transformer", "node", "detect", "ppo", "ddpm", "lm"]
+    assert NAMES == ["mlp", "cnn", "resnet", "transformer", "node", "detect", "ppo", "ddpm", "lm", "vit"]
     assert all(WORKLOADS[n].NAME == n for n in NAMES)
 
 
@@ -68,7 +68,7 @@ def test_initial_values_follow_the_rule(name: str):
     for k, v in params.items():
         if _is_norm(k):
             assert np.all(v == (1.0 if k.endswith(".scale") else 0.0)), k
-        elif k.startswith("embed."):
+        elif k.startswith("embed.") and not k.endswith((".kernel", ".bias")):
             assert abs(float(v.std()) - 0.02) < 0.002, k
         elif name == "lm":
             depth = WORKLOADS[name].MODEL_SIZES["tiny"].depth
@@ -88,6 +88,7 @@ def test_numerics_block(name: str):
     expected = {"mlp": set(), "cnn": {"padding", "flatten_order"},
                 "resnet": {"padding", "bn_momentum", "bn_eps", "bn_running_var"},
                 "transformer": {"ln_eps", "gelu", "attention_scale"}, "node": {"ode_solver"},
+                "vit": {"ln_eps", "gelu", "attention_scale"},
                 "ddpm": {"padding", "group_norm_groups", "group_norm_eps", "time_embedding", "upsample",
                          "activation"}}
     assert fields - COMMON_FIELDS == expected[name]
@@ -231,7 +232,10 @@ def test_flop_formulas():
 @pytest.mark.parametrize("name", NAMES)
 def test_presets_validate_as_workload_specs(name: str):
     module: ModuleType = WORKLOADS[name]
-    assert set(module.PRESETS) == {"tiny", "cpu", "gpu"}
+    # The device classes everywhere; the published architectures where a workload has them.
+    published = {"published", "published-tiny"} | ({"published-512"} if name == "transformer" else set())
+    assert {"tiny", "cpu", "gpu"} <= set(module.PRESETS)
+    assert set(module.PRESETS) - {"tiny", "cpu", "gpu"} == (published if name in ("resnet", "transformer", "vit") else set())
     for preset in module.PRESETS:
         spec = workload_spec(name, preset)
         spec.validate()
@@ -251,3 +255,47 @@ def test_preset_model_sizes():
 def test_cnn_keeps_the_constants_its_backends_use():
     assert (cnn.INPUT_SHAPE, cnn.CONV1_CH, cnn.CONV2_CH, cnn.HIDDEN, cnn.FLAT) == (
         (32, 32, 3), 32, 64, 128, 2304)
+
+
+# Published forward figures per sample, as FLOPs (2 per multiply-add), and where they come from
+# (docs/workloads.md#published-shapes): torchvision's ResNet50_Weights (4.089 "GFLOPS", which
+# torchvision counts as multiply-adds); TinyBERT (Jiao et al. 2020, Table 1: BERT-base 22.5 B
+# FLOPs at sequence 128); DeiT (Touvron et al. 2021, Table 1: ViT-B/16 17.6 B "FLOPs", counted
+# as multiply-adds by fvcore; timm's card: 17.6 GMACs).
+PUBLISHED_FWD_FLOPS = {("resnet", "published"): 2 * 4.089e9, ("transformer", "published"): 22.5e9,
+                       ("vit", "published"): 2 * 17.6e9}
+
+
+@pytest.mark.parametrize(("name", "preset"), sorted(PUBLISHED_FWD_FLOPS))
+def test_published_shapes_match_published_flops(name: str, preset: str):
+    spec = workload_spec(name, preset)
+    assert WORKLOADS[name].flops_per_sample(spec, train=False) == pytest.approx(
+        PUBLISHED_FWD_FLOPS[name, preset], rel=0.02)
+
+
+def test_bert_base_at_512_is_the_closed_form():
+    """No paper table gives BERT-base at 512: the closed form, 2 x 85M non-embedding multiply-adds
+    per token plus attention's 4 L² D per layer (and the head)."""
+    spec = workload_spec("transformer", "published-512")
+    per_token = 12 * (4 * 768**2 + 2 * 768 * 3072)
+    expected = 2 * per_token * 512 + 12 * 4 * 512**2 * 768 + 2 * 768 * spec.num_classes
+    assert transformer.flops_per_sample(spec, train=False) == expected
+
+
+def test_published_shapes_have_the_published_parameter_counts():
+    """ResNet-50 (torchvision: 25,557,032) and ViT-B/16 (timm: 86,567,656) exactly at 1000
+    classes; BERT-base's encoder as Devlin et al. (85.0M in the blocks)."""
+    def count(name: str, preset: str, prefix: str = "") -> int:
+        spec = workload_spec(name, preset)
+        return sum(math.prod(v) for k, v in WORKLOADS[name].param_shapes(spec).items() if k.startswith(prefix))
+
+    assert count("resnet", "published") == 25_557_032
+    assert count("vit", "published") == 86_567_656
+    assert count("transformer", "published", "block") == 12 * (4 * (768 * 768 + 768) + 2 * 2 * 768
+                                                                + 768 * 3072 + 3072 + 3072 * 768 + 768)
+    r50 = workload_spec("resnet", "published")
+    assert resnet.input_spec(r50) == ((224, 224, 3), "float32") and r50.num_classes == 1000
+    assert [len([b for b in resnet.blocks(r50) if b.name.startswith(f"layer{i}.")]) for i in (1, 2, 3, 4)] == [3, 4, 6, 3]
+    # v1.5: a stage's stride sits on the 3x3 convolution.
+    assert all(c.stride == (2 if c.size == 3 and b.name.endswith("block0") and not b.name.startswith("layer1") else 1)
+               for b in resnet.blocks(r50) for c in b.convs)

@@ -84,8 +84,13 @@ class Capabilities:
     # `solve`: the backend has an ODE solver module, backends/<framework>/ode.py (OdeSolvers).
     solve: bool = False
     # Workloads this backend does not run, each with the reason a user reads in `dlbench list`
-    # and in the trial's status: (workload, reason) pairs.
+    # and in the trial's status: (workload, reason) pairs. The one way a backend says it lacks
+    # a workload that its implementations (or, exporting, its source framework's) provide.
     declined: tuple[tuple[str, str], ...] = ()
+    # An exporting backend (ONNX Runtime, LiteRT) runs no model code of its own: the backend
+    # family whose implementations it exports and serves ("torch", "tensorflow"), every workload
+    # that family implements (builder_package); None for a framework with its own builders.
+    exports_from: str | None = None
 
     def declines(self, workload: str) -> str | None:
         """The reason this backend does not run `workload`, or None."""
@@ -499,6 +504,12 @@ def family(package: str) -> str:
     return package.removeprefix(BUILTIN_PACKAGES)
 
 
+def builder_package(package: str, capabilities: Capabilities) -> str:
+    """The backend package whose builder modules make the Programs of the backend package
+    `package`: its own, or for an exporting backend the package of the family it exports from."""
+    return package if capabilities.exports_from is None else BUILTIN_PACKAGES + capabilities.exports_from
+
+
 def builder_module(package: str, workload: str) -> str | None:
     """The module whose `build(trial)` makes `workload`'s Program for the backend package
     `package`: `<package>.<workload>` for a built-in workload (e.g. dlbench.backends.jax.cnn),
@@ -509,13 +520,19 @@ def builder_module(package: str, workload: str) -> str | None:
     return declared.get(family(package))
 
 
+def require_builder(package: str, workload: str) -> str:
+    """builder_module, or Unsupported where the package has none (installed)."""
+    name = builder_module(package, workload)
+    if name is None or not module_installed(name):
+        raise Unsupported(f"{family(package)} has no implementation of {workload!r}")
+    return name
+
+
 def build_program(package: str, trial: TrialSpec) -> Program:
     """Import the workload's builder module for `package` (builder_module) and call its
     `build`. A plugin's builder that fails to import or lacks `build` is one line naming it."""
     workload = trial.workload.name
-    name = builder_module(package, workload)
-    if name is None or not module_installed(name):
-        raise Unsupported(f"{family(package)} has no implementation of {workload!r}")
+    name = require_builder(package, workload)
     try:
         build = importlib.import_module(name).build
     except Exception as e:

@@ -33,6 +33,9 @@ from dlbench.backends.base import (
     Servable,
     Trainable,
     Unsupported,
+    builder_module,
+    builder_package,
+    module_installed,
 )
 from dlbench.spec import SpecError, TrialSpec
 from dlbench.workloads.base import numerics_readback
@@ -79,6 +82,41 @@ def scenario_unsupported(framework: str, capabilities: Capabilities, scenario: s
     return f"{framework} cannot run the {scenario} scenario: it lacks the {needed} capability (has: {has})"
 
 
+def implementation_unsupported(framework: str, backend: Backend, workload: str) -> str | None:
+    """None when `backend` has an implementation of `workload`, else why not (one line): the
+    reason it declines the workload (Capabilities.declined), else that no builder module makes
+    it (its own package's, or for an exporting backend its source family's: builder_package).
+    The parent's answer, for `dlbench list` and the contract test; in a child the build says
+    the same (base.build_program)."""
+    declined = backend.capabilities.declines(workload)
+    if declined is not None:
+        return declined  # shown beside the framework and workload it concerns
+    package = builder_package(type(backend).__module__, backend.capabilities)
+    builder = builder_module(package, workload)
+    if builder is not None and module_installed(builder):
+        return None
+    source = backend.capabilities.exports_from
+    if source is None:
+        return f"{framework} has no implementation of {workload!r}"
+    return f"{framework} serves {source}'s implementations, and {source} has no implementation of {workload!r}"
+
+
+def workload_unsupported(framework: str, backend: Backend, workload: str) -> str | None:
+    """implementation_unsupported, then whether any of the workload's scenarios is one the
+    backend's capabilities run (an inference-only backend serves nothing of a workload without
+    an infer scenario): what `dlbench list` shows in a framework x workload cell."""
+    reason = implementation_unsupported(framework, backend, workload)
+    if reason is not None:
+        return reason
+    names = list(workloads.get(workload).SCENARIOS)
+    capabilities = backend.capabilities
+    if any(scenario_unsupported(framework, capabilities, s, workloads.scenario(workload, s)) is None for s in names):
+        return None
+    has = ", ".join(capabilities.names()) or "none"
+    # Without the framework's name: `dlbench list` shows it beside, and frameworks share the note.
+    return f"none of {workload}'s scenarios ({', '.join(names)}) runs with {has} only"
+
+
 def data_parallel_unsupported(dp: DataParallel, trial: TrialSpec) -> str | None:
     """Why `trial` cannot run on trial.devices devices here, or None. What no framework runs is
     decided here, once: scenarios whose record does not say `data_parallel`, and workloads with
@@ -100,7 +138,8 @@ def data_parallel_unsupported(dp: DataParallel, trial: TrialSpec) -> str | None:
 def unsupported(trial: TrialSpec, backend: Backend, device: str) -> str | None:
     """None when `backend` runs the (valid) `trial` on `device` ("cpu" or "cuda"), else the
     reason, one line: the first of the workload's scenarios, the backend's capability, its
-    modes, its precisions on that device, and data parallelism that says no."""
+    modes, its precisions on that device, and data parallelism that says no. (A missing
+    builder is the build's Unsupported: a plugin or test backend builds as it likes.)"""
     declined = backend.capabilities.declines(trial.workload.name)
     if declined is not None:
         return f"{trial.framework} does not run {trial.workload.name}: {declined}"

@@ -13,11 +13,11 @@ import argparse
 import json
 import re
 from dataclasses import dataclass
+from types import ModuleType
 
 from dlbench import backends, scenarios, workloads
 from dlbench.backends import get_backend, precision, registered
-from dlbench.backends.base import builder_module, module_installed
-from dlbench.backends.support import scenario_unsupported
+from dlbench.backends.support import scenario_unsupported, workload_unsupported
 from dlbench.cli.common import add_store_argument
 from dlbench.machine import bf16_on_cpu
 from dlbench.monitors.nvml import device_kind
@@ -69,15 +69,11 @@ def support(name: str) -> Support:
     modes = backend.modes()
     table: dict[str, dict[str, str | None]] = {}
     for w in workloads.usable():
-        builder = builder_module(type(backend).__module__, w)
-        has_impl = builder is not None and module_installed(builder)
-        declined = backend.capabilities.declines(w)
+        lacks = workload_unsupported(name, backend, w)
         for mode in MODES:
             reason = modes.get(mode)
-            if declined is not None:
-                reason = declined
-            elif not has_impl:
-                reason = f"{name} has no implementation of {w!r}"
+            if lacks is not None:
+                reason = lacks
             elif not ok:
                 reason = f"not installed: pip install 'dlbench[{name}]'"
             table.setdefault(w, {})[mode] = reason
@@ -133,22 +129,35 @@ def _allowed(choices: dict[str, str | None], codes: dict[str, str]) -> str:
     return " ".join(codes[k] for k, r in choices.items() if r is None) or "no"
 
 
+# The presets every workload has (--preset); the others are named in the workloads table.
+DEVICE_PRESETS = ("tiny", "cpu", "gpu")
+
+
+def other_presets(module: ModuleType) -> str:
+    """A workload's presets beyond tiny/cpu/gpu and the model size each runs (the published
+    architectures: `published=resnet50, published-tiny=resnet50-tiny`), or "–"."""
+    named = [f"{p}={v.model_size}" for p, v in module.PRESETS.items() if p not in DEVICE_PRESETS]
+    return ", ".join(named) or MISSING
+
+
 def workload_table() -> Table:
     """Every workload, built-in or from which plugin (distribution and version), with its
-    scenarios and quality metric, or why a plugin cannot be used."""
+    scenarios, quality metric and extra presets (the published architectures), or why a plugin
+    cannot be used."""
     body = []
     for name in workloads.WORKLOADS:
         module = workloads.get(name)
-        body.append((name, "built-in", ", ".join(module.SCENARIOS), module.QUALITY, "yes"))
+        body.append((name, "built-in", ", ".join(module.SCENARIOS), module.QUALITY, other_presets(module), "yes"))
     for name, origin, reason in workloads.plugin_status():
         if reason is None:
             module = workloads.get(name)
-            body.append((name, origin.text(), ", ".join(module.SCENARIOS), module.QUALITY, "yes"))
+            body.append((name, origin.text(), ", ".join(module.SCENARIOS), module.QUALITY, other_presets(module),
+                         "yes"))
         else:
-            body.append((name, origin.text(), MISSING, MISSING, f"no: {reason}"))
+            body.append((name, origin.text(), MISSING, MISSING, MISSING, f"no: {reason}"))
     # "name", not "workload": a column of that header splits a table into one per workload.
     columns = (Column("name", key=True), Column("from"), Column("scenarios"), Column("quality"),
-               Column("usable"))
+               Column("presets beyond tiny/cpu/gpu"), Column("usable"))
     rows = tuple(tuple(Cell(printable(v)) for v in row) for row in body)  # a plugin's names and errors
     return Table("workloads", "Workloads", "workloads (built-in, or from an installed plugin: docs/plugins.md)",
                  columns, rows)
@@ -172,7 +181,7 @@ def compact_workload_table() -> Table:
     columns = (Column("scenarios", key=True), Column("quality"), Column("workloads"))
     rows = tuple((Cell(printable(k[0])), Cell(printable(k[1])), Cell(printable(" ".join(v)))) for k, v in groups.items())
     return Table("workloads", "Workloads", "workloads (built-in, or from an installed plugin: docs/plugins.md; "
-                 "--long for one row each)", columns, rows, tuple(notes))
+                 "--long: one row each, presets)", columns, rows, tuple(notes))
 
 
 def backend_plugin_notes() -> list[str]:
@@ -204,8 +213,8 @@ def _scenarios_cell(s: Support, reasons: _Reasons) -> Cell:
 
 
 def _pair_cell(s: Support, workload: str, reasons: _Reasons) -> Cell:
-    """The modes the pair runs; a reason of its own (no implementation, not installed) as
-    `–` and its number."""
+    """The modes the pair runs; a reason of its own (declined, no implementation, none of its
+    scenarios, not installed) as `–` and its number."""
     own = {r for m, r in s.modes[workload].items() if r is not None and r != s.mode_reasons.get(m)}
     if own:
         return Cell(" ".join([MISSING, *(reasons.ref(r, s.framework, workload) for r in sorted(own))]))
@@ -219,6 +228,11 @@ def _general(reason: str, framework: str, choice: str) -> str:
     if reason == f"{framework} has no implementation of {choice!r}":
         return "no implementation"
     reason = reason.removeprefix(f"{framework} cannot run the {choice} scenario: ")
+    # Every capability an inference-only backend lacks is one note: `it lacks the train
+    # capability (has: infer)` and `... the generate capability ...` -> `it has infer only`.
+    lacking = re.fullmatch(r"it lacks the \w+ capability \(has: (.*)\)", reason)
+    if lacking:
+        return f"it has the {lacking[1]} capability only"
     # A closing aside goes to --long: `... updates (a Keras PPO would be ...)` -> `... updates`.
     return re.sub(r" \([^()]*\)$", "", reason) if not reason.endswith("(has: infer)") else reason
 
@@ -363,7 +377,8 @@ def main(args: argparse.Namespace) -> int:
     rows = [support(name) for name in registered()]
     if args.json:
         print(json.dumps({"frameworks": as_json(rows), "workloads": [
-            {"workload": r[0].text, "from": r[1].text, "scenarios": r[2].text, "quality": r[3].text, "usable": r[4].text}
+            {"workload": r[0].text, "from": r[1].text, "scenarios": r[2].text, "quality": r[3].text,
+             "presets": r[4].text, "usable": r[5].text}
             for r in workload_table().rows]}, indent=2))
         return 0
     console = make_console()

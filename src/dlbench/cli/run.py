@@ -108,7 +108,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                         " time=30min) is spent, e.g. auto:3%%,max=20")
     p.add_argument("--order-seed", type=int,
                    help="seed of the shuffle within each round (default: drawn and recorded with the run)")
-    p.add_argument("--preset", help="workload size preset: tiny, cpu, gpu (default: cpu)")
+    p.add_argument("--preset", help="workload size preset: tiny, cpu, gpu, or a workload's own such as"
+                                    " published and published-tiny (dlbench list; default: cpu)")
     p.add_argument("--epochs", type=int, help="timed epochs (default: preset's)")
     p.add_argument("--warmup-epochs", type=int, help="untimed epochs (default: preset's)")
     p.add_argument("--dataset-size", type=int,

@@ -274,8 +274,20 @@ def spec_label(spec: dict[str, Any], axes: tuple[str, ...]) -> str:
     return " ".join([head, *(f"{a} {AXES[a](spec)}" for a in axes), *profiled]) + f" #{spec.get('repeat', 0)}"
 
 
+def _another_architecture(config: Config) -> bool:
+    """Whether the configuration runs a model size that none of its built-in workload's
+    tiny/cpu/gpu presets runs: a second architecture of the workload (resnet's `resnet50`,
+    transformer's `bert-base`), which its label names even where nothing else differs."""
+    module = workloads.WORKLOADS.get(str(config.axes["workload"]))
+    if module is None:  # a plugin's, or a name from another release's store
+        return False
+    ladder = {p.model_size for name, p in module.PRESETS.items() if name in ("tiny", "cpu", "gpu")}
+    return config.axes["size"] in module.MODEL_SIZES and config.axes["size"] not in ladder
+
+
 def _label_axes(configs: tuple[Config, ...]) -> tuple[str, ...]:
-    varying = [a for a in AXES if len({c.axes[a] for c in configs}) > 1]
+    varying = [a for a in AXES if len({c.axes[a] for c in configs}) > 1
+               or (a == "size" and any(_another_architecture(c) for c in configs))]
     workload = ("workload",) if "workload" in varying else ()
     return workload + ALWAYS_SHOWN + tuple(a for a in varying if a not in ALWAYS_SHOWN + workload)
 

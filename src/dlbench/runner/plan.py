@@ -142,7 +142,7 @@ class Plan:
 def preset(w: str, name: str) -> Preset:
     module = workloads.get(w)
     if name not in module.PRESETS:
-        raise SpecError(f"preset {name!r} is not one of: {', '.join(module.PRESETS)}")
+        raise SpecError(f"preset {name!r} is not one of: {', '.join(module.PRESETS)} (the presets of {w})")
     p: Preset = module.PRESETS[name]
     return p
 
@@ -162,6 +162,8 @@ def workload_spec(w: str, preset_name: str, seed: int = 0, batch_size: int | Non
         seed=seed,
         numerics=workloads.get(w).NUMERICS,
     )
+    if p.num_classes is not None:
+        spec = replace(spec, num_classes=p.num_classes)
     return spec if fixed is None else replace(spec, num_classes=fixed)
 
 

@@ -20,8 +20,7 @@ import tempfile
 from pathlib import Path
 
 from dlbench import backends, workloads
-from dlbench.backends import get_backend, registered
-from dlbench.backends.base import builder_module, module_installed
+from dlbench.backends import get_backend, registered, support
 from dlbench.cli import main as cli
 from dlbench.spec import MODES, SpecError
 from dlbench.testing import program
@@ -42,10 +41,10 @@ def implementing(name: str) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for f in registered():
         backend = get_backend(f)
-        builder = builder_module(type(backend).__module__, name)
         ok, detail = backend.available()
-        if builder is None or not module_installed(builder):
-            out[f] = f"no implementation of {name}"
+        lacks = support.workload_unsupported(f, backend, name)
+        if lacks is not None:
+            out[f] = lacks
         elif not ok:
             out[f] = f"not installed ({detail})"
         else:

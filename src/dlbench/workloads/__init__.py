@@ -36,12 +36,13 @@ from dlbench.workloads import (
     ppo,
     resnet,
     transformer,
+    vit,
 )
 
 # Order: as listed by `dlbench list` and run by `-w all`.
 WORKLOADS: dict[str, ModuleType] = {
     "mlp": mlp, "cnn": cnn, "resnet": resnet, "transformer": transformer, "node": node,
-    "detect": detect, "ppo": ppo, "ddpm": ddpm, "lm": lm,
+    "detect": detect, "ppo": ppo, "ddpm": ddpm, "lm": lm, "vit": vit,
 }
 
 # The solver scenario's initial value problems (workloads/odes.py; that scenario only): built
@@ -172,13 +173,17 @@ def validate(spec: WorkloadSpec) -> None:
 
 
 def definition_digest(name: str) -> str:
-    """A hash of the source that defines the workload: its module and the shared modules its
-    data and initial parameters come from (data.py, params.py). Caches of what a definition
-    produces (the ONNX export, the float64 parity reference) put it in their key, so a fix to a
-    model or its data never meets a stale entry."""
+    """A hash of the source that defines the workload: its module, the built-in workload
+    modules it takes definitions from (vit: transformer's blocks and cnn's images; resnet: cnn's
+    images) and the shared modules its data and initial parameters come from (data.py,
+    params.py). Caches of what a definition produces (the ONNX export, the float64 parity
+    reference) put it in their key, so a fix to a model or its data never meets a stale entry."""
+    module = get(name)
+    borrowed = [m for m in vars(module).values()
+                if isinstance(m, ModuleType) and m is not module and any(m is w for w in WORKLOADS.values())]
     h = hashlib.sha256()
-    for module in (get(name), data, params):
-        h.update(Path(str(module.__file__)).read_bytes())
+    for source in (module, *borrowed, data, params):
+        h.update(Path(str(source.__file__)).read_bytes())
     return h.hexdigest()[:20]
 
 

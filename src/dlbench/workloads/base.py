@@ -39,6 +39,9 @@ class Preset:
     epochs: int
     warmup_epochs: int
     eval_size: int
+    # The class count of the preset's spec; None: WorkloadSpec's default (10). The published
+    # shapes (resnet, vit) classify 1000 ImageNet classes, so the head's FLOPs are theirs.
+    num_classes: int | None = None
 
 
 class Workload(Protocol):

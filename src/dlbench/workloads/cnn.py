@@ -100,31 +100,55 @@ def init_params(spec: WorkloadSpec) -> dict[str, np.ndarray]:
     return draw_params(spec.seed, param_shapes(spec), inits)
 
 
-def draw_block_means(rng: np.random.Generator, n: int) -> np.ndarray:
-    """Latents of n images: their 8x8 block means, (n, 4, 4, 3), each N(0, 1 + 1/64): a random
-    pattern N(0, 1) plus the block mean of N(0, 1) pixel noise."""
-    blocks = INPUT_SHAPE[0] // TEACHER_POOL, INPUT_SHAPE[1] // TEACHER_POOL, INPUT_SHAPE[2]
-    return rng.standard_normal((n, *blocks)) * np.sqrt(1.0 + 1.0 / TEACHER_POOL**2)
+def draw_block_means(rng: np.random.Generator, n: int, image: int = INPUT_SHAPE[0]) -> np.ndarray:
+    """Latents of n images of `image` x `image` pixels: their block means, (n, 4, 4, 3) for
+    the 32x32 images of the cnn (8x8 blocks), each N(0, 1 + 1/k²) for k x k blocks: a random
+    pattern N(0, 1) plus the block mean of N(0, 1) pixel noise. Larger images (resnet's and vit's
+    224x224) keep the 4x4 grid of blocks, so the teacher sees 48 values at every resolution."""
+    k = _block(image)
+    blocks = image // k, image // k, INPUT_SHAPE[2]
+    return rng.standard_normal((n, *blocks)) * np.sqrt(1.0 + 1.0 / k**2)
 
 
-def render_images(rng: np.random.Generator, block_means: np.ndarray) -> np.ndarray:
-    """NHWC float32 images with the given 8x8 block means: every pixel is its block's pattern
-    value plus N(0, 1) noise. The noise is drawn as iid N(0, 1) minus its own block mean (for a
-    Gaussian the deviations from the mean are independent of the mean), so rejected candidates
-    never cost 3072 draws. Why blocks: on white-noise images alone the teacher's block averages
-    are a faint signal (std 1/8 against 1 per pixel) and the cnn reached only 67 % held-out
-    accuracy in 400 Adam steps; with the pattern, 93 % in 200 (torch eager, margin 0.4)."""
-    n, (bh, bw, c), k = len(block_means), block_means.shape[1:], TEACHER_POOL
+def _block(image: int) -> int:
+    """Teacher block side: 8 pixels at the cnn's 32 (its TEACHER_POOL), image/4 in general."""
+    return image // (INPUT_SHAPE[0] // TEACHER_POOL)
+
+
+def render_images(rng: np.random.Generator, block_means: np.ndarray,
+                  image: int = INPUT_SHAPE[0]) -> np.ndarray:
+    """NHWC float32 `image` x `image` images with the given block means (k x k blocks, k =
+    image/4: 8 at 32x32): every pixel is its block's pattern value plus N(0, 1) noise. The noise
+    is drawn as iid N(0, 1) minus its own block mean (for a Gaussian the deviations from the mean
+    are independent of the mean), so rejected candidates never cost an image's draws. Why
+    blocks: on white-noise images alone the teacher's block averages are a faint signal (std 1/8
+    against 1 per pixel) and the cnn reached only 67 % held-out accuracy in 400 Adam steps; with
+    the pattern, 93 % in 200 (torch eager, margin 0.4)."""
+    n, (bh, bw, c), k = len(block_means), block_means.shape[1:], _block(image)
     # Pixels as (image, block row, row in block, block column, column in block, channel).
     e = rng.standard_normal((n, bh, k, bw, k, c), dtype=np.float32)
     e -= e.mean(axis=(2, 4), keepdims=True)
     e += block_means.astype(np.float32)[:, :, None, :, None, :]
-    return e.reshape(n, *INPUT_SHAPE)
+    return e.reshape(n, bh * k, bw * k, c)
+
+
+def image_samples(spec: WorkloadSpec, n: int, stream: int, image: int) -> Dataset:
+    """The cnn's labelled images at `image` x `image` pixels (same teacher, same 4x4 grid of
+    block means): resnet's and vit's data at their resolutions."""
+
+    def draw(rng: np.random.Generator, m: int) -> np.ndarray:
+        return draw_block_means(rng, m, image)
+
+    def render(rng: np.random.Generator, block_means: np.ndarray) -> np.ndarray:
+        return render_images(rng, block_means, image)
+
+    return labelled_samples(spec, n, stream, draw, latent_features, render, MARGIN)
 
 
 def teacher_features(spec: WorkloadSpec, x: np.ndarray) -> np.ndarray:
-    """What the teacher sees of an image: its 8x8 block averages (48 values, variance ~1)."""
-    return ops.avg_pool(np.asarray(x, dtype=np.float64), TEACHER_POOL).reshape(len(x), -1)
+    """What the teacher sees of an image: its block averages (8x8 blocks at 32x32, image/4 in
+    general: 48 values, variance ~1)."""
+    return ops.avg_pool(np.asarray(x, dtype=np.float64), _block(x.shape[1])).reshape(len(x), -1)
 
 
 def latent_features(block_means: np.ndarray) -> np.ndarray:

@@ -91,6 +91,8 @@ def preset_spec(module: ModuleType, preset: str = "tiny") -> WorkloadSpec:
     p = module.PRESETS[preset]
     spec = WorkloadSpec(name=module.NAME, model_size=p.model_size, batch_size=p.batch_size,
                         dataset_size=p.dataset_size, eval_size=p.eval_size, numerics=module.NUMERICS)
+    if p.num_classes is not None:
+        spec = dataclasses.replace(spec, num_classes=p.num_classes)
     fixed = vars(module).get("NUM_CLASSES")
     return spec if fixed is None else dataclasses.replace(spec, num_classes=int(fixed))
 

@@ -78,3 +78,16 @@ def avg_pool(x: np.ndarray, size: int) -> np.ndarray:
     """Non-overlapping `size` x `size` average pool on NHWC."""
     n, h, w, c = x.shape
     return x.reshape(n, h // size, size, w // size, size, c).mean(axis=(2, 4))
+
+
+def max_pool(x: np.ndarray, size: int, stride: int, pad: int = 0) -> np.ndarray:
+    """`size` x `size` max-pool with `stride` on NHWC, `pad` pixels of -inf on every side (as
+    torch's MaxPool2d(padding=pad): padding never wins)."""
+    x = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)), constant_values=-np.inf)
+    n, h, w, c = x.shape
+    ho, wo = (h - size) // stride + 1, (w - size) // stride + 1
+    out = np.full((n, ho, wo, c), -np.inf)
+    for i in range(size):
+        for j in range(size):
+            out = np.maximum(out, x[:, i : i + stride * (ho - 1) + 1 : stride, j : j + stride * (wo - 1) + 1 : stride])
+    return out

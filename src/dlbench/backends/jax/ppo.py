@@ -1,12 +1,11 @@
 """PPO on CartPole in JAX (workloads/ppo.py, workloads/cartpole.py): the environment in jax.numpy,
-vectorised over N environments; Adam and global-norm clipping written out (the spec's formulas,
-as optax's adam and clip_by_global_norm compute them). Rollout `fused`: the T steps are one
+vectorised over N environments; the optax Adam every JAX program trains with (training.py), after
+global-norm clipping written out (the spec's formula, as optax's clip_by_global_norm computes it). Rollout `fused`: the T steps are one
 lax.scan inside one jit; `host`: a Python loop calling the jitted step T times. The update is
 one jit of E x M minibatch steps (lax.scan). JAX runs compiled only."""
 
 from __future__ import annotations
 
-import itertools
 import typing
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -14,22 +13,20 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from dlbench.backends.base import Unsupported
-from dlbench.backends.jax.program import _COMPILES, _listen_for_compiles
+from dlbench.backends.jax.training import compiles, counted_name, listen_for_compiles, make_optimizer, optimizer_numerics
 from dlbench.spec import TrialSpec
 from dlbench.workloads import cartpole, ppo
 from dlbench.workloads.data import Augment, Dataset
 
 Params = dict[str, jax.Array]
-_IDS = itertools.count()
 
 
 class State(NamedTuple):
     params: Params
-    m: Params
-    v: Params
-    count: jax.Array
+    opt_state: optax.OptState
 
 
 class Env(NamedTuple):
@@ -43,7 +40,7 @@ def build(trial: TrialSpec) -> PpoProgram:
         raise RuntimeError("dtype 'float64' needs jax_enable_x64 (JaxBackend.reference_environment)")
     if trial.policy.rollout not in ("default", "host", "fused"):
         raise Unsupported(f"rollout {trial.policy.rollout!r}")
-    _listen_for_compiles()
+    listen_for_compiles()
     return PpoProgram(trial)
 
 
@@ -141,21 +138,16 @@ class PpoProgram:
         self.rollout_placement = "host" if trial.policy.rollout == "host" else "fused"
         loss = typing.cast(Callable[[Params, jax.Array], jax.Array], lambda p, b: ppo_loss(e, p, b))
         value_and_grad = jax.value_and_grad(loss)
-        lr, b1, b2, eps, max_norm = n.learning_rate, n.beta1, n.beta2, n.eps, float(e["max_grad_norm"])
+        max_norm = float(e["max_grad_norm"])
+        self._tx = tx = make_optimizer(n)
 
         def minibatch(state: State, batch: jax.Array) -> tuple[State, jax.Array]:
             value, grads = value_and_grad(state.params, batch)
             norm = jnp.sqrt(sum(jnp.sum(g * g) for g in grads.values()))
             scale = jnp.where(norm < max_norm, 1.0, max_norm / norm)
-            count = state.count + 1
-            c1, c2 = 1.0 - b1 ** count.astype(self._dtype), 1.0 - b2 ** count.astype(self._dtype)
-            params, m, v = {}, {}, {}
-            for k, g in grads.items():
-                g = g * scale
-                m[k] = b1 * state.m[k] + (1.0 - b1) * g
-                v[k] = b2 * state.v[k] + (1.0 - b2) * g * g
-                params[k] = state.params[k] - lr * (m[k] / c1) / (jnp.sqrt(v[k] / c2) + eps)
-            return State(params, m, v, count), value
+            clipped = {k: g * scale for k, g in grads.items()}
+            updates, opt_state = tx.update(clipped, state.opt_state, state.params)
+            return State(optax.apply_updates(state.params, updates), opt_state), value
 
         def update(state: State, rows: jax.Array, perms: jax.Array) -> tuple[State, jax.Array]:
             idx = perms.reshape(-1, rows.shape[0] // self._size.minibatches)
@@ -171,17 +163,17 @@ class PpoProgram:
         def fused_rollout(params: Params, env: Env, uniforms: jax.Array, resets: jax.Array) -> tuple[Env, tuple[jax.Array, ...]]:
             return jax.lax.scan(lambda c, xs: policy_step(params, c, *xs), env, (uniforms, resets))
 
-        tag = next(_IDS)
-        named = {f"ppo_minibatch_{tag}": minibatch, f"ppo_update_{tag}": update, f"ppo_gae_{tag}": advantages,
-                 f"ppo_rollout_{tag}": fused_rollout, f"ppo_step_{tag}": policy_step}
-        for name, fn in named.items():
-            fn.__name__ = name
-        self._names = [f"jit({name})" for name in named]
+        def host_step(params: Params, env: Env, u: jax.Array, reset: jax.Array) -> tuple[Env, tuple[jax.Array, ...]]:
+            return policy_step(params, env, u, reset)  # this program's own name for the compile count
+
+        named = {"ppo_minibatch": minibatch, "ppo_update": update, "ppo_gae": advantages, "ppo_rollout": fused_rollout,
+                 "ppo_step": host_step}
+        self._names = [counted_name(fn, name) for name, fn in named.items()]
         self._minibatch = jax.jit(minibatch)
         self._update = jax.jit(update, donate_argnums=0)
         self._advantages = jax.jit(advantages)
         self._fused = jax.jit(fused_rollout)
-        self._step = jax.jit(policy_step)
+        self._step = jax.jit(host_step)
         self._grad = jax.jit(value_and_grad)
         self._forward = jax.jit(forward)
         self._rows: np.ndarray = np.empty((0, len(ppo.ROW_COLUMNS)), self._dtype)
@@ -193,8 +185,7 @@ class PpoProgram:
 
     def init(self, params: dict[str, np.ndarray]) -> State:
         p = {k: jnp.asarray(v, self._dtype) for k, v in params.items()}
-        zeros = {k: jnp.zeros_like(v) for k, v in p.items()}
-        return State(p, zeros, {k: jnp.zeros_like(v) for k, v in p.items()}, jnp.zeros((), jnp.int32))
+        return State(p, self._tx.init(p))
 
     def batches(self, order: np.ndarray, augment: Augment | None = None) -> Iterator[jax.Array]:
         if augment is not None:
@@ -233,17 +224,14 @@ class PpoProgram:
                 "rule": "PPO: one update call per minibatch; the rollout's placement is the rollout policy"}
 
     def compilations(self) -> int:
-        return sum(_COMPILES[name] for name in self._names)
+        return compiles(self._names)
 
     def precision(self) -> dict[str, Any]:
         return {"param_dtype": str(self._dtype), "compute_dtype": str(self._dtype),
                 "default_matmul_precision": jax.config.values["jax_default_matmul_precision"]}
 
     def numerics(self) -> dict[str, Any]:
-        n = self._n
-        return {"optimizer": "adam", "learning_rate": n.learning_rate, "beta1": n.beta1, "beta2": n.beta2,
-                "eps": n.eps, "eps_placement": "outside_sqrt", "bias_correction": True, "weight_decay": 0.0,
-                "dropout": 0.0, "loss": "ppo_clip", "dtype": str(self._dtype), **self._e}
+        return {**optimizer_numerics(self._tx, self._dtype), "dropout": 0.0, "loss": "ppo_clip", **self._e}
 
     # --- the RL scenarios ---------------------------------------------------------------------
 

@@ -9,9 +9,7 @@ buffers and its own numerics read back; `JaxProgram` does the rest.
 
 from __future__ import annotations
 
-import collections
 import functools
-import itertools
 import time
 import typing
 from collections.abc import Callable, Iterable, Iterator
@@ -28,6 +26,7 @@ from dlbench.backends import multistep
 from dlbench.backends.generation import Generating
 from dlbench.backends.base import Sampling, Unsupported
 from dlbench.backends.jax import losses, pipeline
+from dlbench.backends.jax.training import compiles, counted_name, listen_for_compiles, make_optimizer, optimizer_numerics
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.workloads.data import Augment, Dataset
 
@@ -96,41 +95,6 @@ class Model(Protocol):
         ...
 
 
-def make_optimizer(numerics: Numerics) -> optax.GradientTransformation:
-    """Adam with every value passed explicitly. optax.adam is the torch formula (bias-corrected
-    moments, eps outside the square root: eps_root=0); inject_hyperparams keeps the values in
-    the optimizer state so numerics() reads them back from what actually runs."""
-    return optax.inject_hyperparams(optax.adam, static_args="nesterov")(
-        learning_rate=numerics.learning_rate,
-        b1=numerics.beta1,
-        b2=numerics.beta2,
-        eps=numerics.eps,
-        eps_root=0.0,
-        nesterov=False,
-    )
-
-
-# --- compile counting --------------------------------------------------------------------------
-
-# XLA compiles per function name, counted by one process-wide listener; each program gives its
-# step a unique name so that two programs in one process never count each other's compiles.
-_COMPILES: collections.Counter[str] = collections.Counter()
-_STEP_IDS = itertools.count()
-_listening = False
-
-
-def _on_event_duration(event: str, duration_secs: float, **kwargs: str | int) -> None:
-    if event == "/jax/core/compile/backend_compile_duration":
-        _COMPILES[str(kwargs.get("fun_name", ""))] += 1
-
-
-def _listen_for_compiles() -> None:
-    global _listening
-    if not _listening:
-        jax.monitoring.register_event_duration_secs_listener(_on_event_duration)
-        _listening = True
-
-
 # --- building ----------------------------------------------------------------------------------
 
 
@@ -143,7 +107,7 @@ def build(trial: TrialSpec, model: Model) -> JaxProgram:
             "dtype 'float64' needs jax_enable_x64, which is off: set JAX_ENABLE_X64=1 before jax"
             " is imported (JaxBackend.reference_environment)"
         )
-    _listen_for_compiles()
+    listen_for_compiles()
     return JaxProgram(trial, model)
 
 
@@ -183,8 +147,7 @@ class JaxProgram(Sampling, Generating):
             updates, opt_state = tx.update(grads, state.opt_state, state.params)
             return TrainState(optax.apply_updates(state.params, updates), buffers, opt_state), loss
 
-        train_step.__name__ = f"{spec.name}_train_step_{next(_STEP_IDS)}"
-        self._step_name = f"jit({train_step.__name__})"
+        self._step_name = counted_name(train_step, f"{spec.name}_train_step")
         # Donating the state lets XLA update params, buffers and moments in place.
         self._jitted = jax.jit(train_step, donate_argnums=0)
         # Until compile() runs, the jitted function compiles in its first call.
@@ -193,8 +156,7 @@ class JaxProgram(Sampling, Generating):
         # K steps per call (backends/multistep.py), their own name for the compile count.
         self._loop = multistep.train_loop(trial, multistep.JAX_AUTO_STEPS)
         multi = _multi_step(train_step, self._loop.loop)
-        multi.__name__ = f"{spec.name}_train_{self._loop.steps_per_call}_steps_{next(_STEP_IDS)}"
-        self._multi_name = f"jit({multi.__name__})"
+        self._multi_name = counted_name(multi, f"{spec.name}_train_{self._loop.steps_per_call}_steps")
         self._multi_jitted = jax.jit(multi, donate_argnums=0)
         self._multi: Any = self._multi_jitted
         self._value_and_grad = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))
@@ -208,8 +170,7 @@ class JaxProgram(Sampling, Generating):
 
         # The inference function of the infer scenario: its own name, so its compiles are
         # counted (one per batch size, made by the worker's warm-up).
-        infer.__name__ = f"{spec.name}_infer_{next(_STEP_IDS)}"
-        self._infer_name = f"jit({infer.__name__})"
+        self._infer_name = counted_name(infer, f"{spec.name}_infer")
         self._infer = jax.jit(infer)
         self._policy = trial.policy
         # The dataset as load() placed it: host NumPy (pipeline) or device arrays (device).
@@ -309,7 +270,7 @@ class JaxProgram(Sampling, Generating):
         return np.asarray(losses, dtype=np.float64)
 
     def compilations(self) -> int:
-        return _COMPILES[self._step_name] + _COMPILES[self._multi_name] + _COMPILES[self._infer_name]
+        return compiles((self._step_name, self._multi_name, self._infer_name))
 
     def compiled_flops(self) -> float | None:
         """XLA's own FLOP count of one compiled train step (elementwise ops included), once
@@ -331,24 +292,10 @@ class JaxProgram(Sampling, Generating):
         inner state (from an optimizer state for a one-element probe of the program's dtype, which
         holds the same values as the real one at a fraction of the cost), the parameters' dtype,
         and the model's own numerics."""
-        probe = {"probe": jnp.zeros((1,), self._dtype)}
-        opt_state = self._tx.init(probe)
-        hyper = {k: _shortest_float(v) for k, v in opt_state.hyperparams.items()}
-        adam_state = opt_state.inner_state[0]
-        is_adam = isinstance(adam_state, optax.ScaleByAdamState)
         found = {
-            "optimizer": "adam" if is_adam else type(adam_state).__name__,
-            "learning_rate": hyper["learning_rate"],
-            "beta1": hyper["b1"],
-            "beta2": hyper["b2"],
-            "eps": hyper["eps"],
-            "eps_placement": "outside_sqrt" if hyper["eps_root"] == 0.0 else "inside_sqrt",
-            # optax.scale_by_adam always divides by 1 - beta**t; it has no switch to turn it off.
-            "bias_correction": is_adam,
-            "weight_decay": hyper.get("weight_decay", 0.0),
+            **optimizer_numerics(self._tx, self._dtype),
             "dropout": 0.0,  # no JAX model here has a dropout layer
             **self._loss.numerics(),
-            "dtype": str(probe["probe"].dtype),
             **self._model.numerics(),
         }
         return {name: found[name] for name in self._workload.NUMERICS_FIELDS}
@@ -404,13 +351,6 @@ def _loss(model: Model, compute: Any, loss: Loss, params: Params, buffers: Param
 
 def _logits(model: Model, params: Params, buffers: Params, x: jax.Array) -> jax.Array:
     return model.apply(params, buffers, x, False)[0]
-
-
-def _shortest_float(value: jax.Array) -> float:
-    """The shortest decimal that is this value exactly in its own dtype (1e-3, not
-    0.0010000000475 for a float32): compares equal to the spec's value."""
-    array = np.asarray(value)
-    return float(np.format_float_positional(array.dtype.type(array), unique=True, trim="-"))
 
 
 @typing.final

@@ -1,4 +1,4 @@
-"""ResNet-18 (CIFAR variant) in JAX. Canonical names and layouts are JAX's own (NHWC, HWIO):
+"""ResNet-18 (CIFAR variant) and ResNet-50 v1.5 in JAX. Canonical names and layouts are JAX's own (NHWC, HWIO):
 nothing is converted. BatchNorm running statistics are buffers in the training state, updated
 inside the jitted step; every 3x3 convolution pads 1 on every side, written out explicitly."""
 
@@ -17,8 +17,6 @@ from dlbench.backends.jax.layers import Params, conv, dense
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.workloads import resnet
 
-STAGES = 4
-BLOCKS = 2
 # Degrees of freedom subtracted from the batch size for the running variance.
 RUNNING_VAR_DDOF = {"unbiased": 1, "biased": 0}
 
@@ -37,13 +35,16 @@ class ResnetModel:
     def __init__(self, trial: TrialSpec) -> None:
         numerics: Numerics = trial.workload.numerics
         self._buffer_shapes = resnet.buffer_shapes(trial.workload)
+        self._stem = resnet.stem(trial.workload)
+        self._max_pool = resnet.max_pool(trial.workload)
+        self._blocks = resnet.blocks(trial.workload)
         self.momentum = numerics.bn_momentum
         self.eps = numerics.bn_eps
         if numerics.bn_running_var not in RUNNING_VAR_DDOF:
             raise program.refuse("resnet", "bn_running_var", numerics.bn_running_var, RUNNING_VAR_DDOF)
         self.ddof = RUNNING_VAR_DDOF[numerics.bn_running_var]
         # Padding per kernel size, passed to XLA as given (read back by numerics()).
-        self.pads = {k: symmetric_pads(k) for k in (1, 3)}
+        self.pads = {k: symmetric_pads(k) for k in (1, 3, 7)}
 
     def initial_buffers(self) -> dict[str, np.ndarray]:
         # Running mean zeros, running variance ones (torch's and Keras's initial values).
@@ -54,11 +55,12 @@ class ResnetModel:
 
     def apply(self, params: Params, buffers: Params, x: jax.Array, train: bool) -> tuple[jax.Array, Params]:
         f = _Forward(self, params, buffers, train)
-        h = jax.nn.relu(f.conv_bn("stem.conv", "stem.bn", x, 1))
-        for stage in range(1, STAGES + 1):
-            for block in range(BLOCKS):
-                stride = 2 if stage > 1 and block == 0 else 1
-                h = f.block(f"layer{stage}.block{block}", h, stride)
+        h = jax.nn.relu(f.conv_bn(self._stem, x))
+        if self._max_pool:  # 3x3 stride 2, one pixel of -inf padding (never the maximum)
+            h = lax.reduce_window(h, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1),
+                                  ((0, 0), (1, 1), (1, 1), (0, 0)))
+        for block in self._blocks:
+            h = f.block(block, h)
         h = jnp.mean(h, axis=(1, 2))  # global average pool
         return dense(params, "head", h), {**buffers, **f.updates}
 
@@ -85,17 +87,20 @@ class _Forward:
         self._train = train
         self.updates: Params = {}
 
-    def block(self, name: str, x: jax.Array, stride: int) -> jax.Array:
-        """BasicBlock: relu(bn1(conv1 x)) -> bn2(conv2 .) + shortcut -> relu."""
-        h = jax.nn.relu(self.conv_bn(f"{name}.conv1", f"{name}.bn1", x, stride))
-        h = self.conv_bn(f"{name}.conv2", f"{name}.bn2", h, 1)
-        if f"{name}.shortcut.conv.kernel" in self._params:
-            x = self.conv_bn(f"{name}.shortcut.conv", f"{name}.shortcut.bn", x, stride)
+    def block(self, block: resnet.Block, x: jax.Array) -> jax.Array:
+        """BasicBlock or bottleneck: conv-BN pairs with a ReLU after all but the last, plus the
+        shortcut, then a ReLU."""
+        h = x
+        for i, c in enumerate(block.convs):
+            h = self.conv_bn(c, h)
+            h = jax.nn.relu(h) if i < len(block.convs) - 1 else h
+        if block.shortcut is not None:
+            x = self.conv_bn(block.shortcut, x)
         return jax.nn.relu(h + x)
 
-    def conv_bn(self, conv_name: str, bn_name: str, x: jax.Array, stride: int) -> jax.Array:
-        kernel = self._params[f"{conv_name}.kernel"]
-        return self.batch_norm(bn_name, conv(x, kernel, stride, self._model.pads[kernel.shape[0]]))
+    def conv_bn(self, c: resnet.Conv, x: jax.Array) -> jax.Array:
+        kernel = self._params[f"{c.name}.kernel"]
+        return self.batch_norm(c.bn, conv(x, kernel, c.stride, self._model.pads[kernel.shape[0]]))
 
     def batch_norm(self, name: str, x: jax.Array) -> jax.Array:
         model = self._model

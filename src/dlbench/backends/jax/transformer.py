@@ -1,4 +1,4 @@
-"""The BERT-style encoder in JAX: pre-LN blocks, JAX's fused attention entry point
+"""The transformer encoder in JAX: pre-LN blocks (or BERT's post-LN ones), JAX's fused attention entry point
 (jax.nn.dot_product_attention) fed from the canonical (D, D) kernels, exact GELU. Canonical
 names and layouts are JAX's own: nothing is converted."""
 
@@ -15,7 +15,7 @@ from jax import lax
 
 from dlbench.backends.jax import program
 from dlbench.backends.jax.layers import Params, dense
-from dlbench.spec import TrialSpec
+from dlbench.spec import Numerics, TrialSpec
 from dlbench.workloads import transformer
 
 # spec.Numerics.gelu -> jax.nn.gelu's `approximate` (it defaults to the tanh form: pinned).
@@ -41,8 +41,31 @@ def attention_formula(q: jax.Array, k: jax.Array, v: jax.Array, scale: float) ->
 @typing.final
 class TransformerModel:
     def __init__(self, trial: TrialSpec) -> None:
-        numerics = trial.workload.numerics
-        size = transformer.MODEL_SIZES[trial.workload.model_size]
+        self.encoder = Encoder(trial.workload.numerics, transformer.MODEL_SIZES[trial.workload.model_size])
+        self._post = self.encoder.post
+
+    def initial_buffers(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def apply(self, params: Params, buffers: Params, x: jax.Array, train: bool) -> tuple[jax.Array, Params]:
+        h = jnp.take(params["embed.tokens"], x, axis=0) + params["embed.positions"]
+        if self._post:
+            h = self.encoder.layer_norm(params, "embed.ln", h)
+        h = self.encoder(params, h)
+        if not self._post:
+            h = self.encoder.layer_norm(params, "final_ln", h)
+        return dense(params, "head", jnp.mean(h, axis=1)), buffers
+
+    def numerics(self) -> dict[str, Any]:
+        return self.encoder.numerics()
+
+
+@typing.final
+class Encoder:
+    """The blocks: pre-LN h + f(LN(h)) or post-LN (BERT) LN(h + f(h)); vit.py uses them too."""
+
+    def __init__(self, numerics: Numerics, size: transformer.Size) -> None:
+        self.post = size.norm == transformer.POST
         self._depth: int = size.depth
         self._heads: int = size.heads
         self._head_dim: int = size.dim // size.heads
@@ -58,16 +81,16 @@ class TransformerModel:
         # the NumPy float64 one), so the float64 build writes the same formula out.
         self._attend = dot_product_attention if numerics.dtype == "float32" else attention_formula
 
-    def initial_buffers(self) -> dict[str, np.ndarray]:
-        return {}
-
-    def apply(self, params: Params, buffers: Params, x: jax.Array, train: bool) -> tuple[jax.Array, Params]:
-        h = jnp.take(params["embed.tokens"], x, axis=0) + params["embed.positions"]
+    def __call__(self, params: Params, h: jax.Array) -> jax.Array:
         for i in range(self._depth):
-            h = h + self._attention(params, f"block{i}.attn", self._layer_norm(params, f"block{i}.ln1", h))
-            h = h + self._mlp(params, f"block{i}.mlp", self._layer_norm(params, f"block{i}.ln2", h))
-        h = jnp.mean(self._layer_norm(params, "final_ln", h), axis=1)
-        return dense(params, "head", h), buffers
+            b = f"block{i}"
+            if self.post:
+                h = self.layer_norm(params, f"{b}.ln1", h + self._attention(params, f"{b}.attn", h))
+                h = self.layer_norm(params, f"{b}.ln2", h + self._mlp(params, f"{b}.mlp", h))
+            else:
+                h = h + self._attention(params, f"{b}.attn", self.layer_norm(params, f"{b}.ln1", h))
+                h = h + self._mlp(params, f"{b}.mlp", self.layer_norm(params, f"{b}.ln2", h))
+        return h
 
     def _attention(self, params: Params, name: str, h: jax.Array) -> jax.Array:
         batch, length, dim = h.shape
@@ -81,7 +104,7 @@ class TransformerModel:
         h = jax.nn.gelu(dense(params, f"{name}.fc1", h), approximate=self._gelu_approximate)
         return dense(params, f"{name}.fc2", h)
 
-    def _layer_norm(self, params: Params, name: str, h: jax.Array) -> jax.Array:
+    def layer_norm(self, params: Params, name: str, h: jax.Array) -> jax.Array:
         """Over the features: biased variance, eps inside the square root."""
         mean = jnp.mean(h, axis=-1, keepdims=True)
         var = jnp.var(h, axis=-1, keepdims=True)

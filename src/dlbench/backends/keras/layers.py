@@ -61,6 +61,31 @@ class PositionEmbedding(layers.Layer):
 
 
 @typing.final
+class ClassToken(layers.Layer):
+    """Prepends a learned (D,) class token to a (batch, T, D) sequence (ViT's; keras_hub's
+    ViTPatchingAndEmbedding holds the same vector)."""
+
+    def __init__(self, dim: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.dim = dim
+
+    def build(self, input_shape: Any) -> None:
+        # Overwritten by init(); zeros keep the build free of a random draw.
+        self.token = self.add_weight(shape=(self.dim,), initializer="zeros", name="token")
+
+    def call(self, inputs: Any) -> Any:
+        token = ops.cast(ops.reshape(self.token, (1, 1, self.dim)), inputs.dtype)
+        return ops.concatenate([ops.tile(token, (ops.shape(inputs)[0], 1, 1)), inputs], axis=1)
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        batch, length, dim = input_shape
+        return batch, None if length is None else length + 1, dim
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "dim": self.dim}
+
+
+@typing.final
 class RK4Block(layers.Layer):
     """h(1) of dh/dt = f(h), f(h) = dense2(tanh(dense1(h))), from h(0) = inputs: `steps` classic
     Runge-Kutta 4 steps of dt = 1/steps, unrolled (the step count is static), gradients through

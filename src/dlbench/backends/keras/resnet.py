@@ -1,4 +1,4 @@
-"""ResNet-18 (CIFAR variant) as a Keras functional model (docs/workloads.md#resnet).
+"""ResNet-18 (CIFAR variant) and ResNet-50 v1.5 as a Keras functional model (docs/workloads.md#resnet).
 
 SYMMETRIC padding is written out: ZeroPadding2D(k//2) then a VALID convolution (Keras's
 "same" would pad a stride-2 convolution (0, 1), as TensorFlow does). BatchNormalization gets
@@ -51,18 +51,20 @@ class _Builder:
 
 
 def net(spec: WorkloadSpec, model_class: type) -> program.Net:
-    convs = workload.convs(spec)
     b = _Builder(spec)
-    x = keras.Input(shape=workload.INPUT_SHAPE, dtype="float32", name="images")
-    h = layers.ReLU()(b.conv_bn(convs[0], x))
-    blocks: dict[str, dict[str, workload.Conv]] = {}
-    for conv in convs[1:]:  # "layer2.block0.conv1" -> block "layer2.block0", role "conv1"
-        block = ".".join(conv.name.split(".")[:2])
-        blocks.setdefault(block, {})[conv.name[len(block) + 1 :]] = conv
-    for roles in blocks.values():
-        z = layers.ReLU()(b.conv_bn(roles["conv1"], h))
-        z = b.conv_bn(roles["conv2"], z)
-        shortcut = b.conv_bn(roles["shortcut.conv"], h) if "shortcut.conv" in roles else h
+    x = keras.Input(shape=workload.input_shape(spec), dtype="float32", name="images")
+    h = layers.ReLU()(b.conv_bn(workload.stem(spec), x))
+    if workload.max_pool(spec):
+        # 3x3 stride 2 with one pixel of padding: zeros equal torch's -inf here because the
+        # input is a ReLU's output (>= 0) and every window holds a real pixel.
+        h = layers.ZeroPadding2D(1, data_format=DATA_FORMAT, name="stem_pool_pad")(h)
+        h = layers.MaxPooling2D(3, strides=2, padding="valid", data_format=DATA_FORMAT, name="stem_pool")(h)
+    for block in workload.blocks(spec):  # conv-BN pairs, a ReLU after all but the last
+        z = h
+        for i, conv in enumerate(block.convs):
+            z = b.conv_bn(conv, z)
+            z = layers.ReLU()(z) if i < len(block.convs) - 1 else z
+        shortcut = b.conv_bn(block.shortcut, h) if block.shortcut is not None else h
         h = layers.ReLU()(layers.Add()([z, shortcut]))
     head = layers.Dense(spec.num_classes, **program.ZEROS, name="head")
     logits = head(layers.GlobalAveragePooling2D(data_format=DATA_FORMAT)(h))

@@ -1,7 +1,10 @@
 """LiteRT (TensorFlow Lite, the `ai-edge-litert` package): an inference backend for the
 TensorFlow implementation of each workload, converted with the TFLite converter from the
 canonical weights (so it computes the same model as every other framework) and run by LiteRT's
-Interpreter on the CPU (its default XNNPACK delegate), threads from the policy.
+Interpreter on the CPU (its default XNNPACK delegate), threads from the policy. It converts from
+TensorFlow (Capabilities.exports_from): every workload TensorFlow implements, a plugin's included,
+through the one LiteRTProgram (program.py), with no module per workload; a model the converter
+cannot express in builtin ops is unsupported with the converter's reason.
 
 It cannot train: capabilities are infer only. Precision is float32; the option
 `quantization=dynamic-int8` serves the converter's dynamic-range quantisation instead (int8
@@ -21,15 +24,13 @@ from dlbench.backends.base import (
     Program,
     SingleDevice,
     Unsupported,
-    build_program,
     installed_versions,
     module_installed,
 )
-from dlbench.backends.litert.settings import OPTIONS, quantization, threads
+from dlbench.backends.litert.settings import EXPORTS_FROM, OPTIONS, quantization, threads
 from dlbench.backends.precision import Support, fp32_only
 from dlbench.spec import Policy, TrialSpec
 
-PACKAGE = "dlbench.backends.litert"
 _NEEDED = ("ai_edge_litert", "tensorflow")
 _DISTRIBUTIONS = ("ai-edge-litert", "tensorflow", "tensorflow-cpu")
 _MODES: dict[str, str | None] = {
@@ -43,7 +44,7 @@ RECORDED_ENVIRONMENT = ("TF_ENABLE_ONEDNN_OPTS", "TF_CPP_MIN_LOG_LEVEL")
 @typing.final
 class LiteRTBackend:
     name = "litert"
-    capabilities = Capabilities(train=False, infer=True, grads=False)
+    capabilities = Capabilities(train=False, infer=True, grads=False, exports_from=EXPORTS_FROM)
     data_parallel = SingleDevice("litert runs inference only: no data-parallel training")
     precisions: Support = fp32_only("LiteRT runs the converted float32 model (int8: --option litert.quantization=dynamic-int8)")
     options = OPTIONS
@@ -91,7 +92,9 @@ class LiteRTBackend:
         if trial.workload.numerics.dtype != "float32":
             raise Unsupported(f"litert runs float32 only, not {trial.workload.numerics.dtype!r}"
                               " (the float64 parity reference comes from the native frameworks)")
-        return build_program(PACKAGE, trial)
+        from dlbench.backends.litert import program
+
+        return program.build(trial)
 
     def forget_compiled(self) -> None:
         return None  # each Program converts and opens interpreters of its own

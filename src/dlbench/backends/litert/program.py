@@ -30,13 +30,15 @@ from ai_edge_litert.interpreter import Interpreter
 
 from dlbench import workloads
 from dlbench.analysis import parity
-from dlbench.backends.base import InferenceOnly, Unsupported, build_program
-from dlbench.backends.litert.settings import quantization, threads
+from dlbench.backends.base import BUILTIN_PACKAGES, InferenceOnly, Sampling, Unsupported, build_program, require_builder
+from dlbench.backends.litert.settings import EXPORTS_FROM, quantization, threads
 from dlbench.backends.tensorflow.program import TensorFlowProgram
 from dlbench.spec import PARITY_BATCH, TrialSpec
 from dlbench.workloads.data import Dataset
 
 PREDICT_CHUNK = 1024
+# The implementations that are converted (the backend's Capabilities.exports_from).
+TENSORFLOW_PACKAGE = BUILTIN_PACKAGES + EXPORTS_FROM
 # What each init() in this process did: reported by LiteRTBackend.info().
 CONVERSIONS: list[dict[str, Any]] = []
 NOT_TRAINABLE = "litert does not train: it runs converted models (capabilities: infer only)"
@@ -45,6 +47,12 @@ NOT_JUDGED = ("dynamic-range int8 is judged by its held-out accuracy against the
 
 
 def build(trial: TrialSpec) -> LiteRTProgram:
+    """The Program of any workload that TensorFlow implements (Unsupported, with the reason, for
+    one it does not, and at init for a model the converter cannot express in builtin ops)."""
+    try:
+        require_builder(TENSORFLOW_PACKAGE, trial.workload.name)
+    except Unsupported as e:
+        raise Unsupported(f"litert serves TensorFlow's converted implementations: {e}") from None
     return LiteRTProgram(trial)
 
 
@@ -92,7 +100,7 @@ def convert(tf_program: TensorFlowProgram, sample_shape: tuple[int, ...], x_dtyp
 
 
 @typing.final
-class LiteRTProgram(InferenceOnly):
+class LiteRTProgram(InferenceOnly, Sampling):
     not_trainable = NOT_TRAINABLE
 
     def __init__(self, trial: TrialSpec) -> None:
@@ -116,7 +124,7 @@ class LiteRTProgram(InferenceOnly):
         start = time.perf_counter()
         tf_trial = replace(self._trial, framework="tensorflow",
                            policy=replace(self._trial.policy, mode="graph", options={}))
-        tf_program = build_program("dlbench.backends.tensorflow", tf_trial)
+        tf_program = build_program(TENSORFLOW_PACKAGE, tf_trial)
         if not isinstance(tf_program, TensorFlowProgram):
             raise RuntimeError(f"the tensorflow builder of {spec.name} made no TensorFlowProgram")
         tf_state = tf_program.init(params)

@@ -15,6 +15,9 @@ OPTIONS = {"quantization": Option(
     help="none (float32) or dynamic-int8 (the TFLite converter's dynamic-range quantisation, judged by"
          " held-out accuracy against the float32 model, not by the float32 parity tolerance)")}
 
+# The backend family whose implementations are converted and served: every workload it implements.
+EXPORTS_FROM = "tensorflow"
+
 
 def quantization(policy: Policy) -> str:
     return policy.options.get("quantization", OPTIONS["quantization"].default)

@@ -1,5 +1,7 @@
 """ONNX Runtime: an inference backend for the torch implementation of each workload, exported to
-ONNX with the canonical weights (so it computes the same model as every other framework).
+ONNX with the canonical weights (so it computes the same model as every other framework). It
+exports from torch (Capabilities.exports_from): it serves every workload torch implements, a
+plugin's included, through the one OrtProgram (program.py), with no module per workload.
 
 It cannot train: capabilities are infer only, and a train trial is `unsupported` with that
 reason. Importing this module is light: onnxruntime loads in the worker only (import_framework),
@@ -17,15 +19,13 @@ from dlbench.backends.base import (
     Program,
     SingleDevice,
     Unsupported,
-    build_program,
     installed_versions,
     module_installed,
 )
-from dlbench.backends.onnxruntime.session import OPTIONS, providers, session_options
+from dlbench.backends.onnxruntime.session import EXPORTS_FROM, OPTIONS, providers, session_options
 from dlbench.backends.precision import Support, fp32_only
 from dlbench.spec import Policy, TrialSpec
 
-PACKAGE = "dlbench.backends.onnxruntime"
 # The exporter needs onnx and onnxscript (torch.onnx.export(dynamo=True)) and torch itself.
 _NEEDED = ("onnxruntime", "onnx", "onnxscript", "torch")
 _DISTRIBUTIONS = ("onnxruntime", "onnxruntime-gpu", "onnx", "onnxscript", "onnx-ir", "torch")
@@ -43,7 +43,7 @@ RECORDED_ENVIRONMENT = ("ORT_DISABLE_ALL_OPTIMIZATION", "CUDA_MODULE_LOADING")
 @typing.final
 class OnnxRuntimeBackend:
     name = "onnxruntime"
-    capabilities = Capabilities(train=False, infer=True, grads=False)
+    capabilities = Capabilities(train=False, infer=True, grads=False, exports_from=EXPORTS_FROM)
     data_parallel = SingleDevice("onnxruntime runs inference only: no data-parallel training")
     precisions: Support = fp32_only("ONNX Runtime runs the exported float32 graph only")
     options = OPTIONS
@@ -95,7 +95,9 @@ class OnnxRuntimeBackend:
         if trial.workload.numerics.dtype != "float32":
             raise Unsupported(f"onnxruntime runs float32 only, not {trial.workload.numerics.dtype!r}"
                               " (the float64 parity reference comes from the native frameworks)")
-        return build_program(PACKAGE, trial)
+        from dlbench.backends.onnxruntime import program
+
+        return program.build(trial)
 
     def forget_compiled(self) -> None:
         # Each Program loads an InferenceSession of its own from a model exported with its batch

@@ -35,9 +35,9 @@ import onnxruntime as ort
 
 from dlbench import workloads
 from dlbench.analysis import parity
-from dlbench.backends.base import InferenceOnly, Sampling, build_program, builder_module
+from dlbench.backends.base import BUILTIN_PACKAGES, InferenceOnly, Sampling, Unsupported, build_program, builder_module, require_builder
 from dlbench.backends.onnxruntime.profile import opened as profiling_opened
-from dlbench.backends.onnxruntime.session import providers, session_options
+from dlbench.backends.onnxruntime.session import EXPORTS_FROM, providers, session_options
 from dlbench.paths import cache_base
 from dlbench.spec import PARITY_BATCH, TrialSpec, WorkloadSpec, to_dict
 from dlbench.workloads.data import Dataset
@@ -47,8 +47,8 @@ from dlbench.workloads.data import Dataset
 OPSET = 18
 # Bump when what an export directory holds changes.
 EXPORT_FORMAT = 1
-# The implementation that is exported.
-TORCH_PACKAGE = "dlbench.backends.torch"
+# The implementations that are exported (the backend's Capabilities.exports_from).
+TORCH_PACKAGE = BUILTIN_PACKAGES + EXPORTS_FROM
 # Sizes that do not change the exported graph (dynamic batch axis).
 _SIZE_FIELDS = ("batch_size", "dataset_size", "eval_size", "labels")
 PREDICT_CHUNK = 1024
@@ -59,6 +59,12 @@ NOT_TRAINABLE = "onnxruntime does not train: it runs exported models (capabiliti
 
 
 def build(trial: TrialSpec) -> OrtProgram:
+    """The Program of any workload that torch implements (Unsupported, with the reason, for one
+    it does not): every workload shares OrtProgram, which exports torch's model."""
+    try:
+        require_builder(TORCH_PACKAGE, trial.workload.name)
+    except Unsupported as e:
+        raise Unsupported(f"onnxruntime serves torch's exported implementations: {e}") from None
     return OrtProgram(trial)
 
 

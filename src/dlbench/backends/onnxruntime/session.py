@@ -22,6 +22,9 @@ OPTIONS = {"optimization": Option(
     help="the session's graph optimisation level (GraphOptimizationLevel; all is ONNX Runtime's default"
          " and what a deployment uses)")}
 
+# The backend family whose implementations are exported and served: every workload it implements.
+EXPORTS_FROM = "torch"
+
 
 def optimization(policy: Policy) -> str:
     """The policy's optimisation level, the option's default where unset."""

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from dlbench.backends.base import Unsupported
-from dlbench.backends.tensorflow.program import Adam, _in_mode
+from dlbench.backends.tensorflow.training import Adam, in_mode, tracing_count
 from dlbench.spec import TrialSpec
 from dlbench.workloads import cartpole, ppo
 from dlbench.workloads.data import Augment, Dataset
@@ -179,13 +179,12 @@ class PpoProgram:
             return tf.concat([tf.reshape(obs, (n, 4)), tf.reshape(tf.cast(action, obs.dtype), (n, 1)),
                               tf.reshape(logp, (n, 1)), tf.reshape(adv, (n, 1)), tf.reshape(ret, (n, 1))], axis=1)
 
-        self._minibatch = _in_mode(minibatch, mode)
-        self._loss_and_grads = _in_mode(loss_and_grads, mode)
-        self._step = _in_mode(step, mode)
-        self._fused = _in_mode(fused, mode)
-        self._advantages = _in_mode(advantages, mode)
-        self._traced = [f for f in (self._minibatch, self._step, self._fused, self._advantages)
-                        if isinstance(f, tf.types.experimental.GenericFunction)]
+        self._minibatch = in_mode(minibatch, mode)
+        self._loss_and_grads = in_mode(loss_and_grads, mode)
+        self._step = in_mode(step, mode)
+        self._fused = in_mode(fused, mode)
+        self._advantages = in_mode(advantages, mode)
+        self._counted = (self._minibatch, self._step, self._fused, self._advantages)
         self._rows = tf.zeros((0, len(ppo.ROW_COLUMNS)), self._dtype)
 
     def _live(self) -> State:
@@ -243,18 +242,15 @@ class PpoProgram:
                 "rule": "PPO: one update call per minibatch; the rollout's placement is the rollout policy"}
 
     def compilations(self) -> int:
-        return sum(int(f.experimental_get_tracing_count()) for f in self._traced)
+        return tracing_count(self._counted)
 
     def precision(self) -> dict[str, Any]:
         return {"param_dtype": self._dtype.name, "compute_dtype": self._dtype.name,
                 "tensor_float_32_execution": tf.config.experimental.tensor_float_32_execution_enabled()}
 
     def numerics(self) -> dict[str, Any]:
-        adam = Adam({}, self._n, self._dtype)
-        return {"optimizer": adam.name, "learning_rate": adam.learning_rate, "beta1": adam.beta1, "beta2": adam.beta2,
-                "eps": adam.eps, "eps_placement": adam.eps_placement, "bias_correction": adam.bias_correction,
-                "weight_decay": adam.weight_decay, "dropout": 0.0, "loss": "ppo_clip", "dtype": self._dtype.name,
-                **self._e}
+        return {**Adam({}, self._n, self._dtype).numerics(), "dropout": 0.0, "loss": "ppo_clip",
+                "dtype": self._dtype.name, **self._e}
 
     # --- the RL scenarios ---------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from dlbench.backends.generation import Generating
 from dlbench.backends.base import Sampling, Unsupported
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.backends.tensorflow import losses, mirrored, pipeline
+from dlbench.backends.tensorflow.training import Adam, in_mode, tracing_count
 from dlbench.workloads.data import Augment, Dataset
 
 DTYPES = {"float32": tf.float32, "float64": tf.float64}
@@ -135,67 +136,6 @@ class State(NamedTuple):
     step: tf.Variable
 
 
-@typing.final
-class Adam:
-    """Adam as torch.optim.Adam and optax.adam compute it: bias-corrected moments, eps added
-    outside the square root. Not tf.keras.optimizers.Adam: Keras adds eps to sqrt(v) before the
-    bias correction (the paper's eps-hat) and defaults it to 1e-7, a different update. Written
-    out it is a handful of element-wise ops per variable, which XLA fuses in compiled mode."""
-
-    name = "adam"
-    eps_placement = "outside_sqrt"
-
-    def __init__(self, params: dict[str, tf.Variable], numerics: Numerics, dtype: tf.DType) -> None:
-        self.learning_rate = numerics.learning_rate
-        self.beta1 = numerics.beta1
-        self.beta2 = numerics.beta2
-        self.eps = numerics.eps
-        self.bias_correction = numerics.bias_correction
-        self.weight_decay = numerics.weight_decay
-        self.dtype = dtype
-        self.m = {k: _zeros_like(p, f"m/{k}") for k, p in params.items()}
-        self.v = {k: _zeros_like(p, f"v/{k}") for k, p in params.items()}
-        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-
-    def reset(self) -> None:
-        for slot in (*self.m.values(), *self.v.values()):
-            slot.assign(tf.zeros_like(slot))
-        self.step.assign(0)
-
-    def apply(self, params: dict[str, tf.Variable], grads: Tensors) -> None:
-        # Bias corrections in float64, as torch computes them (Python floats): in float32,
-        # 1 - 0.999^t carries a 1e-5 relative error from rounding 0.999 alone.
-        t = tf.cast(self.step.assign_add(1), tf.float64)
-        step_size = tf.constant(self.learning_rate, tf.float64)
-        v_scale = tf.constant(1.0, tf.float64)
-        if self.bias_correction:
-            # torch's arrangement: lr / (1 - b1^t) scales m, sqrt(1 - b2^t) divides sqrt(v).
-            step_size = step_size / (1.0 - tf.constant(self.beta1, tf.float64) ** t)
-            v_scale = tf.sqrt(1.0 - tf.constant(self.beta2, tf.float64) ** t)
-        step_size, v_scale = tf.cast(step_size, self.dtype), tf.cast(v_scale, self.dtype)
-        for name, p in params.items():
-            g = grads[name]
-            if self.weight_decay:
-                g = g + self.weight_decay * p  # torch's (L2, not decoupled) weight decay
-            m = self.m[name].assign(self.beta1 * self.m[name] + (1.0 - self.beta1) * g)
-            v = self.v[name].assign(self.beta2 * self.v[name] + (1.0 - self.beta2) * tf.square(g))
-            p.assign_sub(step_size * m / (tf.sqrt(v) / v_scale + self.eps))
-
-
-def _zeros_like(p: tf.Variable, name: str) -> tf.Variable:
-    return tf.Variable(tf.zeros_like(p), trainable=False, name=name)
-
-
-def _in_mode(
-    fn: Callable[..., Any], mode: str, input_signature: list[tf.TensorSpec] | None = None
-) -> Any:
-    """The function as the mode runs it. jit_compile=False in graph mode so that no
-    auto-clustering flag can turn it into XLA behind our back."""
-    if mode == "eager":
-        return fn
-    return tf.function(fn, input_signature=input_signature, jit_compile=mode == "compiled")
-
-
 def dense(h: tf.Tensor, params: Tensors, name: str) -> tf.Tensor:
     """`h @ <name>.kernel + <name>.bias` for a (rows, in) input: the models' shared layer."""
     return tf.nn.bias_add(tf.matmul(h, params[f"{name}.kernel"]), params[f"{name}.bias"])
@@ -238,8 +178,8 @@ class TensorFlowProgram(Sampling, Generating):
         # the replica function); the step around strategy.run, with the cross-replica sum and
         # the update, is a graph: one XLA cluster cannot span the replicas' devices.
         outer = mode if self._strategy is None else ("graph" if mode == "compiled" else mode)
-        self._shard_grads = _in_mode(self._shard_loss_grads, "compiled") if mode == "compiled" else self._shard_loss_grads
-        self._step = _in_mode(self._train_step, outer, signature)
+        self._shard_grads = in_mode(self._shard_loss_grads, "compiled") if mode == "compiled" else self._shard_loss_grads
+        self._step = in_mode(self._train_step, outer, signature)
         # K steps per tf.function call (backends/multistep.py), written out one after another;
         # eager mode has no compiled call to amortise, and a MirroredStrategy step stays one.
         self._loop = multistep.train_loop(trial)
@@ -247,16 +187,13 @@ class TensorFlowProgram(Sampling, Generating):
             why = "eager: no compiled call to amortise" if mode == "eager" else "MirroredStrategy: one step per call"
             self._loop = multistep.TrainLoop(1, self._loop.loop, why)
         k = self._loop.steps_per_call
-        self._steps = _in_mode(self._train_steps, outer, [(signature[0],) * k, (signature[1],) * k])
-        traced = [] if mode == "eager" else [self._step, self._steps]
-        self._tracing_count: Callable[[], int] = lambda: sum(f.experimental_get_tracing_count() for f in traced)
+        self._steps = in_mode(self._train_steps, outer, [(signature[0],) * k, (signature[1],) * k])
         # Checks and evaluation run under the trial's mode too (their own traces, not counted).
-        self._grads = _in_mode(self._loss_grads_updates, outer)
+        self._grads = in_mode(self._loss_grads_updates, outer)
         # Evaluation and inference (infer_fn): one trace per input shape (batch size), counted.
-        self._logits = _in_mode(self._predict, mode)
-        self._logits_traces: Callable[[], int] = (
-            (lambda: 0) if mode == "eager" else self._logits.experimental_get_tracing_count
-        )
+        self._logits = in_mode(self._predict, mode)
+        # What compilations() counts: the train steps and the inference forward.
+        self._counted = (self._step, self._steps, self._logits)
         self._x: tf.Variable | None = None
         self._y: tf.Variable | None = None
         self._policy = trial.policy
@@ -440,7 +377,7 @@ class TensorFlowProgram(Sampling, Generating):
         return np.asarray(losses.numpy(), dtype=np.float64)
 
     def compilations(self) -> int:
-        return int(self._tracing_count()) + int(self._logits_traces())
+        return tracing_count(self._counted)
 
     def precision(self) -> dict[str, Any]:
         return {
@@ -453,14 +390,7 @@ class TensorFlowProgram(Sampling, Generating):
         adam = self._adam
         dtypes = sorted({var.dtype.name for var in (*self._vars.values(), *self._buffers.values())})
         found = {
-            "optimizer": adam.name,
-            "learning_rate": adam.learning_rate,
-            "beta1": adam.beta1,
-            "beta2": adam.beta2,
-            "eps": adam.eps,
-            "eps_placement": adam.eps_placement,
-            "bias_correction": adam.bias_correction,
-            "weight_decay": adam.weight_decay,
+            **adam.numerics(),
             "dropout": DROPOUT,
             **self._loss.numerics(),
             "dtype": ",".join(dtypes),

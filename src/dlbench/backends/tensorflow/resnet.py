@@ -1,4 +1,4 @@
-"""ResNet-18 (CIFAR variant) in TensorFlow itself (program.py holds the training machinery).
+"""ResNet-18 (CIFAR variant) and ResNet-50 v1.5 in TensorFlow itself (program.py holds the training machinery).
 
 BatchNorm is written out with the spec's convention (batch mean and biased batch variance to
 normalise, eps inside the square root; running statistics updated with weight `bn_momentum` for
@@ -16,13 +16,11 @@ import tensorflow as tf
 from dlbench.backends.base import Program
 from dlbench.backends.tensorflow import program
 from dlbench.backends.tensorflow.program import SameLayout, Tensors
-from dlbench.spec import TrialSpec
+from dlbench.spec import TrialSpec, WorkloadSpec
 from dlbench.workloads import resnet
 
 PADDING = "SYMMETRIC"  # k//2 zeros on every side, written out as explicit pads
 BN_RUNNING_VAR = "unbiased"
-STAGES = 4
-BLOCKS = 2
 
 
 def _conv(h: tf.Tensor, kernel: tf.Tensor, stride: int) -> tf.Tensor:
@@ -35,32 +33,37 @@ def _conv(h: tf.Tensor, kernel: tf.Tensor, stride: int) -> tf.Tensor:
 class ResNet:
     layout = SameLayout()
 
-    def __init__(self, momentum: float, eps: float) -> None:
-        self.momentum = momentum
-        self.eps = eps
+    def __init__(self, spec: WorkloadSpec) -> None:
+        self.momentum = spec.numerics.bn_momentum
+        self.eps = spec.numerics.bn_eps
+        self.stem = resnet.stem(spec)
+        self.max_pool = resnet.max_pool(spec)
+        self.blocks = resnet.blocks(spec)
 
     def forward(
         self, params: Tensors, buffers: Tensors, x: tf.Tensor, training: bool
     ) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
         updates: dict[str, tf.Tensor] = {}
         norm = _Norm(self, params, buffers, training, updates)
-        h = tf.nn.relu(norm("stem.bn", _conv(x, params["stem.conv.kernel"], 1)))
-        for stage in range(1, STAGES + 1):
-            for block in range(BLOCKS):
-                stride = 2 if stage > 1 and block == 0 else 1
-                h = self._block(params, norm, f"layer{stage}.block{block}", h, stride)
+        h = tf.nn.relu(_conv_bn(params, norm, self.stem, x))
+        if self.max_pool:
+            # 3x3 stride 2 with one pixel of padding: zeros equal torch's -inf here because the
+            # input is a ReLU's output (>= 0) and every window holds a real pixel.
+            h = tf.nn.max_pool2d(tf.pad(h, [[0, 0], [1, 1], [1, 1], [0, 0]]), 3, 2, "VALID")
+        for block in self.blocks:
+            h = self._block(params, norm, block, h)
         pooled = tf.reduce_mean(h, axis=[1, 2])  # global average pool
         return program.dense(pooled, params, "head"), updates
 
-    def _block(
-        self, params: Tensors, norm: _Norm, name: str, x: tf.Tensor, stride: int
-    ) -> tf.Tensor:
-        """BasicBlock: relu(bn1(conv1 x)) -> bn2(conv2 .) + shortcut(x) -> relu."""
-        h = tf.nn.relu(norm(f"{name}.bn1", _conv(x, params[f"{name}.conv1.kernel"], stride)))
-        h = norm(f"{name}.bn2", _conv(h, params[f"{name}.conv2.kernel"], 1))
-        shortcut = f"{name}.shortcut.conv.kernel"
-        if shortcut in params:  # the projection of a stage's first block (1x1, stride 2)
-            x = norm(f"{name}.shortcut.bn", _conv(x, params[shortcut], stride))
+    def _block(self, params: Tensors, norm: _Norm, block: resnet.Block, x: tf.Tensor) -> tf.Tensor:
+        """BasicBlock or bottleneck: conv-BN pairs with a ReLU after all but the last, plus the
+        shortcut (a 1x1 projection where the shape changes), then a ReLU."""
+        h = x
+        for i, c in enumerate(block.convs):
+            h = _conv_bn(params, norm, c, h)
+            h = tf.nn.relu(h) if i < len(block.convs) - 1 else h
+        if block.shortcut is not None:
+            x = _conv_bn(params, norm, block.shortcut, x)
         return tf.nn.relu(h + x)
 
     def numerics(self) -> dict[str, Any]:
@@ -70,6 +73,10 @@ class ResNet:
             "bn_eps": self.eps,
             "bn_running_var": BN_RUNNING_VAR,
         }
+
+
+def _conv_bn(params: Tensors, norm: _Norm, c: resnet.Conv, h: tf.Tensor) -> tf.Tensor:
+    return norm(c.bn, _conv(h, params[f"{c.name}.kernel"], c.stride))
 
 
 @typing.final
@@ -102,5 +109,4 @@ class _Norm:
 
 
 def build(trial: TrialSpec) -> Program:
-    numerics = trial.workload.numerics
-    return program.build(trial, resnet, ResNet(numerics.bn_momentum, numerics.bn_eps))
+    return program.build(trial, resnet, ResNet(trial.workload))

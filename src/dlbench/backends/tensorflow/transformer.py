@@ -1,4 +1,4 @@
-"""The BERT-style encoder in TensorFlow itself (program.py holds the training machinery).
+"""The transformer encoder (pre-LN, or BERT's post-LN) in TensorFlow itself (program.py holds the training machinery).
 Activations stay (batch * length, D) matrices so every projection is one plain MatMul; the
 attention is the plain formula, because TF has no fused attention op on the CPU."""
 
@@ -27,30 +27,31 @@ def _gelu_erf(x: tf.Tensor) -> tf.Tensor:
 
 
 @typing.final
-class Transformer:
-    layout = SameLayout()
+class Encoder:
+    """The blocks on (batch * length, D) rows: pre-LN h + f(LN(h)) or post-LN (BERT)
+    LN(h + f(h)); vit.py uses them too."""
 
-    def __init__(self, depth: int, heads: int, ln_eps: float) -> None:
-        self.depth = depth
-        self.heads = heads
+    def __init__(self, size: transformer.Size, ln_eps: float) -> None:
+        self.depth = size.depth
+        self.heads = size.heads
+        self.post = size.norm == transformer.POST
         self.ln_eps = ln_eps
 
-    def forward(
-        self, params: Tensors, buffers: Tensors, x: tf.Tensor, training: bool
-    ) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
-        p = params
-        length, width = p["embed.positions"].shape
-        h = tf.gather(p["embed.tokens"], x) + p["embed.positions"]  # (batch, L, D)
-        h = tf.reshape(h, [-1, width])
+    def __call__(self, p: Tensors, h: tf.Tensor, length: int) -> tf.Tensor:
         for i in range(self.depth):
-            h = h + self._attention(p, f"block{i}.attn", self._norm(p, f"block{i}.ln1", h), length)
-            u = _gelu_erf(dense(self._norm(p, f"block{i}.ln2", h), p, f"block{i}.mlp.fc1"))
-            h = h + dense(u, p, f"block{i}.mlp.fc2")
-        h = self._norm(p, "final_ln", h)
-        pooled = tf.reduce_mean(tf.reshape(h, [-1, length, width]), axis=1)
-        return dense(pooled, p, "head"), {}
+            b = f"block{i}"
+            if self.post:
+                h = self.norm(p, f"{b}.ln1", h + self._attention(p, f"{b}.attn", h, length))
+                h = self.norm(p, f"{b}.ln2", h + self._mlp(p, f"{b}.mlp", h))
+            else:
+                h = h + self._attention(p, f"{b}.attn", self.norm(p, f"{b}.ln1", h), length)
+                h = h + self._mlp(p, f"{b}.mlp", self.norm(p, f"{b}.ln2", h))
+        return h
 
-    def _norm(self, params: Tensors, name: str, h: tf.Tensor) -> tf.Tensor:
+    def _mlp(self, p: Tensors, name: str, h: tf.Tensor) -> tf.Tensor:
+        return dense(_gelu_erf(dense(h, p, f"{name}.fc1")), p, f"{name}.fc2")
+
+    def norm(self, params: Tensors, name: str, h: tf.Tensor) -> tf.Tensor:
         """LayerNorm over the features: biased variance, eps inside the square root."""
         mean, var = tf.nn.moments(h, axes=[-1], keepdims=True)
         scale, bias = params[f"{name}.scale"], params[f"{name}.bias"]
@@ -73,8 +74,30 @@ class Transformer:
         return {"ln_eps": self.ln_eps, "gelu": GELU, "attention_scale": ATTENTION_SCALE}
 
 
+@typing.final
+class Transformer:
+    layout = SameLayout()
+
+    def __init__(self, size: transformer.Size, ln_eps: float) -> None:
+        self.encoder = Encoder(size, ln_eps)
+
+    def forward(
+        self, params: Tensors, buffers: Tensors, x: tf.Tensor, training: bool
+    ) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        p, e = params, self.encoder
+        length, width = p["embed.positions"].shape
+        h = tf.gather(p["embed.tokens"], x) + p["embed.positions"]  # (batch, L, D)
+        h = tf.reshape(h, [-1, width])
+        h = e(p, e.norm(p, "embed.ln", h) if e.post else h, length)
+        h = h if e.post else e.norm(p, "final_ln", h)
+        pooled = tf.reduce_mean(tf.reshape(h, [-1, length, width]), axis=1)
+        return dense(pooled, p, "head"), {}
+
+    def numerics(self) -> dict[str, Any]:
+        return self.encoder.numerics()
+
+
 def build(trial: TrialSpec) -> Program:
     spec = trial.workload
-    size = transformer.MODEL_SIZES[spec.model_size]
-    model = Transformer(size.depth, size.heads, spec.numerics.ln_eps)
+    model = Transformer(transformer.MODEL_SIZES[spec.model_size], spec.numerics.ln_eps)
     return program.build(trial, transformer, model)

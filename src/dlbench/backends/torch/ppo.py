@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from dlbench.backends.base import Unsupported
+from dlbench.backends.torch.training import compilations, make_optimizer, optimizer_numerics
 from dlbench.spec import TrialSpec
 from dlbench.workloads import cartpole, ppo
 from dlbench.workloads.data import Augment, Dataset
@@ -152,10 +153,7 @@ class PpoProgram:
 
     def init(self, params: dict[str, np.ndarray]) -> State:
         p = {k: torch.tensor(v, dtype=self._dtype, requires_grad=True) for k, v in params.items()}
-        n = self._n
-        opt = torch.optim.Adam(list(p.values()), lr=n.learning_rate, betas=(n.beta1, n.beta2), eps=n.eps,
-                               weight_decay=n.weight_decay, amsgrad=False, maximize=False, fused=True)
-        return State(p, opt)
+        return State(p, make_optimizer(p.values(), self._n))
 
     def batches(self, order: np.ndarray, augment: Augment | None = None) -> Iterator[torch.Tensor]:
         if augment is not None:
@@ -211,11 +209,7 @@ class PpoProgram:
                 "rule": "PPO: one update call per minibatch; the rollout's placement is the rollout policy"}
 
     def compilations(self) -> int:
-        if not self._compiled:
-            return 0
-        from torch._dynamo.utils import counters
-
-        return int(counters["stats"]["unique_graphs"])
+        return compilations(self._compiled)
 
     def precision(self) -> dict[str, Any]:
         return {"param_dtype": str(self._dtype).removeprefix("torch."),
@@ -224,11 +218,8 @@ class PpoProgram:
 
     def numerics(self) -> dict[str, Any]:
         probe = self.init({"probe": np.zeros(1, np.float32)})
-        group = probe.optimizer.param_groups[0]
-        return {"optimizer": type(probe.optimizer).__name__.lower(), "learning_rate": group["lr"],
-                "beta1": group["betas"][0], "beta2": group["betas"][1], "eps": group["eps"],
-                "eps_placement": "outside_sqrt", "bias_correction": True, "weight_decay": group["weight_decay"],
-                "dropout": 0.0, "loss": "ppo_clip", "dtype": str(self._dtype).removeprefix("torch."), **self._e}
+        return {**optimizer_numerics(probe.optimizer), "dropout": 0.0, "loss": "ppo_clip",
+                "dtype": str(self._dtype).removeprefix("torch."), **self._e}
 
     # --- the RL scenarios ---------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from dlbench.backends.torch import (
     pipeline,
 )
 from dlbench.backends.torch.layers import pick
+from dlbench.backends.torch.training import compilations, make_optimizer, optimizer_numerics
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.workloads.data import Augment, Dataset
 
@@ -219,22 +220,6 @@ def eval_forward(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return model(x)
 
 
-def make_optimizer(module: nn.Module, n: Numerics) -> torch.optim.Adam:
-    # fused=True: one ATen kernel per parameter, several times faster than the foreach and
-    # for-loop paths on CPU; torch.compile leaves it untraced ("don't trace into fused
-    # optimizer"), which is also faster than Inductor's code for the traced foreach path.
-    return torch.optim.Adam(
-        module.parameters(),
-        lr=n.learning_rate,
-        betas=(n.beta1, n.beta2),
-        eps=n.eps,
-        weight_decay=n.weight_decay,
-        amsgrad=False,
-        maximize=False,
-        fused=True,
-    )
-
-
 def make_cross_entropy(n: Numerics) -> nn.Module:
     return nn.CrossEntropyLoss(reduction="mean", label_smoothing=0.0)
 
@@ -396,7 +381,8 @@ class TorchProgram(Sampling, Generating):
                 slot = slots_by_name[name]
                 tensors[slot.torch_name].copy_(torch.from_numpy(np.ascontiguousarray(slot.layout.to_torch(a))))
         forward = ddp.wrap(module) if self._world > 1 else module
-        return State(module, make_optimizer(module, self._trial.workload.numerics), forward, self._amp.scaler())
+        return State(module, make_optimizer(module.parameters(), self._trial.workload.numerics), forward,
+                     self._amp.scaler())
 
     def _shard(self, rows: int) -> slice:
         return shard_slice(rows, self._world, self._rank)
@@ -507,11 +493,7 @@ class TorchProgram(Sampling, Generating):
         return losses.cpu().numpy().astype(np.float64)
 
     def compilations(self) -> int:
-        if not self._compiled:
-            return 0  # eager mode never imports dynamo
-        from torch._dynamo.utils import counters
-
-        return int(counters["stats"]["unique_graphs"])
+        return compilations(self._compiled)
 
     def precision(self) -> dict[str, Any]:
         """The precision policy as the training step runs it."""
@@ -528,19 +510,10 @@ class TorchProgram(Sampling, Generating):
         """The workload's NUMERICS_FIELDS read back from objects built by the same factories as
         init's (on the meta device: no storage, no cost)."""
         module = self._meta_module()
-        optimizer = make_optimizer(module, self._trial.workload.numerics)
-        group = optimizer.param_groups[0]
-        beta1, beta2 = group["betas"]
+        optimizer = make_optimizer(module.parameters(), self._trial.workload.numerics)
         loss = self._loss_fn
         found = {
-            "optimizer": type(optimizer).__name__.lower() + ("_amsgrad" if group["amsgrad"] else ""),
-            "learning_rate": float(group["lr"]),
-            "beta1": float(beta1),
-            "beta2": float(beta2),
-            "eps": float(group["eps"]),
-            "eps_placement": "outside_sqrt",  # torch.optim.Adam's formula, not a setting
-            "bias_correction": True,  # likewise: torch.optim.Adam always bias-corrects
-            "weight_decay": float(group["weight_decay"]),
+            **optimizer_numerics(optimizer),
             "dropout": max((float(m.p) for m in module.modules() if isinstance(m, nn.Dropout)), default=0.0),
             **loss_numerics(loss),
             "dtype": str(next(module.parameters()).dtype).removeprefix("torch."),

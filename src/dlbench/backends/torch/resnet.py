@@ -1,5 +1,5 @@
-"""The resnet workload in PyTorch: ResNet-18, CIFAR variant, as torchvision's BasicBlock but with
-the canonical module names; BatchNorm in torch's own convention, which is the spec's (momentum is
+"""The resnet workload in PyTorch: ResNet-18 (CIFAR variant) and ResNet-50 v1.5, as torchvision's
+BasicBlock and Bottleneck but with the canonical module names; BatchNorm in torch's own convention, which is the spec's (momentum is
 the weight of the new batch, biased variance to normalise, unbiased for the running variance)."""
 
 from __future__ import annotations
@@ -14,18 +14,18 @@ from torch import nn
 
 from dlbench.backends.torch import program
 from dlbench.backends.torch.layers import conv_padding, one_value
-from dlbench.spec import Numerics, TrialSpec
+from dlbench.spec import Numerics, TrialSpec, WorkloadSpec
 from dlbench.workloads import resnet as workload
 
 
 def build(trial: TrialSpec) -> program.TorchProgram:
     spec = trial.workload
-    return program.build(trial, ResnetModel(workload.MODEL_SIZES[spec.model_size], spec.num_classes, spec.numerics))
+    return program.build(trial, ResnetModel(spec))
 
 
-def _conv(in_ch: int, out_ch: int, size: int, stride: int) -> nn.Conv2d:
+def _conv(conv: workload.Conv) -> nn.Conv2d:
     # Explicit symmetric pads: k//2 zeros on every side, stride 2 included.
-    return nn.Conv2d(in_ch, out_ch, size, stride=stride, padding=size // 2, bias=False)
+    return nn.Conv2d(conv.in_ch, conv.out_ch, conv.size, stride=conv.stride, padding=conv.size // 2, bias=False)
 
 
 def _bn(ch: int, n: Numerics) -> nn.BatchNorm2d:
@@ -36,48 +36,56 @@ def _bn(ch: int, n: Numerics) -> nn.BatchNorm2d:
 class ConvBn(nn.Module):
     """`<name>.conv` and `<name>.bn`: the stem and the projection shortcuts."""
 
-    def __init__(self, in_ch: int, out_ch: int, size: int, stride: int, n: Numerics) -> None:
+    def __init__(self, conv: workload.Conv, n: Numerics) -> None:
         super().__init__()
-        self.conv = _conv(in_ch, out_ch, size, stride)
-        self.bn = _bn(out_ch, n)
+        self.conv = _conv(conv)
+        self.bn = _bn(conv.out_ch, n)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.bn(self.conv(x))
 
 
-class BasicBlock(nn.Module):
-    def __init__(self, in_ch: int, out_ch: int, stride: int, n: Numerics) -> None:
+class Block(nn.Module):
+    """A BasicBlock (conv1, conv2) or a bottleneck (conv1, conv2, conv3), as torchvision's: ReLU
+    after every conv-BN pair but the last, then the shortcut added and a ReLU."""
+
+    def __init__(self, block: workload.Block, n: Numerics) -> None:
         super().__init__()
-        self.conv1 = _conv(in_ch, out_ch, 3, stride)
-        self.bn1 = _bn(out_ch, n)
-        self.conv2 = _conv(out_ch, out_ch, 3, 1)
-        self.bn2 = _bn(out_ch, n)
-        self.shortcut = ConvBn(in_ch, out_ch, 1, stride, n) if stride != 1 or in_ch != out_ch else nn.Identity()
+        self.pairs: list[tuple[nn.Conv2d, nn.BatchNorm2d]] = []
+        for conv in block.convs:  # canonical names: conv1/bn1, conv2/bn2, conv3/bn3
+            pair = (_conv(conv), _bn(conv.out_ch, n))
+            self.add_module(conv.name.rsplit(".", 1)[1], pair[0])
+            self.add_module(conv.bn.rsplit(".", 1)[1], pair[1])
+            self.pairs.append(pair)
+        self.shortcut = ConvBn(block.shortcut, n) if block.shortcut is not None else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z = torch.relu(self.bn1(self.conv1(x)))
-        z = self.bn2(self.conv2(z))
+        z = x
+        for i, (conv, bn) in enumerate(self.pairs):
+            z = bn(conv(z))
+            z = torch.relu(z) if i < len(self.pairs) - 1 else z
         return torch.relu(z + self.shortcut(x))
 
 
 class ResNet(nn.Module):
-    def __init__(self, width: int, num_classes: int, n: Numerics) -> None:
+    def __init__(self, spec: WorkloadSpec) -> None:
         super().__init__()
-        self.stem = ConvBn(workload.INPUT_SHAPE[2], width, 3, 1, n)
+        n = spec.numerics
+        self.stem = ConvBn(workload.stem(spec), n)
+        # ResNet-50's 3x3 stride-2 max-pool pads with -inf (never the maximum), as torchvision.
+        self.pool = nn.MaxPool2d(3, stride=2, padding=1) if workload.max_pool(spec) else nn.Identity()
+        stages: dict[str, OrderedDict[str, nn.Module]] = {}
+        for block in workload.blocks(spec):  # "layer2.block0"
+            stage, name = block.name.split(".")
+            stages.setdefault(stage, OrderedDict())[name] = Block(block, n)
         self.stages: list[nn.Module] = []
-        in_ch = width
-        for stage in range(4):
-            out_ch = width * 2**stage
-            blocks: OrderedDict[str, nn.Module] = OrderedDict()
-            for j in range(2):
-                blocks[f"block{j}"] = BasicBlock(in_ch, out_ch, 2 if stage > 0 and j == 0 else 1, n)
-                in_ch = out_ch
+        for stage, blocks in stages.items():
             self.stages.append(nn.Sequential(blocks))
-            self.add_module(f"layer{stage + 1}", self.stages[-1])  # layer1.block0.conv1.kernel, ...
-        self.head = nn.Linear(in_ch, num_classes)
+            self.add_module(stage, self.stages[-1])  # layer1.block0.conv1.kernel, ...
+        self.head = nn.Linear(workload.MODEL_SIZES[spec.model_size].features, spec.num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.relu(self.stem(x))
+        h = self.pool(torch.relu(self.stem(x)))
         for stage in self.stages:
             h = stage(h)
         return self.head(h.mean(dim=(2, 3)))  # global average pool
@@ -91,11 +99,11 @@ class ResnetModel:
     memory_format = torch.channels_last
     layouts: Mapping[str, program.Layout] = {}
 
-    def __init__(self, size: workload.Size, num_classes: int, numerics: Numerics) -> None:
-        self._size, self._num_classes, self._numerics = size, num_classes, numerics
+    def __init__(self, spec: WorkloadSpec) -> None:
+        self._spec = spec
 
     def module(self) -> nn.Module:
-        return ResNet(self._size.width, self._num_classes, self._numerics)
+        return ResNet(self._spec)
 
     def numerics(self, module: nn.Module) -> dict[str, Any]:
         bns = [m for m in module.modules() if isinstance(m, nn.BatchNorm2d)]

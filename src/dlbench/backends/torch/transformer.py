@@ -74,31 +74,53 @@ class Mlp(nn.Module):
         return self.fc2(self.gelu(self.fc1(h)))
 
 
+def layer_norm(s: workload.Size, n: Numerics) -> nn.LayerNorm:
+    return nn.LayerNorm(s.dim, eps=n.ln_eps, elementwise_affine=True, bias=True)
+
+
 class Block(nn.Module):
+    """Pre-LN h + f(LN(h)), or post-LN (BERT) LN(h + f(h))."""
+
     def __init__(self, s: workload.Size, n: Numerics) -> None:
         super().__init__()
-        self.ln1 = nn.LayerNorm(s.dim, eps=n.ln_eps, elementwise_affine=True, bias=True)
+        self.ln1 = layer_norm(s, n)
         self.attn = Attention(s)
-        self.ln2 = nn.LayerNorm(s.dim, eps=n.ln_eps, elementwise_affine=True, bias=True)
+        self.ln2 = layer_norm(s, n)
         self.mlp = Mlp(s, _GELU[n.gelu])
+        self.post = s.norm == workload.POST
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
+        if self.post:
+            h = self.ln1(h + self.attn(h))
+            return self.ln2(h + self.mlp(h))
         h = h + self.attn(self.ln1(h))
         return h + self.mlp(self.ln2(h))
+
+
+def add_blocks(parent: nn.Module, s: workload.Size, n: Numerics) -> list[Block]:
+    """The encoder's blocks, registered as `block0`, `block1`, ... (canonical names:
+    block0.attn.query.kernel, ...)."""
+    blocks = [Block(s, n) for _ in range(s.depth)]
+    for i, block in enumerate(blocks):
+        parent.add_module(f"block{i}", block)
+    return blocks
 
 
 class Transformer(nn.Module):
     def __init__(self, s: workload.Size, num_classes: int, n: Numerics) -> None:
         super().__init__()
         self.embed = Embed(s)
-        self.blocks = [Block(s, n) for _ in range(s.depth)]
-        for i, block in enumerate(self.blocks):
-            self.add_module(f"block{i}", block)  # canonical names: block0.attn.query.kernel, ...
-        self.final_ln = nn.LayerNorm(s.dim, eps=n.ln_eps, elementwise_affine=True, bias=True)
+        self.post = s.norm == workload.POST
+        if self.post:  # embed.ln
+            self.embed.add_module("ln", layer_norm(s, n))
+        self.blocks = add_blocks(self, s, n)
+        self.final_ln = nn.Identity() if self.post else layer_norm(s, n)
         self.head = nn.Linear(s.dim, num_classes)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         h = self.embed(ids)
+        if self.post:
+            h = self.embed.ln(h)
         for block in self.blocks:
             h = block(h)
         return self.head(self.final_ln(h).mean(dim=1))

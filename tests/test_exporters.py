@@ -1,0 +1,55 @@
+"""The exporting backends (ONNX Runtime from torch, LiteRT from TensorFlow) as data, in the parent
+process (no framework imported): they say which family they export from, serve every workload
+that family implements with no module per workload, and say why not with one reason each."""
+
+from __future__ import annotations
+
+import importlib.util
+import pkgutil
+
+import pytest
+
+from dlbench import workloads
+from dlbench.backends import get_backend, registered, support
+from dlbench.backends.base import BUILTIN_PACKAGES, builder_module, builder_package
+from dlbench.cli import listing
+
+EXPORTERS = [f for f in registered() if get_backend(f).capabilities.exports_from is not None]
+
+
+def test_onnxruntime_exports_from_torch_and_litert_from_tensorflow():
+    assert {f: get_backend(f).capabilities.exports_from for f in EXPORTERS} == {
+        "onnxruntime": "torch", "litert": "tensorflow"}
+
+
+@pytest.mark.parametrize("framework", EXPORTERS)
+def test_no_module_per_workload_in_an_exporting_backend(framework):
+    """The done-means: no backend file whose whole body hands the trial on to program.build."""
+    found = importlib.util.find_spec(type(get_backend(framework)).__module__)
+    assert found is not None and found.submodule_search_locations is not None
+    modules = {m.name for m in pkgutil.iter_modules(found.submodule_search_locations)}
+    assert not modules & set(workloads.names()), modules
+
+
+@pytest.mark.parametrize("framework", EXPORTERS)
+def test_every_workload_of_the_source_family_is_served_or_declined_with_a_reason(framework):
+    """Each usable workload: served in compiled mode where the source family implements it and it
+    has an infer scenario (detect, ddpm and the lstm plugin included), else one reason."""
+    backend = get_backend(framework)
+    source = BUILTIN_PACKAGES + backend.capabilities.exports_from
+    assert builder_package(type(backend).__module__, backend.capabilities) == source
+    cells = listing.support(framework).modes
+    for w in workloads.usable():
+        served = builder_module(source, w) is not None and "infer" in workloads.get(w).SCENARIOS
+        compiled = cells[w]["compiled"]
+        assert (compiled is None) == served, (w, compiled)
+        if w == "ppo":
+            assert compiled == "none of ppo's scenarios (rollout, train, converge) runs with infer only"
+    assert {"detect", "ddpm"} <= {w for w in workloads.usable() if cells[w]["compiled"] is None}
+
+
+def test_a_workload_the_source_lacks_names_the_source(monkeypatch):
+    monkeypatch.setattr(support, "builder_module", lambda package, workload: None)
+    why = support.workload_unsupported("litert", get_backend("litert"), "cnn")
+    assert why == "litert serves tensorflow's implementations, and tensorflow has no implementation of 'cnn'"
+    assert support.workload_unsupported("jax", get_backend("jax"), "cnn") == "jax has no implementation of 'cnn'"

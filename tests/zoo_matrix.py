@@ -1,0 +1,46 @@
+"""The matrix of the per-framework zoo tests (tests/test_backend_*_zoo.py), from the registries:
+every usable workload, built-in or a plugin's, that the framework runs (the answer `dlbench list`
+gives: backends.support.workload_unsupported), each with the check its scenarios need:
+
+- `supervised`: the workloads whose train scenario is the supervised runner's (classifiers,
+  detect, ddpm, the lstm plugin): loss against the NumPy reference, gradients, data order,
+  training steps, numerics read back;
+- `rollouts`: the workloads with a rollout scenario (ppo): tests/ppo_check.py's environment
+  steps, rollouts and updates against the NumPy definition.
+
+A workload that fits neither is left in `unchecked`, and each zoo test fails on it: a new kind
+of workload needs its check here, never a silent skip.
+"""
+
+from __future__ import annotations
+
+from dlbench import workloads
+from dlbench.backends import get_backend, support
+
+
+def runnable(framework: str) -> list[str]:
+    """Every usable workload the framework runs, in registry order."""
+    backend = get_backend(framework)
+    return [w for w in workloads.usable() if support.workload_unsupported(framework, backend, w) is None]
+
+
+def _is_supervised(workload: str) -> bool:
+    return workloads.get(workload).SCENARIOS.get("train") == "train"
+
+
+def _has_rollout(workload: str) -> bool:
+    return "rollout" in workloads.get(workload).SCENARIOS
+
+
+def supervised(framework: str) -> list[str]:
+    return [w for w in runnable(framework) if _is_supervised(w)]
+
+
+def rollouts(framework: str) -> list[str]:
+    return [w for w in runnable(framework) if _has_rollout(w) and not _is_supervised(w)]
+
+
+def unchecked(framework: str) -> list[str]:
+    """Runnable workloads that no check of the zoo tests covers (should be empty)."""
+    covered = {*supervised(framework), *rollouts(framework)}
+    return [w for w in runnable(framework) if w not in covered]
