@@ -84,6 +84,10 @@ ZERO_GRAD_ABS = 1e-6
 # gradients, not float64 ones: resnet's float32 trajectory is ill-conditioned (float64 Adam on
 # float64 gradients plus noise of 1e-6 of each tensor's norm moved its updates by 7-9 %).
 TRAJECTORY_RTOL = 1e-5
+# resnet's third chunk (the mean of ten ill-conditioned BatchNorm steps) on an Intel Xeon with
+# AVX-512 FP16 (2026-11-28): keras-tensorflow graph 3.5e-5 from NumPy Adam, the same before and
+# after that day's changes; the other workloads and the first two chunks stay within 2e-7.
+TRAJECTORY_RTOL_BY_WORKLOAD = {"resnet": 1e-4}
 UPDATE_RTOL = 1e-3
 # Ten float32 updates against float64 (measured: 2e-7). Keras's own Adam with eps 1e-8 is off by
 # 9e-6 for gradients of 1, 2e-4 for 1e-3 and 100 % for 1e-8 (eps before the bias correction).
@@ -363,7 +367,8 @@ def test_fit_follows_numpy_adam(zoo, name):
     for fw, mode, f in checked(zoo, name):
         ref = f["reference_losses"]
         expected = [ref[0], ref[1], float(np.mean(ref[2:]))]  # one mean per chunk (CHUNKS)
-        np.testing.assert_allclose(f["losses"], expected, rtol=TRAJECTORY_RTOL, err_msg=f"{fw} {mode}")
+        rtol = TRAJECTORY_RTOL_BY_WORKLOAD.get(name, TRAJECTORY_RTOL)
+        np.testing.assert_allclose(f["losses"], expected, rtol=rtol, err_msg=f"{fw} {mode}")
         assert all(b < a for a, b in zip(f["losses"], f["losses"][1:])), (fw, mode, f["losses"])
         assert f["reset_max_abs_diff"] == 0.0, (fw, mode)
         trained, ref_params = arrays(zoo, fw, name, mode, "trained"), arrays(zoo, fw, name, mode, "reference")
