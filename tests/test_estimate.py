@@ -11,7 +11,7 @@ import pytest
 from dlbench.cli.main import main
 from dlbench.results.store import Store
 from dlbench.runner.plan import Costs, Sweep, estimate_s, learn, make_plan
-from dlbench.spec import TrialSpec, to_dict
+from dlbench.spec import SolveOptions, TrialSpec, to_dict
 
 
 def _trial(framework: str = "torch", workload: str = "cnn", preset: str = "cpu", mode: str = "compiled") -> TrialSpec:
@@ -30,6 +30,20 @@ def test_a_first_estimate_counts_start_up_and_compiles_by_framework_and_workload
     eager, _ = estimate_s(_trial("torch", "resnet", "tiny", "eager"), costs)
     compiled, _ = estimate_s(_trial("torch", "resnet", "tiny", "compiled"), costs)
     assert compiled > 2 * eager  # the compile is most of a tiny trial
+
+
+def test_a_first_estimate_of_a_solve_trial_counts_its_sweep_points_and_the_neural_odes_gradients():
+    def solve_s(workload: str, options: SolveOptions = SolveOptions()) -> float:
+        plan = make_plan(Sweep(workloads=(workload,), frameworks=("jax",), scenarios=("solve",), repeats=1,
+                               scenario_options=(options,)))
+        return estimate_s(plan.trials[0].spec, Costs())[0]
+
+    # eight tolerances x (6 framework + 5 SciPy curves), not the start-up alone (1.6 min for the
+    # 33 min development run before the estimate knew the sweep)
+    robertson = solve_s("robertson")
+    assert 45 < robertson < 200
+    assert solve_s("node-ode") > robertson + 10  # its gradients
+    assert solve_s("robertson", SolveOptions(solve_rtol_tightest=1e-4)) < robertson / 2  # two tolerances
 
 
 def test_the_store_teaches_the_same_configuration_and_the_same_kind_at_other_sizes():

@@ -18,7 +18,7 @@ import pytest
 
 from dlbench import scenarios, workloads
 from dlbench.backends import base
-from dlbench.backends.base import Generator, Rollout, Sampler, Servable, Trainable
+from dlbench.backends.base import Generator, OdeModule, Rollout, Sampler, Servable, Trainable
 from dlbench.cli.main import main
 from dlbench.cli.run import SCENARIO_OPTION_FLAGS, SWEEP_DEFAULTS
 from dlbench.report.scenarios import REPORTING
@@ -47,8 +47,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 NAME_PLACES: dict[str, set[str]] = {
     # the records, the workloads' --scenario -> runner scenario maps, the spec's choices
     "scenarios.py": {"train", "infer", "converge", "sample", "rollout", "rl_rollout", "rl_train", "rl_converge",
-                     "generate"},
-    "spec.py": {"train", "infer", "converge", "rollout", "generate"},
+                     "generate", "solve"},
+    "spec.py": {"train", "infer", "converge", "rollout", "generate", "solve"},
+    "workloads/odes.py": {"solve"},
     "workloads/base.py": {"train", "infer", "converge"},
     "workloads/ppo.py": {"train", "converge", "rollout", "rl_rollout", "rl_train", "rl_converge"},
     "workloads/ddpm.py": {"train", "infer", "sample"},
@@ -56,11 +57,11 @@ NAME_PLACES: dict[str, set[str]] = {
     "workloads/__init__.py": {"train"},
     # one registration per layer
     "runner/scenarios/registry.py": {"train", "infer", "converge", "sample", "rl_rollout", "rl_train", "rl_converge",
-                                     "generate"},
+                                     "generate", "solve"},
     "report/scenarios.py": {"train", "infer", "converge", "sample", "rl_rollout", "rl_train", "rl_converge",
-                            "generate"},
+                            "generate", "solve"},
     # capability names that read like scenarios (base: Capabilities.covers; verdicts: parity kinds)
-    "backends/base.py": {"train", "rollout", "infer", "generate"},
+    "backends/base.py": {"train", "rollout", "infer", "generate", "solve"},
     "runner/verdicts.py": {"sample", "train", "generate"},
     "runner/protocol.py": {"sample"},
     # what is still keyed by a --scenario name
@@ -77,7 +78,7 @@ NAME_PLACES: dict[str, set[str]] = {
     "results/tidy.py": {"train"},
 }
 SCENARIO_WORDS = {"train", "infer", "converge", "rollout", "sample", "rl_rollout", "rl_train", "rl_converge",
-                  "generate"}
+                  "generate", "solve"}
 
 
 def _names_in_code(path: Path) -> set[str]:
@@ -129,7 +130,8 @@ def test_every_layer_registers_exactly_the_recorded_scenarios():
 
 
 def test_each_capability_is_a_protocol_and_the_supervised_program_has_train_and_serve():
-    protocols = {"train": Trainable, "serve": Servable, "rollout": Rollout, "sample": Sampler, "generate": Generator}
+    protocols = {"train": Trainable, "serve": Servable, "rollout": Rollout, "sample": Sampler, "generate": Generator,
+                 "solve": OdeModule}
     assert set(protocols) == set(scenarios.CAPABILITIES)
     assert all(getattr(base, p.__name__) is p for p in protocols.values())
     # a supervised Program is both; a rollout program needs no compile nor inference stubs

@@ -167,6 +167,9 @@ def test_list_is_a_matrix_that_fits(width, monkeypatch, capsys):
     # leave out is one shared note, ppo's (no infer scenario), and nothing "no implementation".
     assert "onnxruntime, litert: ppo: none of ppo's scenarios (rollout, train, converge) runs with infer only" in joined
     assert "no implementation" not in joined and "fp32 bf16: torch, tensorflow, jax, keras-*" in joined
+    # the solver scenario's ODE problems: a row of the workloads table, not matrix columns; who runs them, one line
+    assert "solve error lotka-volterra robertson hires node-ode" in joined
+    assert "solve (its workloads above): torch, tensorflow, jax; why not the others: --long" in joined
 
 
 def test_list_long_and_json_keep_every_pair(capsys, monkeypatch):

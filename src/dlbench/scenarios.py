@@ -18,16 +18,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from dlbench.spec import ConvergeOptions, GenerateOptions, InferOptions, NoOptions
+from dlbench.spec import ConvergeOptions, GenerateOptions, InferOptions, NoOptions, SolveOptions
 
 # What a scenario needs a Program to do (backends/base.py: Trainable, Servable, Rollout, Sampler,
-# Generator).
-Capability = Literal["train", "serve", "rollout", "sample", "generate"]
-CAPABILITIES: tuple[Capability, ...] = ("train", "serve", "rollout", "sample", "generate")
+# Generator); "solve": the backend's ODE solver module (backends/<framework>/ode.py: base.OdeModule).
+Capability = Literal["train", "serve", "rollout", "sample", "generate", "solve"]
+CAPABILITIES: tuple[Capability, ...] = ("train", "serve", "rollout", "sample", "generate", "solve")
 # How the parent judges the fixed-batch arrays a trial leaves (runner/verdicts.py: JUDGES):
 # "grads" loss and gradients, "logits" eval-mode logits, "sample" logits then a DDIM sample,
-# "generate" greedy ids and per-step logits against a float64 decoder with its own cache.
-Parity = Literal["grads", "logits", "sample", "generate"]
+# "generate" greedy ids and per-step logits against a float64 decoder with its own cache;
+# "none": the trial judges its own numbers against its float64 reference (the solver scenario's
+# error per point), the parent has nothing to judge.
+Parity = Literal["grads", "logits", "sample", "generate", "none"]
 # The headline of the scenarios that time training steps (the report compares them by it).
 TRAIN_THROUGHPUT = "samples_per_s"
 
@@ -46,7 +48,7 @@ class Scenario:
     parity: Parity
     headline: str
     reduced_precision: bool
-    options: type[InferOptions] | type[ConvergeOptions] | type[GenerateOptions] | type[NoOptions]
+    options: type[InferOptions] | type[ConvergeOptions] | type[GenerateOptions] | type[SolveOptions] | type[NoOptions]
     profiled: bool
     data_parallel: bool
 
@@ -66,6 +68,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              data_parallel=False),
     Scenario("generate", "generate", "generate", "output_tokens_per_s", False, GenerateOptions, profiled=False,
              data_parallel=False),
+    Scenario("solve", "solve", "none", "solve_1e-6_s", False, SolveOptions, profiled=False, data_parallel=False),
 )}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -21,7 +22,7 @@ MODES = ("eager", "graph", "compiled")
 # Which framework runs which on which device is data in each backend (backends/precision.py).
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 # What a trial measures; each workload says which it runs and how (workloads: SCENARIOS).
-SCENARIOS = ("train", "infer", "converge", "rollout", "generate")
+SCENARIOS = ("train", "infer", "converge", "rollout", "generate", "solve")
 COMPILE_CACHES = ("cold", "warm")
 LABELS = ("learnable", "random")
 # Where the training data lives: "pipeline", the framework's idiomatic loader (DataLoader,
@@ -334,14 +335,56 @@ class NoOptions:
         pass
 
 
-ScenarioOptions = InferOptions | ConvergeOptions | GenerateOptions | NoOptions
+# Tolerances the solver scenario accepts: below 1e-14 a float64 solve cannot meet them (SciPy
+# refuses rtol < 100 x machine epsilon), above 0.1 there is no precision to speak of.
+SOLVE_RTOL_RANGE = (1e-14, 0.1)
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    """The solver scenario (`--scenario solve` on an ODE problem: runner/scenarios/solve.py): a
+    work-precision sweep of relative tolerances from `solve_rtol_loosest` down to
+    `solve_rtol_tightest`, one per decade (atol = rtol x the problem's scale), each solve capped
+    at `solve_max_steps` steps. Field names are TrialSpec's, as InferOptions'."""
+
+    solve_rtol_loosest: float = 1e-3
+    solve_rtol_tightest: float = 1e-10
+    solve_max_steps: int = 5000
+
+    # The --scenario these options belong to (OPTIONS).
+    SCENARIO: ClassVar[str] = "solve"
+
+    def validate(self, scenario: str) -> None:
+        low, high = SOLVE_RTOL_RANGE
+        for name, value in (("loosest rtol", self.solve_rtol_loosest), ("tightest rtol", self.solve_rtol_tightest)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+                raise SpecError(f"{name} {value!r} is not a tolerance: allowed are numbers from {low:g} to {high:g}")
+        if self.solve_rtol_tightest > self.solve_rtol_loosest:
+            raise SpecError(f"tightest rtol {self.solve_rtol_tightest:g} is looser than the loosest"
+                            f" {self.solve_rtol_loosest:g}: allowed is tightest <= loosest")
+        _check_positive_int("solve max steps", self.solve_max_steps)
+        if scenario != self.SCENARIO and self != SolveOptions():
+            raise SpecError(f"tolerances and solve max steps apply to the {self.SCENARIO} scenario only,"
+                            f" not {scenario!r}")
+
+    def rtols(self) -> tuple[float, ...]:
+        """One tolerance per decade from the loosest, the tightest last."""
+        decades = math.floor(math.log10(self.solve_rtol_loosest / self.solve_rtol_tightest) + 1e-9)
+        found = [self.solve_rtol_loosest / 10**i for i in range(decades + 1)]
+        if not math.isclose(found[-1], self.solve_rtol_tightest, rel_tol=1e-9):
+            found.append(self.solve_rtol_tightest)
+        return tuple(found)
+
+
+ScenarioOptions = InferOptions | ConvergeOptions | GenerateOptions | SolveOptions | NoOptions
+OptionsType = type[InferOptions] | type[ConvergeOptions] | type[GenerateOptions] | type[SolveOptions]
 # Each options type, the `--scenario` it belongs to: a sweep gives a trial the options of its
 # scenario only, so an option never changes another scenario's configuration key.
-OPTIONS: dict[str, type[InferOptions] | type[ConvergeOptions] | type[GenerateOptions]] = {
-    k.SCENARIO: k for k in (InferOptions, ConvergeOptions, GenerateOptions)}
+OPTIONS: dict[str, OptionsType] = {k.SCENARIO: k for k in (InferOptions, ConvergeOptions, GenerateOptions, SolveOptions)}
 _INFER = InferOptions()
 _CONVERGE = ConvergeOptions()
 _GENERATE = GenerateOptions()
+_SOLVE = SolveOptions()
 
 
 def option_fields(options: ScenarioOptions) -> dict[str, Any]:
@@ -385,6 +428,9 @@ class TrialSpec:
     prompt_len: int = field(default=_GENERATE.prompt_len, metadata=OMIT_DEFAULT)
     new_tokens: int = field(default=_GENERATE.new_tokens, metadata=OMIT_DEFAULT)
     gen_batch: int = field(default=_GENERATE.gen_batch, metadata=OMIT_DEFAULT)
+    solve_rtol_loosest: float = field(default=_SOLVE.solve_rtol_loosest, metadata=OMIT_DEFAULT)
+    solve_rtol_tightest: float = field(default=_SOLVE.solve_rtol_tightest, metadata=OMIT_DEFAULT)
+    solve_max_steps: int = field(default=_SOLVE.solve_max_steps, metadata=OMIT_DEFAULT)
     # The parent's watchdog kills the worker's process tree above this RSS (status `oom`).
     memory_limit_bytes: int | None = None
     # A profiled trial (`run --profile`, scenario train or infer): the timed window runs under the
@@ -423,6 +469,7 @@ class TrialSpec:
         self.infer_options().validate(self.scenario)
         self.converge_options().validate(self.scenario)
         self.generate_options().validate(self.scenario)
+        self.solve_options().validate(self.scenario)
         # Which scenarios a profiler covers is their record's (support.validate checks it).
         if self.profile is not False and self.profile is not True:
             raise SpecError(f"profile must be true or false, got {self.profile!r}")
@@ -457,6 +504,9 @@ class TrialSpec:
 
     def generate_options(self) -> GenerateOptions:
         return GenerateOptions(**{k: getattr(self, k) for k in option_fields(_GENERATE)})
+
+    def solve_options(self) -> SolveOptions:
+        return SolveOptions(**{k: getattr(self, k) for k in option_fields(_SOLVE)})
 
     def config_key(self) -> str:
         """The configuration key (`configuration_key` below): trials with equal keys are

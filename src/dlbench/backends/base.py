@@ -24,6 +24,7 @@ import numpy as np
 
 from dlbench import workloads
 from dlbench.backends.generation import Decoder
+from dlbench.backends.odesolve import OdeModule  # noqa: F401 (capability "solve": backends/<framework>/ode.py)
 from dlbench.backends.precision import Support
 from dlbench.scenarios import Capability
 from dlbench.packages import installed_versions, module_installed  # noqa: F401 (for the backends)
@@ -80,6 +81,8 @@ class Capabilities:
     grads: bool = True
     # Greedy generation with a KV cache (the generate scenario: Generator.decoder).
     generate: bool = False
+    # `solve`: the backend has an ODE solver module, backends/<framework>/ode.py (OdeSolvers).
+    solve: bool = False
     # Workloads this backend does not run, each with the reason a user reads in `dlbench list`
     # and in the trial's status: (workload, reason) pairs. The one way a backend says it lacks
     # a workload that its implementations (or, exporting, its source framework's) provide.
@@ -95,13 +98,15 @@ class Capabilities:
 
     def names(self) -> list[str]:
         return [name for name, has in (("train", self.train), ("infer", self.infer), ("grads", self.grads),
-                                       ("generate", self.generate)) if has]
+                                       ("generate", self.generate), ("solve", self.solve)) if has]
 
     def covers(self, capability: Capability) -> str | None:
         """None when this backend's programs have what a scenario's record needs, else the
         flag it lacks: training and rollouts (with their PPO update) need `train`, serving and
-        sampling (a forward in inference mode) need `infer`, generation `generate`."""
-        flag = "train" if capability in ("train", "rollout") else "generate" if capability == "generate" else "infer"
+        sampling (a forward in inference mode) need `infer`, generation `generate`, the solver
+        scenario `solve`."""
+        flag = ("train" if capability in ("train", "rollout") else "generate" if capability == "generate"
+                else "solve" if capability == "solve" else "infer")
         return None if getattr(self, flag) else flag
 
 

@@ -140,12 +140,18 @@ def other_presets(module: ModuleType) -> str:
     return ", ".join(named) or MISSING
 
 
+def _builtin_workloads() -> tuple[str, ...]:
+    """The built-in workloads: the training suite's, then the solver scenario's ODE problems
+    (which the frameworks x workloads matrix leaves out: a line below it says who runs them)."""
+    return (*workloads.WORKLOADS, *workloads.ODE_WORKLOADS)
+
+
 def workload_table() -> Table:
     """Every workload, built-in or from which plugin (distribution and version), with its
     scenarios, quality metric and extra presets (the published architectures), or why a plugin
     cannot be used."""
     body = []
-    for name in workloads.WORKLOADS:
+    for name in _builtin_workloads():
         module = workloads.get(name)
         body.append((name, "built-in", ", ".join(module.SCENARIOS), module.QUALITY, other_presets(module), "yes"))
     for name, origin, reason in workloads.plugin_status():
@@ -169,7 +175,7 @@ def compact_workload_table() -> Table:
     100x40 screen holds it whatever the number of workloads."""
     groups: dict[tuple[str, str], list[str]] = {}
     notes = []
-    for name in workloads.WORKLOADS:
+    for name in _builtin_workloads():
         module = workloads.get(name)
         groups.setdefault((", ".join(module.SCENARIOS), module.QUALITY), []).append(name)
     for name, origin, reason in workloads.plugin_status():
@@ -254,11 +260,12 @@ def compact_modes_table(rows: list[Support]) -> Table:
     reason shared by several frameworks (no implementation, an inference-only backend's
     scenarios) numbered once."""
     reasons = _Reasons([s.framework for s in rows])
+    shown = _matrix_scenarios()
     body = []
     for s in rows:
-        allowed = [k for k, r in s.scenarios.items() if r is None]
+        allowed = [k for k, r in s.scenarios.items() if r is None and k in shown]
         refs = dict.fromkeys(reasons.ref(_general(r, s.framework, k), s.framework, k)
-                             for k, r in s.scenarios.items() if r is not None)
+                             for k, r in s.scenarios.items() if r is not None and k in shown)
         scen = "all" if not refs else " ".join([*(allowed or ["none"]), *refs])
         cells = []
         for w in workloads.usable():
@@ -273,11 +280,30 @@ def compact_modes_table(rows: list[Support]) -> Table:
     versions = "versions: " + ", ".join(dict.fromkeys(
         s.version() if s.version().startswith(s.framework.split("-")[0]) or " " in s.version()
         else f"{s.framework} {s.version()}" for s in rows))
-    legend = (f"{', '.join(f'{c} = {m}' for m, c in MODE_CODES.items())}; all = {', '.join(SCENARIOS)};"
+    legend = (f"{', '.join(f'{c} = {m}' for m, c in MODE_CODES.items())}; all = {', '.join(shown)};"
               " [n]: why not, below")
-    notes = [legend, *filter(None, [_lacking_modes(rows)]), *reasons.notes(), versions, *backend_plugin_notes()]
+    notes = [legend, *filter(None, [_lacking_modes(rows)]), *reasons.notes(), *_outside_matrix_lines(rows, shown),
+             versions, *backend_plugin_notes()]
     return Table("list", "Frameworks", "frameworks x workloads: the modes each pair runs (--mode)", columns,
                  tuple(body), tuple(notes))
+
+
+def _matrix_scenarios() -> list[str]:
+    """The `--scenario` choices some workload of the matrix (`-w all`'s) takes."""
+    taken = {k for w in workloads.usable() for k in workloads.get(w).SCENARIOS}
+    return [k for k in SCENARIOS if k in taken]
+
+
+def _outside_matrix_lines(rows: list[Support], shown: list[str]) -> list[str]:
+    """A scenario only workloads outside the matrix take (the solver scenario's ODE problems,
+    grouped in the workloads table above): the frameworks that run it, one line (why not the
+    others: --long)."""
+    out = []
+    for k in SCENARIOS:
+        if k not in shown:
+            runs = _keras_star([s.framework for s in rows if s.scenarios.get(k) is None]) or ["none here"]
+            out.append(f"{k} (its workloads above): {', '.join(runs)}; why not the others: --long")
+    return out
 
 
 def _keras_star(frameworks: list[str]) -> list[str]:

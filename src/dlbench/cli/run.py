@@ -44,12 +44,13 @@ from dlbench.runner.executor import Outcome, Progress, execute, finish_run, regi
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
 from dlbench.runner.protocol import CHUNK, PHASE_NAME, STEPS, event_kind
 from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimate_s, learn, make_plan
-from dlbench.spec import SCENARIOS, ConvergeOptions, GenerateOptions, InferOptions, SpecError, option_fields, to_dict
+from dlbench.spec import (SCENARIOS, ConvergeOptions, GenerateOptions, InferOptions, SolveOptions, SpecError,
+                          option_fields, to_dict)
 from dlbench.text import printable
 
 # The scenario options' command-line destinations -> (options dataclass, its field); their
 # defaults are the dataclass's (spec.py), declared nowhere else.
-ScenarioOptionsType = type[InferOptions] | type[ConvergeOptions] | type[GenerateOptions]
+ScenarioOptionsType = type[InferOptions] | type[ConvergeOptions] | type[GenerateOptions] | type[SolveOptions]
 SCENARIO_OPTION_FLAGS: dict[str, tuple[ScenarioOptionsType, str]] = {
     "infer_requests": (InferOptions, "infer_requests"), "infer_budget_s": (InferOptions, "infer_budget_s"),
     "load": (InferOptions, "infer_load"), "qps": (InferOptions, "server_qps"),
@@ -58,6 +59,8 @@ SCENARIO_OPTION_FLAGS: dict[str, tuple[ScenarioOptionsType, str]] = {
     "max_steps": (ConvergeOptions, "max_steps"), "max_time_s": (ConvergeOptions, "max_time_s"),
     "prompt_len": (GenerateOptions, "prompt_len"), "new_tokens": (GenerateOptions, "new_tokens"),
     "gen_batch": (GenerateOptions, "gen_batch"),
+    "rtol_loosest": (SolveOptions, "solve_rtol_loosest"), "rtol_tightest": (SolveOptions, "solve_rtol_tightest"),
+    "solve_max_steps": (SolveOptions, "solve_max_steps"),
 }
 # Every sweep option's default. The parser's defaults are None, so that an option given on the
 # command line can be told from one left out: command line > suite file > these.
@@ -71,9 +74,10 @@ SWEEP_DEFAULTS: dict[str, Any] = {
     "data": ("pipeline",), "rollout": ("default",), "loader_workers": 0, "augment": "none",
     "executor": "local", "address": None, "profile": False,
 }
-_INFER, _CONVERGE, _GENERATE = InferOptions(), ConvergeOptions(), GenerateOptions()
+_INFER, _CONVERGE, _GENERATE, _SOLVE = InferOptions(), ConvergeOptions(), GenerateOptions(), SolveOptions()
 _TO_TARGET = ConvergeOptions.SCENARIO  # the --scenario of the time-to-target options
 _GEN = GenerateOptions.SCENARIO
+_ODE = SolveOptions.SCENARIO
 # Options that say how to run, not what: --resume takes them too.
 HOW_OPTIONS = ("allow_concurrent", "executor", "address")
 
@@ -91,7 +95,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--precision", type=comma_list("precision"),
                    help="fp32, tf32, bf16, fp16 (comma list; default fp32; dlbench list shows what runs here)")
     p.add_argument("--scenario", type=comma_list("scenario"), help=f"{', '.join(SCENARIOS)} (rollout: RL"
-                   " workloads) (default: train)")
+                   f" workloads; {_ODE}: ODE problems) (default: train)")
     p.add_argument("--devices", type=int_list("devices"),
                    help="data-parallel devices per trial, e.g. 1,2,4 (default: 1)")
     p.add_argument("--scaling", help="with --devices: weak (batch per device, the default) or strong"
@@ -141,6 +145,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--prompt-len", type=int, help=f"{_GEN}: prompt tokens per sequence (default {_GENERATE.prompt_len})")
     p.add_argument("--new-tokens", type=int, help=f"{_GEN}: greedy tokens per sequence (default {_GENERATE.new_tokens})")
     p.add_argument("--gen-batch", type=int, help=f"{_GEN}: sequences decoded together (default {_GENERATE.gen_batch})")
+    p.add_argument("--rtol-loosest", type=float,
+                   help=f"{_ODE}: the loosest relative tolerance of the sweep (default {_SOLVE.solve_rtol_loosest:g})")
+    p.add_argument("--rtol-tightest", type=float,
+                   help=f"{_ODE}: the tightest, one tolerance per decade between (default {_SOLVE.solve_rtol_tightest:g})")
+    p.add_argument("--solve-max-steps", type=int,
+                   help=f"{_ODE}: the step cap of each solve (default {_SOLVE.solve_max_steps})")
     p.add_argument("--rollout", type=comma_list("rollout"),
                    help="RL workloads: where the rollout runs: host (a Python loop of steps), fused (one compiled"
                         " program), default (fused where the mode compiles and the framework can), or several")
@@ -228,7 +238,8 @@ def sweep_from_options(o: dict[str, Any]) -> Sweep:
         memory_limit_bytes=o["memory_limit"],
         scenario_options=(InferOptions(**_scenario_options(o, InferOptions)),
                           ConvergeOptions(**_scenario_options(o, ConvergeOptions)),
-                          GenerateOptions(**_scenario_options(o, GenerateOptions))),
+                          GenerateOptions(**_scenario_options(o, GenerateOptions)),
+                          SolveOptions(**_scenario_options(o, SolveOptions))),
         options=tuple(parse_option(text) for text in o["option"]),
         data=o["data"], rollouts=o["rollout"], loader_workers=o["loader_workers"], augment=o["augment"],
         profile=bool(o["profile"]),

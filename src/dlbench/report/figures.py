@@ -25,6 +25,7 @@ from dlbench.analysis.summary import Summary, summarize
 from dlbench.report import cells, model
 from dlbench.report import payback as payback_report
 from dlbench.report import profile as profile_report
+from dlbench.report import solve as solve_report
 from dlbench.report.history import Series as HistorySeries
 from dlbench.report.model import Config, Report, Trial
 from dlbench.report.scenarios import TIME_TO_TARGET_TABLE, reporting
@@ -609,12 +610,36 @@ def returns(report: Report) -> Chart | None:
                  " flips at a rounding boundary two frameworks' runs diverge, so compare distributions.")
 
 
+def work_precision(report: Report) -> Chart | None:
+    """The solver scenario (report/solve.py): per problem, log10 error against log10 warm seconds
+    over the tolerance sweep, one curve per framework x solver x dtype (SciMLBenchmarks' diagram)."""
+    traces = solve_report.diagram_traces(report)
+    if not traces:
+        return None
+    fig = go.Figure()
+    dashes = {"float64": "solid", "float32": "dot"}
+    for i, (problem, name, log_s, log_err, hover) in enumerate(traces):
+        framework = name.split(" ")[0]
+        fig.add_trace(go.Scatter(
+            x=log_s, y=log_err, mode="lines+markers", name=_t(f"{problem}: {name}" if len({t[0] for t in traces}) > 1
+                                                              else name),
+            text=hover, hovertemplate="%{text}<br>log10 s %{x:.2f}<br>log10 error %{y:.2f}<extra></extra>",
+            line={"color": PALETTE[i % len(PALETTE)] if framework == "scipy" else _color(report, framework),
+                  "dash": dashes.get(name.rsplit(" ", 1)[-1], "dash"), "width": 1.5}))
+    fig.update_xaxes(title_text="log10 warm seconds per solve")
+    fig.update_yaxes(title_text="log10 error at the output times")
+    return Chart("work-precision", "Work precision", _layout(fig, height=520),
+                 "One point per tolerance (the loosest upper left, tighter ones down and to the right): the error against the float64 reference and the median warm time of a solve;"
+                 " lower-left is better; dotted: float32. Failed points (step cap, step-size collapse) are"
+                 " left out here and named in the work-precision table.")
+
+
 # CartPole-v1's longest episode: the target of an RL time-to-target trial is a share of it.
 RL_MAX_RETURN = 500.0
 
 CHARTS: tuple[Callable[[Report], Chart | None], ...] = (
     throughput, step_times, startup, memory, loss, accuracy, convergence, returns, latency, served_load, efficiency,
-    scaling)
+    scaling, work_precision)
 
 
 def charts(report: Report) -> list[Chart]:

@@ -68,3 +68,11 @@ def generate_line(m: Metrics) -> str:
     return (f"ok: TTFT p50 {1e3 * (m.get('ttft_p50_s') or 0.0):.2f} ms, TPOT p50 {1e3 * (m.get('tpot_p50_s') or 0.0):.2f} ms,"
             f" {m.get('output_tokens_per_s') or 0.0:.1f} tokens/s at batch {m.get('gen_batch') or 0:g}"
             f" (first generation {m.get('first_generation_s') or 0.0:.1f} s)")
+
+
+def solve_line(m: Metrics) -> str:
+    """The solver scenario (runner/scenarios/solve.py): its points and the cheapest rtol 1e-6."""
+    at = m.get("solve_1e-6_s")
+    best = (f"fastest float64 solve at rtol 1e-6 {1e3 * at:.2f} ms, error {m.get('solve_1e-6_error') or 0.0:.1e}"
+            if at is not None else "no float64 solve met rtol 1e-6")
+    return f"ok: {m.get('solve_points') or 0:.0f} points, {m.get('solve_failures') or 0:.0f} failed; {best}"

@@ -17,9 +17,10 @@ from dlbench.report.model import Config, Report
 from dlbench.report.progress import Metrics
 
 
-# The ids of the scenario tables (report/time_to_target.py, inference.py, rl.py, generation.py): a record's
-# registration below names the tables that show its configurations.
+# The ids of the scenario tables (report/time_to_target.py, inference.py, rl.py, generation.py, solve.py): a
+# record's registration below names the tables that show its configurations.
 TIME_TO_TARGET_TABLE, INFERENCE_TABLE, RL_TABLE, GENERATION_TABLE = "converge", "infer", "rl", "generate"
+SOLVE_TABLE, SOLVE_GRADIENTS_TABLE = "solve", "solve-gradients"
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ REPORTING: dict[str, Reporting] = {
     "rl_train": Reporting(True, (RL_TABLE,), progress.rl_line),
     "rl_converge": Reporting(False, (TIME_TO_TARGET_TABLE,), progress.rl_converge_line),
     "generate": Reporting(False, (GENERATION_TABLE,), progress.generate_line),
+    "solve": Reporting(False, (SOLVE_TABLE, SOLVE_GRADIENTS_TABLE), progress.solve_line),
 }
 
 

@@ -22,6 +22,7 @@ from dlbench.report.ranking import ranking_table
 from dlbench.report.rl import rl_table
 from dlbench.report.scenarios import headline_configs
 from dlbench.report.scaling import scaling_table
+from dlbench.report.solve import gradient_table, work_precision_table
 from dlbench.report.tabledata import Table
 
 
@@ -41,7 +42,7 @@ def _gpu(report: Report) -> Table | None:
 TABLES: tuple[Callable[[Report], Table | None], ...] = (
     ranking_table, headline_table, _startup, _gpu, scaling_table, profile_table, findings_table, payback_table,
     sweep_table, converge_table, stall_table,
-    infer_table, generation_table, rl_table)
+    infer_table, generation_table, rl_table, work_precision_table, gradient_table)
 
 
 def report_tables(report: Report) -> list[Table]:

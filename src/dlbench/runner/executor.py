@@ -22,7 +22,7 @@ from dlbench.results.store import Store
 from dlbench.runner import annotate, children, protocol, reference, spawn
 from dlbench.runner.plan import Plan, PlannedTrial, with_ids
 from dlbench.runner.probe_client import PROBE_TIMEOUT_S, ProbeLimits
-from dlbench.runner.verdicts import Ceilings, ceilings, judge_efficiency, judge_parity
+from dlbench.runner.verdicts import Ceilings, ceilings, judge_efficiency, judge_parity, needs_reference
 from dlbench.spec import Policy, SpecError, TrialSpec
 
 WARM_IMPORT_TIMEOUT_S = 600
@@ -164,8 +164,8 @@ def register(store: Store, run_id: int, plan: Plan) -> list[tuple[int, PlannedTr
 def execute(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]],
             progress: Progress, workdir: Path | None = None) -> Outcome:
     outcome, pending = settled(trials)
-    refs = reference.ensure([p.spec.workload for _, p in pending], 0, progress.message,
-                            probe_limits([p.spec for _, p in pending])) if pending else {}
+    judged = [p.spec for _, p in pending if needs_reference(p.spec)]
+    refs = reference.ensure([s.workload for s in judged], 0, progress.message, probe_limits(judged)) if judged else {}
     limits = ceilings([p.spec for _, p in pending], progress.message)
     tmp = workdir or Path(tempfile.mkdtemp(prefix="dlbench-run-"))
     try:

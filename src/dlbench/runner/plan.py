@@ -26,6 +26,7 @@ from dlbench.spec import (
     NoOptions,
     Policy,
     ScenarioOptions,
+    SolveOptions,
     SpecError,
     TrialSpec,
     WorkloadSpec,
@@ -53,6 +54,16 @@ COMPILE_REFERENCE_TENSORS = 8
 EXTRA_COMPILES = 0.5
 # Seconds a graph-mode trace costs against a compile.
 TRACE_SHARE = 0.3
+# The solver scenario (runner/scenarios/solve.py) sweeps every tolerance on each solver x dtype
+# curve, a point's warm solves running to 0.2 s and three solves at least, the solves that fail
+# running to the step cap; a framework curve's first solve compiles (a jit or a traced function: 3-11 s
+# under load). Guessed: a framework's 2-3 solvers in float64 and float32 (6 curves), SciPy's 5
+# float64 solvers beside them, about 0.6 s a point; the neural ODE adds 12 gradient points
+# (2 methods x 2 dtypes x 3 tolerances) of about 2 s. The development run of the 4 problems on 3
+# frameworks took 33 min at load 13-15 on 2 cores; this guesses about 17 min for it.
+SOLVE_FRAMEWORK_CURVES, SOLVE_BASELINE_CURVES = 6, 5
+SOLVE_POINT_S_GUESS, SOLVE_FIRST_SOLVE_S_GUESS = 0.6, 3.0
+SOLVE_GRADIENT_POINTS, SOLVE_GRADIENT_POINT_S_GUESS = 12, 2.0
 # More fresh processes per configuration than any CI spread needs; a typo such as 1000000 would
 # otherwise plan a million trials before anything says no (one limit with --repeats auto's).
 MAX_REPEATS = repeats.MAX_REPEATS
@@ -351,6 +362,8 @@ def _rough_s(trial: TrialSpec, samples: int) -> float:
     share = {"compiled": 1.0, "graph": TRACE_SHARE}.get(trial.policy.mode, 0.0)
     compile_ = guess.compile_s * size * share
     options = OPTIONS.get(trial.scenario)  # the estimate follows what the scenario's options bound
+    if options is SolveOptions:
+        return guess.startup_s + _solve_s(trial.solve_options(), module.PROBLEM.has_gradient)
     if options is InferOptions:
         flops = module.flops_per_sample(spec, train=False)
         requests = trial.infer_requests + INFER_BATCHES * spec.batch_size
@@ -364,6 +377,13 @@ def _rough_s(trial: TrialSpec, samples: int) -> float:
     if options is ConvergeOptions:
         compute = min(compute, trial.max_time_s)
     return guess.startup_s + compile_ * (1 + EXTRA_COMPILES) + compute
+
+
+def _solve_s(options: SolveOptions, gradients: bool) -> float:
+    """A solve trial's sweeps: the framework's curves (a compile each), then SciPy's."""
+    points_s = len(options.rtols()) * SOLVE_POINT_S_GUESS
+    sweeps_s = SOLVE_FRAMEWORK_CURVES * (SOLVE_FIRST_SOLVE_S_GUESS + points_s) + SOLVE_BASELINE_CURVES * points_s
+    return sweeps_s + (SOLVE_GRADIENT_POINTS * SOLVE_GRADIENT_POINT_S_GUESS if gradients else 0.0)
 
 
 def with_ids(trial: TrialSpec, run_id: int, trial_id: int) -> TrialSpec:

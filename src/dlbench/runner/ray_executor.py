@@ -46,6 +46,7 @@ from dlbench.runner import ceiling, reference, spawn
 from dlbench.runner.executor import Outcome, Progress, finish, probe_limits, settled, warm_import, warm_marker
 from dlbench.runner.plan import PlannedTrial, with_ids
 from dlbench.runner.protocol import parity_path
+from dlbench.runner.verdicts import needs_reference
 from dlbench.spec import TrialSpec, to_dict, trial_from_dict
 
 EXECUTORS = ("local", "ray")
@@ -211,8 +212,8 @@ def execute(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]],
     outcome, pending = settled(trials)
     if not pending:
         return outcome
-    refs = reference.ensure([p.spec.workload for _, p in pending], 0, progress.message,
-                            probe_limits([p.spec for _, p in pending]))
+    judged = [p.spec for _, p in pending if needs_reference(p.spec)]
+    refs = reference.ensure([s.workload for s in judged], 0, progress.message, probe_limits(judged)) if judged else {}
     tasks = _submit(store, run_id, pending, cluster, progress, outcome)
     tmp = Path(tempfile.mkdtemp(prefix="dlbench-run-"))
     done = 0

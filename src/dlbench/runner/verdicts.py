@@ -98,13 +98,28 @@ def generate_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> 
 
 
 # A scenario record's parity kind (dlbench/scenarios.py: Parity) -> how its arrays are judged.
+def no_verdict(trial: TrialSpec, path: Path, ref: reference.Reference | None) -> parity.Verdict:
+    """Parity kind "none" (the solver scenario): the trial compares every solve with its own
+    float64 reference; there is no fixed batch to judge."""
+    return parity.not_available("judged per solve against the problem's float64 reference (the work-precision"
+                                " table)")
+
+
 JUDGES: dict[Parity, Judge] = {"grads": grads_verdict, "logits": logits_verdict, "sample": sample_verdict,
-                               "generate": generate_verdict}
+                               "generate": generate_verdict, "none": no_verdict}
+
+
+def needs_reference(trial: TrialSpec) -> bool:
+    """Whether the parent computes the float64 fixed-batch reference for this trial."""
+    return workloads.scenario(trial.workload.name, trial.scenario).parity != "none"
 
 
 def judge_parity(trial: TrialSpec, result: TrialResult, path: Path, refs: dict[str, reference.Reference | str]) -> None:
     """The trial's fixed-batch loss and gradients (an inference trial's logits) against the
     float64 reference: the verdict goes into result.parity, the worst numbers into its metrics."""
+    if not needs_reference(trial):
+        result.parity = no_verdict(trial, path, None).to_dict()
+        return
     ref = refs.get(reference.key(trial.workload, 0), "no reference was computed for this workload")
     not_judged = result.notes.get("parity_not_judged")  # a quantised model: its accuracy change judges it
     if not_judged is not None:

@@ -19,7 +19,25 @@ import numpy as np
 from dlbench import plugins, scenarios
 from dlbench.plugins import BUILTIN, WORKLOAD_GROUP, Entry, Origin, PluginError
 from dlbench.spec import SpecError, WorkloadSpec
-from dlbench.workloads import cnn, contract, data, ddpm, detect, lm, mlp, node, params, ppo, resnet, transformer, vit
+from dlbench.workloads import (
+    cnn,
+    contract,
+    data,
+    ddpm,
+    detect,
+    lm,
+    mlp,
+    node,
+    ode_hires,
+    ode_lotka_volterra,
+    ode_node_ode,
+    ode_robertson,
+    params,
+    ppo,
+    resnet,
+    transformer,
+    vit,
+)
 
 # Order: as listed by `dlbench list` and run by `-w all`.
 WORKLOADS: dict[str, ModuleType] = {
@@ -27,11 +45,18 @@ WORKLOADS: dict[str, ModuleType] = {
     "detect": detect, "ppo": ppo, "ddpm": ddpm, "lm": lm, "vit": vit,
 }
 
+# The solver scenario's initial value problems (workloads/odes.py; that scenario only): built
+# in, named explicitly with -w, not part of `-w all` (the training suite).
+ODE_WORKLOADS: dict[str, ModuleType] = {
+    "lotka-volterra": ode_lotka_volterra, "robertson": ode_robertson, "hires": ode_hires, "node-ode": ode_node_ode,
+}
+_BUILTIN = {**WORKLOADS, **ODE_WORKLOADS}
+
 
 def get(name: str) -> ModuleType:
     """The workload module: a built-in one, else the plugin's, imported on first use and held to
     the interface (SpecError for an unknown name, PluginError for a broken plugin)."""
-    module = WORKLOADS.get(name)
+    module = _BUILTIN.get(name)
     return module if module is not None else _load_plugin(name)
 
 
@@ -46,21 +71,21 @@ def check(name: str) -> ModuleType:
     """`get`, plus for a name a plugin registers: no clash with a built-in or another plugin,
     and the parameter shapes of the contract on the tiny preset (what the CLI asks of a name
     before planning anything). Raises SpecError or PluginError with one line."""
-    if name in WORKLOADS and not plugins.named(WORKLOAD_GROUP, name):
-        return WORKLOADS[name]
+    if name in _BUILTIN and not plugins.named(WORKLOAD_GROUP, name):
+        return _BUILTIN[name]
     return _checked_plugin(name)
 
 
 def origin(name: str) -> Origin:
     """Built into dlbench, or the plugin distribution (and version) that registers `name`."""
-    return BUILTIN if name in WORKLOADS else _plugin_entry(name).origin
+    return BUILTIN if name in _BUILTIN else _plugin_entry(name).origin
 
 
 def builders(name: str) -> dict[str, str] | None:
     """A plugin's builder modules by backend family (its BUILDERS); None for a built-in
     workload, whose builder of a backend package `p` is the module `p.<name>`
     (backends/base.py: build_program)."""
-    if name in WORKLOADS:
+    if name in _BUILTIN:
         return None
     declared: dict[str, str] = get(name).BUILDERS
     return declared
@@ -83,7 +108,8 @@ def _plugin_entry(name: str) -> Entry:
     """The one entry point that registers `name`, or why there is none."""
     found = plugins.named(WORKLOAD_GROUP, name)
     if not found:
-        raise SpecError(f"workload {name!r} is not one of: {', '.join(names())}")
+        raise SpecError(f"workload {name!r} is not one of: {', '.join(names())} (the solver scenario's:"
+                        f" {', '.join(ODE_WORKLOADS)})")
     if name in WORKLOADS:
         raise PluginError(f"{found[0].describe()} clashes with the built-in workload {name!r}: rename its entry point")
     if len(found) > 1:

@@ -66,7 +66,7 @@ class JaxDataParallel:
 @typing.final
 class JaxBackend:
     name = "jax"
-    capabilities = base.Capabilities(train=True, infer=True, grads=True, generate=True)
+    capabilities = base.Capabilities(train=True, infer=True, grads=True, generate=True, solve=True)
     data_parallel = JaxDataParallel()
     precisions: Support = {**NATIVE, ("cuda", "fp16"): (
         "JAX has no built-in dynamic loss scaling (it lives in the separate jmp library) and fp16"

@@ -54,7 +54,7 @@ class TensorFlowDataParallel:
 @typing.final
 class TensorFlowBackend:
     name = "tensorflow"
-    capabilities = Capabilities(train=True, infer=True, grads=True, generate=True)
+    capabilities = Capabilities(train=True, infer=True, grads=True, generate=True, solve=True)
     data_parallel = TensorFlowDataParallel()
     precisions: Support = {**NATIVE, ("cuda", "fp16"): (
         "TensorFlow's loss scaler is Keras's LossScaleOptimizer; the raw-TF backend has none (run"

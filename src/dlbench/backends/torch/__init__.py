@@ -96,7 +96,7 @@ class TorchDataParallel:
 @typing.final
 class TorchBackend:
     name = "torch"
-    capabilities = Capabilities(train=True, infer=True, grads=True, generate=True)
+    capabilities = Capabilities(train=True, infer=True, grads=True, generate=True, solve=True)
     data_parallel = TorchDataParallel()
     precisions: Support = dict(NATIVE)
     options: dict[str, Option] = {}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dlbench.runner.scenarios import converge, generate, inference, rl, sample, train
+from dlbench.runner.scenarios import converge, generate, inference, rl, sample, solve, train
 from dlbench.runner.context import TrialContext
 
 RUNS: dict[str, Callable[[TrialContext], None]] = {
@@ -20,4 +20,5 @@ RUNS: dict[str, Callable[[TrialContext], None]] = {
     "rl_train": rl.run_train,
     "rl_converge": rl.run_converge,
     "generate": generate.run,
+    "solve": solve.run,
 }

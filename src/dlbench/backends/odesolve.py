@@ -1,0 +1,177 @@
+"""The solver scenario's seam to each framework's ODE library, and SciPy's solvers as the
+float64 baseline (no framework: SciPy is a core dependency).
+
+Each framework package has an `ode` module (backends/<framework>/ode.py) that exports:
+- `SOLVERS`: solver name -> `SolverInfo` (library, explicit or implicit, the dtypes it runs);
+- `ABSENT`: what the framework's libraries do not offer (no implicit solver; no backpropagation
+  through the solver): a finding to report, never a silent gap;
+- `GRADIENTS`: gradient method name -> the solver it differentiates through;
+- `prepare(problem, solver, dtype, max_steps) -> Solve`: a callable of (rtol, atol) that solves
+  once, synced, and returns `Solved` (failures as data, never an exception);
+- `prepare_gradient(problem, solver, method, dtype, rtol, atol) -> Gradient`: a callable that
+  returns d node_loss / d field parameters by name as float64 NumPy arrays.
+Imports no framework.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from dlbench.workloads import odes
+
+# Statuses of one solve, beside "ok": what the library said stopped it.
+FAILURES = ("max_steps", "step_size_collapse", "nonfinite", "failed")
+
+
+@dataclass(frozen=True)
+class SolverInfo:
+    library: str  # "diffrax 0.7.2"
+    kind: str  # "explicit" | "implicit"
+    dtypes: tuple[str, ...] = ("float64", "float32")
+
+
+@dataclass
+class Solved:
+    """One solve: y at the problem's output times (rows, float64) or None where it failed, the
+    library's own counters (None where it has none) and the status."""
+
+    y: np.ndarray | None
+    status: str = "ok"
+    message: str = ""
+    steps: int | None = None  # accepted + rejected
+    accepted: int | None = None
+    rejected: int | None = None
+    nfe: int | None = None  # vector-field evaluations (Jacobians by finite differences included)
+    njev: int | None = None  # Jacobian evaluations (implicit solvers)
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+Solve = Callable[[float, float], Solved]
+Gradient = Callable[[], dict[str, np.ndarray]]
+
+
+class OdeModule(Protocol):
+    SOLVERS: dict[str, SolverInfo]
+    ABSENT: dict[str, str]
+    GRADIENTS: dict[str, str]
+
+    def prepare(self, problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Solve: ...
+
+    def prepare_gradient(self, problem: odes.Problem, solver: str, method: str, dtype: str, rtol: float,
+                         atol: float) -> Gradient: ...
+
+
+def classify(message: str) -> str:
+    """A library's failure message -> a status of FAILURES (the words each library uses)."""
+    low = message.lower()
+    if "max" in low and "step" in low:
+        return "max_steps"
+    if "step size" in low or "underflow" in low or "dt" in low.split() or "too small" in low:
+        return "step_size_collapse"
+    if "nan" in low or "inf" in low.split() or "non-finite" in low or "nonfinite" in low:
+        return "nonfinite"
+    return "failed"
+
+
+def checked(y: np.ndarray, problem: odes.Problem) -> Solved:
+    """An apparently successful solve's output, marked nonfinite when it holds a NaN or inf."""
+    y64 = np.asarray(y, dtype=np.float64).reshape(len(problem.times), problem.dimension)
+    if not np.all(np.isfinite(y64)):
+        return Solved(None, "nonfinite", "the solution holds NaN or inf")
+    return Solved(y64)
+
+
+# ---- SciPy: solve_ivp, float64 only.
+
+SCIPY_SOLVERS: dict[str, SolverInfo] = {
+    "RK45": SolverInfo("scipy", "explicit", ("float64",)),
+    "DOP853": SolverInfo("scipy", "explicit", ("float64",)),
+    "BDF": SolverInfo("scipy", "implicit", ("float64",)),
+    "Radau": SolverInfo("scipy", "implicit", ("float64",)),
+    "LSODA": SolverInfo("scipy", "implicit", ("float64",)),  # switches between Adams and BDF
+}
+SCIPY_ABSENT: dict[str, str] = {
+    "float32": "SciPy's solve_ivp computes in float64 only",
+    "gradient": "SciPy's solve_ivp offers no gradient (no backpropagation, no adjoint)",
+}
+
+# SciPy has no step cap; its solves stop after this many field evaluations per allowed step
+# (Dormand-Prince takes 6 a step, Radau about 3 Newton iterations of 3 stages).
+SCIPY_EVALS_PER_STEP = 12
+
+
+class _EvaluationCap(Exception):
+    pass
+
+
+def scipy_prepare(problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Solve:
+    from scipy.integrate import solve_ivp
+
+    f, cap = odes.numpy_field(problem), max_steps * SCIPY_EVALS_PER_STEP
+    calls = [0]
+
+    def counted(t: float, y: np.ndarray) -> np.ndarray:
+        calls[0] += 1
+        if calls[0] > cap:
+            raise _EvaluationCap(f"max steps: over {cap} field evaluations ({max_steps} steps x"
+                                 f" {SCIPY_EVALS_PER_STEP})")
+        return f(t, y)
+
+    def solve(rtol: float, atol: float) -> Solved:
+        calls[0] = 0
+        try:
+            sol = solve_ivp(counted, (0.0, problem.t1), np.array(problem.y0), method=solver,
+                            t_eval=np.array(problem.times), rtol=rtol, atol=atol)
+        except _EvaluationCap as e:
+            return Solved(None, "max_steps", str(e), nfe=calls[0])
+        if sol.status != 0:
+            return Solved(None, classify(sol.message), str(sol.message), nfe=int(sol.nfev))
+        out = checked(sol.y.T, problem)
+        out.nfe, out.njev = int(sol.nfev), int(sol.njev)
+        out.extra["lu_decompositions"] = float(sol.nlu)
+        return out
+
+    return solve
+
+
+class ScipyOde:
+    """SciPy's solve_ivp as an `OdeModule`: the non-framework float64 baseline."""
+
+    SOLVERS = SCIPY_SOLVERS
+    ABSENT = SCIPY_ABSENT
+    GRADIENTS: dict[str, str] = {}
+
+    def prepare(self, problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Solve:
+        return scipy_prepare(problem, solver, dtype, max_steps)
+
+    def prepare_gradient(self, problem: odes.Problem, solver: str, method: str, dtype: str, rtol: float,
+                         atol: float) -> Gradient:
+        raise ValueError(SCIPY_ABSENT["gradient"])
+
+
+SCIPY = ScipyOde()
+
+
+def ops_of(xp: Any, stack: Callable[[list[Any]], Any], total: Callable[[Any], Any]) -> odes.Ops:
+    """An `Ops` from a framework's array module (its tanh and reshape), `stack` along a new last
+    axis (torch says dim=, the others axis=) and `total`, the sum of every element (TensorFlow's
+    is reduce_sum)."""
+
+    class _Ops:
+        def stack(self, xs: list[Any]) -> Any:
+            return stack(xs)
+
+        def tanh(self, x: Any) -> Any:
+            return xp.tanh(x)
+
+        def reshape(self, x: Any, shape: tuple[int, ...]) -> Any:
+            return xp.reshape(x, shape)
+
+        def sum(self, x: Any) -> Any:
+            return total(x)
+
+    return _Ops()

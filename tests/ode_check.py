@@ -1,0 +1,46 @@
+"""One framework's ODE solvers (backends/<framework>/ode.py), for tests/test_ode_solvers.py, in a
+process of its own as a trial runs them (JAX's module turns on x64 for the whole process):
+
+    python ode_check.py FRAMEWORK OUT.json
+
+Writes per solver the error on Lotka-Volterra at rtol 1e-6 in float64 and float32, the outcome
+of an explicit solver on Robertson under a 200-step cap, and per gradient method the neural
+ODE's float64 gradient error against the adjoint reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import sys
+
+from dlbench.backends.odesolve import OdeModule
+from dlbench.workloads import odes
+
+
+def main(framework: str, out: str) -> None:
+    ode: OdeModule = importlib.import_module(f"dlbench.backends.{framework}.ode")  # type: ignore[assignment]
+    lv, rober, node = odes.get("lotka-volterra"), odes.get("robertson"), odes.get("node-ode")
+    result: dict[str, object] = {"absent": ode.ABSENT, "kinds": {s: i.kind for s, i in ode.SOLVERS.items()}}
+    errors = {}
+    for solver in ode.SOLVERS:
+        for dtype in ("float64", "float32"):
+            solved = ode.prepare(lv, solver, dtype, 10_000)(1e-6, 1e-9)
+            errors[f"{solver}/{dtype}"] = (solved.status, None if solved.y is None else odes.error(solved.y, odes.reference(lv)),
+                                           solved.nfe, solved.steps)
+    result["lotka"] = errors
+    explicit = next(s for s, i in ode.SOLVERS.items() if i.kind == "explicit")
+    capped = ode.prepare(rober, explicit, "float64", 200)(1e-6, 1e-12)
+    result["robertson_capped"] = {k: v for k, v in dataclasses.asdict(capped).items() if k != "y"}
+    result["robertson_capped"]["y_is_none"] = capped.y is None  # type: ignore[index]
+    ref = odes.gradient_reference(node)
+    result["gradients"] = {
+        m: odes.relative_error(odes.flat_gradient(ode.prepare_gradient(node, s, m, "float64", 1e-9, 1e-12)()), ref)
+        for m, s in ode.GRADIENTS.items()}
+    with open(out, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,156 @@
+"""`dlbench run --scenario solve` end to end (runner/scenarios/solve.py, report/solve.py): one torch
+run of a stiff and a neural-ODE problem over two tolerances, its failures stored as data, its
+work-precision and gradient tables, its diagram rendered in headless Chromium, every point in the
+JSON export; and bad tolerances refused in one line (exit 2) before anything runs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdp import Chromium
+from dlbench.cli.main import main
+from dlbench.report import model, solve
+from dlbench.results.store import Store
+from dlbench.runner.scenarios.solve import STATUS_CODES
+from dlbench.spec import SolveOptions, SpecError
+from test_report import RENDERED_CHARTS, _browser
+
+pytest.importorskip("torchdiffeq")
+
+
+@pytest.fixture(scope="module")
+def solved(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    store = tmp_path_factory.mktemp("solve") / "s.sqlite"
+    code = main(["run", "-w", "robertson,node-ode", "-f", "torch", "--scenario", "solve", "--rtol-loosest", "1e-3",
+                 "--rtol-tightest", "1e-4", "--solve-max-steps", "150", "--repeats", "1", "--allow-concurrent",
+                 "--store", str(store)])
+    assert code == 0
+    return store
+
+
+def _trial(store: Path, workload: str) -> model.Trial:
+    report = model.load(Store(store), [1])
+    return next(t for c, t in report.trials() if c.axes["workload"] == workload)
+
+
+def test_a_stiff_problem_records_explicit_failures_and_implicit_successes(solved: Path) -> None:
+    t = _trial(solved, "robertson")
+    assert t.status == "ok"
+    # torch's solvers are explicit: each stops at the step cap, the tighter tolerance is not tried
+    for solver in ("torchdiffeq-dopri5", "torchode-tsit5", "torchode-dopri5"):
+        for dtype in ("float64", "float32"):
+            status = dict(t.series[f"solve.{solver}.{dtype}.status"])
+            assert status == {1e-3: STATUS_CODES["max_steps"], 1e-4: STATUS_CODES["skipped"]}, (solver, dtype)
+            assert "max" in t.data["notes"][f"solve.{solver}.{dtype}.failures"]
+    assert "implicit" in t.data["notes"]["solve.absent.implicit"]
+    # SciPy's BDF meets the stiff problem, its error computed against the reference
+    errors = dict(t.series["solve.scipy-BDF.float64.error"])
+    assert set(errors) == {1e-3, 1e-4} and all(0 < e < 1e-2 for e in errors.values())
+    assert dict(t.series["solve.scipy-BDF.float64.njev"])[1e-4] >= 1
+
+
+def test_the_neural_ode_solves_and_its_gradients_meet_the_reference(solved: Path) -> None:
+    t = _trial(solved, "node-ode")
+    for dtype in ("float64", "float32"):
+        errors = dict(t.series[f"solve.torchode-tsit5.{dtype}.error"])
+        assert all(0 < e < 1e-2 for e in errors.values()), errors
+    for method in ("backprop", "adjoint"):
+        errors = dict(t.series[f"gradient.{method}.float64.error"])
+        assert set(errors) >= {1e-8} and errors[1e-8] < 1e-5, (method, errors)
+        assert all(s > 0 for _, s in t.series[f"gradient.{method}.float64.wall_s"])
+    assert t.metrics["solve_1e-6_s"] is None  # the sweep stopped at 1e-4: no headline, said as such
+
+
+def test_tables_and_diagram_show_every_solver(solved: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = model.load(Store(solved), [1])
+    table = solve.work_precision_table(report)
+    assert table is not None
+    headers = [c.header for c in table.columns]
+    assert headers[:7] == ["workload", "framework", "solver", "kind", "dtype", "1e-03", "1e-04"], headers
+    rows = {tuple(c.text for c in row[:5]): [c.text for c in row[5:7]] for row in table.rows}
+    assert rows[("robertson", "torch", "torchode-tsit5", "explicit", "float64")] == ["max", "skip"]
+    bdf = rows[("robertson", "torch", "scipy-BDF", "implicit", "float64")]
+    assert all(-6 < float(v) < -1 for v in bdf), bdf  # log10 errors
+    assert len(rows) == 2 * (3 * 2 + 5)  # per problem: 3 torch solvers x 2 dtypes, 5 SciPy solvers
+    gradients = solve.gradient_table(report)
+    assert gradients is not None
+    method = [c.header for c in gradients.columns].index("method")
+    assert {r[method].text for r in gradients.rows} == {"backprop", "adjoint", "torchode-backprop"}
+    assert main(["report", "1", "--store", str(solved)]) == 0
+    out = capsys.readouterr().out
+    assert "Work precision" in out or "achieved error per tolerance" in out
+    assert "no adaptive implicit (stiff) solver" in out
+
+
+def test_export_keeps_every_point(solved: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "e.json"
+    assert main(["export", "1", "--format", "json", "-o", str(out), "--store", str(solved)]) == 0
+    trials: list[dict[str, Any]] = json.loads(out.read_text())["runs"][0]["trials"]
+    rober = next(t for t in trials if t["spec"]["workload"]["name"] == "robertson")
+    statuses = [k for k in rober["series"] if k.endswith(".status")]
+    assert len(statuses) == 3 * 2 + 5 and all(len(rober["series"][k]) == 2 for k in statuses)
+
+
+def test_work_precision_diagram_in_headless_chromium(solved: Path, tmp_path: Path) -> None:
+    browser = _browser()
+    out = tmp_path / "r.html"
+    assert main(["report", "1", "--store", str(solved), "--html", str(out)]) == 0
+    b = Chromium(browser)
+    try:
+        b.open(out)
+        rendered = b.evaluate(RENDERED_CHARTS)
+        text = b.evaluate("document.body.innerText")
+    finally:
+        b.close()
+    assert b.errors() == []
+    traces = {k: n for k, n in rendered.items() if k.endswith("work-precision")}
+    # per problem a diagram; robertson's curves are SciPy's implicit ones (torch's failed)
+    assert len(traces) == 2 and all(n >= 3 for n in traces.values()), rendered
+    assert "achieved error per tolerance" in text and "gradient error and time, backprop vs adjoint" in text
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--rtol-tightest", "1e-20"], "tightest rtol 1e-20 is not a tolerance: allowed are numbers from 1e-14 to 0.1"),
+    (["--rtol-loosest", "0.5"], "loosest rtol 0.5 is not a tolerance"),
+    (["--rtol-loosest", "1e-8", "--rtol-tightest", "1e-4"], "tightest rtol 0.0001 is looser than the loosest 1e-08"),
+    (["--solve-max-steps", "0"], "solve max steps must be an integer >= 1, got 0"),
+])
+def test_bad_tolerances_are_one_line_and_exit_2(argv: list[str], said: str, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["run", "-w", "robertson", "-f", "torch", "--scenario", "solve", *argv, "--store",
+                 str(tmp_path / "s.sqlite")])
+    err = capsys.readouterr().err
+    assert code == 2 and said in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "s.sqlite").exists()
+
+
+def test_solve_options_outside_the_solve_scenario_are_refused() -> None:
+    with pytest.raises(SpecError, match="apply to the solve scenario only, not 'train'"):
+        SolveOptions(solve_rtol_tightest=1e-6).validate("train")
+    rtols = SolveOptions().rtols()  # one per decade, 1e-3 .. 1e-10
+    assert len(rtols) == 8 and all(math.isclose(r, 10.0**-k) for r, k in zip(rtols, range(3, 11)))
+    # a tightest tolerance between decades ends the sweep
+    assert SolveOptions(solve_rtol_loosest=1e-3, solve_rtol_tightest=3e-5).rtols() == (1e-3, 1e-4, 3e-5)
+
+
+def test_a_library_error_is_a_failed_point_and_the_tighter_ones_are_skipped() -> None:
+    from dlbench.runner.scenarios.solve import SweepSettings, Sweep, series_and_notes, sweep_solver
+    from dlbench.workloads import odes
+
+    def prepare(dtype: str) -> Any:
+        def solve(rtol: float, atol: float) -> Any:
+            raise RuntimeError("the Newton iteration diverged")
+        return solve
+
+    points = sweep_solver(odes.get("lotka-volterra"), prepare, "broken", "float64",
+                          SweepSettings(rtols=(1e-3, 1e-4), dtypes=("float64",), max_steps=10, gradient_rtols=()))
+    assert [(p.status, p.rtol) for p in points] == [("failed", 1e-3), ("skipped", 1e-4)]
+    series, notes = series_and_notes(Sweep("lotka-volterra", {"broken": "explicit (x)"}, {}, points, []))
+    assert series["solve.broken.float64.status"] == [(1e-3, STATUS_CODES["failed"]), (1e-4, STATUS_CODES["skipped"])]
+    assert "solve.broken.float64.error" not in series  # no error where nothing was solved
+    assert notes["solve.broken.float64.failures"] == "rtol 0.001: failed: RuntimeError: the Newton iteration diverged"
