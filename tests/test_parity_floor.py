@@ -135,3 +135,17 @@ def test_a_cell_that_differs_is_paired_by_its_alternative_kernels():
     default_kernels.differs = ("plain kernels (X=1)", Cell("ok", arrays={"grads": right}))
     ok, err = _pairwise({("mlp", "a"): plain, ("mlp", "b"): default_kernels}, ["mlp"], ["a", "b"])[("mlp", "a", "b")]
     assert ok and err == 0.0
+
+
+def test_a_failure_lists_the_furthest_over_first_and_always_names_the_worst_tensor():
+    """The reason lists the tensors furthest over their bounds first (issue 38: a "differs"
+    message quoted a worst tensor that the first four names, alphabetical, left out)."""
+    rng = np.random.default_rng(0)
+    ref = {name: rng.standard_normal(50) for name in "abcdef"}
+    # every tensor over the float32 bound, the error growing with the name: f is the worst
+    grads = {name: r * (1 + 0.01 * (i + 1)) for i, (name, r) in enumerate(ref.items())}
+    v = parity.compare_grads(1.0, grads, 1.0, ref, "float32")
+    assert v.verdict == "fail" and v.worst_tensor == "f"
+    listed = (v.reason or "").split(": ", 1)[1].split("; ")
+    assert listed[0].startswith("f rel_err") and listed[1].startswith("e rel_err"), v.reason
+    assert listed[-1] == "2 more over their bounds", v.reason

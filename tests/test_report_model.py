@@ -181,3 +181,15 @@ def test_a_second_architecture_is_named_in_labels(tmp_path):
     assert r50.label(r50.configs[0]) == "fw/eager size resnet50"
     full = tuple(c for c in only.configs if c.axes["size"] == "full")
     assert "size" not in model._label_axes(full)
+
+
+def test_a_workload_with_one_model_size_is_not_labelled_by_it():
+    """`cnn` has one model size (`default`): beside mlp's `tiny` its label must not read `size
+    default` in a `--preset tiny` run (issue 38), while mlp's keeps its size."""
+    specs = [to_dict(TrialSpec(workload=WorkloadSpec(name=name, model_size=size, batch_size=16), framework="torch",
+                               policy=Policy(mode="eager")))
+             for name, size in (("cnn", "default"), ("mlp", "tiny"))]
+    axes = model.varying_axes(specs)
+    assert "size" in axes
+    cnn, mlp = (model.spec_label(s, axes) for s in specs)
+    assert "size" not in cnn and "size tiny" in mlp, (cnn, mlp)

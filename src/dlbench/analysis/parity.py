@@ -241,9 +241,11 @@ def compare_grads(
         bad = {"loss": (loss_err, 1.0), **bad}
     worst = max(per, key=lambda k: per[k][0])
     worst_err = max(per[worst][0], loss_err)
-    reason = None if not bad else _fail_reason(bad, bounds, tol.cosine, floor)
+    worst_name = "loss" if loss_err >= per[worst][0] else worst
+    reason = None if not bad else _fail_reason(bad, bounds, tol.cosine, floor, worst_name,
+                                               {**per, "loss": (loss_err, 1.0)})
     return Verdict("fail" if bad else "pass", worst_rel_err=worst_err,
-                   worst_tensor="loss" if loss_err >= per[worst][0] else worst,
+                   worst_tensor=worst_name,
                    min_cosine=min(c for _, c in per.values()), loss_rel_err=loss_err, tolerance=tol_d,
                    reference=reference, reason=reason, per_tensor=per, bounds=bounds)
 
@@ -278,10 +280,19 @@ def _tolerance_dict(absolute: float, cos: float, floor: Floor | None) -> dict[st
 
 
 def _fail_reason(bad: Mapping[str, tuple[float, float]], bounds: Mapping[str, float], cos: float,
-                 floor: Floor | None) -> str:
+                 floor: Floor | None, worst: str, every: Mapping[str, tuple[float, float]]) -> str:
+    """The tensors over their bounds, furthest over first (four, then how many more), and the
+    verdict's worst tensor (largest error) where it is within its own bound, so that a message
+    quoting the worst tensor finds it in the list."""
     rule = (f"rel_err <= max({FLOOR_FACTOR:g} x the {floor.label} floor on this CPU, absolute), cosine as implied"
             if floor is not None else f"cosine >= {cos}")
-    shown = [f"{n} rel_err {e:.2g} (bound {bounds[n]:.2g}) cos {c:.8f}" for n, (e, c) in list(bad.items())[:4]]
+    order = sorted(bad, key=lambda n: bad[n][0] / bounds[n] if bounds[n] > 0 else math.inf, reverse=True)
+    shown = [f"{n} rel_err {bad[n][0]:.2g} (bound {bounds[n]:.2g}) cos {bad[n][1]:.8f}" for n in order[:4]]
+    if len(order) > 4:
+        shown.append(f"{len(order) - 4} more over their bounds")
+    if worst not in bad:
+        e, c = every[worst]
+        shown.append(f"largest error {worst} rel_err {e:.2g} cos {c:.8f}, within its bound {bounds[worst]:.2g}")
     return f"over tolerance ({rule}): " + "; ".join(shown)
 
 

@@ -271,7 +271,15 @@ def spec_label(spec: dict[str, Any], axes: tuple[str, ...]) -> str:
     the sweep, so two trials of a sweep never read alike), then the repeat."""
     head = "/".join(str(AXES[a](spec)) for a in ("workload",) + ALWAYS_SHOWN)
     profiled = ["profiled"] if spec.get("profile") else []  # run --profile's extra trial
-    return " ".join([head, *(f"{a} {AXES[a](spec)}" for a in axes), *profiled]) + f" #{spec.get('repeat', 0)}"
+    shown = [a for a in axes if not (a == "size" and _one_size(spec))]
+    return " ".join([head, *(f"{a} {AXES[a](spec)}" for a in shown), *profiled]) + f" #{spec.get('repeat', 0)}"
+
+
+def _one_size(spec: dict[str, Any]) -> bool:
+    """Whether the spec's built-in workload has one model size only (cnn's `default`): its size
+    tells no two trials apart, and `size default` under `--preset tiny` reads as a wrong preset."""
+    module = workloads.WORKLOADS.get(str(spec.get("workload", {}).get("name")))
+    return module is not None and len(module.MODEL_SIZES) == 1
 
 
 def _another_architecture(config: Config) -> bool:
