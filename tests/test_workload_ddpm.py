@@ -25,7 +25,7 @@ from dlbench import workloads
 from dlbench.runner.protocol import load_grads
 from dlbench.runner.plan import workload_spec
 from dlbench.runner.probe import trajectory_rows
-from dlbench.runner.probe_client import run_probe
+from dlbench.runner.probe_client import ProbeLimits, run_probe
 from dlbench.spec import Policy, TrialSpec, WorkloadSpec, to_dict
 from dlbench.workloads import ddpm
 from dlbench.workloads.base import numerics_readback
@@ -163,7 +163,7 @@ def _probe(tmp: Path, framework: str, trials: list[TrialSpec], k_steps: int) -> 
     out.mkdir()
     request = out / "request.json"
     request.write_text(json.dumps({"trials": [to_dict(t) for t in trials], "k_steps": k_steps}))
-    error = run_probe(request, out, timeout_s=900)
+    error = run_probe(request, out, ProbeLimits(timeout_s=900))
     assert error is None, f"{framework}: {error}\n{(out / 'probe.log').read_text()[-3000:]}"
     results = []
     for i in range(len(trials)):

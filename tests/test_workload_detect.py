@@ -311,7 +311,8 @@ def test_an_unknown_loss_is_unsupported(framework: str):
     from dlbench.spec import Numerics
 
     program = importlib.import_module(f"dlbench.backends.{framework}.program")
-    assert set(program.LOSSES) == {"mean_softmax_cross_entropy", "focal_l1_detection", "mean_squared_error"}
+    assert set(program.LOSSES) == {"mean_softmax_cross_entropy", "focal_l1_detection", "mean_squared_error",
+                                   "mean_token_cross_entropy"}
     with pytest.raises(Unsupported, match="'hinge'"):
         program.loss_kind(Numerics(loss="hinge"))
 
