@@ -173,48 +173,39 @@ def _lacks(trial: TrialSpec, protocol: str) -> Unsupported:
                        f" (backends/base.py), which the {trial.scenario} scenario needs")
 
 
-# One function per capability protocol (backends/base.py): the protocol's members are checked
-# here once, against the protocol the scenario names, never probed one by one where used.
-def build_learner(trial: TrialSpec, backend: Backend) -> Learner:
+def build_as(trial: TrialSpec, backend: Backend, protocol: type[Any]) -> Any:
+    """The trial's program as the capability protocol its scenario names (backends/base.py: a
+    runtime-checkable protocol): its members are checked here once, never probed one by one
+    where used. Typed `Any`: mypy takes no protocol class for `type[P]`; each caller below names
+    the protocol it returns."""
     program = build(trial, backend)
-    if not isinstance(program, Learner):
-        raise _lacks(trial, "Learner")
+    if not isinstance(program, protocol):
+        raise _lacks(trial, protocol.__name__)
     return program
+
+
+def build_learner(trial: TrialSpec, backend: Backend) -> Learner:
+    return build_as(trial, backend, Learner)
 
 
 def build_trainable(trial: TrialSpec, backend: Backend) -> Trainable:
-    program = build(trial, backend)
-    if not isinstance(program, Trainable):
-        raise _lacks(trial, "Trainable")
-    return program
+    return build_as(trial, backend, Trainable)
 
 
 def build_servable(trial: TrialSpec, backend: Backend) -> Servable:
-    program = build(trial, backend)
-    if not isinstance(program, Servable):
-        raise _lacks(trial, "Servable")
-    return program
+    return build_as(trial, backend, Servable)
 
 
 def build_sampler(trial: TrialSpec, backend: Backend) -> Sampler:
-    program = build(trial, backend)
-    if not isinstance(program, Sampler):
-        raise _lacks(trial, "Sampler")
-    return program
+    return build_as(trial, backend, Sampler)
 
 
 def build_generator(trial: TrialSpec, backend: Backend) -> Generator:
-    program = build(trial, backend)
-    if not isinstance(program, Generator):
-        raise _lacks(trial, "Generator")
-    return program
+    return build_as(trial, backend, Generator)
 
 
 def build_rollout(trial: TrialSpec, backend: Backend) -> Rollout:
-    program = build(trial, backend)
-    if not isinstance(program, Rollout):
-        raise _lacks(trial, "Rollout")
-    return program
+    return build_as(trial, backend, Rollout)
 
 
 def build_solvers(trial: TrialSpec, backend: Backend) -> OdeModule:
