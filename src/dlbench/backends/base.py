@@ -123,13 +123,46 @@ class CostGuess:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """What makes an option a *variant* (issue 32, `dlbench tune`): the same mathematics in
+    another idiom or setting, which the headroom search tries against the default. Data only:
+    why it exists, where the fact behind it comes from, which values the search tries and where
+    it applies. A setting that changes the mathematics (reduced precision, another algorithm) is
+    not a variant but a sweep axis; one that may (a matmul precision) is a variant whose parity
+    verdict decides (a variant that fails parity is reported and never wins)."""
+
+    why: str
+    source: str
+    # The values the search tries besides the default (a subset of Option.allowed).
+    tried: tuple[str, ...]
+    # Workloads whose programs read the option; empty: every workload.
+    workloads: tuple[str, ...] = ()
+    # Modes it applies in; empty: every mode.
+    modes: tuple[str, ...] = ()
+    # Values that need a GPU (the search skips them on a CPU; a user asking gets Unsupported).
+    gpu_only: tuple[str, ...] = ()
+    # Profile categories (analysis/categories.py) it addresses: a finding about one of them
+    # points to this variant where the store has it measured.
+    addresses: tuple[str, ...] = ()
+
+    def values(self, workload: str, mode: str, device_kind: str) -> tuple[str, ...]:
+        """The values the search tries for a trial of `workload` in `mode` on `device_kind`
+        ("cpu" or "gpu"): none where the option does not apply."""
+        if (self.workloads and workload not in self.workloads) or (self.modes and mode not in self.modes):
+            return ()
+        return tuple(v for v in self.tried if device_kind == "gpu" or v not in self.gpu_only)
+
+
+@dataclass(frozen=True)
 class Option:
     """One framework option a user may set (`--option FRAMEWORK.NAME=VALUE`, Policy.options):
-    the values it takes, the framework's own default, and what it does."""
+    the values it takes, the framework's own default, what it does, and, for a variant the
+    headroom search tries (`dlbench tune`), why it exists and where it applies."""
 
     allowed: tuple[str, ...]
     default: str
     help: str
+    variant: Variant | None = None
 
 
 class DataParallel(Protocol):
