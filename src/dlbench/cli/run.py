@@ -43,7 +43,7 @@ from dlbench.runner import ray_executor, resume, rounds
 from dlbench.runner.executor import Outcome, Progress, execute, finish_run, register, warm_imports
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
 from dlbench.runner.protocol import CHUNK, PHASE_NAME, STEPS, event_kind
-from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimate_s, learn, make_plan
+from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimates, learn, make_plan
 from dlbench.spec import (SCENARIOS, ConvergeOptions, GenerateOptions, InferOptions, SolveOptions, SpecError,
                           option_fields, to_dict)
 from dlbench.text import printable
@@ -319,9 +319,9 @@ def busy_machine(load: float | None = None, cores: int | None = None) -> tuple[f
 
 def print_plan(console: Console, plan: Plan, costs: Costs) -> None:
     pending = plan.pending
-    estimates = [estimate_s(t.spec, costs) for t in pending]
-    total = sum(s for s, _ in estimates)
-    sources = {src for _, src in estimates}
+    estimated = estimates([t.spec for t in pending], costs)
+    total = sum(s for s, _ in estimated)
+    sources = {src for _, src in estimated}
     source = ("from earlier trials in the store" if sources == {"store"} else
               "from the store's trials of the same kinds" if sources <= {"store", "similar"} else
               "rough: start-up and compile guesses per framework, compute from FLOPs; later runs learn from the store")
