@@ -64,10 +64,12 @@ class Solved:
 
 @dataclass(frozen=True)
 class Counts:
-    """What an untimed counting solve (`prepare_count`) saw: field evaluations and Jacobians."""
+    """What an untimed counting solve (`prepare_count`) saw: field evaluations and Jacobians, and
+    its steps where the library reports them (the timed solve's, when counting changed nothing)."""
 
     nfe: int
     njev: int
+    steps: int | None = None
 
 
 Solve = Callable[[float, float], Solved]

@@ -36,6 +36,7 @@ from dlbench.spec import (
 )
 from dlbench.backends.base import Backend, SolveGuess
 from dlbench.workloads.base import Preset
+from dlbench.workloads.odes import Problem
 
 DEFAULT_FRAMEWORKS = ("torch", "tensorflow", "jax")
 # A Server sweep's tests (the first, 3 probes, 4 bisection steps: runner/scenarios/served.py) and a guess
@@ -383,7 +384,7 @@ def _rough_s(trial: TrialSpec, samples: int) -> float:
     return guess.startup_s + compile_ * (1 + EXTRA_COMPILES) + compute
 
 
-def _solve_s(options: SolveOptions, problem: Any, guess: SolveGuess | None) -> float:
+def _solve_s(options: SolveOptions, problem: Problem, guess: SolveGuess | None) -> float:
     """A solve trial's own sweeps (SciPy's baseline apart: `baseline_s`): per solver curve its
     compiles and its tolerance points, except an explicit curve on a stiff problem, which runs to
     the step cap once and skips the rest; then the neural ODE's gradient points."""
@@ -396,7 +397,7 @@ def _solve_s(options: SolveOptions, problem: Any, guess: SolveGuess | None) -> f
     return curves_s + gradients * g.gradient_point_s
 
 
-def baseline_s(options: SolveOptions, problem: Any) -> float:
+def baseline_s(options: SolveOptions, problem: Problem) -> float:
     """SciPy's sweep, which one trial per problem and repeat runs (runner/scenarios/solve.py)."""
     points = len(options.rtols())
     capped_s = SCIPY_CAPPED_CURVE_S * options.solve_max_steps / SOLVE_CAP_REFERENCE_STEPS

@@ -155,9 +155,9 @@ def prepare_count(problem: odes.Problem, solver: str, dtype: str, max_steps: int
 
     def count(rtol: float, atol: float) -> Counts:
         calls.reset()
-        jax.block_until_ready(run(jnp.asarray(rtol, dtype=dtype), jnp.asarray(atol, dtype=dtype)))
+        steps = jax.block_until_ready(run(jnp.asarray(rtol, dtype=dtype), jnp.asarray(atol, dtype=dtype)))
         jax.effects_barrier()  # every callback has run
-        return Counts(nfe=calls.field, njev=calls.jacobians)
+        return Counts(nfe=calls.field, njev=calls.jacobians, steps=int(steps))
 
     return count
 

@@ -44,8 +44,8 @@ import numpy as np
 from dlbench import workloads
 from dlbench.backends import support
 from dlbench.backends.odesolve import FAILURES, SCIPY, Count, Gradient, OdeModule, Solve, Solved
-from dlbench.runner import protocol
 from dlbench.results.records import TrialResult
+from dlbench.runner import protocol
 from dlbench.runner.context import TrialContext
 from dlbench.runner.timing import Phases
 from dlbench.spec import TrialSpec
@@ -146,6 +146,8 @@ def sweep_solver(problem: odes.Problem, prepare: Callable[[str], Solve], solver:
                 _count_into(point, count)
         else:
             failed = point
+            if count is not None:  # its nfe would be the library's own count, not the field's
+                point.counters.pop("nfe", None)
         points.append(point)
     return points
 
