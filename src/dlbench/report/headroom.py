@@ -53,10 +53,12 @@ def searches(report: Report) -> list[tuple[int, SearchState, CellResult]]:
 def _speedup_cell(j: Judged | None) -> Cell:
     if j is None or j.speedup is None:
         return Cell(MISSING)
-    interval = None
-    if j.low is not None and j.high is not None and j.level:
-        interval = f"[{j.low:.2f}, {j.high:.2f}] ≥{j.level:.0%}"
-    return Cell(f"{j.speedup:.2f}x", interval=interval)
+    if j.low is None or j.high is None or not j.level:
+        return Cell(f"{j.speedup:.2f}x")
+    # the compact form (a narrow terminal): how far the interval reaches, relative to the speed-up
+    spread = max(j.high / j.speedup - 1, 1 - j.low / j.speedup) if j.speedup else None
+    return Cell(f"{j.speedup:.2f}x", interval=f"[{j.low:.2f}, {j.high:.2f}] ≥{j.level:.0%}", spread=spread,
+                level=f"≥{j.level:.0%}")
 
 
 PARITY_FLAGS: dict[str, Flag] = {"pass": "pass", "fail": "fail", "differs": "differs"}
@@ -146,4 +148,28 @@ def candidates_table(report: Report) -> Table | None:
                Column("phase", lift=True), Column("trials"), Column("median", "right"),
                Column("speed-up [interval]", "right", inline_interval=True), Column("verdict"), Column("parity"))
     return Table(CANDIDATES_TABLE, "Candidates", "candidates: every setting the search tried, against the default of"
-                 " its phase", columns, tuple(tuple(r) for r in rows), ())
+                 " its phase", columns, tuple(tuple(r) for r in rows), tuple(_failure_notes(report, found)))
+
+
+def _failure_notes(report: Report, found: list[tuple[int, SearchState, CellResult]]) -> list[str]:
+    """Why a candidate's trial did not end ok, and a parity failure's worst tensor, once each."""
+    trials = {t.id: t for run in report.runs for t in run.trials}
+    out = []
+    for _, _, r in found:
+        for e in r.cell.entries:
+            for tid in e.trial_ids:
+                t = trials.get(tid)
+                if t is None:
+                    continue
+                name = f"{r.cell.label} {e.candidate.settings(r.cell.framework, r.cell.mode)} #{t.repeat}"
+                parity = t.data.get("parity") or {}
+                if t.status not in ("ok", "pending", "running"):
+                    out.append(f"{name}: {t.status}: {t.error or 'no error recorded'}")
+                elif parity.get("verdict") == "fail":
+                    worst, err = parity.get("worst_tensor"), parity.get("worst_rel_err")
+                    detail = ""
+                    if worst:
+                        size = f", relative error {err:.1e}" if isinstance(err, int | float) else ""
+                        detail = f" (worst tensor {worst}{size})"
+                    out.append(f"{name}: parity fails{detail}")
+    return out
