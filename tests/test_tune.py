@@ -287,6 +287,7 @@ def test_search_state_round_trips_through_json():
     (["-f", "nosuch"], "nosuch"),
     (["-w", "nosuch", "-f", "fake"], "nosuch"),
     (["-f", "fake", "--mode", "fast"], "mode 'fast' is not one of"),
+    (["-f", "fake", "--mode", "eager", "--budget", "1s"], "tune --budget 1s admits no trial: a default alone needs about"),
 ])
 @pytest.mark.usefixtures("fake_env")
 def test_bad_tune_input_is_one_line_exit_2(tmp_path, capsys, argv, msg):

@@ -33,7 +33,7 @@ from dlbench.results.records import FAILURE_STATUSES
 from dlbench.results.store import Store
 from dlbench.runner import tune
 from dlbench.runner.executor import execute, finish_run, warm_imports
-from dlbench.runner.plan import Sweep, learn
+from dlbench.runner.plan import Costs, Sweep, learn
 from dlbench.spec import TrialSpec
 from dlbench.text import printable
 
@@ -129,6 +129,10 @@ def main(args: argparse.Namespace) -> int:
         costs = learn(store.trial_costs())
         search = tune.prepare(made, repeat_count, budget_s, costs, _run_args(options), run.SWEEP_DEFAULTS["mode"][0])
         print_search(console, search, costs)
+        if search.state.cells and not search.trials_phase_one:
+            least = min(tune.estimate_default_s(search, costs))
+            raise UsageError(f"tune --budget {args.budget} admits no trial: a default alone needs about"
+                             f" {repeat_count * least:.0f} s ({repeat_count} repeats, by the estimate above)")
         if not search.state.cells:
             console.print("dlbench tune: nothing to search (every configuration above is skipped or unsupported)",
                           highlight=False)
@@ -150,7 +154,7 @@ def main(args: argparse.Namespace) -> int:
         return _report(console, store, run_id, args, outcome.interrupted)
 
 
-def print_search(console: Console, search: tune.Search, costs: Any) -> None:
+def print_search(console: Console, search: tune.Search, costs: Costs) -> None:
     """Before anything runs: the candidates per cell, the trials, the estimate and the budget."""
     state = search.state
     seconds, sources = tune.estimate_phase_one_s(search, costs)

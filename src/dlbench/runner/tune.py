@@ -142,6 +142,12 @@ def candidates_plan(search: Search) -> Plan:
     return Plan(trials=[PlannedTrial(spec) for spec in search.specs.values()])
 
 
+def estimate_default_s(search: Search, costs: Costs) -> list[float]:
+    """Each cell's default's estimated seconds per trial."""
+    return [estimate_s(search.specs[(i, Candidate(headroom.DEFAULT, c.mode))], costs)[0]
+            for i, c in enumerate(search.state.cells)]
+
+
 def warm_plan(search: Search) -> Plan:
     """The defaults, for the untimed warm imports before the first round."""
     return Plan(trials=[PlannedTrial(search.specs[(i, Candidate(headroom.DEFAULT, c.mode))])
@@ -273,8 +279,9 @@ def _phase_two(store: Store, run_id: int, search: Search, run_trials: RunTrials,
 def _finish(store: Store, run_id: int, search: Search) -> None:
     """The state with why it stopped and what a finding may cite (the measured variants)."""
     state = search.state
-    if state.stop is None:
-        state.stop = "done"
+    if state.stop is None:  # ran to its end; "budget" where the budget left candidates untried
+        cut = any(e.status == headroom.NOT_RUN_BUDGET for c in state.cells for e in c.entries)
+        state.stop = "budget" if cut else "done"
     found = outcomes(store.trials(run_id))
     state.measured = [m for c in state.cells for m in headroom.measured_variants(run_id, headroom.cell_result(c, found))]
     store.set_run_tune(run_id, state.to_dict())
