@@ -308,7 +308,7 @@ TINY = ["--mode", "eager", "--preset", "tiny", "--dataset-size", "64", "-b", "16
 
 
 @pytest.fixture(scope="module")
-def tuned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+def tuned(tmp_path_factory: pytest.TempPathFactory, _cache_dir: Path) -> Iterator[tuple[str, str]]:
     """`dlbench tune -f fake --repeats 1`: 4 candidates, one worker process each (about 6 s)."""
     path = tmp_path_factory.mktemp("tune") / "t.sqlite"
     with pytest.MonkeyPatch.context() as mp:
@@ -318,7 +318,7 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]
         mp.syspath_prepend(str(TESTS_DIR))
         mp.setenv("FAKE_BEHAVIOUR", "ok")
         mp.setenv("DLBENCH_REFERENCE_FRAMEWORK", "fake")
-        mp.setenv("DLBENCH_CACHE_DIR", str(path.parent / "cache"))
+        mp.setenv("DLBENCH_CACHE_DIR", str(_cache_dir / "fake"))  # the session's fake references (conftest)
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             code = main(["tune", "-f", "fake", *TINY, "--repeats", "1", "--budget", "30min", "--store", str(path)])
@@ -373,18 +373,26 @@ def test_tune_runs_export_their_options(tuned, tmp_path, capsys):
 
 
 @pytest.mark.usefixtures("fake_env")
-def test_compare_refuses_a_variant_against_the_default_without_force(tmp_path, capsys):
-    """Two ordinary runs, the second with a variant option (2 worker processes): compare names
-    the policy difference either way round, and compares with --force."""
-    s = ["--store", str(tmp_path / "c.sqlite")]
-    assert main(["run", "-f", "fake", *TINY, "--repeats", "1", *s]) == 0
-    assert main(["run", "-f", "fake", *TINY, "--repeats", "1", "--option", "fake.flavour=spicy", *s]) == 0
-    capsys.readouterr()
-    for base, new, change in (("1", "2", "{} -> {'flavour': 'spicy'}"), ("2", "1", "{'flavour': 'spicy'} -> {}")):
-        assert main(["compare", base, new, *s]) == 2
+def test_compare_refuses_a_variant_against_the_default_without_force(tuned, tmp_path, capsys):
+    """The tune run exported and split into its default's and its flavour=spicy trials (no new
+    process): compare names the policy difference either way round, and compares with --force."""
+    path, _ = tuned
+    assert main(["export", "1", "--format", "json", "--store", path]) == 0
+    exported = json.loads(capsys.readouterr().out)
+
+    def part(name: str, keep: dict[str, str]) -> str:
+        runs = [{**r, "trials": [t for t in r["trials"] if (t["spec"]["policy"].get("options") or {}) == keep
+                                 and t["spec"]["policy"]["mode"] == "eager"]} for r in exported["runs"]]
+        out = tmp_path / name
+        out.write_text(json.dumps({**exported, "runs": runs}))
+        return str(out)
+
+    default, spicy = part("default.json", {}), part("spicy.json", {"flavour": "spicy"})
+    for base, new, change in ((default, spicy, "{} -> {'flavour': 'spicy'}"), (spicy, default, "{'flavour': 'spicy'} -> {}")):
+        assert main(["compare", base, new]) == 2
         err = capsys.readouterr().err
         assert f"the policy differs: cnn/fake/eager b16 s0: policy options {change}" in err, err
-    assert main(["compare", "1", "2", "--force", *s]) in (0, 4)
+    assert main(["compare", default, spicy, "--force"]) in (0, 4)
 
 
 def test_headroom_chart_in_headless_chromium(tuned, tmp_path, capsys):

@@ -95,7 +95,8 @@ def headroom_table(report: Report) -> Table | None:
         base = _default_of(r, best.phase if best is not None else 1)
         settings = headroom.NO_BEST if best is None else best.candidate.settings(r.cell.framework, r.cell.mode)
         verdict = best.verdict if best is not None else _tally(r)
-        parity = (best or base).parity if (best or base) is not None else "–"
+        judged = best or base
+        parity = judged.parity if judged is not None else "–"
         rows.append((*_run_cells(report, run_id), Cell(r.cell.workload), Cell(r.cell.framework), Cell(r.cell.mode),
                      _median_cell(base), Cell(settings), _speedup_cell(best), Cell(verdict), _parity_cell(parity)))
         command = r.command()
