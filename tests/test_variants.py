@@ -100,6 +100,31 @@ def test_variant_values_say_where_the_search_tries_what():
     assert jax["loop"].variant is not None and ("steps_per_call", "8") in jax["loop"].variant.together
 
 
+# --- the listing -----------------------------------------------------------------------------------
+
+
+def test_list_counts_the_options_on_one_line_and_long_and_json_show_every_variant(capsys, monkeypatch):
+    from dlbench.cli.main import main
+
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["list"]) == 0
+    text = capsys.readouterr().out
+    [line] = [x for x in text.splitlines() if x.startswith("--option:")]
+    assert f"torch {len(_options('torch'))}" in line and "variants" in line and len(line) <= 100
+    assert "jax.pool" not in text  # one line for every option, not one per option
+    assert main(["list", "--long"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--option jax.pool=reduce_window|reshape (default reduce_window)" in text
+    assert "variant: tries reshape (workloads cnn)" in text and "Source: issue 32" in text
+    assert main(["list", "--json"]) == 0
+    data = {d["framework"]: d["options"] for d in json.loads(capsys.readouterr().out)["frameworks"]}
+    memory = data["torch"]["memory_format"]
+    assert memory["default"] == "model" and memory["variant"]["tried"] == ["channels_last", "contiguous"]
+    assert ["cnn", "channels_last"] in memory["variant"]["same_as_default"]
+    assert data["torch"]["omp_wait_policy"]["environment"]["passive"] == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert data["onnxruntime"]["optimization"]["variant"] is None
+
+
 # --- planning: GPU-only values, keys, the environment seam ----------------------------------------
 
 
@@ -150,6 +175,15 @@ def test_options_set_their_variables_before_the_import_and_the_trial_records_the
             shutil.rmtree(fresh, ignore_errors=True)
     torch = get_backend("torch")
     assert option_environment(torch.options, Policy(options={"omp_wait_policy": "active"})) == {"OMP_WAIT_POLICY": "ACTIVE"}
+
+
+def test_a_kernel_alternatives_probe_drops_the_options_that_set_its_variables():
+    from dlbench.runner.verdicts import _yielding
+
+    trial = _trial("tensorflow", {"onednn": "on", "inter_op_threads": "1"}, mode="graph")
+    probed = _yielding(trial, {"TF_ENABLE_ONEDNN_OPTS": "0"})  # the "oneDNN off" alternative
+    assert probed.policy.options == {"inter_op_threads": "1"}
+    assert _yielding(trial, {"XLA_FLAGS": "--xla_cpu_max_isa=SSE4_2"}) is trial
 
 
 def test_torch_image_workloads_are_the_models_declared_memory_formats():
@@ -321,9 +355,10 @@ def _matrix() -> list[tuple[str, str, str, str]]:
         for name, o in _options(framework).items():
             if o.variant is None:
                 continue
-            mode = next(m for m in ("eager", "graph", "compiled") if get_backend(framework).modes()[m] is None
-                        and (not o.variant.modes or m in o.variant.modes))
-            out += [(framework, mode, name, v) for v in o.variant.tried if v not in o.variant.gpu_only]
+            mode = next((m for m in ("eager", "graph", "compiled") if get_backend(framework).modes()[m] is None
+                         and (not o.variant.modes or m in o.variant.modes)), None)
+            if mode is not None:
+                out += [(framework, mode, name, v) for v in o.variant.tried if v not in o.variant.gpu_only]
     return out
 
 

@@ -388,8 +388,7 @@ def compact_option_lines() -> list[str]:
     if not texts:
         return []
     variants = sum(o.variant is not None for name in registered() for o in get_backend(name).options.values())
-    return [f"--option FRAMEWORK.NAME=VALUE: {', '.join(texts)} ({variants} of them variants for the headroom"
-            " search; values, defaults, why: --long)"]
+    return [f"--option: {', '.join(texts)} ({variants} variants; values, defaults, why: --long)"]
 
 
 def _variant_text(variant: Variant) -> str:

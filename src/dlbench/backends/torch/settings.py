@@ -7,8 +7,6 @@ the same mathematics written or set another way, judged by parity like any trial
 
 from __future__ import annotations
 
-from typing import Any
-
 from dlbench.backends.base import Option, Variant, option_value
 from dlbench.spec import Policy
 
@@ -21,9 +19,9 @@ IMAGE_WORKLOADS = {"cnn": "channels_last", "resnet": "channels_last", "vit": "ch
 # torch.compile's modes a variant may ask for ("default" is COMPILE_OPTIONS's); "max-autotune"
 # adds CUDA graphs, which capture GPU kernels only.
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "max-autotune")
-# torch.optim.Adam's three implementations, as its `fused` and `foreach` flags select them.
-OPTIMIZERS = {"fused": {"fused": True, "foreach": None}, "foreach": {"fused": None, "foreach": True},
-              "for-loop": {"fused": None, "foreach": False}}
+# torch.optim.Adam's three implementations, as its (`fused`, `foreach`) flags select them.
+OPTIMIZERS: dict[str, tuple[bool | None, bool | None]] = {
+    "fused": (True, None), "foreach": (None, True), "for-loop": (None, False)}
 
 OPTIONS: dict[str, Option] = {
     "memory_format": Option(
@@ -120,9 +118,9 @@ def memory_format_name(policy: Policy, declared: str) -> str:
     return declared if asked == "model" else asked
 
 
-def optimizer_flags(policy: Policy) -> dict[str, Any]:
-    """torch.optim.Adam's `fused` and `foreach` arguments for the policy's optimizer option."""
-    return dict(OPTIMIZERS[value(policy, "optimizer")])
+def optimizer_flags(policy: Policy) -> tuple[bool | None, bool | None]:
+    """torch.optim.Adam's (`fused`, `foreach`) arguments for the policy's optimizer option."""
+    return OPTIMIZERS[value(policy, "optimizer")]
 
 
 def float32_matmul_precision(policy: Policy) -> str:

@@ -20,6 +20,7 @@ def make_optimizer(parameters: Iterable[torch.Tensor], n: Numerics, policy: Poli
     one ATen kernel per parameter, several times faster than the foreach and for-loop paths on
     CPU; torch.compile leaves it untraced ("don't trace into fused optimizer"), which is also
     faster than Inductor's code for the traced foreach path."""
+    fused, foreach = settings.optimizer_flags(policy)
     return torch.optim.Adam(
         list(parameters),
         lr=n.learning_rate,
@@ -28,7 +29,8 @@ def make_optimizer(parameters: Iterable[torch.Tensor], n: Numerics, policy: Poli
         weight_decay=n.weight_decay,
         amsgrad=False,
         maximize=False,
-        **settings.optimizer_flags(policy),
+        fused=fused,
+        foreach=foreach,
     )
 
 
