@@ -322,8 +322,11 @@ def assert_read_back(framework: str, t: dict[str, Any]) -> None:
         if "inter_op_threads" in asked:
             assert fw["tf_inter_op_threads"] == int(asked["inter_op_threads"])
     elif framework == "jax":
-        pool = applied["pool"]
-        assert pool == ({"reduce_window": 0, "reduce": 2} if asked.get("pool") == "reshape" else {"reduce_window": 2, "reduce": 0})
+        pool = applied["pool"]  # ops in the forward's StableHLO (a jitted jnp.max may be one shared function)
+        if asked.get("pool") == "reshape":
+            assert pool["reduce_window"] == 0 and pool["reduce"] >= 1, pool
+        else:
+            assert pool == {"reduce_window": 2, "reduce": 0}, pool
         assert fw["matmul_precision"] == policy["precision"]["default_matmul_precision"] == asked.get("matmul_precision", "highest")
         if "steps_per_call" in asked:
             assert policy["train_loop"]["steps_per_call"] == int(asked["steps_per_call"])

@@ -388,7 +388,7 @@ def compact_option_lines() -> list[str]:
     if not texts:
         return []
     variants = sum(o.variant is not None for name in registered() for o in get_backend(name).options.values())
-    return [f"--option: {', '.join(texts)} ({variants} variants; values, defaults, why: --long)"]
+    return [f"--option: {', '.join(texts)} ({variants} variants: --long)"]
 
 
 def _variant_text(variant: Variant) -> str:
