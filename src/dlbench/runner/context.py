@@ -85,11 +85,12 @@ def import_and_configure(ctx: TrialContext) -> None:
 
 
 def record_options(ctx: TrialContext, program: Built) -> None:
-    """The framework options as the built program runs them (base.OptionsReadBack), beside the
-    ones the backend's configure() read back under `framework`."""
-    if isinstance(program, OptionsReadBack):
-        ctx.result.policy_effective["options"] = {"asked": dict(ctx.trial.policy.options),
-                                                  "applied": program.applied_options()}
+    """The framework options the trial asked for and, where the program reads back what it
+    built (base.OptionsReadBack), what it runs; the options the backend applies globally are
+    read back by its configure() under `framework`."""
+    applied = program.applied_options() if isinstance(program, OptionsReadBack) else {}
+    if ctx.trial.policy.options or applied:
+        ctx.result.policy_effective["options"] = {"asked": dict(ctx.trial.policy.options), "applied": applied}
 
 
 def allocator_metrics(ctx: TrialContext) -> None:
