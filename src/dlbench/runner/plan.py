@@ -197,8 +197,8 @@ def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, p
 
 def _framework_options(sweep: Sweep, framework: str) -> dict[str, str]:
     """The sweep's --option values for `framework`, less those at the option's declared default:
-    `torch.mkldnn=on` is the configuration that no option gives, so it keeps that trial's
-    configuration key (an unknown name or value stays, for validation to refuse)."""
+    an option given at its default is the configuration that no option gives, so it keeps that
+    trial's configuration key (an unknown name or value stays, for validation to refuse)."""
     declared = get_backend(framework).options
     return {n: v for fw, n, v in sweep.options
             if fw == framework and not (n in declared and v == declared[n].default)}
