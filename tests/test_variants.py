@@ -363,9 +363,9 @@ def test_tiny_cnn_trials_with_the_variants_pass_parity_and_record_what_ran(tmp_p
 
 
 def _matrix() -> list[tuple[str, str, str, str]]:
-    """(framework, mode, option, value) for every tried value of every variant of torch,
-    tensorflow and jax that applies to the cnn on a CPU (the mlp where the cnn has none), in the
-    cheapest mode it applies in."""
+    """(framework, mode, option, value) for every value the search tries on the cnn on a CPU
+    (Variant.values), for every variant of torch, tensorflow and jax, in the cheapest mode it
+    applies in."""
     out = []
     for framework in ("torch", "tensorflow", "jax"):
         for name, o in _options(framework).items():
@@ -373,8 +373,8 @@ def _matrix() -> list[tuple[str, str, str, str]]:
                 continue
             mode = next((m for m in ("eager", "graph", "compiled") if get_backend(framework).modes()[m] is None
                          and (not o.variant.modes or m in o.variant.modes)), None)
-            if mode is not None:
-                out += [(framework, mode, name, v) for v in o.variant.tried if v not in o.variant.gpu_only]
+            if mode is not None:  # what the search tries on the cnn on a CPU
+                out += [(framework, mode, name, v) for v in o.variant.values("cnn", mode, "cpu")]
     return out
 
 
