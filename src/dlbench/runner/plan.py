@@ -182,7 +182,7 @@ def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, p
         workload=spec,
         framework=f,
         policy=Policy(mode=mode, threads=sweep.threads, compile_cache=sweep.compile_cache,
-                      options={n: v for fw, n, v in sweep.options if fw == f}, loader_workers=sweep.loader_workers,
+                      options=_framework_options(sweep, f), loader_workers=sweep.loader_workers,
                       data=data, matmul_precision="tf32" if prec == "tf32" else "highest",
                       rollout=rollout if _is_rl(w) else "default"),
         scenario=scen,
@@ -198,6 +198,15 @@ def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, p
         **option_fields(sweep.options_for(scen)),
         memory_limit_bytes=sweep.memory_limit_bytes,
     )
+
+
+def _framework_options(sweep: Sweep, framework: str) -> dict[str, str]:
+    """The sweep's --option values for `framework`, less those at the option's declared default:
+    an option given at its default is the configuration that no option gives, so it keeps that
+    trial's configuration key (an unknown name or value stays, for validation to refuse)."""
+    declared = get_backend(framework).options
+    return {n: v for fw, n, v in sweep.options
+            if fw == framework and not (n in declared and v == declared[n].default)}
 
 
 def _framework_status(name: str, explicit: bool, notes: list[str]) -> str | None:

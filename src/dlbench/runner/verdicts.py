@@ -167,7 +167,7 @@ def _judged_by_grads(trial: TrialSpec) -> bool:
 def alternative_arrays(trial: TrialSpec, env: dict[str, str], k_steps: int) -> dict[str, Any] | str:
     """The trial's fixed batch (and K-step trajectory) probed in a process of its own with `env`
     set: {"loss", "grads", and the probe's other arrays}, or the reason it failed."""
-    probed = trial if _judged_by_grads(trial) else replace(trial, scenario="train")
+    probed = _yielding(trial if _judged_by_grads(trial) else replace(trial, scenario="train"), env)
     with tempfile.TemporaryDirectory(prefix="dlbench-diagnose-") as tmp:
         request = Path(tmp) / "request.json"
         request.write_text(json.dumps({"trials": [to_dict(probed)], "k_steps": k_steps}))
@@ -177,6 +177,16 @@ def alternative_arrays(trial: TrialSpec, env: dict[str, str], k_steps: int) -> d
             return error or "the probe wrote no result"
         loss, grads, extra = protocol.load_grads(out)
     return {"loss": loss, "grads": grads, **extra}
+
+
+def _yielding(trial: TrialSpec, env: dict[str, str]) -> TrialSpec:
+    """The trial without the framework options whose values set a variable of `env`
+    (Option.environment, applied in the probe after the parent's): the alternative's setting
+    must hold in its probe (a `tensorflow.onednn=on` trial probed with oneDNN off)."""
+    declared = get_backend(trial.framework).options
+    kept = {n: v for n, v in trial.policy.options.items()
+            if n not in declared or not set(declared[n].environment.get(v, {})) & set(env)}
+    return trial if kept == trial.policy.options else replace(trial, policy=replace(trial.policy, options=kept))
 
 
 def alternative_verdict(trial: TrialSpec, ref: reference.Reference, env: dict[str, str],

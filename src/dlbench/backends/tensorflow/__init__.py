@@ -11,7 +11,6 @@ import os
 import typing
 from typing import Any
 
-from dlbench.backends import multistep
 from dlbench.backends.base import (
     CostGuess,
     Capabilities,
@@ -23,6 +22,7 @@ from dlbench.backends.base import (
     module_installed,
 )
 from dlbench.backends.precision import NATIVE, Support
+from dlbench.backends.tensorflow import settings
 from dlbench.spec import Policy, TrialSpec
 
 # Every distribution that installs the `tensorflow` module.
@@ -60,8 +60,9 @@ class TensorFlowBackend:
     precisions: Support = {**NATIVE, ("cuda", "fp16"): (
         "TensorFlow's loss scaler is Keras's LossScaleOptimizer; the raw-TF backend has none (run"
         " keras-tensorflow for fp16)")}
-    # Several train steps per tf.function call (backends/multistep.py), written out in order.
-    options: dict[str, Option] = multistep.options(("unroll",), "tf.function")
+    # Steps per tf.function call (backends/multistep.py), oneDNN, the inter-op pool: variants
+    # (settings.py; docs/variants.md).
+    options: dict[str, Option] = settings.OPTIONS
     recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
     # Settings that swap TF's CPU-specific code for plainer code, probed when a trial fails
     # parity (runner/verdicts.py: a pass there makes the verdict `differs`):
@@ -133,7 +134,10 @@ class TensorFlowBackend:
             # Both pools sized to the pinned cores: what TF picks by itself for N schedulable
             # cores, set explicitly so that it is recorded. Must run before the first op.
             tf.config.threading.set_intra_op_parallelism_threads(policy.threads)
-            tf.config.threading.set_inter_op_parallelism_threads(policy.threads)
+        asked = settings.value(policy, "inter_op_threads")  # the option wins over --threads
+        inter_op = policy.threads if asked == "auto" else int(asked)
+        if inter_op is not None:
+            tf.config.threading.set_inter_op_parallelism_threads(inter_op)
         # "highest" means IEEE fp32: TF enables TF32 matmuls and convolutions on Ampere+ by
         # default, so it is switched off explicitly.
         tf.config.experimental.enable_tensor_float_32_execution(policy.matmul_precision == "tf32")

@@ -26,7 +26,7 @@ from dlbench.backends.base import Backend, Learner, TimedBatches, Trainable
 from dlbench.machine import bf16_on_cpu
 from dlbench.runner import fixedbatch, parallel, protocol
 from dlbench.runner.scenarios import profiled
-from dlbench.runner.context import TrialContext, allocator_metrics
+from dlbench.runner.context import TrialContext, allocator_metrics, record_options
 from dlbench.runner.timing import split_steps
 from dlbench.spec import TrialSpec, WorkloadSpec
 from dlbench.workloads.data import Dataset, epoch_augment
@@ -61,6 +61,7 @@ def build_and_load(ctx: TrialContext, build: Callable[[TrialSpec, Backend], L]) 
     ctx.result.numerics = program.numerics()
     ctx.result.policy_effective["precision"] = {"precision": trial.precision, **program.precision()}
     ctx.result.policy_effective["train_loop"] = program.train_loop()
+    record_options(ctx, program)
     if trial.precision == "bf16" and ctx.backend.device_kind() == "cpu":
         ctx.result.policy_effective["precision"]["cpu_bf16"] = bf16_on_cpu()
     t = ctx.phases.start("data")
