@@ -414,29 +414,29 @@ def test_headroom_chart_in_headless_chromium(tuned, tmp_path, capsys):
     assert "Headroom" in text and "Candidates" in text and "fails parity" in text
 
 
-def test_the_real_jax_options_as_variants_become_validated_candidates(monkeypatch):
-    """jax.steps_per_call and jax.loop declared as variants for this test only (the backends
-    declare their own): the search tries their values as `--option`s, each validated like any
-    trial; JAX has one mode, so no mode factor. Nothing runs."""
+def test_the_real_jax_variants_become_validated_candidates():
+    """JAX's declared variants on the cnn: the search tries their values as `--option`s, each
+    validated like any trial; a variant with companions (loop=scan needs several steps per
+    call) carries them; JAX has one mode, so no mode factor. Nothing runs."""
     from dlbench.backends import get_backend
-    from dlbench.backends.base import Option, Variant
 
-    backend = get_backend("jax")
-    ok, why = backend.available()
+    ok, why = get_backend("jax").available()
     if not ok:
         pytest.skip(why)
-    declared = {name: Option(o.allowed, o.default, o.help, Variant("test", "test", tried))
-                for (name, o), tried in zip(backend.options.items(), (("8", "auto"), ("scan",)), strict=True)}
-    monkeypatch.setattr(type(backend), "options", declared)
-    sweep = Sweep(workloads=("mlp",), frameworks=("jax",), frameworks_explicit=True, preset="tiny")
-    search = tune.prepare(sweep, 4, 3600, Costs(), lambda s: ("-w", "mlp", "-f", "jax", "--preset", "tiny"))
+    sweep = Sweep(workloads=("cnn",), frameworks=("jax",), frameworks_explicit=True, preset="tiny")
+    search = tune.prepare(sweep, 4, 3600, Costs(), lambda s: ("-w", "cnn", "-f", "jax", "--preset", "tiny"))
     (cell,) = search.state.cells
-    # `auto` is the option's default: not a candidate
-    assert [(e.candidate.name, e.status) for e in cell.entries] == [
-        ("default", "tried"), ("steps_per_call=8", "tried"), ("loop=scan", "tried")]
-    assert search.specs[(0, cell.entries[1].candidate)].policy.options == {"steps_per_call": "8"}
-    assert headroom.rerun_command(cell, cell.entries[1].candidate) == \
-        "dlbench run -w mlp -f jax --preset tiny --option jax.steps_per_call=8"
+    names = [e.candidate.name for e in cell.entries]
+    assert names[0] == "default" and "pool=reshape" in names and "loop=scan" in names
+    assert all(e.status == "tried" for e in cell.entries)
+    assert not any(n.startswith("mode=") for n in names)
+    by_name = {e.candidate.name: e.candidate for e in cell.entries}
+    assert search.specs[(0, by_name["pool=reshape"])].policy.options == {"pool": "reshape"}
+    scan = by_name["loop=scan"]
+    assert search.specs[(0, scan)].policy.options == {"loop": "scan", "steps_per_call": "8"}
+    assert headroom.factor_of(scan, "compiled") == ("loop", "scan")
+    assert headroom.rerun_command(cell, by_name["pool=reshape"]) == \
+        "dlbench run -w cnn -f jax --preset tiny --option jax.pool=reshape"
 
 
 @pytest.mark.slow

@@ -56,6 +56,9 @@ class Factor:
     why: str = ""
     source: str = ""
     addresses: tuple[str, ...] = ()
+    # Other options set with each tried value (Variant.together: JAX's loop=scan needs several
+    # steps per call to mean anything).
+    together: tuple[tuple[str, str], ...] = ()
 
     def applies_in(self, mode: str) -> bool:
         return self.name == MODE or not self.modes or mode in self.modes
@@ -66,7 +69,8 @@ class Factor:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Factor:
         return cls(str(d["name"]), tuple(d.get("values", ())), tuple(d.get("modes", ())), str(d.get("why", "")),
-                   str(d.get("source", "")), tuple(d.get("addresses", ())))
+                   str(d.get("source", "")), tuple(d.get("addresses", ())),
+                   tuple((str(k), str(v)) for k, v in d.get("together", ())))
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,9 @@ def phase_one(default_mode: str, factors: Sequence[Factor]) -> list[Candidate]:
             if f.name == MODE:
                 out.append(Candidate(f"{MODE}={v}", v))
             else:
-                out.append(Candidate(f"{f.name}={v}", default_mode, ((f.name, v),)))
+                options = dict(f.together)
+                options[f.name] = v
+                out.append(Candidate(f"{f.name}={v}", default_mode, tuple(sorted(options.items()))))
     return out
 
 
@@ -110,7 +116,13 @@ def factor_of(candidate: Candidate, default_mode: str) -> tuple[str, str] | None
     """(factor, value) of a candidate that changes one factor; None for the default and for a
     combination."""
     changed = [*candidate.options, *([(MODE, candidate.mode)] if candidate.mode != default_mode else [])]
-    return changed[0] if len(changed) == 1 else None
+    if len(changed) == 1:
+        return changed[0]
+    # a phase-1 candidate whose variant sets companions (Factor.together) is named by its factor
+    name, sep, value = candidate.name.partition("=")
+    if sep and candidate.name not in (DEFAULT, COMBINATION) and (name, value) in changed:
+        return name, value
+    return None
 
 
 # --- the budget -----------------------------------------------------------------------------
@@ -250,18 +262,18 @@ def combination(default_mode: str, won: Mapping[str, Judged], factors: Sequence[
     two factors remain (the best single candidate is then the combination)."""
     mode = won[MODE].candidate.mode if MODE in won else default_mode
     by_name = {f.name: f for f in factors}
-    options = []
+    options: dict[str, str] = {}
     for name, j in won.items():
         if name == MODE:
             continue
         factor = by_name.get(name)
         if factor is not None and not factor.applies_in(mode):
             continue
-        options += list(j.candidate.options)
+        options.update(j.candidate.options)
     changed = len(options) + (mode != default_mode)
     if changed < 2:
         return None
-    return Candidate(COMBINATION, mode, tuple(sorted(options)))
+    return Candidate(COMBINATION, mode, tuple(sorted(options.items())))
 
 
 def best(judged: Sequence[Judged]) -> Judged | None:

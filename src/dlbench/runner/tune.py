@@ -62,7 +62,8 @@ def factors(spec: TrialSpec, device: str) -> list[Factor]:
             continue
         values = tuple(v for v in variant.values(workload, mode, device) if v != option.default)
         if values:
-            out.append(Factor(name, values, variant.modes, variant.why, variant.source, variant.addresses))
+            out.append(Factor(name, values, variant.modes, variant.why, variant.source, variant.addresses,
+                              variant.together))
     modes = tuple(m for m in MODES if m != mode and backend.modes().get(m, "unknown") is None)
     if modes:
         out.append(Factor(headroom.MODE, modes, why="the framework's other modes (a factor like any variant)"))
