@@ -201,10 +201,9 @@ def ceilings(specs: list[TrialSpec], on_message: Callable[[str], None]) -> Ceili
     """The CPU matmul ceiling for every thread count in the sweep (cached per machine)."""
     out = {}
     for threads in sorted({t.policy.threads or len(os.sched_getaffinity(0)) for t in specs}):
-        cached, _ = ceiling.ceiling(threads, measure_if_missing=False)
-        if cached is None:
-            on_message(f"measuring this machine's float32 matmul ceiling with {threads} thread(s), once")
-        out[threads] = (cached, "") if cached is not None else ceiling.ceiling(threads)
+        if ceiling.needs_measuring(threads):
+            on_message(f"measuring this machine's float32 matmul ceiling with {threads} thread(s)")
+        out[threads] = ceiling.ceiling(threads)
     return out
 
 
@@ -230,4 +229,4 @@ def judge_efficiency(trial: TrialSpec, result: TrialResult, ceilings: Ceilings) 
         return
     result.metrics["matmul_ceiling_share"] = achieved / data["flops_per_s"]
     result.metrics["matmul_ceiling_flops_per_s"] = data["flops_per_s"]
-    result.notes["matmul_ceiling"] = f"{data['library']}, {data['threads']} thread(s), {data['size']}^2 float32 GEMM"
+    result.notes["matmul_ceiling"] = ceiling.describe(data)

@@ -143,8 +143,11 @@ def forward_cached(model: LmModel, params: Params, cache: Cache, ids: jax.Array,
         q = apply_rope(model.heads(params, f"{b}.attn.query", z), cos, sin)
         k = apply_rope(model.heads(params, f"{b}.attn.key", z), cos, sin)
         v = model.heads(params, f"{b}.attn.value", z)
-        keys = keys.at[i].set(lax.dynamic_update_slice(keys[i], k, (0, start, 0, 0)))
-        values = values.at[i].set(lax.dynamic_update_slice(values[i], v, (0, start, 0, 0)))
+        # Written into the stacked (donated) cache in place: `keys.at[i].set(dus(keys[i], ...))`
+        # copied layer i's whole cache twice per token (decode at batch 8 ran at 3.9x
+        # Keras-on-JAX's time per token; docs/benchmarks.md, lm).
+        keys = lax.dynamic_update_slice(keys, k[None], (i, 0, start, 0, 0))
+        values = lax.dynamic_update_slice(values, v[None], (i, 0, start, 0, 0))
         o = jax.nn.dot_product_attention(q, keys[i], values[i], mask=visible[None, None], scale=model.scale,
                                          implementation=None)
         h = model.mlp(params, b, h + o.reshape(n, t, model.size.dim) @ params[f"{b}.attn.out.kernel"])
