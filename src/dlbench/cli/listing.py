@@ -379,9 +379,13 @@ def long_table(rows: list[Support]) -> Table:
 
 
 def compact_option_lines() -> list[str]:
-    """Every framework's own options on few lines, each default first."""
-    texts = [f"{name}.{opt}={'|'.join(dict.fromkeys([o.default, *o.allowed]))}"
-             for name in registered() for opt, o in get_backend(name).options.items()]
+    """Every framework's own options on few lines, each default first; an option several
+    frameworks declare alike is one entry naming them all (`tensorflow/jax.steps_per_call=...`)."""
+    alike: dict[tuple[str, str], list[str]] = {}
+    for name in registered():
+        for opt, o in get_backend(name).options.items():
+            alike.setdefault((opt, "|".join(dict.fromkeys([o.default, *o.allowed]))), []).append(name)
+    texts = [f"{'/'.join(names)}.{opt}={values}" for (opt, values), names in alike.items()]
     return [f"--option FRAMEWORK.NAME=VALUE (first = default): {', '.join(texts)}"] if texts else []
 
 

@@ -72,7 +72,15 @@ class JaxBackend:
         "JAX has no built-in dynamic loss scaling (it lives in the separate jmp library) and fp16"
         " without it underflows gradients; use bf16")}
     # Several train steps per jitted call (backends/multistep.py): unrolled, or a lax.scan.
-    options: dict[str, base.Option] = multistep.options(("unroll", "scan"), "jax.jit", multistep.JAX_AUTO_STEPS)
+    options: dict[str, base.Option] = {
+        **multistep.options(("unroll", "scan"), "jax.jit", multistep.JAX_AUTO_STEPS),
+        # lm's generator (backends/jax/lm.py): a jitted decode step per token, or the whole decode
+        # one jitted lax.while_loop (the generate scenario's only; other scenarios do not read it)
+        "decode": base.Option(allowed=("step", "while_loop"), default="step",
+                              help="lm's generate scenario: step (a jitted decode step per token) or while_loop"
+                                   " (the whole decode one jitted lax.while_loop; time to first token then holds"
+                                   " every token)"),
+    }
     recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
     # docs/benchmarks.md, whole zoo at the cpu presets (time to first step, parity compile)
     # fitted to a quiet whole-zoo tiny run, AMD EPYC 2 cores (docs/benchmarks.md)
