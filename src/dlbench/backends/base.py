@@ -111,15 +111,38 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
+class SolveGuess:
+    """What a solve trial (runner/scenarios/solve.py) of this framework costs, before the store
+    knows better (runner/plan.py: estimate_s): its solver curves (solvers x dtypes of
+    backends/<framework>/ode.py, the explicit ones apart: on a stiff problem each runs to the step
+    cap once and skips its tighter tolerances), the seconds of one tolerance point of a curve
+    that solves (warm solves until 0.2 s and three, and the counting solve), of one curve that
+    runs to the step cap (5000 steps: its first solve and its timed one), of a curve's compiles
+    (the timed solve's and the counting solve's), and the neural ODE's gradient methods and
+    seconds per gradient point (each tolerance compiles anew). Fitted on the quiet 2-core run of
+    docs/benchmarks.md "ODE solvers"; only a first estimate."""
+
+    explicit_curves: int
+    implicit_curves: int
+    point_s: float
+    capped_curve_s: float
+    compile_s: float
+    gradient_methods: int
+    gradient_point_s: float
+
+
+@dataclass(frozen=True)
 class CostGuess:
     """What a trial of this framework costs besides its compute, before the store knows better
     (runner/plan.py: estimate_s): seconds from process start to a built program (import, build,
     data), and seconds to compile a cnn-sized train step (8 parameter tensors) in compiled mode,
     which the planner scales with the workload's size. Measured on the project's 2-core machines
-    (docs/benchmarks.md, the whole zoo); only a first estimate."""
+    (docs/benchmarks.md, the whole zoo); only a first estimate. `solve`: the solver scenario's
+    costs, for a backend with ODE solvers."""
 
     startup_s: float
     compile_s: float
+    solve: SolveGuess | None = None
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from dlbench.runner import ray_executor, resume, rounds
 from dlbench.runner.executor import Outcome, Progress, execute, finish_run, register, warm_imports
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
 from dlbench.runner.protocol import CHUNK, PHASE_NAME, STEPS, event_kind
-from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimate_s, learn, make_plan
+from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimates, learn, make_plan
 from dlbench.spec import (SCENARIOS, ConvergeOptions, GenerateOptions, InferOptions, SolveOptions, SpecError,
                           option_fields, to_dict)
 from dlbench.text import printable
@@ -324,9 +324,9 @@ def busy_machine(load: float | None = None, cores: int | None = None) -> tuple[f
 
 def print_plan(console: Console, plan: Plan, costs: Costs) -> None:
     pending = plan.pending
-    estimates = [estimate_s(t.spec, costs) for t in pending]
-    total = sum(s for s, _ in estimates)
-    sources = {src for _, src in estimates}
+    estimated = estimates([t.spec for t in pending], costs)
+    total = sum(s for s, _ in estimated)
+    sources = {src for _, src in estimated}
     source = ("from earlier trials in the store" if sources == {"store"} else
               "from the store's trials of the same kinds" if sources <= {"store", "similar"} else
               "rough: start-up and compile guesses per framework, compute from FLOPs; later runs learn from the store")
@@ -370,7 +370,7 @@ def main(args: argparse.Namespace) -> int:
             console.print(f"  repeats {rule.label}: the first {rule.first} round(s), then one round at a time until every"
                           f" headline interval is within ±{rule.target:.0%}, the frameworks' comparisons are decided,"
                           f" or {budget}", highlight=False, soft_wrap=True)
-        with _machine_lock(allow_concurrent, console), executor(options, bool(plan.pending)) as run_trials:
+        with held_machine_lock(allow_concurrent, console), executor(options, bool(plan.pending)) as run_trials:
             # as text SQLite can hold: bytes that were not UTF-8 are kept as visible escapes
             command = printable("dlbench " + shlex.join(args.argv))
             state = rounds.AutoState(rule.label)
@@ -385,7 +385,7 @@ def main(args: argparse.Namespace) -> int:
                 else:
                     outcome = run_trials(store, run_id, planned, progress)
             except KeyboardInterrupt as e:  # before a trial ran: warm imports, reference, floor, ceiling
-                outcome = _interrupted_between_trials(console, e)
+                outcome = interrupted_between_trials(console, e)
             finish_run(store, run_id, outcome.interrupted)
         return _report(console, store, run_id, args, outcome)
 
@@ -400,7 +400,7 @@ def resume_main(args: argparse.Namespace) -> int:
     check_executor(how)
     console = make_console()
     with contextlib.closing(open_store(args.store, must_exist=True)) as store, processes.stop_signals_interrupt():
-        with _machine_lock(bool(args.allow_concurrent), console):
+        with held_machine_lock(bool(args.allow_concurrent), console):
             run_id = resume.select_run(store, args.resume, args.retry_failed)
             if run_id is None:
                 console.print(printable(f"dlbench: nothing to resume: no run in {args.store} has"
@@ -427,12 +427,12 @@ def resume_main(args: argparse.Namespace) -> int:
                     else:
                         outcome = run_trials(store, run_id, resumption.trials, progress)
             except KeyboardInterrupt as e:  # before a trial ran: warm imports, reference, floor, ceiling
-                outcome = _interrupted_between_trials(console, e)
+                outcome = interrupted_between_trials(console, e)
             finish_run(store, run_id, outcome.interrupted)
         return _report(console, store, run_id, args, outcome)
 
 
-def _interrupted_between_trials(console: Console, e: KeyboardInterrupt) -> Outcome:
+def interrupted_between_trials(console: Console, e: KeyboardInterrupt) -> Outcome:
     """Interrupted where no trial runs (each running trial's own interruption is stored by the
     executor): the run is `interrupted`, its unfinished trials resumable."""
     console.print(f"interrupted by {e or 'SIGINT'} before the next trial started", highlight=False)
@@ -440,7 +440,7 @@ def _interrupted_between_trials(console: Console, e: KeyboardInterrupt) -> Outco
 
 
 @contextlib.contextmanager
-def _machine_lock(allow_concurrent: bool, console: Console) -> Iterator[None]:
+def held_machine_lock(allow_concurrent: bool, console: Console) -> Iterator[None]:
     """The machine lock; a stop signal while waiting for it ends the command with a message
     (and exit 130), nothing having run."""
     held = False

@@ -9,7 +9,7 @@ import typing
 from typing import Any
 
 from dlbench.backends import base, multistep
-from dlbench.backends.base import CostGuess
+from dlbench.backends.base import CostGuess, SolveGuess
 from dlbench.backends.precision import NATIVE, Support
 from dlbench.spec import Policy, TrialSpec
 
@@ -84,7 +84,11 @@ class JaxBackend:
     recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
     # docs/benchmarks.md, whole zoo at the cpu presets (time to first step, parity compile)
     # fitted to a quiet whole-zoo tiny run, AMD EPYC 2 cores (docs/benchmarks.md)
-    cost_guess = CostGuess(startup_s=2.5, compile_s=2.0)
+    # solve: diffrax's Tsit5, Dopri5 and Kvaerno5 in two dtypes; a point is the 0.2 s floor (solves take
+    # 0.2-20 ms), a curve compiles twice (about 1 s each, Kvaerno5 2 s), each gradient tolerance 5 s
+    cost_guess = CostGuess(startup_s=2.5, compile_s=2.0, solve=SolveGuess(
+        explicit_curves=4, implicit_curves=2, point_s=0.2, capped_curve_s=0.8, compile_s=2.0, gradient_methods=2,
+        gradient_point_s=5.0))
     kernel_alternatives: dict[str, dict[str, str]] = {}
     allocator_units = {f"jax_{k}": "B" for k in _ALLOCATOR_KEYS} | {"allocated_peak_bytes": "B"}
 

@@ -17,6 +17,7 @@ from dlbench.backends.base import (
     Capabilities,
     Option,
     Program,
+    SolveGuess,
     build_program,
     installed_versions,
     module_installed,
@@ -74,7 +75,11 @@ class TensorFlowBackend:
     #   two-pass kernel (eager, graph) does (docs/workloads.md, "Bounds that transfer").
     # docs/benchmarks.md, whole zoo at the cpu presets (time to first step, parity compile)
     # fitted to a quiet whole-zoo tiny run, AMD EPYC 2 cores (docs/benchmarks.md)
-    cost_guess = CostGuess(startup_s=6.0, compile_s=3.0)
+    # solve: TFP's DormandPrince and BDF in two dtypes, each traced twice (the timed and the counting
+    # solve, about 1 s each); its adjoint's gradient retraces per tolerance (5 s)
+    cost_guess = CostGuess(startup_s=6.0, compile_s=3.0, solve=SolveGuess(
+        explicit_curves=2, implicit_curves=2, point_s=0.7, capped_curve_s=1.5, compile_s=2.0, gradient_methods=1,
+        gradient_point_s=5.0))
     kernel_alternatives: dict[str, dict[str, str]] = {
         "oneDNN off": {"TF_ENABLE_ONEDNN_OPTS": "0"},
         "XLA's CPU code at SSE4.2": {"XLA_FLAGS": "--xla_cpu_max_isa=SSE4_2"},

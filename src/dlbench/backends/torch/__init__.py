@@ -14,6 +14,7 @@ from dlbench.backends.base import (
     Capabilities,
     Option,
     Program,
+    SolveGuess,
     build_program,
     installed_versions,
     module_installed,
@@ -103,7 +104,11 @@ class TorchBackend:
     recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
     # docs/benchmarks.md, whole zoo at the cpu presets (time to first step, parity compile)
     # fitted to a quiet whole-zoo tiny run, AMD EPYC 2 cores (docs/benchmarks.md)
-    cost_guess = CostGuess(startup_s=10.0, compile_s=14.0)
+    # solve: torchdiffeq's and torchode's explicit solvers in two dtypes, eager (about 1 ms a step: a point
+    # 0.75 s, a curve to the 5000-step cap 10-15 s), three gradient methods
+    cost_guess = CostGuess(startup_s=10.0, compile_s=14.0, solve=SolveGuess(
+        explicit_curves=6, implicit_curves=0, point_s=0.75, capped_curve_s=12.0, compile_s=0.0, gradient_methods=3,
+        gradient_point_s=0.7))
     kernel_alternatives: dict[str, dict[str, str]] = {}
     allocator_units = ALLOCATOR_UNITS
 
