@@ -220,11 +220,13 @@ class FakeProgram:
 
     def _learned_logits(self, step: int, x: np.ndarray) -> np.ndarray:
         """Right for the first min(1, step / LEARN_STEPS) of the held-out split, class 0
-        otherwise (held-out samples found by their bytes)."""
+        otherwise (held-out samples found by their bytes); lm: learned_lm_logits."""
         from dlbench import workloads
 
         time.sleep(PREDICT_S)
         spec = self.trial.workload
+        if spec.name == "lm":
+            return learned_lm_logits(spec, step, x)
         held_out = workloads.get(spec.name).make_eval_dataset(spec)
         where = {row.tobytes(): (i, int(label)) for i, (row, label) in enumerate(zip(held_out.x, held_out.y))}
         known = min(1.0, step / LEARN_STEPS) * len(held_out)
@@ -330,6 +332,21 @@ class FakeDecoder:
 
     def compilations(self) -> int:
         return len(self.lengths)
+
+
+def learned_lm_logits(spec: Any, step: int, x: np.ndarray) -> np.ndarray:
+    """lm after `step` steps of the fake's learning: at every position the log of the mixture
+    (1 - a) uniform + a (the chain's transition from the token there), a = min(1, step /
+    LEARN_STEPS): the held-out perplexity falls from the vocabulary size to about exp(entropy
+    rate) as a rises."""
+    from dlbench.workloads import lm
+
+    chain = lm.chain(spec)
+    vocab = len(chain.stationary)
+    dense = np.zeros((vocab, vocab))
+    np.put_along_axis(dense, chain.successors, chain.probs, axis=1)
+    a = min(1.0, step / LEARN_STEPS)
+    return np.log((1 - a) / vocab + a * dense[np.asarray(x)]).astype(np.float32)
 
 
 def fake_logits(x: np.ndarray, num_classes: int, dtype: np.dtype[Any]) -> np.ndarray:

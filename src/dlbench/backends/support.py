@@ -38,7 +38,7 @@ from dlbench.backends.base import (
     module_installed,
     option_unsupported,
 )
-from dlbench.spec import SpecError, TrialSpec
+from dlbench.spec import ConvergeOptions, SpecError, TrialSpec
 from dlbench.workloads.base import numerics_readback
 
 
@@ -52,6 +52,8 @@ def validate(trial: TrialSpec) -> Backend:
         profiled = ", ".join(n for n, r in scenarios.SCENARIOS.items() if r.profiled)
         raise SpecError(f"profile applies to the runner scenarios {profiled} only, not {record.name!r}"
                         f" ({trial.workload.name} --scenario {trial.scenario})")
+    if record is not None and record.options is ConvergeOptions:
+        workloads.target(trial)  # a target the workload cannot score (a perplexity for cnn): one line
     backend = get_backend(trial.framework)
     for name, value in trial.policy.options.items():
         option = backend.options.get(name)

@@ -57,6 +57,7 @@ SCENARIO_OPTION_FLAGS: dict[str, tuple[ScenarioOptionsType, str]] = {
     "p99_bound_ms": (InferOptions, "p99_bound_ms"),
     "target_accuracy": (ConvergeOptions, "target_accuracy"), "eval_every": (ConvergeOptions, "eval_every"),
     "max_steps": (ConvergeOptions, "max_steps"), "max_time_s": (ConvergeOptions, "max_time_s"),
+    "target_perplexity": (ConvergeOptions, "target_perplexity"),
     "prompt_len": (GenerateOptions, "prompt_len"), "new_tokens": (GenerateOptions, "new_tokens"),
     "gen_batch": (GenerateOptions, "gen_batch"),
     "rtol_loosest": (SolveOptions, "solve_rtol_loosest"), "rtol_tightest": (SolveOptions, "solve_rtol_tightest"),
@@ -135,7 +136,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="a framework's own option, e.g. onnxruntime.optimization=basic (dlbench list"
                         " shows each framework's options); part of that framework's policy")
     p.add_argument("--target-accuracy", type=float,
-                   help=f"{_TO_TARGET}: held-out accuracy to reach (required by --scenario {_TO_TARGET})")
+                   help=f"{_TO_TARGET}: held-out quality to reach, e.g. accuracy (a target is required by --scenario"
+                        f" {_TO_TARGET}, except where the workload has a default: lm's perplexity)")
+    p.add_argument("--target-perplexity", type=float,
+                   help=f"{_TO_TARGET}: held-out perplexity to reach, at or below (a number > 1; workloads that"
+                        " report perplexity: lm, whose default is 1.1 x exp(entropy rate))")
     p.add_argument("--eval-every", type=int,
                    help=f"{_TO_TARGET}: steps between evaluations, K (default {_CONVERGE.eval_every})")
     p.add_argument("--max-steps", type=int, help=f"{_TO_TARGET}: step budget (default {_CONVERGE.max_steps})")

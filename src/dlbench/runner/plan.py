@@ -174,6 +174,14 @@ def workload_spec(w: str, preset_name: str, seed: int = 0, batch_size: int | Non
 
 def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, prec: str,
            scen: str, dev: int, data: str, rollout: str, repeat: int) -> TrialSpec:
+    """The trial of one point of the sweep; a time-to-target trial without a target gets its
+    workload's default one where it has one (lm: a perplexity)."""
+    return workloads.with_default_target(_planned_spec(sweep, w, f, mode, bs, seed, prec, scen, dev, data, rollout,
+                                                       repeat))
+
+
+def _planned_spec(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, prec: str,
+                  scen: str, dev: int, data: str, rollout: str, repeat: int) -> TrialSpec:
     p = preset(w, sweep.preset)
     spec = replace(workload_spec(w, sweep.preset, seed, bs, sweep.dataset_size), augment=sweep.augment)
     if sweep.scaling == "weak" and dev > 1:  # the batch given (or the preset's) is each device's

@@ -39,6 +39,12 @@ OPTIONS: dict[str, Option] = {
                 " verdict says whether it stays within bounds",
             source="https://docs.jax.dev/en/latest/_autosummary/jax.default_matmul_precision.html",
             tried=("default", "bfloat16"), addresses=("matmul", "convolution"))),
+    # lm's generator (backends/jax/lm.py): a jitted decode step per token, or the whole decode one
+    # jitted lax.while_loop (the generate scenario's only; other scenarios do not read it).
+    "decode": Option(allowed=("step", "while_loop"), default="step",
+                     help="lm's generate scenario: step (a jitted decode step per token) or while_loop"
+                          " (the whole decode one jitted lax.while_loop; time to first token then holds"
+                          " every token)"),
 }
 
 

@@ -14,7 +14,6 @@ import statistics
 import time
 from dataclasses import dataclass
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any, TypeVar
 
 import numpy as np
@@ -301,11 +300,6 @@ def evaluate(ctx: TrialContext, program: Trainable, state: Any) -> None:
         t = ctx.phases.start("generated_quality")
         ctx.metrics.update(generated(spec, lambda x: np.asarray(program.predict(state, x))))
         ctx.metrics["generated_quality_s"] = ctx.phases.end("generated_quality", t)
-
-
-def held_out_score(wl: ModuleType, program: Trainable, state: Any, spec: WorkloadSpec, data: Dataset) -> float:
-    """The workload `wl`'s `score` of the Program's outputs on the held-out split `data`."""
-    return float(wl.score(spec, held_out_outputs(program, state, spec, data), data))
 
 
 def held_out_outputs(program: Trainable, state: Any, spec: WorkloadSpec, data: Dataset) -> np.ndarray:
