@@ -35,16 +35,6 @@ OPTIONS: dict[str, Option] = {
             tried=("channels_last", "contiguous"), workloads=tuple(IMAGE_WORKLOADS),
             addresses=("convolution", "pooling", "copies and layout"),
             same_as_default=tuple(IMAGE_WORKLOADS.items()))),
-    "compile_mode": Option(
-        allowed=COMPILE_MODES, default="default",
-        help="torch.compile's mode in compiled mode: default, max-autotune-no-cudagraphs (Inductor benchmarks"
-             " kernel choices while compiling) or max-autotune (also CUDA graphs: a GPU only)",
-        variant=Variant(
-            why="max-autotune benchmarks matmul/conv kernels and Triton configurations while compiling,"
-                " trading compile time for step time; CUDA graphs remove kernel launch overhead on a GPU",
-            source="https://pytorch.org/docs/stable/generated/torch.compile.html",
-            tried=("max-autotune-no-cudagraphs", "max-autotune"), workloads=PROGRAM_WORKLOADS,
-            modes=("compiled",), gpu_only=("max-autotune",), addresses=("convolution", "matmul"))),
     "optimizer": Option(
         allowed=tuple(OPTIMIZERS), default="fused",
         help="torch.optim.Adam's implementation: fused (one kernel per parameter), foreach (multi-tensor"
@@ -104,6 +94,16 @@ OPTIONS: dict[str, Option] = {
                    " (detect: why torch's steps were slow)",
             tried=("passive", "active"), devices=("cpu",), addresses=("host overhead and idle",)),
         environment={"passive": {"OMP_WAIT_POLICY": "PASSIVE"}, "active": {"OMP_WAIT_POLICY": "ACTIVE"}}),
+    "compile_mode": Option(
+        allowed=COMPILE_MODES, default="default",
+        help="torch.compile's mode in compiled mode: default, max-autotune-no-cudagraphs (Inductor benchmarks"
+             " kernel choices while compiling) or max-autotune (also CUDA graphs: a GPU only)",
+        variant=Variant(
+            why="max-autotune benchmarks matmul/conv kernels and Triton configurations while compiling,"
+                " trading compile time for step time; CUDA graphs remove kernel launch overhead on a GPU",
+            source="https://pytorch.org/docs/stable/generated/torch.compile.html",
+            tried=("max-autotune-no-cudagraphs", "max-autotune"), workloads=PROGRAM_WORKLOADS,
+            modes=("compiled",), gpu_only=("max-autotune",), addresses=("convolution", "matmul"))),
 }
 
 
