@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from dlbench.backends.base import Capabilities, CostGuess, Option, SingleDevice
+from dlbench.backends.base import Capabilities, CostGuess, Option, SingleDevice, Variant
 from dlbench.backends.precision import NATIVE, Support, fp32_only
 from dlbench.spec import Policy, TrialSpec
 from dlbench.workloads.data import Augment, Dataset, crop_flip
@@ -66,6 +66,16 @@ def _event(what: str) -> None:
     if path:
         with open(path, "a") as f:
             f.write(f"{os.getpid()} {what}\n")
+
+
+def _option_factor(trial: TrialSpec) -> float:
+    """The step time's factor from the fake's variant options (FAKE_SPICY_FACTOR, FAKE_SLOPPY_FACTOR)."""
+    factor = 1.0
+    if trial.policy.options.get("flavour") == "spicy":
+        factor *= float(os.environ.get("FAKE_SPICY_FACTOR", "1"))
+    if trial.policy.options.get("kernels") == "sloppy":
+        factor *= float(os.environ.get("FAKE_SLOPPY_FACTOR", "1"))
+    return factor
 
 
 def behaviour() -> str:
@@ -197,7 +207,7 @@ class FakeProgram:
                 self.child = subprocess.Popen([sys.executable, "-c", code])
             if b == "child" and state["step"] == 2:
                 time.sleep(2.5)  # let the sampler re-list the process tree and see the child
-        fut = self.device.dispatch(step_s(self.trial.framework) * n_steps)
+        fut = self.device.dispatch(step_s(self.trial.framework) * _option_factor(self.trial) * n_steps)
         if b == "nan":  # a diverging model: its losses are NaN and infinity from the start
             return state, (fut, np.array([np.nan, np.inf, -np.inf] * n_steps)[:n_steps])
         return state, (fut, np.full(n_steps, 1.0 / (1 + state["step"])))
@@ -210,11 +220,13 @@ class FakeProgram:
 
     def _learned_logits(self, step: int, x: np.ndarray) -> np.ndarray:
         """Right for the first min(1, step / LEARN_STEPS) of the held-out split, class 0
-        otherwise (held-out samples found by their bytes)."""
+        otherwise (held-out samples found by their bytes); lm: learned_lm_logits."""
         from dlbench import workloads
 
         time.sleep(PREDICT_S)
         spec = self.trial.workload
+        if spec.name == "lm":
+            return learned_lm_logits(spec, step, x)
         held_out = workloads.get(spec.name).make_eval_dataset(spec)
         where = {row.tobytes(): (i, int(label)) for i, (row, label) in enumerate(zip(held_out.x, held_out.y))}
         known = min(1.0, step / LEARN_STEPS) * len(held_out)
@@ -247,7 +259,8 @@ class FakeProgram:
         dtype = np.dtype(self.trial.workload.numerics.dtype)
         scale = dtype.type(np.mean(np.asarray(x, dtype)))
         grads = {k: np.sin(np.asarray(v, dtype)) * scale for k, v in state["params"].items()}
-        if behaviour() == "wrong" or behaviour() == "wrong_kernels" and not os.environ.get("FAKE_PLAIN_KERNELS"):
+        if (behaviour() == "wrong" or behaviour() == "wrong_kernels" and not os.environ.get("FAKE_PLAIN_KERNELS")
+                or self.trial.policy.options.get("kernels") == "sloppy"):
             grads = {k: v * dtype.type(1.01) for k, v in grads.items()}
         return float(scale), grads
 
@@ -321,6 +334,21 @@ class FakeDecoder:
         return len(self.lengths)
 
 
+def learned_lm_logits(spec: Any, step: int, x: np.ndarray) -> np.ndarray:
+    """lm after `step` steps of the fake's learning: at every position the log of the mixture
+    (1 - a) uniform + a (the chain's transition from the token there), a = min(1, step /
+    LEARN_STEPS): the held-out perplexity falls from the vocabulary size to about exp(entropy
+    rate) as a rises."""
+    from dlbench.workloads import lm
+
+    chain = lm.chain(spec)
+    vocab = len(chain.stationary)
+    dense = np.zeros((vocab, vocab))
+    np.put_along_axis(dense, chain.successors, chain.probs, axis=1)
+    a = min(1.0, step / LEARN_STEPS)
+    return np.log((1 - a) / vocab + a * dense[np.asarray(x)]).astype(np.float32)
+
+
 def fake_logits(x: np.ndarray, num_classes: int, dtype: np.dtype[Any]) -> np.ndarray:
     means = np.asarray(x, dtype).reshape(len(x), -1).mean(axis=1, keepdims=True)
     logits = means * np.arange(1, num_classes + 1, dtype=dtype) + dtype.type(1)
@@ -351,7 +379,17 @@ class FakeBackend:
     data_parallel = FakeDataParallel()
     precisions: Support = dict(NATIVE)
     # An option to prove options reach the worker's policy (FakeBackend.configure reads it back).
-    options = {"flavour": Option(allowed=("plain", "spicy"), default="plain", help="a fake option")}
+    # Two variants for `dlbench tune` (tests/test_tune.py): `flavour=spicy` steps at FAKE_SPICY_FACTOR
+    # times the step time, `kernels=sloppy` at FAKE_SLOPPY_FACTOR and off by 1 % in its gradients
+    # (it fails parity); `kernels` applies in eager mode only.
+    options = {
+        "flavour": Option(allowed=("plain", "spicy"), default="plain", help="a fake option",
+                          variant=Variant(why="a fake idiom", source="tests/fake_backend.py", tried=("spicy",),
+                                          addresses=("pooling",))),
+        "kernels": Option(allowed=("exact", "sloppy"), default="exact", help="a fake kernel choice",
+                          variant=Variant(why="fake faster kernels", source="tests/fake_backend.py",
+                                          tried=("sloppy",), modes=("eager",))),
+    }
     recorded_environment: tuple[str, ...] = ("FAKE_CACHE_DIR",)
     allocator_units: dict[str, str] = {}
     # behaviour `wrong_kernels` is `wrong` unless FAKE_PLAIN_KERNELS=1 (a framework whose

@@ -2,7 +2,7 @@
 imports no framework for it): greedy generation twice, then the float64 reference recomputes
 the whole sequence without a cache.
 
-    python tests/generation_check.py FRAMEWORK MODE OUT.json
+    python tests/generation_check.py FRAMEWORK MODE OUT.json [NAME=VALUE]
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import sys
 import numpy as np
 
 
-def main(framework: str, mode: str, out: str) -> None:
+def main(framework: str, mode: str, out: str, option: str = "") -> None:
+    """`option`: one of the framework's own options, NAME=VALUE (jax: decode=while_loop)."""
     if framework.startswith("keras-"):
         os.environ["KERAS_BACKEND"] = framework.removeprefix("keras-")
     from dlbench.backends import get_backend
@@ -24,7 +25,9 @@ def main(framework: str, mode: str, out: str) -> None:
     from dlbench.workloads import lm
 
     spec = workload_spec("lm", "tiny")
-    program = get_backend(framework).build(TrialSpec(workload=spec, framework=framework, policy=Policy(mode=mode)))
+    options = dict([option.split("=", 1)]) if option else {}
+    program = get_backend(framework).build(TrialSpec(workload=spec, framework=framework, new_tokens=8,
+                                                     policy=Policy(mode=mode, options=options)))
     params = lm.init_params(spec)
     decoder = program.decoder(program.init(params), 3, 16)
     prompt = lm.fixed_batch(spec, 3).x[:, :5]
@@ -39,4 +42,4 @@ def main(framework: str, mode: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

@@ -3,8 +3,9 @@ process of its own as a trial runs them (JAX's module turns on x64 for the whole
 
     python ode_check.py FRAMEWORK OUT.json
 
-Writes per solver the error on Lotka-Volterra at rtol 1e-6 in float64 and float32, the outcome
-of an explicit solver on Robertson under a 200-step cap, and per gradient method the neural
+Writes per solver the error on Lotka-Volterra at rtol 1e-6 in float64 and float32, the counting
+solve's counts beside the timed solve's (explicit solvers on Lotka-Volterra, implicit ones on
+Robertson, rtol 1e-5), the outcome of an explicit solver on Robertson under a 200-step cap, and per gradient method the neural
 ODE's float64 gradient error against the adjoint reference.
 """
 
@@ -30,6 +31,17 @@ def main(framework: str, out: str) -> None:
             errors[f"{solver}/{dtype}"] = (solved.status, None if solved.y is None else odes.error(solved.y, odes.reference(lv)),
                                            solved.nfe, solved.steps)
     result["lotka"] = errors
+    # the counting solve (where the module counts apart) beside the timed solve's own counters
+    counts = {}
+    for solver, info in ode.SOLVERS.items():
+        problem = rober if info.kind == "implicit" else lv
+        count = ode.prepare_count(problem, solver, "float64", 10_000)
+        if count is not None:
+            solved = ode.prepare(problem, solver, "float64", 10_000)(1e-5, 1e-5 * problem.atol_ratio)
+            found = count(1e-5, 1e-5 * problem.atol_ratio)
+            counts[solver] = {"nfe": found.nfe, "njev": found.njev, "library_nfe": solved.nfe,
+                              "library_njev": solved.njev, "steps": solved.steps}
+    result["counts"] = counts
     explicit = next(s for s, i in ode.SOLVERS.items() if i.kind == "explicit")
     capped = ode.prepare(rober, explicit, "float64", 200)(1e-6, 1e-12)
     result["robertson_capped"] = {k: v for k, v in dataclasses.asdict(capped).items() if k != "y"}

@@ -13,7 +13,7 @@ from dlbench.report.time_to_target import converge_table, curve_text, pair_notes
 from dlbench.results.records import TrialResult
 from dlbench.results.store import Store
 from dlbench.runner import spawn
-from dlbench.runner.plan import Sweep, make_plan
+from dlbench.runner.plan import Sweep, make_plan, workload_spec
 from dlbench import workloads
 from dlbench.spec import ConvergeOptions, Policy, SpecError, TrialSpec, WorkloadSpec, to_dict
 from dlbench.workloads.data import crop_flip, epoch_augment
@@ -266,3 +266,152 @@ def test_keras_style_wrapper_is_unwrapped():
     timed = TimedBatches(iter([1, 2, 3]))
     assert [next(timed), next(timed)] == [1, 2] and timed.pulls == 2 and timed.wait_s >= 0
     assert next(timed.inner) == 3
+
+
+# --- the perplexity target (lm): a stop rule whose metric is lower-is-better ----------------
+
+LM = WorkloadSpec(name="lm", model_size="tiny", batch_size=8, dataset_size=64, eval_size=16,
+                  numerics=workloads.get("lm").NUMERICS)
+
+
+def _fake_lm_perplexity(step: int, learn_steps: int) -> float:
+    """The held-out perplexity of the fake's lm after `step` steps (fake_backend.learned_lm_logits),
+    computed here with lm's own extra_scores."""
+    from dlbench.workloads import lm
+
+    data = lm.make_eval_dataset(LM)
+    chain = lm.chain(LM)
+    dense = np.zeros((64, 64))
+    np.put_along_axis(dense, chain.successors, chain.probs, axis=1)
+    a = min(1.0, step / learn_steps)
+    with np.errstate(divide="ignore"):
+        logits = np.log((1 - a) / 64 + a * dense[data.x]).astype(np.float32)
+    return lm.extra_scores(LM, logits, data)["eval_perplexity"]
+
+
+def test_target_directions():
+    from dlbench.workloads.base import Target
+
+    perplexity, accuracy = Target("eval_perplexity", 3.0, lower=True), Target("accuracy", 0.9)
+    assert perplexity.reached(2.9) and perplexity.reached(3.0) and not perplexity.reached(3.1)
+    assert accuracy.reached(0.95) and accuracy.reached(0.9) and not accuracy.reached(0.85)
+    assert not perplexity.reached(float("nan")) and not accuracy.reached(float("nan"))
+    assert perplexity.describe() == "eval_perplexity <= 3" and accuracy.describe() == "accuracy >= 0.9"
+
+
+def test_lm_stops_when_its_perplexity_falls_to_the_target(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "learn")
+    monkeypatch.setenv("FAKE_LEARN_STEPS", "20")
+    expected = {s: _fake_lm_perplexity(s, 20) for s in (4, 8, 12)}
+    target = (expected[8] + expected[12]) / 2
+    assert expected[4] > target and expected[8] > target > expected[12]  # falls through it between 8 and 12
+    trial = TrialSpec(workload=LM, framework="fake", policy=Policy(mode="eager"), scenario="converge",
+                      target_perplexity=target, eval_every=4, max_steps=40, chunk_steps=4, trial_id=1, timeout_s=60.0)
+    trial.validate()
+    r = spawn.run_trial(trial, tmp_path)
+    assert r.status == "ok", r.error
+    m = r.metrics
+    assert m["reached_target"] == 1.0 and m["steps_to_target"] == 12.0 and m["steps"] == 12.0
+    assert m["eval_perplexity"] == pytest.approx(expected[12], rel=1e-5)
+    assert m["perplexity_ratio"] == pytest.approx(expected[12] / np.exp(workloads.get("lm").entropy_rate_nats(LM)),
+                                                  rel=1e-5)
+    got = dict(r.series["eval_perplexity"])
+    assert got == pytest.approx({float(s): v for s, v in expected.items()}, rel=1e-5)
+    assert [s for s, _ in r.series["eval_perplexity_by_time"]] == sorted(t for t, _ in r.series["accuracy_by_time"])
+    assert [s for s, _ in r.series["accuracy"]] == [4.0, 8.0, 12.0]  # the quality is still recorded
+
+
+def test_lm_perplexity_target_below_reach_stops_at_the_budget_naming_the_metric(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "learn")
+    monkeypatch.setenv("FAKE_LEARN_STEPS", "8")
+    trial = TrialSpec(workload=LM, framework="fake", policy=Policy(mode="eager"), scenario="converge",
+                      target_perplexity=1.01, eval_every=4, max_steps=12, chunk_steps=4, trial_id=1, timeout_s=60.0)
+    r = spawn.run_trial(trial, tmp_path)
+    assert r.status == "ok", r.error
+    assert r.metrics["reached_target"] == 0.0 and r.metrics["steps_to_target"] is None
+    assert "not reached within max steps 12 (last eval_perplexity" in r.notes["steps_to_target"]
+    assert "target <= 1.01)" in r.notes["steps_to_target"]
+
+
+def test_plan_gives_lm_its_default_perplexity_target_per_seed():
+    from dlbench.workloads import lm
+
+    plan = make_plan(Sweep(workloads=("lm",), frameworks=("fake",), modes=("eager",), repeats=1,
+                           scenarios=("converge", "train"), seeds=(0, 1), preset="tiny"))
+    got = {(t.spec.scenario, t.spec.workload.seed): t.spec for t in plan.trials}
+    for seed in (0, 1):
+        spec = got[("converge", seed)]
+        best = np.exp(lm.entropy_rate_nats(spec.workload))
+        assert spec.target_perplexity == pytest.approx(1.1 * best, rel=1e-3) and spec.target_accuracy is None
+        assert workloads.target(spec).rule == lm.TARGET_RULE  # the default's rule, found again from the value
+        assert got[("train", seed)].target_perplexity is None
+    assert got[("converge", 0)].target_perplexity != got[("converge", 1)].target_perplexity  # each seed's chain
+    # an accuracy target given stops lm on next-token accuracy instead
+    plan = make_plan(Sweep(workloads=("lm",), frameworks=("fake",), modes=("eager",), repeats=1,
+                           scenarios=("converge",), preset="tiny",
+                           scenario_options=(ConvergeOptions(target_accuracy=0.5),)))
+    [trial] = [t.spec for t in plan.trials]
+    assert trial.target_accuracy == 0.5 and trial.target_perplexity is None
+    assert workloads.target(trial).metric == "next_token_accuracy" and not workloads.target(trial).lower
+
+
+@pytest.mark.parametrize("fields,msg", [
+    ({"target_perplexity": 1.0}, "target perplexity must be a finite number > 1 (a perplexity is at least 1)"),
+    ({"target_perplexity": 0.5}, "got 0.5"),
+    ({"target_perplexity": float("nan")}, "got nan"),
+    ({"target_perplexity": float("inf")}, "got inf"),
+    ({"target_perplexity": True}, "got True"),
+    ({"target_perplexity": 3.0, "target_accuracy": 0.9}, "are two targets: allowed is one of them"),
+    ({"target_perplexity": 3.0, "scenario": "train"}, "target perplexity 3.0 applies to the converge scenario only"),
+])
+def test_bad_perplexity_targets_are_one_line(fields, msg):
+    kw: dict[str, object] = {"scenario": "converge", **fields}
+    with pytest.raises(SpecError) as e:
+        TrialSpec(workload=LM, framework="fake", **kw).validate()  # type: ignore[arg-type]
+    assert msg in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_perplexity_target_for_a_workload_without_perplexity_is_refused():
+    from dlbench.backends import support
+
+    trial = TrialSpec(workload=WORKLOAD, framework="fake", scenario="converge", target_perplexity=3.0)
+    with pytest.raises(SpecError) as e:
+        support.validate(trial)
+    assert str(e.value) == ("target perplexity 3.0 does not fit cnn: it reports no perplexity (workloads that do:"
+                            " lm); allowed for cnn is --target-accuracy")
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--target-perplexity", "0.9"], "target perplexity must be a finite number > 1"),
+    (["--target-perplexity", "3", "--target-accuracy", "0.5"], "are two targets"),
+    (["--target-perplexity", "x"], "--target-perplexity: invalid float value: 'x'"),
+])
+def test_cli_bad_perplexity_target_is_one_line_exit_2(tmp_path, capsys, argv, msg):
+    assert main(["run", "-w", "lm", "-f", "fake", "--mode", "eager", "--preset", "tiny", "--scenario", "converge",
+                 "--repeats", "1", "--store", str(tmp_path / "s.sqlite"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and err.count("\n") == 1, err
+
+
+def test_cli_lm_stops_at_its_default_perplexity_target_and_the_table_says_so(tmp_path, capsys, monkeypatch):
+    from dlbench.workloads import lm
+
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "learn")
+    monkeypatch.setenv("FAKE_LEARN_STEPS", "8")
+    store = str(tmp_path / "r.sqlite")
+    assert main(["run", "-w", "lm", "-f", "fake", "--mode", "eager", "--preset", "cpu-target", "--scenario", "converge",
+                 "--eval-every", "4", "--max-steps", "24", "--seed", "0,1", "--repeats", "1", "--store", store]) == 0
+    out = capsys.readouterr().out
+    report = model.load(Store(store), [1])
+    table = converge_table(report)
+    assert table is not None and len(table.rows) == 2
+    targets = [float(f"{lm.perplexity_target(workload_spec('lm', 'cpu-target', seed)):.4g}") for seed in (0, 1)]
+    assert table.title.startswith(f"time to held-out perplexity <= {min(targets):.4g}, {max(targets):.4g} (converge")
+    headers = [c.header for c in table.columns]
+    assert "target" in headers and "held-out perplexity by step" in headers  # seeds differ in their target
+    assert [c.text for c in table.column("target")] == [f"<= {t:.4g}" for t in targets]
+    assert [c.text for c in table.column("reached")] == ["1/1", "1/1"]
+    assert any(n.startswith("lm's default target (none given): 1.1 x exp(entropy rate") for n in table.notes)
+    for trial in (t for _, t in report.trials()):
+        assert trial.metrics["eval_perplexity"] <= trial.spec["target_perplexity"]
+    assert "perplexity" in out

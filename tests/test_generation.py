@@ -94,17 +94,21 @@ def test_torch_eager_decoding_with_the_cache_equals_recomputing_the_sequence():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("framework,mode", [
-    ("torch", "compiled"), ("jax", "compiled"), ("tensorflow", "eager"), ("tensorflow", "graph"),
-    ("tensorflow", "compiled"), ("keras-jax", "compiled"), ("keras-torch", "eager"),
-    ("keras-tensorflow", "compiled"),
+@pytest.mark.parametrize("framework,mode,option", [
+    ("torch", "compiled", ""), ("jax", "compiled", ""), ("tensorflow", "eager", ""), ("tensorflow", "graph", ""),
+    ("tensorflow", "compiled", ""), ("keras-jax", "compiled", ""), ("keras-torch", "eager", ""),
+    ("keras-tensorflow", "compiled", ""),
+    # JAX's whole decode, one jitted lax.while_loop (--option jax.decode=while_loop)
+    ("jax", "compiled", "decode=while_loop"),
 ])
-def test_every_decoder_matches_recomputing_the_sequence(tmp_path, framework, mode):
+def test_every_decoder_matches_recomputing_the_sequence(tmp_path, framework, mode, option):
     out = tmp_path / "facts.json"
-    subprocess.run([sys.executable, str(CHECK), framework, mode, str(out)], check=True, timeout=900)
+    subprocess.run([sys.executable, str(CHECK), framework, mode, str(out), option], check=True, timeout=900)
     facts = json.loads(out.read_text())
     assert facts["max_abs_error"] < 1e-5, facts
     assert facts["same_ids_twice"] and facts["cache_bytes"] > 0
+    if option:
+        assert "while_loop" in facts["how"] and facts["compilations"] == 1  # one compiled call for every token
 
 
 @pytest.mark.parametrize("args,message", [

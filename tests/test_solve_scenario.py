@@ -52,6 +52,9 @@ def test_a_stiff_problem_records_explicit_failures_and_implicit_successes(solved
     errors = dict(t.series["solve.scipy-BDF.float64.error"])
     assert set(errors) == {1e-3, 1e-4} and all(0 < e < 1e-2 for e in errors.values())
     assert dict(t.series["solve.scipy-BDF.float64.njev"])[1e-4] >= 1
+    # the problem's only trial in the run measured the baseline, and says when and under what load
+    assert t.data["notes"]["solve.baseline"].startswith("measured here: SciPy's sweep measured in trial")
+    assert "load average" in t.data["notes"]["solve.baseline"]
 
 
 def test_the_neural_ode_solves_and_its_gradients_meet_the_reference(solved: Path) -> None:
@@ -74,7 +77,7 @@ def test_tables_and_diagram_show_every_solver(solved: Path, tmp_path: Path, caps
     assert headers[:7] == ["workload", "framework", "solver", "kind", "dtype", "1e-03", "1e-04"], headers
     rows = {tuple(c.text for c in row[:5]): [c.text for c in row[5:7]] for row in table.rows}
     assert rows[("robertson", "torch", "torchode-tsit5", "explicit", "float64")] == ["max", "skip"]
-    bdf = rows[("robertson", "torch", "scipy-BDF", "implicit", "float64")]
+    bdf = rows[("robertson", "scipy", "BDF", "implicit", "float64")]  # the baseline's rows, framework-neutral
     assert all(-6 < float(v) < -1 for v in bdf), bdf  # log10 errors
     assert len(rows) == 2 * (3 * 2 + 5)  # per problem: 3 torch solvers x 2 dtypes, 5 SciPy solvers
     gradients = solve.gradient_table(report)
@@ -154,3 +157,83 @@ def test_a_library_error_is_a_failed_point_and_the_tighter_ones_are_skipped() ->
     assert series["solve.broken.float64.status"] == [(1e-3, STATUS_CODES["failed"]), (1e-4, STATUS_CODES["skipped"])]
     assert "solve.broken.float64.error" not in series  # no error where nothing was solved
     assert notes["solve.broken.float64.failures"] == "rtol 0.001: failed: RuntimeError: the Newton iteration diverged"
+
+
+def test_the_scipy_baseline_is_measured_once_per_problem_and_repeat_in_a_run(tmp_path: Path) -> None:
+    from dlbench.backends import odesolve
+    from dlbench.results.records import TrialResult
+    from dlbench.runner import protocol
+    from dlbench.runner.scenarios.solve import (BASELINE_NOTE, SweepSettings, baseline_marker_name,
+                                                run_baseline)
+    from dlbench.runner.timing import EventLog, Phases
+    from dlbench.spec import TrialSpec, WorkloadSpec
+    from dlbench.workloads import odes
+
+    lv = odes.get("lotka-volterra")
+    settings = SweepSettings(rtols=(1e-3,), dtypes=("float64",), max_steps=1000, gradient_rtols=(), min_time_s=0.0)
+    run_dir = tmp_path / "run"  # the executor's work directory, which its trials share
+    run_dir.mkdir()
+
+    def trial(framework: str, trial_id: int, repeat: int = 0) -> TrialResult:
+        spec = TrialSpec(WorkloadSpec(name="lotka-volterra"), framework, scenario="solve", repeat=repeat,
+                         trial_id=trial_id)
+        out = run_dir / f"trial-{trial_id}.result.json"
+        marker = protocol.run_shared_path(protocol.parity_path(out), baseline_marker_name(lv, settings, repeat))
+        result = TrialResult(status="ok")
+        run_baseline(lv, settings, spec, marker, result, Phases(EventLog(protocol.events_path(out))))
+        return result
+
+    first, second, again = trial("jax", 1), trial("torch", 2), trial("jax", 3, repeat=1)
+    assert {k for k in first.series if k.endswith(".status")} == {f"solve.scipy-{s}.float64.status" for s in
+                                                                  odesolve.SCIPY_SOLVERS}
+    assert first.notes[BASELINE_NOTE].startswith("measured here: SciPy's sweep measured in trial 1 (jax, repeat 0)")
+    assert first.metrics["baseline_sweep_s"] is not None
+    # the repeat's next trial of the problem does not measure it again, and says where it was
+    assert second.series == {} and "baseline_sweep_s" not in second.metrics
+    assert second.notes[BASELINE_NOTE].startswith("not repeated here: SciPy's sweep measured in trial 1 (jax")
+    # the next repeat measures its own
+    assert again.notes[BASELINE_NOTE].startswith("measured here:") and again.series
+
+
+def test_the_report_shows_the_baseline_once_per_problem_whichever_trials_measured_it() -> None:
+    """One run, two frameworks on one problem: SciPy's rows once (framework `scipy`), each point
+    the median over the trials that measured it (a store from before the baseline ran once has
+    it in every framework's trial)."""
+    from dlbench.report.model import AXES, Config, Report, Run, Trial
+    from dlbench.runner.plan import Sweep as Planned
+    from dlbench.runner.plan import make_plan
+    from dlbench.runner.scenarios import solve as runner_solve
+    from dlbench.spec import to_dict
+
+    assert (solve.BASELINE_PREFIX, solve.BASELINE_NOTE) == (runner_solve.SCIPY_PREFIX, runner_solve.BASELINE_NOTE)
+    plan = make_plan(Planned(workloads=("robertson",), frameworks=("jax", "torch"), scenarios=("solve",), repeats=1))
+    specs = {p.spec.framework: to_dict(p.spec) for p in plan.trials}
+
+    def trial(tid: int, framework: str, scipy_error: float | None) -> Trial:
+        series = {f"solve.{framework}-rk.float64.{q}": [(1e-6, v)] for q, v in
+                  (("error", 1e-5), ("wall_s", 0.01), ("nfe", 100.0), ("status", 0.0))}
+        notes = {f"solve.{framework}-rk.kind": f"explicit ({framework}lib)"}
+        if scipy_error is not None:
+            series.update({f"solve.scipy-BDF.float64.{q}": [(1e-6, v)] for q, v in
+                           (("error", scipy_error), ("wall_s", 0.1), ("nfe", 50.0), ("njev", 5.0), ("status", 0.0))})
+            notes.update({"solve.scipy-BDF.kind": "implicit (scipy)", "solve.absent.scipy-float32": "float64 only",
+                          runner_solve.BASELINE_NOTE: f"measured here: SciPy's sweep measured in trial {tid}"})
+        spec = specs[framework]
+        return Trial(tid, 1, spec, "ok", None, {}, series, [], {"notes": notes})
+
+    def report(trials: list[Trial]) -> Report:
+        configs = tuple(Config(1, t.spec["framework"], {a: f(t.spec) for a, f in AXES.items()}, (t,)) for t in trials)
+        return Report((Run(1, {}, tuple(trials)),), configs, ())
+
+    for trials, error in (([trial(1, "jax", 1e-3), trial(2, "torch", None)], "-3.0"),
+                          ([trial(1, "jax", 1e-3), trial(2, "torch", 3e-3)], "-2.7")):
+        table = solve.work_precision_table(report(trials))
+        assert table is not None
+        rows = [[c.text for c in row] for row in table.rows]
+        assert [r[:3] for r in rows] == [["robertson", "jax", "jax-rk"], ["robertson", "torch", "torch-rk"],
+                                         ["robertson", "scipy", "BDF"]], rows
+        assert rows[2][5] == error  # log10 of the median error over the trials that measured it
+        assert table.notes.count("scipy: float64 only") == 1  # said once, whichever trials say it
+        assert "robertson: SciPy's sweep measured in trial 1" in table.notes  # where and when it was measured
+        names = [name for _, name, *_ in solve.diagram_traces(report(trials))]
+        assert names == ["jax jax-rk float64", "torch torch-rk float64", "scipy BDF float64"]

@@ -66,6 +66,8 @@ def test_a_suite_drives_a_real_run(tmp_path, capsys):
     ("devices = 0", "key 'devices': 0 is not "),
     ('scaling = "diagonal"', "key 'scaling': 'diagonal' is not one of: weak, strong"),
     ("target-accuracy = 1.5", "key 'target-accuracy': 1.5 is not a number in (0, 1]"),
+    ("target-perplexity = 0.5", "key 'target-perplexity': 0.5 is not a finite number > 1 (a perplexity)"),
+    ('target-perplexity = "4"', "key 'target-perplexity': '4' is not a finite number > 1 (a perplexity)"),
     ('data = "pipeline,host"', "key 'data': 'host' is not one of: pipeline, device (or a list of them)"),
     ("loader-workers = -1", "key 'loader-workers': -1 is not"),
     ('augment = "mixup"', "key 'augment': 'mixup' is not one of: none, crop_flip"),

@@ -265,15 +265,20 @@ class InferOptions:
 
 @dataclass(frozen=True)
 class ConvergeOptions:
-    """Time to accuracy (`--scenario converge`: runner/scenarios/converge.py, runner/scenarios/rl.py): train from
+    """Time to target (`--scenario converge`: runner/scenarios/converge.py, runner/scenarios/rl.py): train from
     the canonical weights, evaluating on the held-out split every `eval_every` steps with the
-    clock stopped, until `target_accuracy` or a budget (`max_steps`, `max_time_s` of training
-    time). Field names are TrialSpec's, as InferOptions'."""
+    clock stopped, until the target or a budget (`max_steps`, `max_time_s` of training time).
+    The target is one of: `target_accuracy`, the workload's held-out quality (its QUALITY,
+    higher is better), or `target_perplexity`, the held-out perplexity of a workload that
+    reports one (lm; lower is better). With neither, the plan gives a workload with a default
+    target its default (workloads.with_default_target: lm's perplexity 1.1 x exp(entropy
+    rate)); the others need one. Field names are TrialSpec's, as InferOptions'."""
 
     target_accuracy: float | None = None
     eval_every: int = 32
     max_steps: int = 2000
     max_time_s: float = 600.0
+    target_perplexity: float | None = None
     # The --scenario these options belong to (OPTIONS).
     SCENARIO: ClassVar[str] = "converge"
 
@@ -282,18 +287,29 @@ class ConvergeOptions:
         _check_positive_int("max steps", self.max_steps)
         if not self.max_time_s > 0:
             raise SpecError(f"max time must be > 0 seconds, got {self.max_time_s!r}")
-        target = self.target_accuracy
+        given = {name: value for name, value in (("target accuracy", self.target_accuracy),
+                                                 ("target perplexity", self.target_perplexity)) if value is not None}
         if scenario != self.SCENARIO:
-            if target is not None:
-                raise SpecError(f"target accuracy {target!r} applies to the {self.SCENARIO} scenario only,"
-                                f" not {scenario!r}")
+            for name, value in given.items():
+                raise SpecError(f"{name} {value!r} applies to the {self.SCENARIO} scenario only, not {scenario!r}")
             return
-        if target is None:
-            raise SpecError(f"the {self.SCENARIO} scenario needs a target: --target-accuracy (a number in"
-                            " (0, 1]), or target-accuracy in a suite file")
-        if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1:
+        if not given:
+            raise SpecError(f"the {self.SCENARIO} scenario needs a target: --target-accuracy (a number in (0, 1])"
+                            " or --target-perplexity (a number > 1, where the workload reports perplexity),"
+                            " or target-accuracy / target-perplexity in a suite file")
+        if len(given) > 1:
+            raise SpecError(f"target accuracy {self.target_accuracy!r} and target perplexity"
+                            f" {self.target_perplexity!r} are two targets: allowed is one of them")
+        target = self.target_accuracy
+        if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))
+                                   or not 0 < target <= 1):
             raise SpecError(f"target accuracy must be a number in (0, 1] for the {self.SCENARIO} scenario,"
                             f" got {target!r}")
+        perplexity = self.target_perplexity
+        if perplexity is not None and (isinstance(perplexity, bool) or not isinstance(perplexity, (int, float))
+                                       or not 1 < perplexity < math.inf):
+            raise SpecError(f"target perplexity must be a finite number > 1 (a perplexity is at least 1) for the"
+                            f" {self.SCENARIO} scenario, got {perplexity!r}")
 
 
 # The most cache positions (prompt + 1 + new tokens) a generation may ask for.
@@ -425,6 +441,8 @@ class TrialSpec:
     eval_every: int = _CONVERGE.eval_every
     max_steps: int = _CONVERGE.max_steps
     max_time_s: float = _CONVERGE.max_time_s
+    # Added after stores existed: left out of the serialised spec at its default.
+    target_perplexity: float | None = field(default=_CONVERGE.target_perplexity, metadata=OMIT_DEFAULT)
     prompt_len: int = field(default=_GENERATE.prompt_len, metadata=OMIT_DEFAULT)
     new_tokens: int = field(default=_GENERATE.new_tokens, metadata=OMIT_DEFAULT)
     gen_batch: int = field(default=_GENERATE.gen_batch, metadata=OMIT_DEFAULT)

@@ -13,6 +13,7 @@ does, a Kolmogorov-Smirnov p < alpha (a change of spread or shape the rank test 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -25,7 +26,7 @@ from scipy import stats as sps
 
 from dlbench.analysis import stats
 from dlbench.analysis.metrics import higher_is_better, unit
-from dlbench.spec import configuration_key
+from dlbench.spec import Policy, configuration_key, policy_fields
 
 # "median" in a --fail rule means the headline metric.
 HEADLINE_METRIC = "samples_per_s"
@@ -355,15 +356,21 @@ def group_values(trials: Iterable[dict[str, Any]], metric: str) -> dict[str, tup
 
 
 def policy_differences(base: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
-    """Per paired configuration, the requested policy fields that differ."""
-    pol_b = {pairing_key(t["spec"]): t["spec"]["policy"] for t in base}
+    """Per paired configuration, the requested policy fields that differ. A field left out of a
+    stored spec at its default (spec.OMIT_DEFAULT: a framework's options) differs from a value
+    on the other side whichever side holds it: a variant (`--option`) on BASE against the
+    default on NEW is a policy difference too."""
+    pol_b = {pairing_key(t["spec"]): policy_fields(t["spec"]["policy"]) for t in base}
+    omitted = dataclasses.asdict(Policy())  # what a stored policy without a field means: its default
     out = []
     for t in new:
         k = pairing_key(t["spec"])
         if k in pol_b:
-            for field, v in t["spec"]["policy"].items():
-                if pol_b[k].get(field) != v:
-                    out.append(f"{label(t['spec'])}: policy {field} {pol_b[k].get(field)!r} -> {v!r}")
+            pol_n = policy_fields(t["spec"]["policy"])
+            for field in dict.fromkeys([*pol_n, *pol_b[k]]):
+                was, now = (pol.get(field, omitted.get(field)) for pol in (pol_b[k], pol_n))
+                if was != now:
+                    out.append(f"{label(t['spec'])}: policy {field} {was!r} -> {now!r}")
     return list(dict.fromkeys(out))
 
 

@@ -24,10 +24,11 @@ Rules (docs/methodology.md, findings):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from dlbench.analysis.categories import HOST, INPUT, OTHER
+from dlbench.analysis.headroom import MeasuredVariant
 
 RATIO = 2.0
 MIN_SHARE = 0.10
@@ -45,6 +46,7 @@ class Finding:
     rule: str  # ratio, input-bound, host-bound, recompiles, unmapped, profiler-overhead, memory-bound
     subject: str  # the framework (configuration label) it is about
     text: str
+    category: str | None = None  # the profile category a ratio finding is about
 
 
 def _ms(seconds: float) -> str:
@@ -72,7 +74,7 @@ def ratio_findings(by_framework: Mapping[str, Mapping[str, float]],
                 back = (backward or {}).get(name, {}).get(category)
                 part = f" ({back / s:.0%} of it backward)" if back else ""
                 out.append(Finding("ratio", name, f"{name}: {category} {_ms(s)}/step{part}, {cheapest} {_ms(base)}"
-                                   f" ({s / base:.1f}x; {s / total:.0%} of {name}'s traced step)"))
+                                   f" ({s / base:.1f}x; {s / total:.0%} of {name}'s traced step)", category))
     return out
 
 
@@ -86,11 +88,11 @@ def share_findings(name: str, cats: Mapping[str, float],
     share = {c: s / total for c, s in cats.items()}
     if share.get(INPUT, 0.0) >= INPUT_SHARE:
         out.append(Finding("input-bound", name, f"{name}: input-bound: the input pipeline takes {share[INPUT]:.0%}"
-                           f" of the traced step ({_ms(cats[INPUT])}/step; rule: >= {INPUT_SHARE:.0%})"))
+                           f" of the traced step ({_ms(cats[INPUT])}/step; rule: >= {INPUT_SHARE:.0%})", INPUT))
     if share.get(HOST, 0.0) >= HOST_SHARE:
         out.append(Finding("host-bound", name, f"{name}: host-bound: {share[HOST]:.0%} of the traced step is host"
                            f" overhead and idle gaps, where no traced op runs ({_ms(cats[HOST])}/step;"
-                           f" rule: >= {HOST_SHARE:.0%})"))
+                           f" rule: >= {HOST_SHARE:.0%})", HOST))
     if share.get(OTHER, 0.0) >= UNMAPPED_SHARE:
         top = ", ".join(f"{n} {_ms(s)}" for n, s in (other_top or [])[:3])
         out.append(Finding("unmapped", name, f"{name}: {share[OTHER]:.0%} of the traced step maps to no category"
@@ -103,7 +105,7 @@ def input_wait_finding(name: str, wait_share: float | None) -> list[Finding]:
     if wait_share is None or wait_share < INPUT_SHARE:
         return []
     return [Finding("input-bound", name, f"{name}: input-bound: the training loop waited for its next batch"
-                    f" {wait_share:.0%} of the timed window (rule: >= {INPUT_SHARE:.0%})")]
+                    f" {wait_share:.0%} of the timed window (rule: >= {INPUT_SHARE:.0%})", INPUT)]
 
 
 def recompile_finding(name: str, recompiles: float | None) -> list[Finding]:
@@ -128,3 +130,20 @@ def memory_finding(name: str, flops: float | None, accessed: float | None) -> li
     return [Finding("memory-bound", name, f"{name}: memory-bound hint: the compiled step does {flops / accessed:.2g}"
                     f" flops per byte it accesses ({flops / 1e9:.3g} GFLOP, {accessed / 1e6:.4g} MB per call, XLA's"
                     f" cost analysis; rule: < {INTENSITY:g} flop/B)")]
+
+
+def with_variant(finding: Finding, workload: str, framework: str, measured: Sequence[MeasuredVariant]) -> Finding:
+    """A finding about a category with, where a `dlbench tune` run measured a variant of the
+    same workload and framework that addresses that category (Variant.addresses), the variant
+    and its measured speed-up appended (the fastest such; the latest run on a tie):
+    "jax: pooling 99.6 ms/step ...; `jax.pool=reshape` measured 1.80x the default's samples/s
+    (faster; tune run 7)"."""
+    if finding.category is None:
+        return finding
+    found = [m for m in measured if m.workload == workload and m.framework == framework
+             and finding.category in m.addresses]
+    if not found:
+        return finding
+    m = max(found, key=lambda m: (m.speedup, m.run_id))
+    return replace(finding, text=f"{finding.text}; `{m.settings}` measured {m.speedup:.2f}x the default's"
+                                 f" headline ({m.verdict}; tune run {m.run_id})")

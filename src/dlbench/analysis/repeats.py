@@ -90,15 +90,24 @@ def _options(value: str, items: list[str]) -> dict[str, float]:
             raise RepeatsError(f"repeats {value!r}: {item.strip()!r} is not min=N, max=N or time=DURATION"
                                " (each at most once)")
         if key == "time":
-            m = _DURATION.match(v.strip())
-            if m is None or float(m["n"]) <= 0:
+            seconds = duration_s(v)
+            if seconds is None:
                 raise RepeatsError(f"repeats {value!r}: time={v} is not a duration such as 90s, 30min or 2h")
-            out[key] = float(m["n"]) * DURATION_UNITS[m["unit"]]
+            out[key] = seconds
         elif not v.strip().isdigit():
             raise RepeatsError(f"repeats {value!r}: {key}={v} is not an integer")
         else:
             out[key] = int(v)
     return out
+
+
+def duration_s(text: str) -> float | None:
+    """`90s`, `30min`, `2h` in seconds (the syntax of `time=` here and of `dlbench tune --budget`);
+    None for anything else, zero included."""
+    m = _DURATION.match(text.strip())
+    if m is None or float(m["n"]) <= 0:
+        return None
+    return float(m["n"]) * DURATION_UNITS[m["unit"]]
 
 
 def _check_count(name: str, n: int, value: object) -> None:

@@ -17,7 +17,7 @@ import importlib
 import time
 import typing
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -111,15 +111,38 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
+class SolveGuess:
+    """What a solve trial (runner/scenarios/solve.py) of this framework costs, before the store
+    knows better (runner/plan.py: estimate_s): its solver curves (solvers x dtypes of
+    backends/<framework>/ode.py, the explicit ones apart: on a stiff problem each runs to the step
+    cap once and skips its tighter tolerances), the seconds of one tolerance point of a curve
+    that solves (warm solves until 0.2 s and three, and the counting solve), of one curve that
+    runs to the step cap (5000 steps: its first solve and its timed one), of a curve's compiles
+    (the timed solve's and the counting solve's), and the neural ODE's gradient methods and
+    seconds per gradient point (each tolerance compiles anew). Fitted on the quiet 2-core run of
+    docs/benchmarks.md "ODE solvers"; only a first estimate."""
+
+    explicit_curves: int
+    implicit_curves: int
+    point_s: float
+    capped_curve_s: float
+    compile_s: float
+    gradient_methods: int
+    gradient_point_s: float
+
+
+@dataclass(frozen=True)
 class CostGuess:
     """What a trial of this framework costs besides its compute, before the store knows better
     (runner/plan.py: estimate_s): seconds from process start to a built program (import, build,
     data), and seconds to compile a cnn-sized train step (8 parameter tensors) in compiled mode,
     which the planner scales with the workload's size. Measured on the project's 2-core machines
-    (docs/benchmarks.md, the whole zoo); only a first estimate."""
+    (docs/benchmarks.md, the whole zoo); only a first estimate. `solve`: the solver scenario's
+    costs, for a backend with ODE solvers."""
 
     startup_s: float
     compile_s: float
+    solve: SolveGuess | None = None
 
 
 @dataclass(frozen=True)
@@ -129,7 +152,8 @@ class Variant:
     why it exists, where the fact behind it comes from, which values the search tries and where
     it applies. A setting that changes the mathematics (reduced precision, another algorithm) is
     not a variant but a sweep axis; one that may (a matmul precision) is a variant whose parity
-    verdict decides (a variant that fails parity is reported and never wins)."""
+    verdict decides (a variant that fails parity is reported and never wins). docs/variants.md
+    lists every one."""
 
     why: str
     source: str
@@ -144,13 +168,25 @@ class Variant:
     # Profile categories (analysis/categories.py) it addresses: a finding about one of them
     # points to this variant where the store has it measured.
     addresses: tuple[str, ...] = ()
+    # Device kinds ("cpu", "gpu") where the setting does anything (oneDNN, OpenMP's wait
+    # policy: the CPU only); empty: both.
+    devices: tuple[str, ...] = ()
+    # (workload, value) pairs where a tried value is what the default already runs (torch's
+    # memory format: the default is the layout each workload's model declares), left out there.
+    same_as_default: tuple[tuple[str, str], ...] = ()
+    # Other options (name, value) the search sets with each tried value, which means nothing
+    # without them (JAX's loop=scan changes nothing at one step per call).
+    together: tuple[tuple[str, str], ...] = ()
 
     def values(self, workload: str, mode: str, device_kind: str) -> tuple[str, ...]:
         """The values the search tries for a trial of `workload` in `mode` on `device_kind`
         ("cpu" or "gpu"): none where the option does not apply."""
         if (self.workloads and workload not in self.workloads) or (self.modes and mode not in self.modes):
             return ()
-        return tuple(v for v in self.tried if device_kind == "gpu" or v not in self.gpu_only)
+        if self.devices and device_kind not in self.devices:
+            return ()
+        return tuple(v for v in self.tried if (device_kind == "gpu" or v not in self.gpu_only)
+                     and (workload, v) not in self.same_as_default)
 
 
 @dataclass(frozen=True)
@@ -163,6 +199,47 @@ class Option:
     default: str
     help: str
     variant: Variant | None = None
+    # Environment variables a value sets before the framework is imported (value -> {name:
+    # value}; runner/child.py applies them after the backend's own, and every one is among the
+    # backend's recorded variables): for settings a framework reads only at import or start-up
+    # (TF_ENABLE_ONEDNN_OPTS, OMP_WAIT_POLICY). A value without an entry sets nothing.
+    environment: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+def option_value(options: dict[str, Option], policy: Policy, name: str) -> str:
+    """The value of the backend option `name` in `policy`: as given, else its default."""
+    return policy.options.get(name, options[name].default)
+
+
+def option_environment(options: dict[str, Option], policy: Policy) -> dict[str, str]:
+    """The environment variables the policy's options set before the import (Option.environment)."""
+    env: dict[str, str] = {}
+    for name, option in options.items():
+        env.update(option.environment.get(option_value(options, policy, name), {}))
+    return env
+
+
+def option_unsupported(framework: str, options: dict[str, Option], policy: Policy, device: str) -> str | None:
+    """Why the policy's options cannot run on `device` ("cpu" or "cuda"), or None: a value a
+    variant declares GPU-only (Variant.gpu_only), asked for on a CPU."""
+    for name, value in policy.options.items():
+        option = options.get(name)
+        if device != "cuda" and option is not None and option.variant is not None and value in option.variant.gpu_only:
+            return (f"{framework} option {name}={value} needs a GPU (this trial runs on {device}); on a CPU use"
+                    f" {' or '.join(v for v in option.allowed if v not in option.variant.gpu_only)}")
+    return None
+
+
+@runtime_checkable
+class OptionsReadBack(Protocol):
+    """A program that reads framework options (Policy.options) when it is built: what it
+    actually runs, read back from the objects it built (the weights' memory format, the
+    optimizer's fused/foreach flags, the pooling primitive its traced step holds), recorded
+    with the trial's effective policy (`options`). Options the framework reads globally are
+    read back by Backend.configure instead."""
+
+    def applied_options(self) -> dict[str, Any]:
+        ...
 
 
 class DataParallel(Protocol):

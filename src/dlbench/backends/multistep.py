@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlbench import workloads
-from dlbench.backends.base import Option
+from dlbench.backends.base import Option, Variant
 from dlbench.spec import TrialSpec
 
 AUTO_STEPS = 8
@@ -48,19 +48,37 @@ CHEAP_STEP_FLOPS = 2e8
 STEPS = ("auto", "1", "2", "4", "8", "16", "32")
 
 
-def options(loops: tuple[str, ...], framework: str, auto_steps: int = AUTO_STEPS) -> dict[str, Option]:
+# Where the measurements behind the rule are (docs/benchmarks.md).
+SOURCE = "docs/benchmarks.md, \"Native loops against Keras on the same framework\" (issue 20)"
+
+
+def options(loops: tuple[str, ...], framework: str, auto_steps: int = AUTO_STEPS,
+            tried_steps: tuple[str, ...] = ("8",), modes: tuple[str, ...] = ()) -> dict[str, Option]:
     """The `steps_per_call` and `loop` options of a framework whose compiled loop takes `loops`
-    (the first is the default) and whose `auto` runs at most `auto_steps` steps per call."""
+    (the first is the default) and whose `auto` runs at most `auto_steps` steps per call; both
+    are variants the headroom search tries (`tried_steps` in `modes`; a second loop with
+    steps_per_call 8, without which it changes nothing)."""
     auto = ("1, measured best on CPU" if auto_steps == 1 else
             f"min({auto_steps}, chunk steps) where an epoch has at least {MIN_EPOCH_STEPS} steps and a step"
             f" under {CHEAP_STEP_FLOPS:.0e} FLOPs, else 1")
+    steps = Variant(
+        why="several steps per compiled call save the per-call dispatch (argument checks, executable lookup,"
+            " launch), a large share of a small model's step; the auto rule picks it only where measured faster",
+        source=SOURCE, tried=tried_steps, modes=modes, addresses=("host overhead and idle",))
+    loop = None if len(loops) < 2 else Variant(
+        why="a compiled loop keeps the compiled body at one step (compile time) where unrolling writes the"
+            " steps out; XLA:CPU measured loop bodies' convolutions slower than straight-line code",
+        source=SOURCE, tried=loops[1:], modes=modes, addresses=("host overhead and idle",),
+        together=(("steps_per_call", str(AUTO_STEPS)),))
     return {
         "steps_per_call": Option(
             allowed=STEPS, default="auto",
-            help=f"training steps per compiled {framework} call (auto: {auto}; backends/multistep.py)"),
+            help=f"training steps per compiled {framework} call (auto: {auto}; backends/multistep.py)",
+            variant=steps),
         "loop": Option(
             allowed=loops, default=loops[0],
-            help="how the steps of one call are written: unroll (one after another) or a compiled loop"),
+            help="how the steps of one call are written: unroll (one after another) or a compiled loop",
+            variant=loop),
     }
 
 

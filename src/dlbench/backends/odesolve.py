@@ -8,8 +8,20 @@ Each framework package has an `ode` module (backends/<framework>/ode.py) that ex
 - `GRADIENTS`: gradient method name -> the solver it differentiates through;
 - `prepare(problem, solver, dtype, max_steps) -> Solve`: a callable of (rtol, atol) that solves
   once, synced, and returns `Solved` (failures as data, never an exception);
+- `prepare_count(problem, solver, dtype, max_steps) -> Count | None`: where the timed solve
+  cannot count its own field evaluations without changing what is timed (a compiled solve: a
+  counter in the traced field counts traces, and a host callback inside it costs a round trip
+  per evaluation), a callable of (rtol, atol) that solves once more, untimed, with a field that
+  counts its evaluations, and returns `Counts`; None where `Solved` already holds the counts;
 - `prepare_gradient(problem, solver, method, dtype, rtol, atol) -> Gradient`: a callable that
   returns d node_loss / d field parameters by name as float64 NumPy arrays.
+
+The `nfe` every module reports is the number of times the solve evaluated the problem's field
+(its primal: steps, Newton iterations, the initial step size, the point a Jacobian is taken at),
+counted by dlbench in the field itself, never a library's own counter (which differ: SciPy's
+nfev leaves out the finite-difference Jacobian's evaluations of Radau and BDF, TFP's BDF counts
+its Newton iterations only, diffrax counts steps only). What stays different between libraries,
+docs/benchmarks.md "How nfe is counted" says.
 Imports no framework.
 """
 
@@ -45,12 +57,23 @@ class Solved:
     steps: int | None = None  # accepted + rejected
     accepted: int | None = None
     rejected: int | None = None
-    nfe: int | None = None  # vector-field evaluations (Jacobians by finite differences included)
+    nfe: int | None = None  # field evaluations, counted in the field (module docstring)
     njev: int | None = None  # Jacobian evaluations (implicit solvers)
     extra: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Counts:
+    """What an untimed counting solve (`prepare_count`) saw: field evaluations and Jacobians, and
+    its steps where the library reports them (the timed solve's, when counting changed nothing)."""
+
+    nfe: int
+    njev: int
+    steps: int | None = None
+
+
 Solve = Callable[[float, float], Solved]
+Count = Callable[[float, float], Counts]
 Gradient = Callable[[], dict[str, np.ndarray]]
 
 
@@ -60,6 +83,8 @@ class OdeModule(Protocol):
     GRADIENTS: dict[str, str]
 
     def prepare(self, problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Solve: ...
+
+    def prepare_count(self, problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Count | None: ...
 
     def prepare_gradient(self, problem: odes.Problem, solver: str, method: str, dtype: str, rtol: float,
                          atol: float) -> Gradient: ...
@@ -128,10 +153,12 @@ def scipy_prepare(problem: odes.Problem, solver: str, dtype: str, max_steps: int
                             t_eval=np.array(problem.times), rtol=rtol, atol=atol)
         except _EvaluationCap as e:
             return Solved(None, "max_steps", str(e), nfe=calls[0])
+        # nfe: every call of the field, the finite-difference Jacobian's columns included (SciPy's
+        # own nfev leaves those out for Radau and BDF, by its convention in _ivp/base.py).
         if sol.status != 0:
-            return Solved(None, classify(sol.message), str(sol.message), nfe=int(sol.nfev))
+            return Solved(None, classify(sol.message), str(sol.message), nfe=calls[0])
         out = checked(sol.y.T, problem)
-        out.nfe, out.njev = int(sol.nfev), int(sol.njev)
+        out.nfe, out.njev = calls[0], int(sol.njev)
         out.extra["lu_decompositions"] = float(sol.nlu)
         return out
 
@@ -147,6 +174,9 @@ class ScipyOde:
 
     def prepare(self, problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Solve:
         return scipy_prepare(problem, solver, dtype, max_steps)
+
+    def prepare_count(self, problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Count | None:
+        return None  # the timed solve counts: a Python increment beside a NumPy field evaluation
 
     def prepare_gradient(self, problem: odes.Problem, solver: str, method: str, dtype: str, rtol: float,
                          atol: float) -> Gradient:

@@ -36,8 +36,9 @@ from dlbench.backends.base import (
     builder_module,
     builder_package,
     module_installed,
+    option_unsupported,
 )
-from dlbench.spec import SpecError, TrialSpec
+from dlbench.spec import ConvergeOptions, SpecError, TrialSpec
 from dlbench.workloads.base import numerics_readback
 
 
@@ -51,6 +52,8 @@ def validate(trial: TrialSpec) -> Backend:
         profiled = ", ".join(n for n, r in scenarios.SCENARIOS.items() if r.profiled)
         raise SpecError(f"profile applies to the runner scenarios {profiled} only, not {record.name!r}"
                         f" ({trial.workload.name} --scenario {trial.scenario})")
+    if record is not None and record.options is ConvergeOptions:
+        workloads.target(trial)  # a target the workload cannot score (a perplexity for cnn): one line
     backend = get_backend(trial.framework)
     for name, value in trial.policy.options.items():
         option = backend.options.get(name)
@@ -138,7 +141,8 @@ def data_parallel_unsupported(dp: DataParallel, trial: TrialSpec) -> str | None:
 def unsupported(trial: TrialSpec, backend: Backend, device: str) -> str | None:
     """None when `backend` runs the (valid) `trial` on `device` ("cpu" or "cuda"), else the
     reason, one line: the first of the workload's scenarios, the backend's capability, its
-    modes, its precisions on that device, and data parallelism that says no. (A missing
+    modes, its precisions on that device, an option value that needs a GPU, and data
+    parallelism that says no. (A missing
     builder is the build's Unsupported: a plugin or test backend builds as it likes.)"""
     declined = backend.capabilities.declines(trial.workload.name)
     if declined is not None:
@@ -154,6 +158,8 @@ def unsupported(trial: TrialSpec, backend: Backend, device: str) -> str | None:
         why = precisions.unsupported(backend.precisions, device, trial.precision, trial.scenario,
                                      record.reduced_precision)
         reason = None if why is None else f"{trial.framework} {trial.precision} on {device}: {why}"
+    if reason is None:
+        reason = option_unsupported(trial.framework, backend.options, trial.policy, device)
     if reason is None:
         reason = data_parallel_unsupported(backend.data_parallel, trial)
     return reason

@@ -10,6 +10,7 @@ everything as data.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from types import ModuleType
 
 from dlbench import backends, scenarios, workloads
 from dlbench.backends import get_backend, precision, registered
+from dlbench.backends.base import Option, Variant
 from dlbench.backends.support import scenario_unsupported, workload_unsupported
 from dlbench.cli.common import add_store_argument
 from dlbench.machine import bf16_on_cpu
@@ -379,24 +381,55 @@ def long_table(rows: list[Support]) -> Table:
 
 
 def compact_option_lines() -> list[str]:
-    """Every framework's own options on few lines, each default first."""
-    texts = [f"{name}.{opt}={'|'.join(dict.fromkeys([o.default, *o.allowed]))}"
-             for name in registered() for opt, o in get_backend(name).options.items()]
-    return [f"--option FRAMEWORK.NAME=VALUE (first = default): {', '.join(texts)}"] if texts else []
+    """Every framework's own options as one line (how many per framework; values, defaults and
+    variants are --long's): a line per option would not fit a 40-line screen."""
+    counts = [(name, len(get_backend(name).options)) for name in registered()]
+    texts = [f"{name} {n}" for name, n in counts if n]
+    if not texts:
+        return []
+    variants = sum(o.variant is not None for name in registered() for o in get_backend(name).options.values())
+    return [f"--option: {', '.join(texts)} ({variants} variants: --long)"]
+
+
+def _variant_text(variant: Variant) -> str:
+    """Where a variant applies and why, in one clause: `variant: tries off (cpu only; ...)`."""
+    where = [f"{what} {', '.join(values)}" for what, values in (
+        ("workloads", variant.workloads), ("modes", variant.modes), ("devices", variant.devices),
+        ("GPU only:", variant.gpu_only)) if values]
+    same = [f"{v} on {w}" for w, v in variant.same_as_default]
+    if same:
+        where.append(f"the default already runs {', '.join(same)}")
+    if variant.together:
+        where.append("tried with " + ", ".join(f"{n}={v}" for n, v in variant.together))
+    applies = f" ({'; '.join(where)})" if where else ""
+    return f"variant: tries {', '.join(variant.tried)}{applies}. Why: {variant.why}. Source: {variant.source}"
 
 
 def option_lines() -> list[str]:
-    """Each framework's own options (`--option FRAMEWORK.NAME=VALUE`), one line each."""
-    return [f"--option {name}.{opt}={'|'.join(o.allowed)} (default {o.default})"
-            for name in registered() for opt, o in get_backend(name).options.items()]
+    """Each framework's own options (`--option FRAMEWORK.NAME=VALUE`), one paragraph each: the
+    values, the default, what it does and, for a variant, what the headroom search tries, where
+    and why."""
+    out = []
+    for name in registered():
+        for opt, o in get_backend(name).options.items():
+            line = f"--option {name}.{opt}={'|'.join(o.allowed)} (default {o.default}): {o.help}"
+            out.append(line if o.variant is None else f"{line}; {_variant_text(o.variant)}")
+    return out
+
+
+def option_json(o: Option) -> dict[str, object]:
+    """An option as data: values, default, help, the environment variables its values set and
+    its variant (None where it is none)."""
+    variant = None if o.variant is None else dataclasses.asdict(o.variant)  # tuples: JSON arrays
+    return {"allowed": list(o.allowed), "default": o.default, "help": o.help, "environment": o.environment,
+            "variant": variant}
 
 
 def as_json(rows: list[Support]) -> list[dict[str, object]]:
     return [{"framework": s.framework, "installed": s.installed, "detail": s.detail,
              "distributions": s.distributions, "scenarios": s.scenarios, "modes": s.modes,
              "precisions": s.precisions,
-             "options": {k: {"allowed": list(o.allowed), "default": o.default, "help": o.help}
-                         for k, o in get_backend(s.framework).options.items()}} for s in rows]
+             "options": {k: option_json(o) for k, o in get_backend(s.framework).options.items()}} for s in rows]
 
 
 def main(args: argparse.Namespace) -> int:

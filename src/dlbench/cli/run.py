@@ -43,7 +43,7 @@ from dlbench.runner import ray_executor, resume, rounds
 from dlbench.runner.executor import Outcome, Progress, execute, finish_run, register, warm_imports
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
 from dlbench.runner.protocol import CHUNK, PHASE_NAME, STEPS, event_kind
-from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimate_s, learn, make_plan
+from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimates, learn, make_plan
 from dlbench.spec import (SCENARIOS, ConvergeOptions, GenerateOptions, InferOptions, SolveOptions, SpecError,
                           option_fields, to_dict)
 from dlbench.text import printable
@@ -57,6 +57,7 @@ SCENARIO_OPTION_FLAGS: dict[str, tuple[ScenarioOptionsType, str]] = {
     "p99_bound_ms": (InferOptions, "p99_bound_ms"),
     "target_accuracy": (ConvergeOptions, "target_accuracy"), "eval_every": (ConvergeOptions, "eval_every"),
     "max_steps": (ConvergeOptions, "max_steps"), "max_time_s": (ConvergeOptions, "max_time_s"),
+    "target_perplexity": (ConvergeOptions, "target_perplexity"),
     "prompt_len": (GenerateOptions, "prompt_len"), "new_tokens": (GenerateOptions, "new_tokens"),
     "gen_batch": (GenerateOptions, "gen_batch"),
     "rtol_loosest": (SolveOptions, "solve_rtol_loosest"), "rtol_tightest": (SolveOptions, "solve_rtol_tightest"),
@@ -135,7 +136,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="a framework's own option, e.g. onnxruntime.optimization=basic (dlbench list"
                         " shows each framework's options); part of that framework's policy")
     p.add_argument("--target-accuracy", type=float,
-                   help=f"{_TO_TARGET}: held-out accuracy to reach (required by --scenario {_TO_TARGET})")
+                   help=f"{_TO_TARGET}: held-out quality to reach, e.g. accuracy (a target is required by --scenario"
+                        f" {_TO_TARGET}, except where the workload has a default: lm's perplexity)")
+    p.add_argument("--target-perplexity", type=float,
+                   help=f"{_TO_TARGET}: held-out perplexity to reach, at or below (a number > 1; workloads that"
+                        " report perplexity: lm, whose default is 1.1 x exp(entropy rate))")
     p.add_argument("--eval-every", type=int,
                    help=f"{_TO_TARGET}: steps between evaluations, K (default {_CONVERGE.eval_every})")
     p.add_argument("--max-steps", type=int, help=f"{_TO_TARGET}: step budget (default {_CONVERGE.max_steps})")
@@ -319,9 +324,9 @@ def busy_machine(load: float | None = None, cores: int | None = None) -> tuple[f
 
 def print_plan(console: Console, plan: Plan, costs: Costs) -> None:
     pending = plan.pending
-    estimates = [estimate_s(t.spec, costs) for t in pending]
-    total = sum(s for s, _ in estimates)
-    sources = {src for _, src in estimates}
+    estimated = estimates([t.spec for t in pending], costs)
+    total = sum(s for s, _ in estimated)
+    sources = {src for _, src in estimated}
     source = ("from earlier trials in the store" if sources == {"store"} else
               "from the store's trials of the same kinds" if sources <= {"store", "similar"} else
               "rough: start-up and compile guesses per framework, compute from FLOPs; later runs learn from the store")
@@ -365,7 +370,7 @@ def main(args: argparse.Namespace) -> int:
             console.print(f"  repeats {rule.label}: the first {rule.first} round(s), then one round at a time until every"
                           f" headline interval is within ±{rule.target:.0%}, the frameworks' comparisons are decided,"
                           f" or {budget}", highlight=False, soft_wrap=True)
-        with _machine_lock(allow_concurrent, console), executor(options, bool(plan.pending)) as run_trials:
+        with held_machine_lock(allow_concurrent, console), executor(options, bool(plan.pending)) as run_trials:
             # as text SQLite can hold: bytes that were not UTF-8 are kept as visible escapes
             command = printable("dlbench " + shlex.join(args.argv))
             state = rounds.AutoState(rule.label)
@@ -380,7 +385,7 @@ def main(args: argparse.Namespace) -> int:
                 else:
                     outcome = run_trials(store, run_id, planned, progress)
             except KeyboardInterrupt as e:  # before a trial ran: warm imports, reference, floor, ceiling
-                outcome = _interrupted_between_trials(console, e)
+                outcome = interrupted_between_trials(console, e)
             finish_run(store, run_id, outcome.interrupted)
         return _report(console, store, run_id, args, outcome)
 
@@ -395,7 +400,7 @@ def resume_main(args: argparse.Namespace) -> int:
     check_executor(how)
     console = make_console()
     with contextlib.closing(open_store(args.store, must_exist=True)) as store, processes.stop_signals_interrupt():
-        with _machine_lock(bool(args.allow_concurrent), console):
+        with held_machine_lock(bool(args.allow_concurrent), console):
             run_id = resume.select_run(store, args.resume, args.retry_failed)
             if run_id is None:
                 console.print(printable(f"dlbench: nothing to resume: no run in {args.store} has"
@@ -422,12 +427,12 @@ def resume_main(args: argparse.Namespace) -> int:
                     else:
                         outcome = run_trials(store, run_id, resumption.trials, progress)
             except KeyboardInterrupt as e:  # before a trial ran: warm imports, reference, floor, ceiling
-                outcome = _interrupted_between_trials(console, e)
+                outcome = interrupted_between_trials(console, e)
             finish_run(store, run_id, outcome.interrupted)
         return _report(console, store, run_id, args, outcome)
 
 
-def _interrupted_between_trials(console: Console, e: KeyboardInterrupt) -> Outcome:
+def interrupted_between_trials(console: Console, e: KeyboardInterrupt) -> Outcome:
     """Interrupted where no trial runs (each running trial's own interruption is stored by the
     executor): the run is `interrupted`, its unfinished trials resumable."""
     console.print(f"interrupted by {e or 'SIGINT'} before the next trial started", highlight=False)
@@ -435,7 +440,7 @@ def _interrupted_between_trials(console: Console, e: KeyboardInterrupt) -> Outco
 
 
 @contextlib.contextmanager
-def _machine_lock(allow_concurrent: bool, console: Console) -> Iterator[None]:
+def held_machine_lock(allow_concurrent: bool, console: Console) -> Iterator[None]:
     """The machine lock; a stop signal while waiting for it ends the command with a message
     (and exit 130), nothing having run."""
     held = False

@@ -41,7 +41,7 @@ MAX_SUITE_BYTES = 1 << 20
 @dataclass(frozen=True)
 class Key:
     """What one key takes. kind: names | ints (a sweep axis: a list, one value or a comma
-    list), name | int (one value), seconds, fraction (in (0, 1]), size, flag."""
+    list), name | int (one value), seconds, fraction (in (0, 1]), perplexity (> 1), size, flag."""
 
     kind: str
     allowed: Callable[[], tuple[Any, ...]] | None = None
@@ -88,6 +88,7 @@ KEYS: dict[str, Key] = {
     "address": Key("name"),
     # time to accuracy and the input pipeline (issue 9)
     "target-accuracy": Key("fraction"),
+    "target-perplexity": Key("perplexity"),
     "eval-every": Key("int", minimum=1),
     "max-steps": Key("int", minimum=1),
     "max-time-s": Key("seconds"),
@@ -161,6 +162,10 @@ def _convert(key: Key, value: Any) -> Any:
         if (_is_int(value) or isinstance(value, float)) and 0 < value <= 1:
             return float(value)
         raise _Bad(value, "a number in (0, 1]")
+    if key.kind == "perplexity":
+        if (_is_int(value) or isinstance(value, float)) and 1 < value < math.inf:
+            return float(value)
+        raise _Bad(value, "a finite number > 1 (a perplexity)")
     if key.kind == "size":
         return _size(value)
     if key.kind == "flag":

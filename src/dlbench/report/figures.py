@@ -23,6 +23,7 @@ from dlbench.analysis.history import segments
 from dlbench.analysis.metrics import label as metrics_label
 from dlbench.analysis.summary import Summary, summarize
 from dlbench.report import cells, model
+from dlbench.report import headroom as headroom_report
 from dlbench.report import payback as payback_report
 from dlbench.report import profile as profile_report
 from dlbench.report import solve as solve_report
@@ -788,3 +789,45 @@ def profile_bars(report: Report) -> Chart | None:
 CATEGORY_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
                    "#bcbd22", "#7f7f7f", "#c7c7c7")
 CHARTS = (*CHARTS, profile_bars, payback, batch_sweep)
+
+
+def headroom(report: Report) -> Chart | None:
+    """`dlbench tune` runs: each candidate's speed-up over the default of its phase, with its
+    interval (whiskers), one colour per framework; the best of each cell a star; candidates
+    without a speed-up (not run, failed, parity failures) are in the candidates table only."""
+    found = headroom_report.searches(report)
+    points = [(run_id, r, j) for run_id, _, r in found for j in r.judged
+              if j.speedup is not None and j.candidate.name != "default"]
+    if not points:
+        return None
+    fig = go.Figure()
+    names = [_t(f"{'run ' + str(run_id) + ' · ' if report.multi_run else ''}{r.cell.label}"
+                f" {j.candidate.settings(r.cell.framework, r.cell.mode)} (phase {j.phase})") for run_id, r, j in points]
+    for framework in dict.fromkeys(r.cell.framework for _, r, _ in points):
+        mine = [i for i, (_, r, _) in enumerate(points) if r.cell.framework == framework]
+        js = [points[i][2] for i in mine]
+        fig.add_trace(go.Scatter(
+            x=[j.speedup for j in js], y=[names[i] for i in mine], mode="markers", name=_t(framework),
+            marker={"color": _color(report, framework), "size": 9},
+            error_x={"type": "data", "symmetric": False, "array": [(j.high or j.speedup or 0) - (j.speedup or 0) for j in js],
+                     "arrayminus": [(j.speedup or 0) - (j.low or j.speedup or 0) for j in js]},
+            hovertext=[_t(f"{j.speedup:.3f}x" + (f", [{j.low:.3f}, {j.high:.3f}] at >= {j.level:.0%}"
+                                                 if j.low is not None and j.high is not None and j.level else "")
+                          + f"; {j.verdict}; parity {j.parity}") for j in js],
+            hoverinfo="text+y"))
+    best = [i for i, (_, r, j) in enumerate(points) if r.best is j]
+    if best:
+        fig.add_trace(go.Scatter(x=[points[i][2].speedup for i in best], y=[names[i] for i in best], mode="markers",
+                                 name="best", marker={"symbol": "star", "size": 16, "color": "#222222",
+                                                      "line": {"width": 1, "color": "#ffffff"}}, hoverinfo="skip"))
+    fig.add_vline(x=1.0, line={"color": "#888888", "dash": "dash", "width": 1})
+    fig.update_xaxes(title_text="speed-up over the default (x, > 1 is faster)")
+    fig.update_yaxes(autorange="reversed", automargin=True)
+    return Chart("headroom", "Headroom", _layout(fig, height=max(320, 140 + 28 * len(points))),
+                 "Each candidate `dlbench tune` ran: its median headline over the default's of the same phase (whiskers:"
+                 " the ratio's interval, its level a lower bound); dashed: the default; star: the best of its"
+                 " workload and framework (decided faster, parity passing). Every candidate with its verdict:"
+                 " the candidates table.")
+
+
+CHARTS = (*CHARTS, headroom)

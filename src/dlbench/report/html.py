@@ -191,7 +191,7 @@ def _kv_table(d: dict[str, Any]) -> str:
 def _environment(report: Report) -> str:
     parts = ["<section id='environment'><h2>Environment and policy</h2>"]
     for run in report.runs:
-        info = {k: _when(v) if k.endswith("_at") else v for k, v in run.info.items() if k != "environment"}
+        info = {k: _when(v) if k.endswith("_at") else v for k, v in run.info.items() if k not in ("environment", "tune")}
         parts.append(f"<details open><summary>run {run.id}: machine and software</summary>"
                      f"{_kv_table(info)}{_kv_table(run.info.get('environment') or {})}</details>")
     for config in report.configs:

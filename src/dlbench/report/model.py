@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlbench import scenarios, workloads
-from dlbench.analysis import metrics, window
+from dlbench.analysis import headroom, metrics, window
 from dlbench.analysis.metrics import QUALITY_METRICS
 from dlbench.analysis.summary import Summary, summarize
 from dlbench.report.columns import compile_value
@@ -144,6 +144,8 @@ class Report:
     # The frameworks in the order of the whole report, kept by a part of it (only) so that a
     # framework has one colour in every section; empty: this report's own order.
     framework_order: tuple[str, ...] = ()
+    # What `dlbench tune` runs in the store measured (any run, not only these): the findings cite them.
+    variants: tuple[headroom.MeasuredVariant, ...] = ()
 
     @property
     def multi_run(self) -> bool:
@@ -196,7 +198,7 @@ class Report:
         """The part of the report about one workload: its configurations, labelled by what
         differs among them alone, the whole report's framework colours."""
         made = tuple(c for c in self.configs if str(c.axes["workload"]) == workload)
-        return Report(self.runs, made, _label_axes(made), self.frameworks)
+        return Report(self.runs, made, _label_axes(made), self.frameworks, self.variants)
 
     def by_workload(self) -> list[tuple[str, Report]]:
         """One part per workload, in the order they ran; the report itself where it has one."""
@@ -239,13 +241,27 @@ def load(store: Store, run_ids: list[int]) -> Report:
                   store.series(row.id), store.events(row.id), row.data)
             for row in store.trials(rid))
         runs.append(Run(rid, store.run(rid), trials))
-        # a profiled trial (run --profile) is in its run, never in a configuration's statistics
-        for t in (t for t in trials if not t.spec.get("profile")):
+        # a profiled trial (run --profile) is in its run, never in a configuration's statistics; of a
+        # tune run, the defaults only (the headline as commonly written; the headroom tables show the rest)
+        shown = _headline_trials(runs[-1].info, trials)
+        for t in (t for t in shown if not t.spec.get("profile")):
             configs.setdefault((rid, configuration_key(t.spec)), []).append(t)
     made = tuple(Config(rid, key, {a: f(ts[0].spec) for a, f in AXES.items()}, tuple(ts))
                  for (rid, key), ts in configs.items())
     made = _in_one_order(made)
-    return Report(tuple(runs), made, _label_axes(made))
+    variants = tuple(headroom.MeasuredVariant.from_dict(m) for _, state in store.tune_states()
+                     for m in state.get("measured", ()))
+    return Report(tuple(runs), made, _label_axes(made), (), variants)
+
+
+def _headline_trials(info: dict[str, Any], trials: tuple[Trial, ...]) -> tuple[Trial, ...]:
+    """The trials of a run its configurations hold: all, but of a `dlbench tune` run the
+    defaults' only."""
+    state = info.get("tune")
+    if not isinstance(state, dict):
+        return trials
+    defaults = headroom.default_trial_ids(headroom.SearchState.from_dict(state).cells)
+    return tuple(t for t in trials if t.id in defaults)
 
 
 def _in_one_order(configs: tuple[Config, ...]) -> tuple[Config, ...]:

@@ -151,7 +151,10 @@ def report_findings(report: Report) -> list[tuple[str, findings.Finding]]:
                 made += findings.overhead_finding(p.label, p.trial.metrics.get("step_s_median"),
                                                   p.timed.summary("step_s_median").median)
             made += findings.memory_finding(p.label, p.trial.metrics.get(FLOPS_METRIC), p.trial.metrics.get(BYTES_METRIC))
-        out += [(workload, f) for f in made]
+        frameworks = {p.label: str(p.trial.spec["framework"]) for p in here}
+        # a finding about a category cites a variant a tune run measured for it (analysis/findings.py)
+        out += [(workload, findings.with_variant(f, workload, frameworks.get(f.subject, f.subject), report.variants))
+                for f in made]
     return out
 
 

@@ -43,7 +43,10 @@ def sample_line(m: Metrics) -> str:
 
 
 def converge_line(m: Metrics) -> str:
-    return (f"ok: {m['accuracy']:.3f} after {m['steps']:.0f} steps, "
+    """Time to target: the quality (and lm's held-out perplexity, where it was the target's
+    metric) after the last evaluation."""
+    perplexity = f", perplexity {m['eval_perplexity']:.4g}" if m.get("eval_perplexity") is not None else ""
+    return (f"ok: {m['accuracy']:.3f}{perplexity} after {m['steps']:.0f} steps, "
             + (f"target in {m['time_to_target_s']:.1f} s" if m.get("reached_target") else "target not reached")
             + f" (evaluation {m['eval_s']:.1f} s, not counted)")
 

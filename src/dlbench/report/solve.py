@@ -7,7 +7,8 @@
 - gradients: the neural ODE's gradient error and time per framework x method x dtype x rtol;
 - the diagram: per problem log10 error against log10 warm seconds, one curve per framework x
   solver x dtype, as SciMLBenchmarks draws them (report/figures.py places it per workload).
-A value of several repeats is the median over the processes.
+A value of several repeats is the median over the processes. SciPy's baseline is one set of rows
+and curves per run and problem (framework `scipy`), whichever trials measured it.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dlbench.report.cells import label_cells, label_columns
-from dlbench.report.model import Config, Report
+from dlbench.report.model import Config, Report, Trial
 from dlbench.report.scenarios import SOLVE_GRADIENTS_TABLE, SOLVE_TABLE, configs_in
 from dlbench.report.tabledata import MISSING, Cell, Column, Table
 
@@ -28,6 +30,9 @@ AXES = ("workload", "framework")
 # The namespaces of the series and notes runner/scenarios/solve.py writes: a solver's points, a
 # gradient method's points.
 SOLVER_SERIES, GRADIENT_SERIES = "solve.", "gradient."
+# SciPy's baseline: its solvers' prefix (runner/scenarios/solve.py SCIPY_PREFIX), the note that says where
+# a trial's baseline was measured (BASELINE_NOTE there), and the framework column's word for its rows.
+BASELINE_PREFIX, BASELINE_NOTE, BASELINE_FRAMEWORK = "scipy-", "solve.baseline", "scipy"
 
 
 @dataclass(frozen=True)
@@ -43,22 +48,49 @@ def _solve_configs(report: Report, table: str = SOLVE_TABLE) -> list[Config]:
     return [c for c in configs_in(report, table) if c.ok]
 
 
-def curves(config: Config, prefix: str = SOLVER_SERIES) -> list[Curve]:
-    """The configuration's solver (or, prefix GRADIENT_SERIES, method) curves from its series."""
+def is_baseline(solver: str) -> bool:
+    """Whether a curve is SciPy's baseline (runner/scenarios/solve.py SCIPY_PREFIX)."""
+    return solver.startswith(BASELINE_PREFIX)
+
+
+def _gather(trials: list[Trial], prefix: str, keep: Callable[[str], bool]) -> list[Curve]:
+    """The curves (solver or, prefix GRADIENT_SERIES, method) of `keep`'s solvers in these
+    trials' series, each point the median over the trials that have it."""
     gathered: dict[tuple[str, str], dict[float, dict[str, list[float]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list)))
-    for t in config.ok:
+    kinds: dict[str, str] = {}
+    for t in trials:
+        notes = t.data.get("notes") or {}
         for name, points in t.series.items():
             parts = name.split(".")
-            if len(parts) != 4 or f"{parts[0]}." != prefix:
+            if len(parts) != 4 or f"{parts[0]}." != prefix or not keep(parts[1]):
                 continue
+            if f"{prefix}{parts[1]}.kind" in notes:
+                kinds.setdefault(parts[1], str(notes[f"{prefix}{parts[1]}.kind"]))
             for rtol, value in points:
                 if not math.isnan(value):
                     gathered[(parts[1], parts[2])][rtol][parts[3]].append(value)
-    notes = config.ok[0].data.get("notes") or {}
-    return [Curve(solver, dtype, str(notes.get(f"{prefix}{solver}.kind", "")),
+    return [Curve(solver, dtype, kinds.get(solver, ""),
                   {r: {q: statistics.median(v) for q, v in qs.items()} for r, qs in sorted(pts.items(), reverse=True)})
             for (solver, dtype), pts in gathered.items()]
+
+
+def curves(config: Config, prefix: str = SOLVER_SERIES) -> list[Curve]:
+    """The configuration's own solver (or, prefix GRADIENT_SERIES, method) curves, SciPy's
+    baseline apart (`baseline_groups`)."""
+    return _gather(config.ok, prefix, lambda solver: not is_baseline(solver))
+
+
+def baseline_groups(configs: list[Config]) -> list[tuple[list[Config], list[Curve]]]:
+    """SciPy's baseline once per run and problem (and any other axis but the framework): the
+    configurations of each group (in their order) and its curves, each point the median over
+    every trial of the group that measured it (one per repeat in a run; each framework's trial
+    in stores from before the baseline ran once)."""
+    groups: dict[tuple[object, ...], list[Config]] = {}
+    for c in configs:
+        key = (c.run_id, *(v for a, v in sorted(c.axes.items()) if a != "framework"))
+        groups.setdefault(key, []).append(c)
+    return [(cs, _gather([t for c in cs for t in c.ok], SOLVER_SERIES, is_baseline)) for cs in groups.values()]
 
 
 def _error_cell(point: dict[str, float] | None) -> Cell:
@@ -85,40 +117,82 @@ def work_precision_table(report: Report) -> Table | None:
     configs = _solve_configs(report)
     if not configs:
         return None
-    rtols = sorted({r for c in configs for cv in curves(c) for r in cv.points}, reverse=True)
+    groups = baseline_groups(configs)
+    rtols = sorted({r for c in configs for cv in _gather(c.ok, SOLVER_SERIES, lambda s: True) for r in cv.points},
+                   reverse=True)
     axes = report.varying(configs, AXES)
     columns = [*label_columns(report, axes), Column("solver", key=True), Column("kind"), Column("dtype", key=True),
                *(Column(f"{r:.0e}", "right") for r in rtols),
                Column("ms @1e-6", "right"), Column("nfe @1e-6", "right"), Column("njev @1e-6", "right")]
+
+    def row(labels: list[Cell], solver: str, cv: Curve) -> tuple[Cell, ...]:
+        at = _at(cv, HEADLINE_RTOL) or {}
+        ok = at.get("status", 1) == 0
+        return (*labels, Cell(solver), Cell(cv.kind.split(" ")[0]), Cell(cv.dtype),
+                *(_error_cell(_at(cv, r)) for r in rtols),
+                _number(at.get("wall_s") if ok else None, 1e3), _number(at.get("nfe") if ok else None),
+                _number(at.get("njev") if ok else None))
+
     rows = []
-    for c in configs:
-        for cv in curves(c):
-            at = _at(cv, HEADLINE_RTOL) or {}
-            ok = at.get("status", 1) == 0
-            rows.append((*label_cells(report, c, axes), Cell(cv.solver), Cell(cv.kind.split(" ")[0]), Cell(cv.dtype),
-                         *(_error_cell(_at(cv, r)) for r in rtols),
-                         _number(at.get("wall_s") if ok else None, 1e3), _number(at.get("nfe") if ok else None),
-                         _number(at.get("njev") if ok else None)))
+    for group, baseline in groups:
+        for c in group:
+            rows += [row(label_cells(report, c, axes), cv.solver, cv) for cv in curves(c)]
+        labels = [Cell(BASELINE_FRAMEWORK) if a == "framework" else cell
+                  for a, cell in zip(_label_names(report, axes), label_cells(report, group[0], axes))]
+        rows += [row(labels, cv.solver.removeprefix(BASELINE_PREFIX), cv) for cv in baseline]
     notes = ["per rtol: log10 of the error at the output times (per component the largest deviation over"
              " the times over that component's peak, the largest over components) against the float64 SciPy"
              " reference at rtol 1e-12; atol = rtol x the problem's scale; max: the step cap, dt: the step size"
              " collapsed, nan: a non-finite solution, fail: another failure, skip: not tried after a failure at a"
              " looser tolerance; ms @1e-6: the median warm solve at rtol 1e-6 (first solve, compile included,"
-             " apart), nfe / njev: field and Jacobian evaluations as the library counts them"]
+             " apart)",
+             "nfe: evaluations of the field, counted in the field (diffrax and TFP: in a second, untimed solve;"
+             " SciPy and torch: in the timed one), the initial step size's and each Jacobian's point included;"
+             " SciPy's include its finite-difference Jacobian's columns, diffrax's and TFP's Jacobians are by"
+             " automatic differentiation and cost tangents, not evaluations; njev: Jacobians (SciPy's and TFP's"
+             " own counts, diffrax's linearisations of the field); docs/benchmarks.md#how-nfe-is-counted",
+             f"{BASELINE_FRAMEWORK}: SciPy's solve_ivp in float64, the framework-neutral baseline, measured once per"
+             " problem and repeat in a run (in the process of the repeat's first solve trial of the problem, on the"
+             " run's machine), the median over the trials that measured it"]
+    notes += _baseline_notes(groups)
     notes += _absences(configs)
     return Table(SOLVE_TABLE, "Work precision", "ODE solvers: achieved error per tolerance (log10) and cost at 1e-6",
                  tuple(columns), tuple(rows), tuple(notes))
 
 
+def _label_names(report: Report, axes: tuple[str, ...]) -> list[str]:
+    """The names of label_cells' cells, in their order."""
+    return (["run"] if report.multi_run else []) + list(axes)
+
+
+def _baseline_notes(groups: list[tuple[list[Config], list[Curve]]]) -> list[str]:
+    """Where and when each group's baseline was measured (the measuring trials' notes)."""
+    out: dict[str, None] = {}
+    for group, baseline in groups:
+        if not baseline:
+            continue
+        for c in group:
+            for t in c.ok:
+                said = str((t.data.get("notes") or {}).get(BASELINE_NOTE, ""))
+                if said.startswith("measured here: "):
+                    out[f"{c.axes['workload']}: {said.removeprefix('measured here: ')}"] = None
+    return list(out)
+
+
 def _absences(configs: list[Config]) -> list[str]:
     said: dict[str, None] = {}
     for c in configs:
-        notes = c.ok[0].data.get("notes") or {}
-        for key, why in notes.items():
-            if key.startswith(f"{SOLVER_SERIES}absent."):
-                said[f"{c.axes['framework']}: {why}"] = None
-            elif key.endswith(".failures") and key.startswith(SOLVER_SERIES):
-                said[f"{c.axes['workload']} {c.axes['framework']} {key.split('.')[1]} {key.split('.')[2]}: {why}"] = None
+        for t in c.ok:  # every repeat: the baseline's notes are where it was measured
+            notes = t.data.get("notes") or {}
+            for key, why in notes.items():
+                if key.startswith(f"{SOLVER_SERIES}absent."):
+                    who = BASELINE_FRAMEWORK if key.startswith(f"{SOLVER_SERIES}absent.{BASELINE_FRAMEWORK}-") \
+                        else c.axes["framework"]
+                    said[f"{who}: {why}"] = None
+                elif key.startswith(SOLVER_SERIES) and key.endswith((".failures", ".counting")):
+                    solver, dtype = key.split(".")[1], key.split(".")[2]
+                    who = BASELINE_FRAMEWORK if is_baseline(solver) else c.axes["framework"]
+                    said[f"{c.axes['workload']} {who} {solver.removeprefix(BASELINE_PREFIX)} {dtype}: {why}"] = None
     return list(said)
 
 
@@ -152,14 +226,17 @@ def gradient_table(report: Report) -> Table | None:
 
 def diagram_traces(report: Report) -> list[tuple[str, str, list[float], list[float], list[str]]]:
     """(problem, curve name, log10 warm seconds, log10 error, hover text) per curve with an ok
-    point: what the work-precision chart plots."""
+    point: what the work-precision chart plots; SciPy's baseline once per problem."""
     out = []
-    for c in _solve_configs(report):
-        for cv in curves(c):
+    for group, baseline in baseline_groups(_solve_configs(report)):
+        named = [(c, f"{c.axes['framework']} {cv.solver} {cv.dtype}", cv) for c in group for cv in curves(c)]
+        named += [(group[0], f"{BASELINE_FRAMEWORK} {cv.solver.removeprefix(BASELINE_PREFIX)} {cv.dtype}", cv)
+                  for cv in baseline]
+        for c, name, cv in named:
             ok = [(r, p) for r, p in cv.points.items() if p.get("status", 1) == 0 and p.get("error", 0) > 0
                   and p.get("wall_s", 0) > 0]
             if ok:
-                out.append((str(c.axes["workload"]), f"{c.axes['framework']} {cv.solver} {cv.dtype}",
+                out.append((str(c.axes["workload"]), name,
                             [math.log10(p["wall_s"]) for _, p in ok], [math.log10(p["error"]) for _, p in ok],
                             [f"rtol {r:.0e}" for r, _ in ok]))
     return out

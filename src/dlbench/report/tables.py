@@ -14,6 +14,7 @@ from dlbench.report.headline import (
     startup_table,
 )
 from dlbench.report.generation import generation_table
+from dlbench.report.headroom import candidates_table, headroom_table
 from dlbench.report.inference import infer_table
 from dlbench.report.model import Report
 from dlbench.report.payback import payback_table, sweep_table
@@ -40,7 +41,8 @@ def _gpu(report: Report) -> Table | None:
 
 
 TABLES: tuple[Callable[[Report], Table | None], ...] = (
-    ranking_table, headline_table, _startup, _gpu, scaling_table, profile_table, findings_table, payback_table,
+    ranking_table, headline_table, headroom_table, candidates_table, _startup, _gpu, scaling_table, profile_table,
+    findings_table, payback_table,
     sweep_table, converge_table, stall_table,
     infer_table, generation_table, rl_table, work_precision_table, gradient_table)
 

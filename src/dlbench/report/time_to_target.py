@@ -5,6 +5,7 @@ seed x framework, the curves, seed pairs compared across frameworks) and for the
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 
 from dlbench import workloads
 from dlbench.analysis.convergence import (
@@ -15,6 +16,7 @@ from dlbench.analysis.convergence import (
     placement_key,
     seed_pairs,
 )
+from dlbench.analysis import metrics
 from dlbench.analysis.summary import summarize
 from dlbench.report import model
 from dlbench.report.cells import label_cells, label_columns
@@ -22,6 +24,7 @@ from dlbench.report.model import Config, Report, Trial
 from dlbench.report.scenarios import TIME_TO_TARGET_TABLE, configs_in, trains
 from dlbench.report.tabledata import Cell, Column, Table, cells
 from dlbench.spec import ConvergeOptions
+from dlbench.workloads.base import Target
 
 # Points of a curve shown in a cell (evenly spaced, the last always).
 CURVE_POINTS = 8
@@ -36,11 +39,12 @@ def _fmt(value: float | None, fmt: str) -> str:
 
 
 def curve_text(points: list[tuple[float, float]], x_fmt: str) -> str:
-    """`x:accuracy` pairs, at most CURVE_POINTS of them (evenly spaced, the last kept)."""
+    """`x:value` pairs, at most CURVE_POINTS of them (evenly spaced, the last kept); values
+    of 10 or more (a perplexity early on) with three significant digits."""
     if len(points) > CURVE_POINTS:
         step = len(points) / CURVE_POINTS
         points = [points[round(i * step)] for i in range(CURVE_POINTS - 1)] + [points[-1]]
-    return " ".join(f"{format(x, x_fmt)}:{a:.2f}" for x, a in points)
+    return " ".join(f"{format(x, x_fmt)}:{a:.3g}" if abs(a) >= 10 else f"{format(x, x_fmt)}:{a:.2f}" for x, a in points)
 
 
 def _order(c: Config) -> tuple[str, int, str, str, int, int]:
@@ -59,16 +63,43 @@ def _trial_label(config: Config, t: Trial) -> str:
     return f"{a['workload']}/{a['framework']} seed {a['seed']}"
 
 
-def _converge_row(report: Report, c: Config, axes: tuple[str, ...], flagged: set[tuple[str, int, str]]) -> list[Cell]:
+def shown_metric(c: Config) -> str:
+    """The held-out metric a row shows: the target's where the trials recorded it apart (lm's
+    perplexity), else the quality (stored as `accuracy`: detect's is mAP@0.5)."""
+    target = workloads.stored_target(c.spec)
+    if target is not None and c.ok and target.metric in c.ok[0].series:
+        return target.metric
+    return "accuracy"
+
+
+def _quality_name(c: Config) -> str:
+    """The registry name of the metric a row shows (the quality's own name, not `accuracy`)."""
+    metric = shown_metric(c)
+    return model.workload_quality(str(c.axes["workload"])) if metric == "accuracy" else metric
+
+
+def _target_text(c: Config, with_metric: bool) -> str:
+    target = workloads.stored_target(c.spec)
+    if target is None:
+        return "–"
+    text = f"{target.relation} {target.value:.4g}"
+    return f"{metrics.label(target.metric)} {text}" if with_metric else text
+
+
+def _converge_row(report: Report, c: Config, axes: tuple[str, ...], flagged: set[tuple[str, int, str]],
+                  target: str | None) -> list[Cell]:
     ok = c.ok
     reached = sum(int(t.metrics.get("reached_target") or 0) for t in ok)
     series = ok[0].series
+    metric = shown_metric(c)
+    digits = ".3f" if metric == "accuracy" else ".4g"
     flag = " !" if (c.axes["workload"], c.axes["seed"], c.axes["framework"]) in flagged else ""
+    targets = [] if target is None else [target]
     return [*label_cells(report, c, axes), *cells(
-        f"{reached}/{len(ok)}", _fmt(c.summary("steps_to_target").median, ".0f") + flag,
+        *targets, f"{reached}/{len(ok)}", _fmt(c.summary("steps_to_target").median, ".0f") + flag,
         _fmt(c.summary("time_to_target_s").median, ".2f"), _compile_text(c), _fmt(c.summary("eval_s").median, ".2f"),
-        _fmt(c.summary("accuracy").median, ".3f"), curve_text(series.get("accuracy", []), ".0f"),
-        curve_text(series.get("accuracy_by_time", []), ".1f"))]
+        _fmt(c.summary(metric).median, digits), curve_text(series.get(metric, []), ".0f"),
+        curve_text(series.get(f"{metric}_by_time", []), ".1f"))]
 
 
 def _compile_text(c: Config) -> str:
@@ -90,25 +121,55 @@ def converge_table(report: Report) -> Table | None:
     pairs = seed_pairs([(t.spec, t.metrics.get("steps_to_target")) for c in shown for t in c.ok])
     flagged = {(p.workload, p.seed, f) for p in pairs if p.flagged for f in (p.framework_a, p.framework_b)}
     axes = report.varying(shown, CONVERGE_AXES)
-    rows = [_converge_row(report, c, axes, flagged) for c in shown]
+    # A target column where rows differ in their target (lm's default perplexity is each seed's
+    # own); it names the metric too where rows differ in that.
+    targets = [workloads.stored_target(c.spec) for c in shown]
+    several_metrics = len({t.metric for t in targets if t is not None}) > 1
+    target_column = len(set(targets)) > 1
+    rows = [_converge_row(report, c, axes, flagged, _target_text(c, several_metrics) if target_column else None)
+            for c in shown]
     # no GPU columns here: the reasons for missing GPU values belong to the headline's notes
     notes = model.trial_notes(((_trial_label(c, t), t) for c in configs for t in c.trials), {})
     notes += [f"{_trial_label(c, t)}: {why}" for c in shown for t in c.ok
               if (why := (t.data.get("notes") or {}).get("steps_to_target"))]
-    targets = sorted({f"{t.spec['target_accuracy']:g}" for c in shown for t in c.ok})
-    # The quality is the workload's (stored as `accuracy`: detect's is mAP@0.5).
+    # The shown metric is the target's where recorded apart, else the workload's quality.
     quality, quality_notes = model.quality_header(
-        (str(c.axes["workload"]), model.workload_quality(str(c.axes["workload"]))) for c in shown
-        if c.summary("accuracy").median is not None)
+        (str(c.axes["workload"]), _quality_name(c)) for c in shown if c.summary(shown_metric(c)).median is not None)
     notes += quality_notes
+    notes += target_rule_notes(shown)
     notes += return_curve_notes([(_trial_label(c, c.ok[0]), c.ok[0]) for c in shown])
-    columns = [*label_columns(report, axes),
+    columns = [*label_columns(report, axes), *([Column("target", "right")] if target_column else []),
                *(Column(h.replace("accuracy", quality), "right") for h in CONVERGE_HEADERS)]
-    return Table(TIME_TO_TARGET_TABLE, "Time to accuracy",
-                 f"time to {quality} {', '.join(targets)} ({ConvergeOptions.SCENARIO}; training time only,"
+    return Table(TIME_TO_TARGET_TABLE, "Time to target",
+                 f"time to {target_title(targets)} ({ConvergeOptions.SCENARIO}; training time only,"
                  " evaluation apart;"
                  " medians over repeats)", tuple(columns), tuple(map(tuple, rows)),
                  tuple(notes + describe_pairs(pairs) + [COMPILE_NOTE]))
+
+
+def target_title(targets: Iterable[Target | None]) -> str:
+    """The targets in the title, by metric: `accuracy 0.85`, `held-out perplexity <= 2.716, 2.8`
+    (the direction said where lower is better)."""
+    by_metric: dict[str, list[float]] = {}
+    lower: dict[str, bool] = {}
+    for t in targets:
+        if t is not None:
+            by_metric.setdefault(t.metric, []).append(t.value)
+            lower[t.metric] = t.lower
+    parts = [f"{metrics.label(m)} {'<= ' if lower[m] else ''}{', '.join(f'{v:.4g}' for v in sorted(set(values)))}"
+             for m, values in sorted(by_metric.items())]
+    return "; ".join(parts) or "target"
+
+
+def target_rule_notes(shown: list[Config]) -> list[str]:
+    """How a workload's default target is set (lm: 1.1 x exp(entropy rate)), once per workload
+    whose rows show a target metric of their own (lm's perplexity)."""
+    out = []
+    for name in sorted({str(c.axes["workload"]) for c in shown if shown_metric(c) != "accuracy"}):
+        rule = workloads.target_rule(name)
+        if rule is not None:
+            out.append(f"{name}'s default target (none given): {rule}")
+    return out
 
 
 def return_curve_notes(trials: list[tuple[str, Trial]]) -> list[str]:

@@ -26,7 +26,7 @@ from dlbench.results.records import TrialResult
 from dlbench.spec import TrialSpec, to_dict
 from dlbench.text import shown
 
-STORE_SCHEMA_VERSION = 4
+STORE_SCHEMA_VERSION = 5
 
 # Migrations from version N to N+1, applied in one transaction when an older store is opened.
 # tests/fixtures/store-v<N>.sqlite are frozen stores of every earlier version.
@@ -42,6 +42,9 @@ MIGRATIONS: dict[int, str] = {
     # 4: the run's repeat rule and, for `--repeats auto`, its rounds, time spent and why it
     # stopped (JSON), so that `--resume` continues the rule and the report says what ended it.
     3: "ALTER TABLE runs ADD COLUMN repeats TEXT;",
+    # 5: a `dlbench tune` run's search (analysis/headroom.py SearchState, JSON): its budget, phases,
+    # candidates with their trials, and why it stopped; NULL for every other run.
+    4: "ALTER TABLE runs ADD COLUMN tune TEXT;",
 }
 # Trials `--resume` re-runs; `--retry-failed` adds the failures.
 RESUMABLE_STATUSES = ("pending", "running", "interrupted")
@@ -64,7 +67,8 @@ CREATE TABLE IF NOT EXISTS runs (
     order_seed INTEGER,
     pid INTEGER,
     process_created_at REAL,
-    repeats TEXT
+    repeats TEXT,
+    tune TEXT
 );
 CREATE TABLE IF NOT EXISTS trials (
     id INTEGER PRIMARY KEY,
@@ -210,15 +214,17 @@ class Store:
             yield
 
     def create_run(self, command: str, environment: dict[str, Any], allow_concurrent: bool,
-                   order_seed: int | None = None, repeats: dict[str, Any] | None = None) -> int:
+                   order_seed: int | None = None, repeats: dict[str, Any] | None = None,
+                   tune: dict[str, Any] | None = None) -> int:
         """A new run, owned by this process (its pid and creation time are recorded, so that
         `--resume` can tell a run whose process died from one still going)."""
         with self._write():
             cur = self._db.execute(
                 "INSERT INTO runs (created_at, command, status, environment, allow_concurrent,"
-                " order_seed, pid, process_created_at, repeats) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?)",
+                " order_seed, pid, process_created_at, repeats, tune) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
                 (time.time(), command, json.dumps(environment), int(allow_concurrent), order_seed,
-                 *_this_process(), None if repeats is None else json.dumps(repeats)),
+                 *_this_process(), None if repeats is None else json.dumps(repeats),
+                 None if tune is None else json.dumps(tune)),
             )
         assert cur.lastrowid is not None
         return cur.lastrowid
@@ -285,6 +291,12 @@ class Store:
         stopped), replaced after every round."""
         with self._write():
             self._db.execute("UPDATE runs SET repeats=? WHERE id=?", (json.dumps(repeats), run_id))
+
+    def set_run_tune(self, run_id: int, tune: dict[str, Any]) -> None:
+        """A `dlbench tune` run's search state (analysis/headroom.py SearchState), replaced after
+        every round."""
+        with self._write():
+            self._db.execute("UPDATE runs SET tune=? WHERE id=?", (json.dumps(tune), run_id))
 
     def finish_run(self, run_id: int, status: str) -> None:
         with self._write():
@@ -366,14 +378,21 @@ class Store:
     def run(self, run_id: int) -> dict[str, Any]:
         row = self._db.execute(
             "SELECT id, created_at, finished_at, command, status, environment, allow_concurrent,"
-            " order_seed, repeats FROM runs WHERE id=?", (run_id,)).fetchone()
+            " order_seed, repeats, tune FROM runs WHERE id=?", (run_id,)).fetchone()
         keys = ("id", "created_at", "finished_at", "command", "status", "environment",
-                "allow_concurrent", "order_seed", "repeats")
+                "allow_concurrent", "order_seed", "repeats", "tune")
         run = dict(zip(keys, row, strict=True))
         run["environment"] = json.loads(run["environment"])
         run["repeats"] = json.loads(run["repeats"]) if run["repeats"] else None
+        run["tune"] = json.loads(run["tune"]) if run["tune"] else None
         run["allow_concurrent"] = bool(run["allow_concurrent"])
         return run
+
+    def tune_states(self) -> list[tuple[int, dict[str, Any]]]:
+        """(run id, search state) of every `dlbench tune` run in the store, oldest first: what the
+        report's findings cite measured variants from."""
+        rows = self._db.execute("SELECT id, tune FROM runs WHERE tune IS NOT NULL ORDER BY id").fetchall()
+        return [(int(rid), json.loads(text)) for rid, text in rows]
 
     def trials(self, run_id: int) -> list[TrialRow]:
         rows = self._db.execute(

@@ -3,7 +3,8 @@ trial (runner/worker.py) and the numerical probe (runner/probe.py) alike.
 
 Affinity and the BLAS/OpenMP thread variables first (XLA:CPU sizes its pools from the affinity
 mask), then the backend's environment (compile cache locations, log levels, devices hidden from
-frameworks that are loaded but not under test), then what was set is recorded.
+frameworks that are loaded but not under test), then the variables the trial's framework options
+set (Option.environment: TF_ENABLE_ONEDNN_OPTS, OMP_WAIT_POLICY), then what was set is recorded.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench import paths
-from dlbench.backends.base import COMMON_RECORDED_VARS, THREAD_VARS, Backend
+from dlbench.backends.base import COMMON_RECORDED_VARS, THREAD_VARS, Backend, option_environment
 from dlbench.spec import TrialSpec
 
 
@@ -50,12 +51,17 @@ def setup_environment(trial: TrialSpec, backend: Backend) -> tuple[dict[str, Any
     else:
         cache_dir = paths.warm_compile_cache(trial.framework)
         cache_dir.mkdir(parents=True, exist_ok=True)
-    env = {**backend.environment(trial.policy, str(cache_dir)), **backend.data_parallel.environment(trial)}
+    # The options' variables last: a trial that asks for oneDNN off gets it whatever else says.
+    from_options = option_environment(backend.options, trial.policy)
+    env = {**backend.environment(trial.policy, str(cache_dir)), **backend.data_parallel.environment(trial),
+           **from_options}
     for key, value in env.items():
         os.environ[key] = value
-    recorded = {
+    recorded: dict[str, Any] = {
         "cores": cores,
         "compile_cache_dir": str(cache_dir),
         "env": {k: os.environ.get(k) for k in recorded_variables(backend)},
     }
+    if from_options:
+        recorded["option_env"] = from_options
     return recorded, fresh

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import ModuleType
 
 from dlbench import workloads
-from dlbench.backends.base import Backend
+from dlbench.backends.base import Backend, Built, OptionsReadBack
 from dlbench.monitors.memory import MemorySampler
 from dlbench.monitors.nvml import Nvml
 from dlbench.monitors.power import PowerMonitor
@@ -82,6 +82,15 @@ def import_and_configure(ctx: TrialContext) -> None:
     m["import_s"] = ctx.phases.end("import", t)
     m["rss_after_import_bytes"] = ctx.sampler.sample()[0]
     ctx.result.policy_effective["framework"] = ctx.backend.configure(ctx.trial.policy)
+
+
+def record_options(ctx: TrialContext, program: Built) -> None:
+    """The framework options the trial asked for and, where the program reads back what it
+    built (base.OptionsReadBack), what it runs; the options the backend applies globally are
+    read back by its configure() under `framework`."""
+    applied = program.applied_options() if isinstance(program, OptionsReadBack) else {}
+    if ctx.trial.policy.options or applied:
+        ctx.result.policy_effective["options"] = {"asked": dict(ctx.trial.policy.options), "applied": applied}
 
 
 def allocator_metrics(ctx: TrialContext) -> None:

@@ -34,8 +34,9 @@ from dlbench.spec import (
     option_fields,
     to_dict,
 )
-from dlbench.backends.base import Backend
+from dlbench.backends.base import Backend, SolveGuess
 from dlbench.workloads.base import Preset
+from dlbench.workloads.odes import Problem
 
 DEFAULT_FRAMEWORKS = ("torch", "tensorflow", "jax")
 # A Server sweep's tests (the first, 3 probes, 4 bisection steps: runner/scenarios/served.py) and a guess
@@ -54,16 +55,20 @@ COMPILE_REFERENCE_TENSORS = 8
 EXTRA_COMPILES = 0.5
 # Seconds a graph-mode trace costs against a compile.
 TRACE_SHARE = 0.3
-# The solver scenario (runner/scenarios/solve.py) sweeps every tolerance on each solver x dtype
-# curve, a point's warm solves running to 0.2 s and three solves at least, the solves that fail
-# running to the step cap; a framework curve's first solve compiles (a jit or a traced function: 3-11 s
-# under load). Guessed: a framework's 2-3 solvers in float64 and float32 (6 curves), SciPy's 5
-# float64 solvers beside them, about 0.6 s a point; the neural ODE adds 12 gradient points
-# (2 methods x 2 dtypes x 3 tolerances) of about 2 s. The development run of the 4 problems on 3
-# frameworks took 33 min at load 13-15 on 2 cores; this guesses about 17 min for it.
-SOLVE_FRAMEWORK_CURVES, SOLVE_BASELINE_CURVES = 6, 5
-SOLVE_POINT_S_GUESS, SOLVE_FIRST_SOLVE_S_GUESS = 0.6, 3.0
-SOLVE_GRADIENT_POINTS, SOLVE_GRADIENT_POINT_S_GUESS = 12, 2.0
+# The solver scenario (runner/scenarios/solve.py): a framework's curves cost what its backend's
+# CostGuess.solve says, fitted on the quiet run of docs/benchmarks.md "ODE solvers" (4 problems x
+# 3 frameworks in 9.7 min, which the estimate before this one put at 16.6 min; the development
+# run took 33 min at load 13-15, what `busy_machine`'s factor is for). SciPy's baseline (2
+# explicit and 3 implicit solvers, float64) runs once per problem and repeat: a point about 0.3 s
+# (a stiff problem's Radau at 1e-10 a second, LSODA's some ms), an explicit curve to the step cap
+# 1.5 s. A backend without a SolveGuess gets GENERIC_SOLVE_GUESS.
+SOLVE_CAP_REFERENCE_STEPS = 5000  # the step cap at which capped_curve_s were measured (the default)
+SCIPY_EXPLICIT_CURVES, SCIPY_IMPLICIT_CURVES = 2, 3
+SCIPY_POINT_S, SCIPY_CAPPED_CURVE_S = 0.3, 1.5
+# runner/scenarios/solve.py's dtypes and gradient tolerances, counted
+SOLVE_DTYPES, SOLVE_GRADIENT_RTOLS = 2, 3
+GENERIC_SOLVE_GUESS = SolveGuess(explicit_curves=4, implicit_curves=2, point_s=0.5, capped_curve_s=10.0,
+                                 compile_s=2.0, gradient_methods=2, gradient_point_s=5.0)
 # More fresh processes per configuration than any CI spread needs; a typo such as 1000000 would
 # otherwise plan a million trials before anything says no (one limit with --repeats auto's).
 MAX_REPEATS = repeats.MAX_REPEATS
@@ -169,6 +174,14 @@ def workload_spec(w: str, preset_name: str, seed: int = 0, batch_size: int | Non
 
 def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, prec: str,
            scen: str, dev: int, data: str, rollout: str, repeat: int) -> TrialSpec:
+    """The trial of one point of the sweep; a time-to-target trial without a target gets its
+    workload's default one where it has one (lm: a perplexity)."""
+    return workloads.with_default_target(_planned_spec(sweep, w, f, mode, bs, seed, prec, scen, dev, data, rollout,
+                                                       repeat))
+
+
+def _planned_spec(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, prec: str,
+                  scen: str, dev: int, data: str, rollout: str, repeat: int) -> TrialSpec:
     p = preset(w, sweep.preset)
     spec = replace(workload_spec(w, sweep.preset, seed, bs, sweep.dataset_size), augment=sweep.augment)
     if sweep.scaling == "weak" and dev > 1:  # the batch given (or the preset's) is each device's
@@ -177,7 +190,7 @@ def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, p
         workload=spec,
         framework=f,
         policy=Policy(mode=mode, threads=sweep.threads, compile_cache=sweep.compile_cache,
-                      options={n: v for fw, n, v in sweep.options if fw == f}, loader_workers=sweep.loader_workers,
+                      options=_framework_options(sweep, f), loader_workers=sweep.loader_workers,
                       data=data, matmul_precision="tf32" if prec == "tf32" else "highest",
                       rollout=rollout if _is_rl(w) else "default"),
         scenario=scen,
@@ -193,6 +206,15 @@ def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, p
         **option_fields(sweep.options_for(scen)),
         memory_limit_bytes=sweep.memory_limit_bytes,
     )
+
+
+def _framework_options(sweep: Sweep, framework: str) -> dict[str, str]:
+    """The sweep's --option values for `framework`, less those at the option's declared default:
+    an option given at its default is the configuration that no option gives, so it keeps that
+    trial's configuration key (an unknown name or value stays, for validation to refuse)."""
+    declared = get_backend(framework).options
+    return {n: v for fw, n, v in sweep.options
+            if fw == framework and not (n in declared and v == declared[n].default)}
 
 
 def _framework_status(name: str, explicit: bool, notes: list[str]) -> str | None:
@@ -363,7 +385,7 @@ def _rough_s(trial: TrialSpec, samples: int) -> float:
     compile_ = guess.compile_s * size * share
     options = OPTIONS.get(trial.scenario)  # the estimate follows what the scenario's options bound
     if options is SolveOptions:
-        return guess.startup_s + _solve_s(trial.solve_options(), module.PROBLEM.has_gradient)
+        return guess.startup_s + _solve_s(trial.solve_options(), module.PROBLEM, guess.solve)
     if options is InferOptions:
         flops = module.flops_per_sample(spec, train=False)
         requests = trial.infer_requests + INFER_BATCHES * spec.batch_size
@@ -379,11 +401,41 @@ def _rough_s(trial: TrialSpec, samples: int) -> float:
     return guess.startup_s + compile_ * (1 + EXTRA_COMPILES) + compute
 
 
-def _solve_s(options: SolveOptions, gradients: bool) -> float:
-    """A solve trial's sweeps: the framework's curves (a compile each), then SciPy's."""
-    points_s = len(options.rtols()) * SOLVE_POINT_S_GUESS
-    sweeps_s = SOLVE_FRAMEWORK_CURVES * (SOLVE_FIRST_SOLVE_S_GUESS + points_s) + SOLVE_BASELINE_CURVES * points_s
-    return sweeps_s + (SOLVE_GRADIENT_POINTS * SOLVE_GRADIENT_POINT_S_GUESS if gradients else 0.0)
+def _solve_s(options: SolveOptions, problem: Problem, guess: SolveGuess | None) -> float:
+    """A solve trial's own sweeps (SciPy's baseline apart: `baseline_s`): per solver curve its
+    compiles and its tolerance points, except an explicit curve on a stiff problem, which runs to
+    the step cap once and skips the rest; then the neural ODE's gradient points."""
+    g = guess or GENERIC_SOLVE_GUESS
+    points = len(options.rtols())
+    capped_s = g.capped_curve_s * options.solve_max_steps / SOLVE_CAP_REFERENCE_STEPS
+    explicit_s = capped_s if problem.stiff else points * g.point_s
+    curves_s = g.explicit_curves * (g.compile_s + explicit_s) + g.implicit_curves * (g.compile_s + points * g.point_s)
+    gradients = g.gradient_methods * SOLVE_DTYPES * SOLVE_GRADIENT_RTOLS if problem.has_gradient else 0
+    return curves_s + gradients * g.gradient_point_s
+
+
+def baseline_s(options: SolveOptions, problem: Problem) -> float:
+    """SciPy's sweep, which one trial per problem and repeat runs (runner/scenarios/solve.py)."""
+    points = len(options.rtols())
+    capped_s = SCIPY_CAPPED_CURVE_S * options.solve_max_steps / SOLVE_CAP_REFERENCE_STEPS
+    explicit_s = capped_s if problem.stiff else points * SCIPY_POINT_S
+    return SCIPY_EXPLICIT_CURVES * explicit_s + SCIPY_IMPLICIT_CURVES * points * SCIPY_POINT_S
+
+
+def estimates(trials: list[TrialSpec], costs: Costs) -> list[tuple[float, str]]:
+    """estimate_s of each trial, and where it is a first guess, SciPy's baseline on the first
+    solve trial of each problem, repeat and sweep: the one that measures it (the store's times
+    hold it already where they come from)."""
+    out, baselines = [], set()
+    for trial in trials:
+        seconds, source = estimate_s(trial, costs)
+        if trial.scenario == SolveOptions.SCENARIO:
+            key = (trial.workload.name, trial.repeat, trial.solve_options())
+            if source == "rough" and key not in baselines:
+                seconds += baseline_s(trial.solve_options(), workloads.get(trial.workload.name).PROBLEM)
+            baselines.add(key)
+        out.append((seconds, source))
+    return out
 
 
 def with_ids(trial: TrialSpec, run_id: int, trial_id: int) -> TrialSpec:

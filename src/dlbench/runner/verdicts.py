@@ -167,7 +167,7 @@ def _judged_by_grads(trial: TrialSpec) -> bool:
 def alternative_arrays(trial: TrialSpec, env: dict[str, str], k_steps: int) -> dict[str, Any] | str:
     """The trial's fixed batch (and K-step trajectory) probed in a process of its own with `env`
     set: {"loss", "grads", and the probe's other arrays}, or the reason it failed."""
-    probed = trial if _judged_by_grads(trial) else replace(trial, scenario="train")
+    probed = _yielding(trial if _judged_by_grads(trial) else replace(trial, scenario="train"), env)
     with tempfile.TemporaryDirectory(prefix="dlbench-diagnose-") as tmp:
         request = Path(tmp) / "request.json"
         request.write_text(json.dumps({"trials": [to_dict(probed)], "k_steps": k_steps}))
@@ -177,6 +177,16 @@ def alternative_arrays(trial: TrialSpec, env: dict[str, str], k_steps: int) -> d
             return error or "the probe wrote no result"
         loss, grads, extra = protocol.load_grads(out)
     return {"loss": loss, "grads": grads, **extra}
+
+
+def _yielding(trial: TrialSpec, env: dict[str, str]) -> TrialSpec:
+    """The trial without the framework options whose values set a variable of `env`
+    (Option.environment, applied in the probe after the parent's): the alternative's setting
+    must hold in its probe (a `tensorflow.onednn=on` trial probed with oneDNN off)."""
+    declared = get_backend(trial.framework).options
+    kept = {n: v for n, v in trial.policy.options.items()
+            if n not in declared or not set(declared[n].environment.get(v, {})) & set(env)}
+    return trial if kept == trial.policy.options else replace(trial, policy=replace(trial.policy, options=kept))
 
 
 def alternative_verdict(trial: TrialSpec, ref: reference.Reference, env: dict[str, str],
@@ -201,10 +211,9 @@ def ceilings(specs: list[TrialSpec], on_message: Callable[[str], None]) -> Ceili
     """The CPU matmul ceiling for every thread count in the sweep (cached per machine)."""
     out = {}
     for threads in sorted({t.policy.threads or len(os.sched_getaffinity(0)) for t in specs}):
-        cached, _ = ceiling.ceiling(threads, measure_if_missing=False)
-        if cached is None:
-            on_message(f"measuring this machine's float32 matmul ceiling with {threads} thread(s), once")
-        out[threads] = (cached, "") if cached is not None else ceiling.ceiling(threads)
+        if ceiling.needs_measuring(threads):
+            on_message(f"measuring this machine's float32 matmul ceiling with {threads} thread(s)")
+        out[threads] = ceiling.ceiling(threads)
     return out
 
 
@@ -230,4 +239,4 @@ def judge_efficiency(trial: TrialSpec, result: TrialResult, ceilings: Ceilings) 
         return
     result.metrics["matmul_ceiling_share"] = achieved / data["flops_per_s"]
     result.metrics["matmul_ceiling_flops_per_s"] = data["flops_per_s"]
-    result.notes["matmul_ceiling"] = f"{data['library']}, {data['threads']} thread(s), {data['size']}^2 float32 GEMM"
+    result.notes["matmul_ceiling"] = ceiling.describe(data)

@@ -8,6 +8,7 @@ model sizes, and whether its inputs are images that can be augmented.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ import numpy as np
 
 from dlbench import plugins, scenarios
 from dlbench.plugins import BUILTIN, WORKLOAD_GROUP, Entry, Origin, PluginError
-from dlbench.spec import SpecError, WorkloadSpec
+from dlbench.spec import ConvergeOptions, SpecError, TrialSpec, WorkloadSpec
 from dlbench.workloads import (
     cnn,
     contract,
@@ -38,6 +39,7 @@ from dlbench.workloads import (
     transformer,
     vit,
 )
+from dlbench.workloads.base import Target
 
 # Order: as listed by `dlbench list` and run by `-w all`.
 WORKLOADS: dict[str, ModuleType] = {
@@ -257,3 +259,91 @@ def stored_scenario(spec: dict[str, Any]) -> scenarios.Scenario:
     except (SpecError, PluginError):
         runs = {}
     return scenarios.SCENARIOS.get(runs.get(user, user)) or scenarios.SCENARIOS["train"]
+
+
+# The held-out metric the options' target_perplexity bounds (a workload lists it in its
+# TARGET_METRICS when its extra_scores report it).
+PERPLEXITY = "eval_perplexity"
+
+
+def target_metrics(name: str) -> dict[str, bool]:
+    """The extra scores a time-to-target trial of workload `name` may stop on besides its
+    QUALITY, each with whether lower is better (the optional TARGET_METRICS; none without)."""
+    found: dict[str, bool] = vars(get(name)).get("TARGET_METRICS") or {}
+    return found
+
+
+def default_target(spec: WorkloadSpec) -> Target | None:
+    """The workload's target when the user gives none (its optional `default_target(spec)`:
+    lm's perplexity within 10 % of the best possible), None where it has none."""
+    found: Callable[[WorkloadSpec], Target] | None = vars(get(spec.name)).get("default_target")
+    return None if found is None else found(spec)
+
+
+def with_default_target(trial: TrialSpec) -> TrialSpec:
+    """The trial with its workload's default target where it is a time-to-target trial without
+    a target and the workload has one (the plan stores it in the spec, so the stop rule is
+    part of the configuration); unchanged otherwise."""
+    if trial.scenario != ConvergeOptions.SCENARIO or trial.target_accuracy is not None \
+            or trial.target_perplexity is not None or scenario_unsupported(trial.workload.name, trial.scenario):
+        return trial
+    default = default_target(trial.workload)
+    if default is None:
+        return trial
+    if default.metric == PERPLEXITY:
+        return dataclasses.replace(trial, target_perplexity=default.value)
+    if default.metric == get(trial.workload.name).QUALITY:
+        return dataclasses.replace(trial, target_accuracy=default.value)
+    raise SpecError(f"{trial.workload.name}'s default target bounds {default.metric!r}, which no target option"
+                    f" holds: allowed are {get(trial.workload.name).QUALITY!r} and {PERPLEXITY!r}")
+
+
+def target(trial: TrialSpec) -> Target:
+    """The stop rule of a time-to-target trial (validated: one target given): its accuracy
+    target on the workload's QUALITY, or its perplexity target where the workload reports
+    perplexity (SpecError, one line, where it does not); the rule of the workload's default
+    where the value is that default's."""
+    name = trial.workload.name
+    if trial.target_perplexity is not None:
+        lower = target_metrics(name).get(PERPLEXITY)
+        if lower is None:
+            which = [n for n in names() if PERPLEXITY in target_metrics(n)]
+            raise SpecError(f"target perplexity {trial.target_perplexity!r} does not fit {name}: it reports no"
+                            f" perplexity (workloads that do: {', '.join(which)}); allowed for {name} is"
+                            " --target-accuracy")
+        found = Target(PERPLEXITY, float(trial.target_perplexity), lower=lower)
+    elif trial.target_accuracy is not None:
+        found = Target(str(get(name).QUALITY), float(trial.target_accuracy))
+    else:
+        raise SpecError(f"{name} --scenario {trial.scenario} needs a target: --target-accuracy")
+    default = default_target(trial.workload)
+    if default is not None and (default.metric, default.value) == (found.metric, found.value):
+        return default
+    return found
+
+
+def stored_target(spec: dict[str, Any]) -> Target | None:
+    """The stop rule of a stored time-to-target trial's spec, for the report, without the
+    workload's default rule (which would need its data); None without a target. The quality
+    name is the workload's where this dlbench knows it, else "accuracy" (a plugin not
+    installed here)."""
+    perplexity, accuracy = spec.get("target_perplexity"), spec.get("target_accuracy")
+    if perplexity is not None:
+        return Target(PERPLEXITY, float(perplexity), lower=True)
+    if accuracy is None:
+        return None
+    try:
+        quality = str(get(str((spec.get("workload") or {}).get("name", ""))).QUALITY)
+    except (SpecError, PluginError):
+        quality = "accuracy"
+    return Target(quality, float(accuracy))
+
+
+def target_rule(name: str) -> str | None:
+    """How workload `name`'s default target is set (lm's TARGET_RULE), for the report's note;
+    None without a default or for a workload not known here."""
+    try:
+        rule: str | None = vars(get(name)).get("TARGET_RULE") if "default_target" in vars(get(name)) else None
+    except (SpecError, PluginError):
+        return None
+    return rule

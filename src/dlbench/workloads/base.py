@@ -44,6 +44,31 @@ class Preset:
     num_classes: int | None = None
 
 
+@dataclass(frozen=True)
+class Target:
+    """The stop rule of a time-to-target (converge) trial: the held-out `metric` at `value` or
+    better. `metric` is the workload's QUALITY (higher is better) or one of its extra_scores
+    (lm's `eval_perplexity`, lower is better: `lower`); `rule` says where a default value comes
+    from ("" for a value the user gave)."""
+
+    metric: str
+    value: float
+    lower: bool = False
+    rule: str = ""
+
+    def reached(self, score: float) -> bool:
+        """Whether a held-out score meets the target (a NaN score never does)."""
+        return score <= self.value if self.lower else score >= self.value
+
+    @property
+    def relation(self) -> str:
+        return "<=" if self.lower else ">="
+
+    def describe(self) -> str:
+        """`eval_perplexity <= 2.716`: the metric, the direction and the value."""
+        return f"{self.metric} {self.relation} {self.value:.4g}"
+
+
 class Workload(Protocol):
     """The module interface, written as a Protocol for the type checker and the reader.
     Optional, outside the Protocol: `postprocess(spec, outputs)`, the step from Program outputs
@@ -55,7 +80,11 @@ class Workload(Protocol):
     workloads.epoch_steps), 1 without it; `extra_scores(spec, outputs, data) -> {metric: value}`,
     further held-out scores of the outputs `score` judged, recorded beside it by the train
     scenario (detect: `map_voc`, the VOC devkit's matching; workloads.extra_scores);
-    `generated_quality(spec, denoise) -> {metric: value}` (ddpm's sample quality)."""
+    `generated_quality(spec, denoise) -> {metric: value}` (ddpm's sample quality);
+    `TARGET_METRICS: {metric: lower is better}`, the extra scores a time-to-target trial may stop
+    on besides QUALITY (lm: `eval_perplexity`, lower), and `default_target(spec) -> Target`, the
+    target of such a trial when the user gives none (lm's: perplexity within 10 % of the best
+    possible); workloads.target reads both."""
 
     NAME: str
     # --scenario name -> runner scenario (SUPERVISED_SCENARIOS for a classifier)

@@ -8,14 +8,13 @@ import os
 import typing
 from typing import Any
 
-from dlbench.backends import base, multistep
-from dlbench.backends.base import CostGuess
+from dlbench.backends import base
+from dlbench.backends.base import CostGuess, SolveGuess
+from dlbench.backends.jax import settings
 from dlbench.backends.precision import NATIVE, Support
 from dlbench.spec import Policy, TrialSpec
 
 _DISTRIBUTIONS = ("jax", "jaxlib", "optax", "jax-cuda12-plugin", "jax-cuda12-pjrt")
-# Policy.matmul_precision -> jax_default_matmul_precision.
-MATMUL_PRECISION = {"highest": "highest", "tf32": "tensorfloat32"}
 _MODES: dict[str, str | None] = {
     "compiled": None,
     "eager": "JAX trains through jax.jit; op-by-op dispatch is not how anyone trains with JAX",
@@ -71,12 +70,17 @@ class JaxBackend:
     precisions: Support = {**NATIVE, ("cuda", "fp16"): (
         "JAX has no built-in dynamic loss scaling (it lives in the separate jmp library) and fp16"
         " without it underflows gradients; use bf16")}
-    # Several train steps per jitted call (backends/multistep.py): unrolled, or a lax.scan.
-    options: dict[str, base.Option] = multistep.options(("unroll", "scan"), "jax.jit", multistep.JAX_AUTO_STEPS)
+    # Steps per jitted call and their loop (backends/multistep.py), the cnn's max-pool, the matmul
+    # precision: variants (settings.py; docs/variants.md).
+    options: dict[str, base.Option] = settings.OPTIONS
     recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
     # docs/benchmarks.md, whole zoo at the cpu presets (time to first step, parity compile)
     # fitted to a quiet whole-zoo tiny run, AMD EPYC 2 cores (docs/benchmarks.md)
-    cost_guess = CostGuess(startup_s=2.5, compile_s=2.0)
+    # solve: diffrax's Tsit5, Dopri5 and Kvaerno5 in two dtypes; a point is the 0.2 s floor (solves take
+    # 0.2-20 ms), a curve compiles twice (about 1 s each, Kvaerno5 2 s), each gradient tolerance 5 s
+    cost_guess = CostGuess(startup_s=2.5, compile_s=2.0, solve=SolveGuess(
+        explicit_curves=4, implicit_curves=2, point_s=0.2, capped_curve_s=0.8, compile_s=2.0, gradient_methods=2,
+        gradient_point_s=5.0))
     kernel_alternatives: dict[str, dict[str, str]] = {}
     allocator_units = {f"jax_{k}": "B" for k in _ALLOCATOR_KEYS} | {"allocated_peak_bytes": "B"}
 
@@ -116,8 +120,9 @@ class JaxBackend:
         import jax
 
         # "highest" is full fp32 in every matmul and convolution (no TF32 or bf16 passes on GPU);
-        # tf32 is "tensorfloat32". Set explicitly both ways and read back below.
-        jax.config.update("jax_default_matmul_precision", MATMUL_PRECISION[policy.matmul_precision])
+        # tf32 is "tensorfloat32"; the matmul_precision option, where given, wins. Set explicitly
+        # and read back below.
+        jax.config.update("jax_default_matmul_precision", settings.matmul_precision(policy))
         # cold: compile from scratch in every trial; warm: use the persistent cache that the
         # worker points JAX_COMPILATION_CACHE_DIR at.
         jax.config.update("jax_enable_compilation_cache", policy.compile_cache == "warm")

@@ -19,6 +19,9 @@ from dlbench.backends.jax.layers import Params
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.workloads import lm as workload
 
+# The generator's two forms (the backend option `jax.decode`): a jitted decode step called once
+# per token (the default), or the whole decode one jitted lax.while_loop.
+DECODE_STEP, DECODE_WHILE_LOOP = "step", "while_loop"
 # What this implementation writes out; anything else in the numerics block is refused.
 FIXED = {"rope_pairs": "half", "attention_mask": "causal", "mlp": "swiglu", "attention_scale": "rsqrt_head_dim"}
 
@@ -26,7 +29,11 @@ FIXED = {"rope_pairs": "half", "attention_mask": "causal", "mlp": "swiglu", "att
 def build(trial: TrialSpec) -> program.JaxProgram:
     model = LmModel(trial)
     built = program.build(trial, model)
-    built.decoder_factory = lambda state, batch, max_len: JitDecoder(model, state.params, batch, max_len)
+    if trial.policy.options.get("decode", DECODE_STEP) == DECODE_WHILE_LOOP:
+        built.decoder_factory = lambda state, batch, max_len: WhileLoopDecoder(
+            model, state.params, batch, max_len, trial.new_tokens)
+    else:
+        built.decoder_factory = lambda state, batch, max_len: JitDecoder(model, state.params, batch, max_len)
     return built
 
 
@@ -143,8 +150,11 @@ def forward_cached(model: LmModel, params: Params, cache: Cache, ids: jax.Array,
         q = apply_rope(model.heads(params, f"{b}.attn.query", z), cos, sin)
         k = apply_rope(model.heads(params, f"{b}.attn.key", z), cos, sin)
         v = model.heads(params, f"{b}.attn.value", z)
-        keys = keys.at[i].set(lax.dynamic_update_slice(keys[i], k, (0, start, 0, 0)))
-        values = values.at[i].set(lax.dynamic_update_slice(values[i], v, (0, start, 0, 0)))
+        # Written into the stacked (donated) cache in place: `keys.at[i].set(dus(keys[i], ...))`
+        # copied layer i's whole cache twice per token (decode at batch 8 ran at 3.9x
+        # Keras-on-JAX's time per token; docs/benchmarks.md, lm).
+        keys = lax.dynamic_update_slice(keys, k[None], (i, 0, start, 0, 0))
+        values = lax.dynamic_update_slice(values, v[None], (i, 0, start, 0, 0))
         o = jax.nn.dot_product_attention(q, keys[i], values[i], mask=visible[None, None], scale=model.scale,
                                          implementation=None)
         h = model.mlp(params, b, h + o.reshape(n, t, model.size.dim) @ params[f"{b}.attn.out.kernel"])
@@ -196,3 +206,71 @@ class JitDecoder:
         """Compiled variants of prefill and step so far (jax.jit's own cache)."""
         return int(self._prefill._cache_size() + self._step._cache_size())
 
+
+
+def whole_decode(model: LmModel, new_tokens: int, params: Params, cache: Cache,
+                 prompt: jax.Array) -> tuple[jax.Array, jax.Array, Cache]:
+    """Prefill and every greedy decode step in one compiled call: the logits (G, B, V) of the
+    prompt's last position and of each of the G - 1 decode steps (step g reads the argmax of
+    step g - 1 at position P + g - 1), the decode steps one lax.while_loop over the donated
+    cache; and the greedy ids (B, G)."""
+    logits, cache = forward_cached(model, params, cache, prompt, jnp.int32(0))
+    start = prompt.shape[1]
+    out = jnp.zeros((new_tokens, *logits.shape), logits.dtype).at[0].set(logits)
+
+    def body(carry: tuple[jax.Array, jax.Array, Cache, jax.Array]) -> tuple[jax.Array, jax.Array, Cache, jax.Array]:
+        g, last, kv, steps = carry
+        nxt, kv = decode_step(model, params, kv, last, start + g - 1)
+        return g + 1, nxt, kv, lax.dynamic_update_index_in_dim(steps, nxt, g, axis=0)
+
+    _, _, cache, out = lax.while_loop(lambda carry: carry[0] < new_tokens, body, (jnp.int32(1), logits, cache, out))
+    return out, jnp.argmax(out, axis=-1).T, cache
+
+
+@typing.final
+class WhileLoopDecoder:
+    """The whole generation one jitted call (`--option jax.decode=while_loop`): prefill, then
+    every decode step inside a lax.while_loop, the cache donated; no host round trip between
+    tokens. `prefill` runs it and fetches all G greedy ids at once (one sync), so the scenario's
+    time to first token holds the whole generation; `decode` hands out the next step (an index
+    into what was computed), whose token `tokens` reads from the fetched ids: compare total
+    tokens/s with the step decoder, not TTFT or TPOT. The logits stay on the device for parity."""
+
+    how = "whole decode one jitted lax.while_loop, cache donated, ids fetched once (TTFT holds every token)"
+
+    def __init__(self, model: LmModel, params: Params, batch: int, max_len: int, new_tokens: int) -> None:
+        s = model.size
+        dtype = params["embed.tokens"].dtype
+        shape = (s.depth, batch, max_len, s.heads, s.head_dim)
+        self.params, self.cache = params, (jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+        self._run = jax.jit(functools.partial(whole_decode, model, new_tokens), donate_argnums=(1,))
+        self._steps: jax.Array | None = None
+        self._ids = np.zeros((batch, 0), np.int64)
+        self._next = 0
+
+    def prefill(self, prompt: np.ndarray) -> int:
+        cache = (jnp.zeros_like(self.cache[0]), jnp.zeros_like(self.cache[1]))
+        self._steps, ids, self.cache = self._run(self.params, cache, jnp.asarray(prompt, jnp.int32))
+        self._ids = np.asarray(ids)  # the one fetch: waits for the whole generation
+        self._next = 1
+        return 0
+
+    def decode(self, logits: int) -> int:
+        if self._next >= self._ids.shape[1]:
+            raise RuntimeError(f"the while-loop decoder generated {self._ids.shape[1]} tokens; asked for more")
+        self._next += 1
+        return self._next - 1
+
+    def tokens(self, logits: int) -> np.ndarray:
+        return self._ids[:, logits]
+
+    def to_numpy(self, logits: int) -> np.ndarray:
+        assert self._steps is not None
+        return np.asarray(self._steps[logits], dtype=np.float32)
+
+    def cache_bytes(self) -> int:
+        return int(self.cache[0].nbytes + self.cache[1].nbytes)
+
+    def compilations(self) -> int:
+        """Compiled variants of the whole decode so far (one per prompt length)."""
+        return int(self._run._cache_size())

@@ -10,6 +10,7 @@ buffers and its own numerics read back; `JaxProgram` does the rest.
 from __future__ import annotations
 
 import functools
+import re
 import time
 import typing
 from collections.abc import Callable, Iterable, Iterator
@@ -25,7 +26,7 @@ from dlbench import workloads
 from dlbench.backends import multistep
 from dlbench.backends.generation import Generating
 from dlbench.backends.base import Sampling, Unsupported
-from dlbench.backends.jax import losses, pipeline
+from dlbench.backends.jax import losses, pipeline, settings
 from dlbench.backends.jax.training import compiles, counted_name, listen_for_compiles, make_optimizer, optimizer_numerics
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.workloads.data import Augment, Dataset
@@ -286,6 +287,19 @@ class JaxProgram(Sampling, Generating):
             "loss_dtype": "float32" if self._compute is not None else str(self._dtype),
             "default_matmul_precision": jax.config.values["jax_default_matmul_precision"],
         }
+
+    def applied_options(self) -> dict[str, Any]:
+        """The options as the built program runs them (base.OptionsReadBack): for a workload
+        with a 2x2/2 max-pool (the `pool` option), how many reduce_window and reduce ops its
+        forward pass lowers to, counted in the StableHLO of one example; the matmul precision
+        is in precision(), the loop in train_loop()."""
+        if self._spec.name not in settings.POOL_WORKLOADS:
+            return {}
+        params = {k: jax.ShapeDtypeStruct(v, self._dtype) for k, v in self._workload.param_shapes(self._spec).items()}
+        buffers = {k: jax.ShapeDtypeStruct(v.shape, self._dtype) for k, v in self._model.initial_buffers().items()}
+        x = jax.ShapeDtypeStruct((1, *self._workload.input_spec(self._spec)[0]), self._x_dtype)
+        text = self._predict.lower(params, buffers, x).as_text()
+        return {"pool": {op: len(re.findall(rf"stablehlo\.{op}\b", text)) for op in ("reduce_window", "reduce")}}
 
     def numerics(self) -> dict[str, Any]:
         """The workload's NUMERICS_FIELDS read back: the optimizer's own hyper-parameters and

@@ -11,17 +11,18 @@ import os
 import typing
 from typing import Any
 
-from dlbench.backends import multistep
 from dlbench.backends.base import (
     CostGuess,
     Capabilities,
     Option,
     Program,
+    SolveGuess,
     build_program,
     installed_versions,
     module_installed,
 )
 from dlbench.backends.precision import NATIVE, Support
+from dlbench.backends.tensorflow import settings
 from dlbench.spec import Policy, TrialSpec
 
 # Every distribution that installs the `tensorflow` module.
@@ -59,8 +60,9 @@ class TensorFlowBackend:
     precisions: Support = {**NATIVE, ("cuda", "fp16"): (
         "TensorFlow's loss scaler is Keras's LossScaleOptimizer; the raw-TF backend has none (run"
         " keras-tensorflow for fp16)")}
-    # Several train steps per tf.function call (backends/multistep.py), written out in order.
-    options: dict[str, Option] = multistep.options(("unroll",), "tf.function")
+    # Steps per tf.function call (backends/multistep.py), oneDNN, the inter-op pool: variants
+    # (settings.py; docs/variants.md).
+    options: dict[str, Option] = settings.OPTIONS
     recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
     # Settings that swap TF's CPU-specific code for plainer code, probed when a trial fails
     # parity (runner/verdicts.py: a pass there makes the verdict `differs`):
@@ -74,7 +76,11 @@ class TensorFlowBackend:
     #   two-pass kernel (eager, graph) does (docs/workloads.md, "Bounds that transfer").
     # docs/benchmarks.md, whole zoo at the cpu presets (time to first step, parity compile)
     # fitted to a quiet whole-zoo tiny run, AMD EPYC 2 cores (docs/benchmarks.md)
-    cost_guess = CostGuess(startup_s=6.0, compile_s=3.0)
+    # solve: TFP's DormandPrince and BDF in two dtypes, each traced twice (the timed and the counting
+    # solve, about 1 s each); its adjoint's gradient retraces per tolerance (5 s)
+    cost_guess = CostGuess(startup_s=6.0, compile_s=3.0, solve=SolveGuess(
+        explicit_curves=2, implicit_curves=2, point_s=0.7, capped_curve_s=1.5, compile_s=2.0, gradient_methods=1,
+        gradient_point_s=5.0))
     kernel_alternatives: dict[str, dict[str, str]] = {
         "oneDNN off": {"TF_ENABLE_ONEDNN_OPTS": "0"},
         "XLA's CPU code at SSE4.2": {"XLA_FLAGS": "--xla_cpu_max_isa=SSE4_2"},
@@ -128,7 +134,10 @@ class TensorFlowBackend:
             # Both pools sized to the pinned cores: what TF picks by itself for N schedulable
             # cores, set explicitly so that it is recorded. Must run before the first op.
             tf.config.threading.set_intra_op_parallelism_threads(policy.threads)
-            tf.config.threading.set_inter_op_parallelism_threads(policy.threads)
+        asked = settings.value(policy, "inter_op_threads")  # the option wins over --threads
+        inter_op = policy.threads if asked == "auto" else int(asked)
+        if inter_op is not None:
+            tf.config.threading.set_inter_op_parallelism_threads(inter_op)
         # "highest" means IEEE fp32: TF enables TF32 matmuls and convolutions on Ampere+ by
         # default, so it is switched off explicitly.
         tf.config.experimental.enable_tensor_float_32_execution(policy.matmul_precision == "tf32")

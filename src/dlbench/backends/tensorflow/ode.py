@@ -5,7 +5,9 @@ DormandPrince (explicit) and BDF (implicit, variable order 1-5, its Jacobian by 
 differentiation), each solve inside one tf.function per problem, solver and dtype with the
 tolerances as tensor arguments (one trace serves the sweep). TFP differentiates a solve with the
 adjoint sensitivity method only (its solvers carry a custom gradient), so backpropagation
-through the solver is absent and reported.
+through the solver is absent and reported. Counters: `prepare_count` traces the same solve again
+with a field that counts its evaluations in a variable (TFP's own count leaves some out), run
+untimed after each point's timed solves; njev is TFP's own.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from dlbench.backends.odesolve import Gradient, Solve, Solved, SolverInfo, checked, classify, ops_of
+from dlbench.backends.odesolve import Count, Counts, Gradient, Solve, Solved, SolverInfo, checked, classify, ops_of
 from dlbench.workloads import odes
 
 _LIB = f"tensorflow-probability {tfp.__version__}"
@@ -74,6 +76,33 @@ def prepare(problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> S
         return out
 
     return solve
+
+
+def prepare_count(problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Count:
+    """The same solve traced again with a field that counts its evaluations in a variable, run
+    untimed. TFP's own num_ode_fn_evaluations leaves out evaluations that BDF makes outside its
+    Newton iterations (the initial state's, each Jacobian's point) and is kept for nothing
+    here; its num_jacobian_evaluations is what njev reports."""
+    tdtype = _DTYPES[dtype]
+    params = {k: tf.constant(v, dtype=tdtype) for k, v in problem.params.items()}
+    y0, times = tf.constant(problem.y0, dtype=tdtype), tf.constant(problem.times, dtype=tdtype)
+    evaluations = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+    def field(t: Any, y: Any) -> Any:
+        evaluations.assign_add(1)
+        return problem.rhs(t, y, params, OPS)
+
+    @tf.function(input_signature=[tf.TensorSpec([], tdtype), tf.TensorSpec([], tdtype)])
+    def run(rtol: Any, atol: Any) -> Any:
+        res = _solver(solver, rtol, atol, max_steps).solve(field, tf.constant(0.0, tdtype), y0, solution_times=times)
+        return res.diagnostics.num_jacobian_evaluations
+
+    def count(rtol: float, atol: float) -> Counts:
+        evaluations.assign(0)
+        njev = run(tf.constant(rtol, tdtype), tf.constant(atol, tdtype))
+        return Counts(nfe=int(evaluations.numpy()), njev=int(njev))
+
+    return count
 
 
 def prepare_gradient(problem: odes.Problem, solver: str, method: str, dtype: str, rtol: float,

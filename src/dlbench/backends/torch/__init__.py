@@ -14,11 +14,13 @@ from dlbench.backends.base import (
     Capabilities,
     Option,
     Program,
+    SolveGuess,
     build_program,
     installed_versions,
     module_installed,
 )
 from dlbench.backends.precision import NATIVE, Support
+from dlbench.backends.torch import settings
 from dlbench.spec import Policy, TrialSpec
 
 # torch.compile's options in `compiled` mode, passed explicitly and recorded with every trial.
@@ -36,6 +38,16 @@ COMPILE_OPTIONS: dict[str, Any] = {
 # batch 1 and the large batch, and automatic dynamic shapes would turn the second into a
 # dynamic-shape graph, which is not what a server compiled for a fixed batch runs.
 INFER_COMPILE_OPTIONS: dict[str, Any] = {**COMPILE_OPTIONS, "dynamic": False}
+
+
+def compile_options(policy: Policy) -> dict[str, Any]:
+    """COMPILE_OPTIONS with the mode the policy's `compile_mode` option asks for."""
+    return {**COMPILE_OPTIONS, "mode": settings.value(policy, "compile_mode")}
+
+
+def infer_compile_options(policy: Policy) -> dict[str, Any]:
+    """INFER_COMPILE_OPTIONS with the mode the policy's `compile_mode` option asks for."""
+    return {**INFER_COMPILE_OPTIONS, "mode": settings.value(policy, "compile_mode")}
 
 
 _DISTRIBUTIONS = ("torch", "triton", "numpy")
@@ -63,6 +75,15 @@ def cxx_compiler() -> str | None:
         if found:
             return found
     return None
+
+
+def _mkldnn_fp32_precision(torch: Any, op: str) -> str | None:
+    """oneDNN's internal precision for float32 `op`s ("ieee", "bf16", ...; torch >= 2.9 only),
+    which torch.set_float32_matmul_precision may change on a CPU with bf16 support."""
+    try:
+        return str(getattr(torch.backends.mkldnn, op).fp32_precision)
+    except AttributeError:
+        return None
 
 
 def device() -> Any:
@@ -99,11 +120,17 @@ class TorchBackend:
     capabilities = Capabilities(train=True, infer=True, grads=True, generate=True, solve=True)
     data_parallel = TorchDataParallel()
     precisions: Support = dict(NATIVE)
-    options: dict[str, Option] = {}
+    # Variants of memory format, compile mode and scope, optimizer, loader, oneDNN, matmul
+    # precision and OpenMP's wait policy (settings.py; docs/variants.md).
+    options: dict[str, Option] = settings.OPTIONS
     recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
     # docs/benchmarks.md, whole zoo at the cpu presets (time to first step, parity compile)
     # fitted to a quiet whole-zoo tiny run, AMD EPYC 2 cores (docs/benchmarks.md)
-    cost_guess = CostGuess(startup_s=10.0, compile_s=14.0)
+    # solve: torchdiffeq's and torchode's explicit solvers in two dtypes, eager (about 1 ms a step: a point
+    # 0.75 s, a curve to the 5000-step cap 10-15 s), three gradient methods
+    cost_guess = CostGuess(startup_s=10.0, compile_s=14.0, solve=SolveGuess(
+        explicit_curves=6, implicit_curves=0, point_s=0.75, capped_curve_s=12.0, compile_s=0.0, gradient_methods=3,
+        gradient_point_s=0.7))
     kernel_alternatives: dict[str, dict[str, str]] = {}
     allocator_units = ALLOCATOR_UNITS
 
@@ -153,10 +180,12 @@ class TorchBackend:
         # Every switch set explicitly, both ways: fp32 (and the float32 parts of bf16/fp16) is
         # IEEE fp32, with no TF32 in cuBLAS or cuDNN and "highest" for float32 matmuls; tf32
         # turns all three on ("high" is torch's name for TF32 matmuls).
+        # The matmul_precision option, where given, sets the float32 matmul precision alone.
         tf32 = policy.matmul_precision == "tf32"
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
-        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+        torch.set_float32_matmul_precision(settings.float32_matmul_precision(policy))
+        torch.backends.mkldnn.enabled = settings.value(policy, "mkldnn") == "on"
         applied: dict[str, Any] = {
             "num_threads": torch.get_num_threads(),
             "num_interop_threads": torch.get_num_interop_threads(),
@@ -166,10 +195,14 @@ class TorchBackend:
             "cudnn_enabled": torch.backends.cudnn.enabled,
             "mkldnn_available": torch.backends.mkldnn.is_available(),
             "mkldnn_enabled": torch.backends.mkldnn.enabled,
+            "mkldnn_matmul_fp32_precision": _mkldnn_fp32_precision(torch, "matmul"),
+            "mkldnn_conv_fp32_precision": _mkldnn_fp32_precision(torch, "conv"),
+            # As libgomp sees it: the worker sets it before the import (omp_wait_policy option).
+            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
         }
         if policy.mode == "compiled":
-            applied.update({f"compile_{k}": v for k, v in COMPILE_OPTIONS.items()})
-            applied.update({f"compile_infer_{k}": v for k, v in INFER_COMPILE_OPTIONS.items()})
+            applied.update({f"compile_{k}": v for k, v in compile_options(policy).items()})
+            applied.update({f"compile_infer_{k}": v for k, v in infer_compile_options(policy).items()})
             applied["compile_cxx"] = cxx_compiler()
         return applied
 

@@ -18,7 +18,7 @@ import torch
 import torchdiffeq
 import torchode
 
-from dlbench.backends.odesolve import Gradient, Solve, Solved, SolverInfo, checked, classify, ops_of
+from dlbench.backends.odesolve import Count, Gradient, Solve, Solved, SolverInfo, checked, classify, ops_of
 from dlbench.workloads import odes
 
 _DIFFEQ = f"torchdiffeq {torchdiffeq.__version__}"
@@ -95,7 +95,9 @@ def prepare(problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> S
         with torch.no_grad():
             sol = _torchode_solve(f, problem, solver, tdtype, rtol, atol, max_steps)
         stats = {k: int(v[0]) if v.ndim else int(v) for k, v in sol.stats.items() if k.startswith("n_")}
-        counts = {"nfe": stats.get("n_f_evals", f.calls), "steps": stats.get("n_steps"),
+        # nfe: the field's own count, as for torchdiffeq (torchode's n_f_evals counts the same calls:
+        # every term.vf, its initial step size's included)
+        counts = {"nfe": f.calls, "steps": stats.get("n_steps"),
                   "accepted": stats.get("n_accepted")}
         status = int(sol.status[0])
         if status != 0:
@@ -108,6 +110,10 @@ def prepare(problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> S
         return out
 
     return solve_torchdiffeq if solver.startswith("torchdiffeq") else solve_torchode
+
+
+def prepare_count(problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Count | None:
+    return None  # the eager solve counts its field's calls (a Python increment beside each evaluation)
 
 
 def prepare_gradient(problem: odes.Problem, solver: str, method: str, dtype: str, rtol: float,

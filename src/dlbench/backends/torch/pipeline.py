@@ -6,6 +6,9 @@
   CPU `.to` is a no-op).
 - data "device": the whole dataset on the device (load), each step's batch gathered there by
   index, and augmented there, just before the step; no DataLoader.
+- the `loader=tensor_dataset` variant (settings.py): the textbook DataLoader instead, over a
+  TensorDataset with a Sampler that yields the spec's order and the default collation (one item
+  per sample, stacked), each batch then augmented in the training process.
 
 Image tensors are NCHW-shaped over NHWC memory (channels_last) where the model asks for it.
 """
@@ -18,7 +21,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 from torch.nn import functional as F
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Sampler, TensorDataset
 
 from dlbench.workloads.data import Augment
 
@@ -80,6 +83,38 @@ def loader_batches(x: torch.Tensor, y: torch.Tensor, order: np.ndarray, augment:
     )
     for xb, yb in loader:
         yield xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
+
+
+@typing.final
+class SpecOrder(Sampler[int]):
+    """The sample indices of the spec's index rows, row after row: with batch_size = a row's
+    length and drop_last, the DataLoader's batches are the rows."""
+
+    def __init__(self, rows: np.ndarray) -> None:
+        self.rows = rows
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.rows.reshape(-1).tolist())
+
+    def __len__(self) -> int:
+        return int(self.rows.size)
+
+
+def sampler_batches(x: torch.Tensor, y: torch.Tensor, order: np.ndarray, augment: Augment | None,
+                    workers: int, device: torch.device, memory_format: torch.memory_format) -> Iterator[Batch]:
+    """The textbook pipeline: DataLoader(TensorDataset(x, y), sampler in the spec's order,
+    default collation), each batch on the device in `memory_format` and, where the spec
+    augments, cropped and flipped there with its step's parameters (the same values)."""
+    rows = np.asarray(order, dtype=np.int64)
+    loader = DataLoader(TensorDataset(x, y), batch_size=rows.shape[1], sampler=SpecOrder(rows), drop_last=True,
+                        num_workers=workers, pin_memory=device.type == "cuda")
+    images = x.dim() == 4
+    for i, (xb, yb) in enumerate(loader):
+        xb = xb.to(device, non_blocking=True)
+        if augment is not None:
+            offsets = torch.from_numpy(augment.offsets[i].astype(np.int64)).to(device)
+            xb = crop_flip(xb, offsets, torch.from_numpy(augment.flips[i]).to(device), augment.pad)
+        yield (xb.contiguous(memory_format=memory_format) if images else xb), yb.to(device, non_blocking=True)
 
 
 def device_batches(x: torch.Tensor, y: torch.Tensor, order: np.ndarray, augment: Augment | None,

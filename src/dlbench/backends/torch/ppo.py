@@ -133,6 +133,7 @@ class PpoProgram:
         self._dtype = torch.float64 if spec.numerics.dtype == "float64" else torch.float32
         self._n, self._e = spec.numerics, dict(spec.numerics.extra)
         self._compiled = trial.policy.mode == "compiled"
+        self._policy = trial.policy
         self.rollout_placement = "host"
         e = self._e
 
@@ -153,7 +154,7 @@ class PpoProgram:
 
     def init(self, params: dict[str, np.ndarray]) -> State:
         p = {k: torch.tensor(v, dtype=self._dtype, requires_grad=True) for k, v in params.items()}
-        return State(p, make_optimizer(p.values(), self._n))
+        return State(p, make_optimizer(p.values(), self._n, self._policy))
 
     def batches(self, order: np.ndarray, augment: Augment | None = None) -> Iterator[torch.Tensor]:
         if augment is not None:

@@ -27,17 +27,18 @@ from torch import nn
 
 from dlbench import workloads
 from dlbench.backends.generation import Generating
-from dlbench.backends.base import Sampling, shard_slice
+from dlbench.backends.base import Sampling, Unsupported, shard_slice
 from dlbench.backends.torch import (
-    COMPILE_OPTIONS,
-    INFER_COMPILE_OPTIONS,
+    compile_options,
     ddp,
     device,
+    infer_compile_options,
     losses,
     pipeline,
+    settings,
 )
 from dlbench.backends.torch.layers import pick
-from dlbench.backends.torch.training import compilations, make_optimizer, optimizer_numerics
+from dlbench.backends.torch.training import compilations, make_optimizer, optimizer_numerics, optimizer_path
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.workloads.data import Augment, Dataset
 
@@ -157,6 +158,14 @@ class Model(Protocol):
 
 
 # --- the step ----------------------------------------------------------------------------------
+
+
+# The memory_format option's names (settings.py) -> torch's formats.
+MEMORY_FORMATS = {"channels_last": torch.channels_last, "contiguous": torch.contiguous_format}
+
+
+def format_name(memory_format: torch.memory_format) -> str:
+    return "channels_last" if memory_format == torch.channels_last else "contiguous"
 
 
 # Autocast dtype per precision: float32 parameters and optimizer, reduced-precision compute.
@@ -318,12 +327,22 @@ class TorchProgram(Sampling, Generating):
         # The dataset as load() placed it: host memory for the DataLoader, or the device.
         self._data: Batch | None = None
         self._compiled = trial.policy.mode == "compiled"
+        # The options this program reads (settings.py; the defaults are the choices documented
+        # here): the layout of images and conv weights, what compiled mode compiles, the loader.
+        self._memory_format = MEMORY_FORMATS[settings.memory_format_name(trial.policy, format_name(model.memory_format))]
+        self._compile_options = compile_options(trial.policy)
+        self._scope = settings.value(trial.policy, "compile_scope") if self._compiled else None
+        self._loader = settings.value(trial.policy, "loader")
+        if self._loader == "tensor_dataset" and trial.policy.data == "device":
+            raise Unsupported("torch option loader=tensor_dataset is a DataLoader: it applies to --data pipeline,"
+                              " not device")
         # Data parallelism: this rank's contiguous shard of every global batch (ddp.launch has
         # made the process group before any Program is built).
         self._rank, self._world = ddp.rank_and_world() if trial.devices > 1 else (0, 1)
         # torch.compile is lazy: each function compiles inside its first call. The two are
         # separate code objects, so the fixed-batch check's batch size never makes the train
         # step's shapes dynamic.
+        # With compile_scope=model the step stays Python and init() compiles the module instead.
         self._step: Callable[..., torch.Tensor] = self._maybe_compile(train_step)
         self._fwd_bwd: Callable[..., torch.Tensor] = self._maybe_compile(forward_backward)
 
@@ -333,7 +352,7 @@ class TorchProgram(Sampling, Generating):
         return self._compiled
 
     def _maybe_compile(self, fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-        return torch.compile(fn, **COMPILE_OPTIONS) if self._compiled else fn
+        return torch.compile(fn, **self._compile_options) if self._scope == "step" else fn
 
     def _meta_module(self) -> nn.Module:
         """The model's module without storage, in the program's dtype: names, shapes, dtypes
@@ -346,14 +365,14 @@ class TorchProgram(Sampling, Generating):
         with torch.device(self._device):
             module = self._model.module()
         module = module.to(dtype=self._dtype)
-        return module.to(memory_format=self._model.memory_format)  # type: ignore[call-overload]
+        return module.to(memory_format=self._memory_format)  # type: ignore[call-overload]
 
     def _inputs(self, x: np.ndarray, on: torch.device | None = None) -> torch.Tensor:
         on = self._device if on is None else on
         t = torch.from_numpy(np.ascontiguousarray(x))
         if self._images:
             t = t.permute(0, 3, 1, 2)  # a view: NCHW shape over NHWC memory, i.e. channels_last
-            return t.to(on, dtype=self._x_dtype, memory_format=self._model.memory_format, copy=True)
+            return t.to(on, dtype=self._x_dtype, memory_format=self._memory_format, copy=True)
         return t.to(on, dtype=self._x_dtype, copy=True)
 
     def _labels(self, y: np.ndarray, on: torch.device | None = None) -> torch.Tensor:
@@ -381,8 +400,10 @@ class TorchProgram(Sampling, Generating):
                 slot = slots_by_name[name]
                 tensors[slot.torch_name].copy_(torch.from_numpy(np.ascontiguousarray(slot.layout.to_torch(a))))
         forward = ddp.wrap(module) if self._world > 1 else module
-        return State(module, make_optimizer(module.parameters(), self._trial.workload.numerics), forward,
-                     self._amp.scaler())
+        if self._scope == "model":  # torch.compile(model): the plainest idiomatic use
+            forward = typing.cast(nn.Module, torch.compile(forward, **self._compile_options))
+        return State(module, make_optimizer(module.parameters(), self._trial.workload.numerics, self._trial.policy),
+                     forward, self._amp.scaler())
 
     def _shard(self, rows: int) -> slice:
         return shard_slice(rows, self._world, self._rank)
@@ -411,13 +432,16 @@ class TorchProgram(Sampling, Generating):
         if self._data is None:
             raise RuntimeError("load(dataset) must come before batches(order)")
         x, y = self._data
-        fmt = self._model.memory_format
+        fmt = self._memory_format
         if self._world > 1:
             rows = self._shard(order.shape[1])
             order, augment = order[:, rows], None if augment is None else augment.shard(rows)
         if self._trial.policy.data == "device":
             return pipeline.device_batches(x, y, order, augment, fmt)
-        return pipeline.loader_batches(x, y, order, augment, self._trial.policy.loader_workers, self._device, fmt)
+        workers = self._trial.policy.loader_workers
+        if self._loader == "tensor_dataset":
+            return pipeline.sampler_batches(x, y, order, augment, workers, self._device, fmt)
+        return pipeline.loader_batches(x, y, order, augment, workers, self._device, fmt)
 
     def compile(self, state: State, batch: Batch) -> float | None:
         return None  # torch.compile compiles inside the first call
@@ -452,10 +476,10 @@ class TorchProgram(Sampling, Generating):
 
     def infer_fn(self, state: State) -> Callable[[torch.Tensor], np.ndarray]:
         """The module in eval mode (it stays there: an inference state never trains) under
-        torch.inference_mode, through torch.compile in compiled mode (INFER_COMPILE_OPTIONS: a
+        torch.inference_mode, through torch.compile in compiled mode (infer_compile_options: a
         static graph per batch size); the logits come back as NumPy, the request's end."""
         model = state.model.eval()
-        forward = torch.compile(eval_forward, **INFER_COMPILE_OPTIONS) if self._compiled else eval_forward
+        forward = torch.compile(eval_forward, **infer_compile_options(self._trial.policy)) if self._compiled else eval_forward
 
         def infer(x: torch.Tensor) -> np.ndarray:
             with torch.inference_mode():
@@ -506,11 +530,29 @@ class TorchProgram(Sampling, Generating):
             "grad_scaler": self._amp.scaled,
         }
 
+    def applied_options(self) -> dict[str, Any]:
+        """The options as the built objects run them (base.OptionsReadBack), read back from a
+        module and optimizer made by init's factories on the meta device: the conv weights'
+        memory format (None where the model has no 4-D weight), Adam's fused/foreach flags, what
+        compiled mode compiles and with which torch.compile mode, and the loader."""
+        module = self._meta_module().to(memory_format=self._memory_format)  # type: ignore[call-overload]
+        weights = [p for p in module.parameters() if p.dim() == 4]
+        layout = None if not weights else (
+            "channels_last" if all(p.is_contiguous(memory_format=torch.channels_last) for p in weights) else "contiguous")
+        optimizer = make_optimizer(module.parameters(), self._trial.workload.numerics, self._trial.policy)
+        return {
+            "memory_format": layout,
+            "optimizer": optimizer_path(optimizer),
+            "compile_scope": self._scope,
+            "compile_mode": self._compile_options["mode"] if self._compiled else None,
+            "loader": self._loader if self._trial.policy.data == "pipeline" else None,
+        }
+
     def numerics(self) -> dict[str, Any]:
         """The workload's NUMERICS_FIELDS read back from objects built by the same factories as
         init's (on the meta device: no storage, no cost)."""
         module = self._meta_module()
-        optimizer = make_optimizer(module.parameters(), self._trial.workload.numerics)
+        optimizer = make_optimizer(module.parameters(), self._trial.workload.numerics, self._trial.policy)
         loss = self._loss_fn
         found = {
             **optimizer_numerics(optimizer),

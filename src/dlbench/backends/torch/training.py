@@ -10,14 +10,17 @@ from typing import Any
 
 import torch
 
-from dlbench.spec import Numerics
+from dlbench.backends.torch import settings
+from dlbench.spec import Numerics, Policy
 
 
-def make_optimizer(parameters: Iterable[torch.Tensor], n: Numerics) -> torch.optim.Adam:
-    """Adam over `parameters` with every value of the numerics block passed explicitly.
-    fused=True: one ATen kernel per parameter, several times faster than the foreach and
-    for-loop paths on CPU; torch.compile leaves it untraced ("don't trace into fused
-    optimizer"), which is also faster than Inductor's code for the traced foreach path."""
+def make_optimizer(parameters: Iterable[torch.Tensor], n: Numerics, policy: Policy) -> torch.optim.Adam:
+    """Adam over `parameters` with every value of the numerics block passed explicitly, on the
+    implementation the policy's `optimizer` option names (settings.py). The default, fused=True:
+    one ATen kernel per parameter, several times faster than the foreach and for-loop paths on
+    CPU; torch.compile leaves it untraced ("don't trace into fused optimizer"), which is also
+    faster than Inductor's code for the traced foreach path."""
+    fused, foreach = settings.optimizer_flags(policy)
     return torch.optim.Adam(
         list(parameters),
         lr=n.learning_rate,
@@ -26,7 +29,8 @@ def make_optimizer(parameters: Iterable[torch.Tensor], n: Numerics) -> torch.opt
         weight_decay=n.weight_decay,
         amsgrad=False,
         maximize=False,
-        fused=True,
+        fused=fused,
+        foreach=foreach,
     )
 
 
@@ -45,6 +49,12 @@ def optimizer_numerics(optimizer: torch.optim.Adam) -> dict[str, Any]:
         "bias_correction": True,  # likewise: torch.optim.Adam always bias-corrects
         "weight_decay": float(group["weight_decay"]),
     }
+
+
+def optimizer_path(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The implementation the optimizer runs, read back from its first parameter group."""
+    group = optimizer.param_groups[0]
+    return {"fused": group.get("fused"), "foreach": group.get("foreach")}
 
 
 def compilations(compiled: bool) -> int:

@@ -3,15 +3,19 @@ process (runner/worker.py).
 
 From the canonical weights, after the usual untimed import, build and data phases, the trial
 trains on the spec's data and order in chunks of `eval_every` (K) steps and evaluates on the
-held-out split after each chunk with the clock stopped, until the accuracy reaches
-`target_accuracy` or a budget runs out (`max_steps`, or `max_time_s` of training time, checked
-at each evaluation). There are no warm-up epochs: the first step's compile is part of the time to
-target, as a user waits for it. Evaluation time is reported on its own (`eval_s`).
+held-out split after each chunk with the clock stopped, until the target's metric reaches it
+(workloads.target: the workload's quality at `target_accuracy` or above, or its held-out
+perplexity at `target_perplexity` or below) or a budget runs out (`max_steps`, or `max_time_s`
+of training time, checked at each evaluation). There are no warm-up epochs: the first step's
+compile is part of the time to target, as a user waits for it. Evaluation time is reported on
+its own (`eval_s`).
 
 Reported: `reached_target` (1/0), `steps_to_target` and `time_to_target_s` (null with the reason
-when not reached), `eval_s`, `train_s` (all training time), the accuracy after each chunk by step
-(`accuracy`) and by training seconds (`accuracy_by_time`), and the loss per step. The status
-stays `ok` when a budget runs out: not reaching the target is a result. Nothing here imports a
+when not reached), `eval_s`, `train_s` (all training time), the quality after each chunk by step
+(`accuracy`) and by training seconds (`accuracy_by_time`), where the target is on another metric
+that metric's too (`eval_perplexity`, `eval_perplexity_by_time`) and its last value with the
+workload's other extra scores (`perplexity_ratio`), and the loss per step. The status stays
+`ok` when a budget runs out: not reaching the target is a result. Nothing here imports a
 framework.
 """
 
@@ -35,6 +39,7 @@ from dlbench.runner.scenarios import train
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.runner.timing import EventLog, split_steps
 from dlbench.spec import TrialSpec
+from dlbench.workloads.base import Target
 from dlbench.workloads.data import Dataset
 
 
@@ -53,8 +58,12 @@ class Curve:
     losses: list[np.ndarray] = field(default_factory=list)  # per step (a chunk mean repeated: for means only)
     # (steps, the losses train_chunk returned) per chunk, first step included: the loss series
     measured: list[tuple[int, np.ndarray]] = field(default_factory=list)
-    # (step, training seconds, held-out accuracy) after each chunk of K steps
+    # (step, training seconds, held-out quality) after each chunk of K steps
     points: list[tuple[int, float, float]] = field(default_factory=list)
+    # the target's metric after each chunk, where it is not the quality (lm's perplexity), and
+    # the last evaluation's extra scores
+    target_values: list[float] = field(default_factory=list)
+    extra: dict[str, float] = field(default_factory=dict)
     reached: bool = False
     stop_reason: str = ""
     # Compiles (traces) during training chunks after the first step; evaluation's own compiles
@@ -93,12 +102,14 @@ def run(ctx: TrialContext) -> None:
     m["rss_initial_bytes"], m["vram_initial_bytes"] = ctx.sampler.sample()
     ctx.sampler.begin_window()
     ctx.log.phase(ctx.trial.scenario, protocol.PHASE_START)  # the phase is named as the --scenario
-    curve = train_to_target(trial, ctx.backend, program, state, ctx.log, eval_data, ctx.created, m)
+    goal = workloads.target(trial)
+    curve = train_to_target(trial, goal, ctx.backend, program, state, ctx.log, eval_data, ctx.created, m)
     ctx.log.phase(ctx.trial.scenario, protocol.PHASE_END, curve.train_s + curve.eval_s)
     window = ctx.sampler.end_window()
     m["rss_window_peak_bytes"], m["vram_window_peak_bytes"] = window["rss"], window["vram"]
     m["recompiles_in_window"] = curve.recompiles
     converge_metrics(trial, curve, ctx.result)
+    target_metrics(goal, curve, ctx.result)
     t = ctx.phases.start("parity")  # after training: its own compile must not shorten the first step's
     loss, grads = fixedbatch.grads(trial, program)
     protocol.save_grads(ctx.parity_file, loss, grads)
@@ -107,8 +118,8 @@ def run(ctx: TrialContext) -> None:
 
 
 def train_to_target(
-    trial: TrialSpec, backend: Backend, program: Trainable, state: Any, log: EventLog, eval_data: Dataset,
-    created: float, m: dict[str, float | None],
+    trial: TrialSpec, goal: Target, backend: Backend, program: Trainable, state: Any, log: EventLog,
+    eval_data: Dataset, created: float, m: dict[str, float | None],
 ) -> Curve:
     curve = Curve()
     start = time.perf_counter()
@@ -127,10 +138,10 @@ def train_to_target(
             state = _chunk(backend, program, state, feed, n, curve)
             log.chunk(feed.epoch, n, curve.chunks[-1][1])
         curve.train_s += time.perf_counter() - t0
-        accuracy = _quality(program, state, eval_data, trial, curve)
+        accuracy, value = _evaluate(program, state, eval_data, trial, goal, curve)
         curve.points.append((curve.steps, curve.train_s, accuracy))
         log.eval(curve.steps, accuracy, curve.train_s)
-        if _stop(trial, curve, accuracy):
+        if _stop(trial, goal, curve, value):
             return curve
 
 
@@ -168,27 +179,50 @@ def _per_step(values: np.ndarray, n: int) -> np.ndarray:
     raise RuntimeError(f"train_chunk returned {len(values)} losses for {n} steps")
 
 
-def _quality(program: Trainable, state: Any, data: Dataset, trial: TrialSpec, curve: Curve) -> float:
-    """The workload's held-out quality (accuracy for a classifier) with the clock stopped (its
-    seconds go to curve.eval_s)."""
+def _evaluate(program: Trainable, state: Any, data: Dataset, trial: TrialSpec, goal: Target,
+              curve: Curve) -> tuple[float, float]:
+    """The workload's held-out quality (accuracy for a classifier) and the target's metric
+    (the quality itself, or one of the workload's extra scores of the same outputs: lm's
+    perplexity), with the clock stopped (its seconds go to curve.eval_s)."""
     t0 = time.perf_counter()
-    value = train.held_out_score(workloads.get(trial.workload.name), program, state, trial.workload, data)
+    spec = trial.workload
+    outputs = train.held_out_outputs(program, state, spec, data)
+    accuracy = float(workloads.get(spec.name).score(spec, outputs, data))
+    value = accuracy
+    if goal.metric != workloads.get(spec.name).QUALITY:
+        extra = workloads.extra_scores(spec.name)
+        if extra is None:
+            raise ValueError(f"{spec.name} has no extra scores to hold its target metric {goal.metric!r}")
+        curve.extra = {k: float(v) for k, v in extra(spec, outputs, data).items()}
+        value = curve.extra[goal.metric]
+        curve.target_values.append(value)
     curve.eval_s += time.perf_counter() - t0
-    return value
+    return accuracy, value
 
 
-def _stop(trial: TrialSpec, curve: Curve, accuracy: float) -> bool:
-    target = trial.target_accuracy
-    if target is None:
-        raise ValueError(f"the {trial.scenario} scenario needs a target accuracy")
-    if accuracy >= target:
+def _stop(trial: TrialSpec, goal: Target, curve: Curve, value: float) -> bool:
+    """Whether to stop after this evaluation: the target reached (in its direction: a
+    perplexity at or below it, an accuracy at or above), or a budget spent (the reason names
+    the target's metric and its last value)."""
+    last = f"last {goal.metric} {value:.4g}, target {goal.relation} {goal.value:.4g}"
+    if goal.reached(value):
         curve.reached = True
     elif curve.steps >= trial.max_steps:
-        curve.stop_reason = f"not reached within max steps {trial.max_steps} (last accuracy {accuracy:.3f})"
+        curve.stop_reason = f"not reached within max steps {trial.max_steps} ({last})"
     elif curve.train_s >= trial.max_time_s:
         curve.stop_reason = (f"not reached within max time {trial.max_time_s:g} s of training"
-                             f" ({curve.steps} steps, last accuracy {accuracy:.3f})")
+                             f" ({curve.steps} steps, {last})")
     return curve.reached or bool(curve.stop_reason)
+
+
+def target_metrics(goal: Target, curve: Curve, result: TrialResult) -> None:
+    """The target's metric where it is not the quality: its series by step and by training
+    time, and the last evaluation's extra scores (lm: eval_perplexity, perplexity_ratio)."""
+    if not curve.target_values:
+        return
+    result.metrics.update(curve.extra)
+    result.series[goal.metric] = [(float(s), v) for (s, _, _), v in zip(curve.points, curve.target_values)]
+    result.series[f"{goal.metric}_by_time"] = [(t, v) for (_, t, _), v in zip(curve.points, curve.target_values)]
 
 
 def converge_metrics(trial: TrialSpec, curve: Curve, result: TrialResult) -> None:

@@ -39,7 +39,7 @@ from dlbench.monitors.memory import MemorySampler
 from dlbench.results.records import TrialResult
 from dlbench.runner import protocol
 from dlbench.runner.scenarios import profiled, served
-from dlbench.runner.context import TrialContext, allocator_metrics
+from dlbench.runner.context import TrialContext, allocator_metrics, record_options
 from dlbench.runner.timing import Phases
 from dlbench.spec import PARITY_BATCH, TrialSpec
 
@@ -64,6 +64,7 @@ def run(ctx: TrialContext) -> None:
     program, forward = build_forward(trial, backend, phases, m, support.build_servable)
     result.numerics = program.numerics()
     result.policy_effective["precision"] = {"precision": trial.precision, **program.precision()}
+    record_options(ctx, program)
     # After build, a backend can report what building did (ONNX Runtime: the export cache).
     result.framework_info = backend.info()
     requests, batches = _inputs(trial, program, phases, m)

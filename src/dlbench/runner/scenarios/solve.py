@@ -2,8 +2,9 @@
 worker process: a work-precision sweep of every solver the trial's framework offers
 (backends/<framework>/ode.py), in each dtype, over the tolerances, as SciMLBenchmarks draws its
 work-precision diagrams: per point the error at the output times against the float64 reference,
-the warm wall time (the first solve, compilation included, apart), the library's counters
-(field and Jacobian evaluations, steps) and any failure (max steps, step-size collapse) as data.
+the warm wall time (the first solve, compilation included, apart), the field and Jacobian
+evaluations (counted in the field: backends/odesolve.py; for a compiled solve by a second, untimed
+solve), the steps and any failure (max steps, step-size collapse) as data.
 On the neural ODE, the gradient of its loss by each method the library offers (backpropagation
 through the solver, adjoint), its time and its error against the float64 adjoint reference.
 
@@ -11,26 +12,43 @@ A solver that fails at a tolerance is not retried at the tighter ones: those poi
 as `skipped`, naming the failure (an explicit solver on a stiff problem fails at every tolerance,
 each attempt running to the step cap).
 
+SciPy's solvers, the framework-neutral float64 baseline, run once per problem and repeat index in
+a run: in the first solve trial of the problem in that repeat (after its own sweep, in its
+process), which leaves a marker in the run's work directory (runner/protocol.py run_shared_path);
+the repeat's later trials of the problem read it and skip the baseline, saying where it was
+measured (note `solve.baseline`). An executor that gives each trial a directory of its own (Ray)
+measures it in every trial; the report takes the median over the trials that measured it.
+
 Everything lands in the trial's series (t = rtol; exports keep every point) and notes:
 `solve.<solver>.<dtype>.<quantity>` for quantity in POINT_SERIES, `gradient.<method>.<dtype>.*`,
-`solve.<solver>.kind`, `solve.<solver>.<dtype>.failures`, and `solve.absent.<what>`.
+`solve.<solver>.kind`, `solve.<solver>.<dtype>.failures` (`.counting` where an untimed counting solve
+failed), `solve.absent.<what>` and `solve.baseline`.
 """
 
 from __future__ import annotations
 
+import datetime
 import functools
+import hashlib
+import json
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from dlbench import workloads
 from dlbench.backends import support
-from dlbench.backends.odesolve import FAILURES, SCIPY, Gradient, OdeModule, Solve, Solved
+from dlbench.backends.odesolve import FAILURES, SCIPY, Count, Gradient, OdeModule, Solve, Solved
+from dlbench.results.records import TrialResult
+from dlbench.runner import protocol
 from dlbench.runner.context import TrialContext
+from dlbench.runner.timing import Phases
+from dlbench.spec import TrialSpec
 from dlbench.workloads import odes
 
 # Status codes of the `status` series (0 ok), so failures are points of the export like the rest.
@@ -40,9 +58,10 @@ HEADLINE_RTOL = 1e-6
 # The neural ODE's gradients at these tolerances (rtol; atol = rtol x the problem's scale).
 GRADIENT_RTOLS = (1e-4, 1e-6, 1e-8)
 DTYPES = ("float64", "float32")
-# SciPy's solvers run in every solve trial beside the framework's, named with this prefix: the
-# float64 baseline measured in the same process and under the same load.
+# SciPy's solvers (the baseline, once per problem and repeat in a run) are named with this prefix.
 SCIPY_PREFIX = "scipy-"
+# The note that says where the trial's SciPy baseline was measured (report/solve.py reads it).
+BASELINE_NOTE = "solve.baseline"
 
 
 @dataclass(frozen=True)
@@ -89,11 +108,15 @@ def _counters(out: Solved) -> dict[str, float]:
 
 
 def sweep_solver(problem: odes.Problem, prepare: Callable[[str], Solve], solver: str, dtype: str,
-                 settings: SweepSettings) -> list[Point]:
+                 settings: SweepSettings, prepare_count: Callable[[str], Count | None] = lambda dtype: None,
+                 ) -> list[Point]:
     """One solver in one dtype over the tolerances (loosest first). An exception the library
-    raises is that point's failure (`failed`, its message kept), never the trial's."""
+    raises is that point's failure (`failed`, its message kept), never the trial's. Where the
+    module counts apart (`prepare_count`), each solved point is solved once more, after its timed
+    solves, for its nfe and njev."""
     ref = odes.reference(problem)
     raw = prepare(dtype)
+    count = prepare_count(dtype)
 
     def solve(rtol: float, atol: float) -> Solved:
         try:
@@ -119,10 +142,26 @@ def sweep_solver(problem: odes.Problem, prepare: Callable[[str], Solve], solver:
                       wall_s=statistics.median(times), repeats=len(times), counters=_counters(out))
         if out.y is not None:
             point.error = odes.error(out.y, ref)
+            if count is not None:
+                _count_into(point, count)
         else:
             failed = point
+            if count is not None:  # its nfe would be the library's own count, not the field's
+                point.counters.pop("nfe", None)
         points.append(point)
     return points
+
+
+def _count_into(point: Point, count: Count) -> None:
+    """The untimed counting solve's nfe and njev into the point's counters; where it fails, the
+    point keeps no nfe (never the library's step count in its place) and says why."""
+    try:
+        counts = count(point.rtol, point.atol)
+    except Exception as e:  # noqa: BLE001 (the timed solve succeeded: its point stands)
+        point.counters.pop("nfe", None)
+        point.message = f"counting solve failed: {type(e).__name__}: {e}"[:300]
+        return
+    point.counters.update(nfe=float(counts.nfe), njev=float(counts.njev))
 
 
 @dataclass
@@ -167,6 +206,10 @@ def _prepare(module: OdeModule, problem: odes.Problem, solver: str, max_steps: i
     return module.prepare(problem, solver, dtype, max_steps)
 
 
+def _prepare_count(module: OdeModule, problem: odes.Problem, solver: str, max_steps: int, dtype: str) -> Count | None:
+    return module.prepare_count(problem, solver, dtype, max_steps)
+
+
 def _prepare_gradient(module: OdeModule, problem: odes.Problem, solver: str, method: str, dtype: str,
                       rtol: float) -> Gradient:
     return module.prepare_gradient(problem, solver, method, dtype, rtol, rtol * problem.atol_ratio)
@@ -196,7 +239,8 @@ def sweep(problem: odes.Problem, module: OdeModule, settings: SweepSettings,
                 continue
             progress(f"{problem.name} {solver} {dtype}")
             points += sweep_solver(problem, functools.partial(_prepare, module, problem, solver, settings.max_steps),
-                                   solver, dtype, settings)
+                                   solver, dtype, settings,
+                                   functools.partial(_prepare_count, module, problem, solver, settings.max_steps))
     gradients: list[GradientPoint] = []
     if problem.has_gradient:
         for method, solver in module.GRADIENTS.items():
@@ -223,10 +267,12 @@ def series_and_notes(s: Sweep) -> tuple[dict[str, list[tuple[float, float]]], di
         for quantity, v in values.items():
             if v is not None:  # the status series has every point; the others where it has a value
                 series.setdefault(f"{key}.{quantity}", []).append((p.rtol, float(v)))
-        if p.status not in ("ok", "skipped"):  # the skipped points' status series names them
-            said = notes.get(f"{key}.failures")
+        # the skipped points' status series names them; an ok point's message is its counting's
+        what = {"ok": "counting", "skipped": None}.get(p.status, "failures")
+        if what == "failures" or (what == "counting" and p.message):
+            said = notes.get(f"{key}.{what}")
             line = f"rtol {p.rtol:g}: {p.status}: {p.message}"
-            notes[f"{key}.failures"] = line if said is None else f"{said}; {line}"
+            notes[f"{key}.{what}"] = line if said is None else f"{said}; {line}"
     for g in s.gradients:
         key = f"gradient.{g.method}.{g.dtype}"
         notes[f"{key}.solver"] = g.solver
@@ -251,7 +297,8 @@ def headline(s: Sweep) -> dict[str, float | None]:
 
 
 def run(ctx: TrialContext) -> None:
-    """The trial: the float64 references (cached), the framework's solvers, then SciPy's."""
+    """The trial: the float64 references (cached), the framework's solvers, then SciPy's where no
+    trial of this problem and repeat has measured them yet in this run (`claim_baseline`)."""
     trial, phases, result = ctx.trial, ctx.phases, ctx.result
     m = ctx.metrics
     module = support.build_solvers(trial, ctx.backend)
@@ -268,14 +315,62 @@ def run(ctx: TrialContext) -> None:
     t = phases.start("sweep")
     own = sweep(problem, module, settings)
     m["solve_sweep_s"] = phases.end("sweep", t)
+    series, notes = series_and_notes(own)
+    result.series.update(series)
+    result.notes.update(notes)
+    m.update(headline(own))
+
+    marker = protocol.run_shared_path(ctx.parity_file, baseline_marker_name(problem, settings, trial.repeat))
+    run_baseline(problem, settings, trial, marker, result, phases)
+
+
+def run_baseline(problem: odes.Problem, settings: SweepSettings, trial: TrialSpec, marker: Path, result: TrialResult,
+                 phases: Phases) -> None:
+    """SciPy's sweep into the result (series and notes under `scipy-` names, its seconds as
+    `baseline_sweep_s`), unless `marker` says a trial of this run measured it already: then
+    only the note that says where."""
+    measured = measured_baseline(marker)
+    if measured is not None:
+        result.notes[BASELINE_NOTE] = f"not repeated here: {measured}"
+        return
     t = phases.start("baseline")
     base = sweep(problem, SCIPY, settings)
-    m["baseline_sweep_s"] = phases.end("baseline", t)
-    series, notes = series_and_notes(own)
+    result.metrics["baseline_sweep_s"] = phases.end("baseline", t)
     base_series, base_notes = series_and_notes(_prefixed(base))
-    result.series.update({**series, **base_series})
-    result.notes.update({**notes, **base_notes})
-    m.update(headline(own))
+    result.series.update(base_series)
+    result.notes.update(base_notes)
+    result.notes[BASELINE_NOTE] = f"measured here: {claim_baseline(marker, trial)}"
+
+
+def baseline_marker_name(problem: odes.Problem, settings: SweepSettings, repeat: int) -> str:
+    """The file that says a problem's SciPy baseline was measured in this run, for this repeat
+    index: keyed by the problem's definition (odes.definition_digest: field, SciPy's version),
+    the sweep's settings and the repeat, so a run that sweeps otherwise measures again."""
+    key = hashlib.sha256(f"{odes.definition_digest()}/{problem.name}/{settings!r}/{repeat}".encode()).hexdigest()
+    return f"solve-baseline-{problem.name}-{key[:16]}.json"
+
+
+def measured_baseline(marker: Path) -> str | None:
+    """Where and when this run measured the baseline already (the marker's line), else None."""
+    try:
+        said = json.loads(marker.read_text())["said"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return str(said)
+
+
+def claim_baseline(marker: Path, trial: TrialSpec) -> str:
+    """Mark the baseline measured by this trial, after it was (a trial that fails before leaves
+    no marker, and the next trial of the problem measures it), and return the line that says
+    where, when and under what load."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    said = (f"SciPy's sweep measured in trial {trial.trial_id} ({trial.framework}, repeat {trial.repeat}) at {when},"
+            f" load average {load:.2f}")
+    tmp = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"said": said}))
+    tmp.replace(marker)  # atomic: a trial starting now reads a whole marker or none
+    return said
 
 
 def _prefixed(s: Sweep) -> Sweep:

@@ -14,7 +14,6 @@ import statistics
 import time
 from dataclasses import dataclass
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any, TypeVar
 
 import numpy as np
@@ -26,7 +25,7 @@ from dlbench.backends.base import Backend, Learner, TimedBatches, Trainable
 from dlbench.machine import bf16_on_cpu
 from dlbench.runner import fixedbatch, parallel, protocol
 from dlbench.runner.scenarios import profiled
-from dlbench.runner.context import TrialContext, allocator_metrics
+from dlbench.runner.context import TrialContext, allocator_metrics, record_options
 from dlbench.runner.timing import split_steps
 from dlbench.spec import TrialSpec, WorkloadSpec
 from dlbench.workloads.data import Dataset, epoch_augment
@@ -61,6 +60,7 @@ def build_and_load(ctx: TrialContext, build: Callable[[TrialSpec, Backend], L]) 
     ctx.result.numerics = program.numerics()
     ctx.result.policy_effective["precision"] = {"precision": trial.precision, **program.precision()}
     ctx.result.policy_effective["train_loop"] = program.train_loop()
+    record_options(ctx, program)
     if trial.precision == "bf16" and ctx.backend.device_kind() == "cpu":
         ctx.result.policy_effective["precision"]["cpu_bf16"] = bf16_on_cpu()
     t = ctx.phases.start("data")
@@ -300,11 +300,6 @@ def evaluate(ctx: TrialContext, program: Trainable, state: Any) -> None:
         t = ctx.phases.start("generated_quality")
         ctx.metrics.update(generated(spec, lambda x: np.asarray(program.predict(state, x))))
         ctx.metrics["generated_quality_s"] = ctx.phases.end("generated_quality", t)
-
-
-def held_out_score(wl: ModuleType, program: Trainable, state: Any, spec: WorkloadSpec, data: Dataset) -> float:
-    """The workload `wl`'s `score` of the Program's outputs on the held-out split `data`."""
-    return float(wl.score(spec, held_out_outputs(program, state, spec, data), data))
 
 
 def held_out_outputs(program: Trainable, state: Any, spec: WorkloadSpec, data: Dataset) -> np.ndarray:

@@ -1,0 +1,299 @@
+"""`dlbench tune`: the headroom search run (analysis/headroom.py decides what runs and how it is
+judged; this module builds the candidates' trials, runs them in interleaved rounds through any
+executor's `execute`, and keeps the search state in the run record after every round).
+
+A candidate is an ordinary trial: the cell's default spec with Policy.options (the variant
+options, `--option FRAMEWORK.NAME=VALUE`) and mode set, validated by backends/support.py like
+any trial. Each round runs one repeat of every candidate admitted, shuffled with a seed derived
+from the run's order seed, the phase and the repeat (as runner/rounds.py does); phase 2's repeats
+continue the indices (R..2R-1), so a configuration and its repeat stay unique in the run.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+
+from dlbench import workloads
+from dlbench.analysis import headroom
+from dlbench.analysis.headroom import Candidate, Cell, Entry, Factor, SearchState, TrialOutcome
+from dlbench.backends import get_backend, support
+from dlbench.monitors.nvml import device_kind
+from dlbench.results.store import Store, TrialRow
+from dlbench.runner.executor import Outcome, Progress
+from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimate_s, make_plan
+from dlbench.runner.ray_executor import RunTrials
+from dlbench.spec import MODES, SpecError, TrialSpec
+
+Clock = Callable[[], float]
+
+
+@dataclass
+class Search:
+    """A search before and while it runs: the stored state, each candidate's spec (repeat 0) by
+    (cell index, candidate), and the sweep's configurations that are not searched, with why."""
+
+    state: SearchState
+    specs: dict[tuple[int, Candidate], TrialSpec] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def trials_phase_one(self) -> int:
+        return self.state.repeats * sum(1 for c in self.state.cells for e in c.entries if e.status == "tried")
+
+
+def device_class() -> str:
+    """Variant.values' device class: "gpu" where NVML sees one, else "cpu"."""
+    return "gpu" if device_kind() == "cuda" else "cpu"
+
+
+def factors(spec: TrialSpec, device: str) -> list[Factor]:
+    """The cell's factors: each declared variant option that applies to its workload and mode
+    on this device class (values other than the option's default, in the backend's order), then
+    the framework's other supported modes."""
+    backend = get_backend(spec.framework)
+    workload, mode = spec.workload.name, spec.policy.mode
+    out = []
+    for name, option in backend.options.items():
+        variant = option.variant
+        if variant is None:
+            continue
+        values = tuple(v for v in variant.values(workload, mode, device) if v != option.default)
+        if values:
+            out.append(Factor(name, values, variant.modes, variant.why, variant.source, variant.addresses,
+                              variant.together))
+    modes = tuple(m for m in MODES if m != mode and backend.modes().get(m, "unknown") is None)
+    if modes:
+        out.append(Factor(headroom.MODE, modes, why="the framework's other modes (a factor like any variant)"))
+    return out
+
+
+def candidate_spec(base: TrialSpec, candidate: Candidate) -> TrialSpec:
+    return replace(base, policy=replace(base.policy, mode=candidate.mode, options=dict(candidate.options)))
+
+
+def why_not(spec: TrialSpec) -> str | None:
+    """Why a candidate cannot run here (support.validate, then support.unsupported), or None."""
+    try:
+        backend = support.validate(spec)
+    except SpecError as e:
+        return str(e)
+    return support.unsupported(spec, backend, device_kind())
+
+
+def prepare(sweep: Sweep, repeats: int, budget_s: float, costs: Costs,
+            run_args: Callable[[TrialSpec], tuple[str, ...]], plain_mode: str = "compiled") -> Search:
+    """The cells of the sweep (one default trial each: make_plan with one repeat), their
+    candidates in the search order, each checked, and which of them the budget admits
+    (headroom.admit, by each candidate's estimate)."""
+    plan = make_plan(replace(sweep, repeats=1))
+    state = SearchState(repeats, budget_s, sweep.order_seed)
+    search = Search(state, skipped=list(plan.notes))
+    device = device_class()
+    for planned in plan.trials:
+        base = planned.spec
+        label = f"{base.workload.name}/{base.framework}"
+        if planned.status != "pending":
+            search.skipped.append(f"{label}: {planned.status}: {planned.reason}")
+            continue
+        made = factors(base, device)
+        entries = []
+        for candidate in headroom.phase_one(base.policy.mode, made):
+            spec = candidate_spec(base, candidate)
+            reason = why_not(spec)
+            entries.append(Entry(candidate, 1, status="tried" if reason is None else headroom.UNSUPPORTED,
+                                 reason=reason or ""))
+            search.specs[(len(state.cells), candidate)] = spec
+        metric = workloads.stored_scenario({"workload": {"name": base.workload.name}, "scenario": base.scenario}).headline
+        state.cells.append(Cell(base.workload.name, base.framework, base.policy.mode, metric, tuple(made),
+                                tuple(entries), run_args(base), label, plain_mode))
+    _admit(search, costs)
+    return search
+
+
+def _admit(search: Search, costs: Costs) -> None:
+    """Mark the candidates the budget does not admit `not tried: budget`."""
+    state = search.state
+    tried = [[e for e in c.entries if e.status == "tried"] for c in state.cells]
+    estimates = [[estimate_s(search.specs[(i, e.candidate)], costs)[0] for e in entries]
+                 for i, entries in enumerate(tried)]
+    taken = headroom.admit(estimates, state.repeats, state.budget_s)
+    for i, (cell, entries) in enumerate(zip(state.cells, tried, strict=True)):
+        dropped = {e.candidate for e in entries[taken[i]:]}
+        state.cells[i] = replace(cell, entries=tuple(replace(e, status=headroom.NOT_RUN_BUDGET) if e.candidate in dropped
+                                                     else e for e in cell.entries))
+
+
+def estimate_phase_one_s(search: Search, costs: Costs) -> tuple[float, set[str]]:
+    """(seconds, the estimates' sources) of phase 1 as admitted."""
+    total, sources = 0.0, set()
+    for i, cell in enumerate(search.state.cells):
+        for e in cell.entries:
+            if e.status == "tried":
+                seconds, source = estimate_s(search.specs[(i, e.candidate)], costs)
+                total += search.state.repeats * seconds
+                sources.add(source)
+    return total, sources
+
+
+def candidates_plan(search: Search) -> Plan:
+    """Every candidate's spec: what tells two trials of the search apart in progress lines."""
+    return Plan(trials=[PlannedTrial(spec) for spec in search.specs.values()])
+
+
+def estimate_default_s(search: Search, costs: Costs) -> list[float]:
+    """Each cell's default's estimated seconds per trial."""
+    return [estimate_s(search.specs[(i, Candidate(headroom.DEFAULT, c.mode))], costs)[0]
+            for i, c in enumerate(search.state.cells)]
+
+
+def warm_plan(search: Search) -> Plan:
+    """The defaults, for the untimed warm imports before the first round."""
+    return Plan(trials=[PlannedTrial(search.specs[(i, Candidate(headroom.DEFAULT, c.mode))])
+                        for i, c in enumerate(search.state.cells)])
+
+
+def outcomes(rows: Iterable[TrialRow]) -> dict[int, TrialOutcome]:
+    """Each stored trial's status, headline value and parity verdict, by trial id."""
+    out: dict[int, TrialOutcome] = {}
+    for r in rows:
+        metric = workloads.stored_scenario(r.spec).headline
+        parity = (r.data.get("parity") or {}).get("verdict")
+        out[r.id] = (r.status, r.metrics.get(metric), None if parity is None else str(parity))
+    return out
+
+
+def run_search(store: Store, run_id: int, search: Search, run_trials: RunTrials, progress: Progress,
+               clock: Clock = time.monotonic) -> Outcome:
+    """Phase 1's rounds, then phase 2's where a cell has a combination to try, each round only
+    where it fits the budget (the last round's duration); the state stored after every round."""
+    state = search.state
+    outcome = Outcome()
+    state.stop = None
+    for repeat in range(state.repeats):
+        if not _round(store, run_id, search, 1, repeat, run_trials, progress, clock, outcome):
+            return outcome
+    if state.stop is None:
+        _phase_two(store, run_id, search, run_trials, progress, clock, outcome)
+    _finish(store, run_id, search)
+    return outcome
+
+
+def _round(store: Store, run_id: int, search: Search, phase: int, repeat: int, run_trials: RunTrials,
+           progress: Progress, clock: Clock, outcome: Outcome) -> bool:
+    """One round of the phase's tried entries, where it fits; False when the search stops here
+    (the budget, or an interruption: the state says which)."""
+    state = search.state
+    keys = [(i, e.candidate) for i, c in enumerate(state.cells) for e in c.entries
+            if e.phase == phase and e.status == "tried"]
+    if not keys:
+        return True
+    first = repeat == (0 if phase == 1 else state.repeats)
+    if not first and not headroom.round_fits(state.spent_s, state.round_s, state.budget_s):
+        state.stop = "budget"
+        progress.message(f"tune: phase {phase} stopped before round {repeat + 1}: another round as long as the last"
+                         f" ({state.round_s:.0f} s) would pass the budget of {_minutes(state.budget_s)}"
+                         f" ({_minutes(state.spent_s)} spent)")
+        _finish(store, run_id, search)
+        return False
+    state.phase = phase
+    random.Random(f"{state.order_seed}/tune/{phase}/{repeat}").shuffle(keys)
+    seq = len(store.trials(run_id))
+    trials = []
+    for n, (i, candidate) in enumerate(keys):
+        spec = replace(search.specs[(i, candidate)], repeat=repeat)
+        tid = store.add_trial(run_id, seq + n, spec)
+        _add_trial(state, i, phase, candidate, tid)
+        trials.append((tid, PlannedTrial(spec)))
+    store.set_run_tune(run_id, state.to_dict())
+    progress.message(f"tune: phase {phase}, round {repeat + 1}: {len(trials)} trial(s)")
+    started = clock()
+    part = run_trials(store, run_id, trials, progress)
+    took = clock() - started
+    state.spent_s += took
+    state.round_s = took
+    _merge(outcome, part)
+    if part.interrupted:
+        state.stop = "interrupted"
+        _finish(store, run_id, search)
+        return False
+    store.set_run_tune(run_id, state.to_dict())
+    return True
+
+
+def _add_trial(state: SearchState, cell: int, phase: int, candidate: Candidate, tid: int) -> None:
+    c = state.cells[cell]
+    state.cells[cell] = replace(c, entries=tuple(
+        replace(e, trial_ids=(*e.trial_ids, tid)) if e.phase == phase and e.candidate == candidate else e
+        for e in c.entries))
+
+
+def _phase_two(store: Store, run_id: int, search: Search, run_trials: RunTrials, progress: Progress,
+               clock: Clock, outcome: Outcome) -> None:
+    """Where two or more factors won in phase 1: their combination, with the default and the
+    best single candidate again, R repeats each, only where the whole phase fits the budget."""
+    state = search.state
+    found = outcomes(store.trials(run_id))
+    added = 0
+    for i, cell in enumerate(state.cells):
+        result = headroom.cell_result(cell, found)
+        won = headroom.winners([j for j in result.judged if j.phase == 1], cell.mode)
+        combined = headroom.combination(cell.mode, won, cell.factors)
+        if combined is None:
+            continue
+        single = max(won.values(), key=lambda j: j.speedup or 0.0).candidate
+        base = search.specs[(i, Candidate(headroom.DEFAULT, cell.mode))]
+        search.specs[(i, combined)] = candidate_spec(base, combined)
+        reason = why_not(search.specs[(i, combined)])
+        if reason is not None:  # options that each run but not together
+            progress.message(f"tune: {cell.label}: the combination {combined.settings(cell.framework, cell.mode)}"
+                             f" cannot run: {reason}")
+            state.cells[i] = replace(cell, entries=(*cell.entries, Entry(combined, 2, status=headroom.UNSUPPORTED,
+                                                                         reason=reason)))
+            continue
+        entries = [Entry(combined, 2), Entry(Candidate(headroom.DEFAULT, cell.mode), 2), Entry(single, 2)]
+        state.cells[i] = replace(cell, entries=(*cell.entries, *entries))
+        added += len(entries)
+    if not added:
+        return
+    last_round = sum(1 for c in state.cells for e in c.entries if e.phase == 1 and e.status == "tried")
+    per_trial_s = state.round_s / max(last_round, 1)
+    needed_s = state.repeats * added * per_trial_s
+    if not headroom.round_fits(state.spent_s, needed_s, state.budget_s):
+        state.stop = "budget"
+        for i, cell in enumerate(state.cells):
+            state.cells[i] = replace(cell, entries=tuple(
+                replace(e, status=headroom.NOT_RUN_BUDGET) if e.phase == 2 and e.status == "tried" else e
+                for e in cell.entries))
+        progress.message(f"tune: phase 2 not run: {added} candidate(s) x {state.repeats} repeats would take about"
+                         f" {_minutes(needed_s)} (at phase 1's last round's pace), past the budget of"
+                         f" {_minutes(state.budget_s)} ({_minutes(state.spent_s)} spent)")
+        return
+    state.round_s = per_trial_s * added  # the first phase-2 round's expected duration
+    for repeat in range(state.repeats, 2 * state.repeats):
+        if not _round(store, run_id, search, 2, repeat, run_trials, progress, clock, outcome):
+            return
+
+
+def _finish(store: Store, run_id: int, search: Search) -> None:
+    """The state with why it stopped and what a finding may cite (the measured variants)."""
+    state = search.state
+    if state.stop is None:  # ran to its end; "budget" where the budget left candidates untried
+        cut = any(e.status == headroom.NOT_RUN_BUDGET for c in state.cells for e in c.entries)
+        state.stop = "budget" if cut else "done"
+    found = outcomes(store.trials(run_id))
+    state.measured = [m for c in state.cells for m in headroom.measured_variants(run_id, headroom.cell_result(c, found))]
+    store.set_run_tune(run_id, state.to_dict())
+
+
+def _merge(total: Outcome, part: Outcome) -> None:
+    for status, n in part.statuses.items():
+        total.statuses[status] = total.statuses.get(status, 0) + n
+    total.interrupted |= part.interrupted
+    total.parity_failures += part.parity_failures
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"

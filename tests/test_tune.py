@@ -1,0 +1,454 @@
+"""`dlbench tune` (issue 32): the search's pure rules (order, budget, verdicts, combination, best),
+the search run with a stand-in executor and a fake clock (no process: values and parity chosen
+per candidate), and one tune of the fake backend through the CLI (4 short worker processes) whose
+store the terminal report, the HTML report in headless Chromium and the exports read. No timed
+assertion: the statistics are asserted on values the tests choose."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dlbench.analysis import findings, headroom
+from dlbench.analysis.headroom import Candidate, Cell, Entry, Factor, Judged, Trials
+from dlbench.cli.main import main
+from dlbench.report import model
+from dlbench.results.records import TrialResult
+from dlbench.results.store import Store
+from dlbench.runner import tune
+from dlbench.runner.executor import Outcome, Progress
+from dlbench.runner.plan import Costs, PlannedTrial, Sweep, estimate_s
+from dlbench.spec import configuration_key, to_dict
+
+from cdp import Chromium
+from conftest import TESTS_DIR
+from test_report import RENDERED_CHARTS, _browser
+
+FAST = [100.0, 101.0, 99.0, 100.5]  # a default's samples/s over 4 repeats
+
+
+# --- the pure rules ---------------------------------------------------------------------------
+
+
+def test_the_search_order_is_default_then_declared_variants_then_modes():
+    factors = [Factor("pool", ("reshape",)), Factor(headroom.MODE, ("eager",)), Factor("fmt", ("channels_last", "x"))]
+    names = [c.name for c in headroom.phase_one("compiled", factors)]
+    assert names == ["default", "pool=reshape", "fmt=channels_last", "fmt=x", "mode=eager"]
+    eager = headroom.phase_one("compiled", factors)[-1]
+    assert (eager.mode, eager.options) == ("eager", ())
+    assert headroom.factor_of(eager, "compiled") == ("mode", "eager")
+    assert headroom.factor_of(Candidate("c", "eager", (("pool", "reshape"),)), "compiled") is None
+
+
+def test_the_budget_admits_prefixes_position_by_position():
+    # 2 repeats; cell 0's candidates cost 10 s a trial, cell 1's second 50 s
+    assert headroom.admit([[10, 10, 10], [10, 50]], 2, 100) == [3, 1]  # 20+20, +20, (100 no), +20
+    assert headroom.admit([[10, 10, 10], [10, 50]], 2, 30) == [1, 0]  # cell 1's default does not fit
+    assert headroom.admit([[10, 10], [10, 10]], 1, 1000) == [2, 2]
+    assert headroom.admit([[10]], 1, 5) == [0]
+    assert headroom.round_fits(50, 40, 100) and not headroom.round_fits(70, 40, 100)
+
+
+def _j(name: str, mode: str, options: tuple[tuple[str, str], ...], speedup: float, verdict: str,
+       phase: int = 1) -> Judged:
+    return Judged(Candidate(name, mode, options), phase, 4, "4 ok", "pass", 1.0, speedup=speedup, verdict=verdict)
+
+
+def test_the_combination_takes_the_best_value_of_every_winning_factor():
+    factors = [Factor("pool", ("reshape", "slices")), Factor("fmt", ("cl",), modes=("compiled",)),
+               Factor("wait", ("passive",)), Factor(headroom.MODE, ("eager",))]
+    judged = [_j("default", "compiled", (), 1.0, headroom.DEFAULT),
+              _j("pool=reshape", "compiled", (("pool", "reshape"),), 1.8, headroom.FASTER),
+              _j("pool=slices", "compiled", (("pool", "slices"),), 1.3, headroom.FASTER),
+              _j("fmt=cl", "compiled", (("fmt", "cl"),), 1.1, headroom.FASTER),
+              _j("wait=passive", "compiled", (("wait", "passive"),), 1.5, headroom.UNDECIDED),
+              _j("mode=eager", "eager", (), 1.2, headroom.FASTER)]
+    won = headroom.winners(judged, "compiled")
+    assert {k: j.candidate.name for k, j in won.items()} == {"pool": "pool=reshape", "fmt": "fmt=cl", "mode": "mode=eager"}
+    combined = headroom.combination("compiled", won, factors)
+    # fmt applies in compiled mode only: left out of an eager combination
+    assert combined == Candidate(headroom.COMBINATION, "eager", (("pool", "reshape"),))
+    # one factor won: no combination (the best single candidate is it)
+    assert headroom.combination("compiled", {"pool": won["pool"]}, factors) is None
+    # two options in the default mode
+    assert headroom.combination("compiled", {"pool": won["pool"], "fmt": won["fmt"]}, factors) == \
+        Candidate(headroom.COMBINATION, "compiled", (("fmt", "cl"), ("pool", "reshape")))
+
+
+def test_verdicts_against_the_default_and_a_parity_failure_never_wins():
+    default = Trials(Candidate("default", "eager"), 1, ("ok",) * 4, tuple(FAST), ("pass",) * 4)
+    twice = tuple(2 * v for v in FAST)
+    fast = headroom.judge(default, Trials(Candidate("a=1", "eager", (("a", "1"),)), 1, ("ok",) * 4, twice, ("pass",) * 4),
+                          "samples_per_s")
+    assert fast.verdict == headroom.FASTER and fast.speedup == pytest.approx(2.0)
+    assert fast.low is not None and fast.high is not None and fast.low <= 2.0 <= fast.high and fast.level
+    # the same values, faster still, but one trial failed parity
+    cheat = headroom.judge(default, Trials(Candidate("b=1", "eager", (("b", "1"),)), 1, ("ok",) * 4,
+                                           tuple(3 * v for v in FAST), ("pass", "fail", "pass", "pass")),
+                           "samples_per_s")
+    assert cheat.verdict == headroom.FAILS_PARITY and not cheat.wins
+    crashed = headroom.judge(default, Trials(Candidate("c=1", "eager", (("c", "1"),)), 1, ("ok", "crashed", "ok", "ok"),
+                                             twice[:3], ("pass",) * 3), "samples_per_s")
+    assert crashed.verdict == "crashed" and not crashed.wins
+    same = headroom.judge(default, Trials(Candidate("d=1", "eager", (("d", "1"),)), 1, ("ok",) * 8,
+                                          tuple(FAST * 2), ("pass",) * 8), "samples_per_s")
+    assert same.verdict in (headroom.SAME, headroom.UNDECIDED)
+    # 3 + 3 repeats can never decide (Mann-Whitney's smallest p is 0.1)
+    three = headroom.judge(Trials(default.candidate, 1, ("ok",) * 3, tuple(FAST[:3]), ("pass",) * 3),
+                           Trials(Candidate("a=1", "eager", (("a", "1"),)), 1, ("ok",) * 3, twice[:3], ("pass",) * 3),
+                           "samples_per_s")
+    assert three.verdict == headroom.UNDECIDED and three.more_repeats
+    # a time (lower is better): half the time is a 2x speed-up
+    halved = headroom.judge(Trials(default.candidate, 1, ("ok",) * 4, tuple(FAST), ()),
+                            Trials(Candidate("a=1", "eager", (("a", "1"),)), 1, ("ok",) * 4,
+                                   tuple(v / 2 for v in FAST), ()), "step_s_median")
+    assert halved.verdict == headroom.FASTER and halved.speedup == pytest.approx(2.0)
+    assert headroom.best([cheat, fast, crashed]) is fast
+    assert headroom.best([cheat, crashed]) is None
+
+
+def test_the_best_is_phase_twos_where_it_decided_one_and_the_command_reruns_it():
+    one = _j("pool=reshape", "compiled", (("pool", "reshape"),), 1.9, headroom.FASTER)
+    two = _j(headroom.COMBINATION, "eager", (("pool", "reshape"),), 1.7, headroom.FASTER, phase=2)
+    assert headroom.best([one, two]) is two
+    assert headroom.best([one, _j(headroom.COMBINATION, "eager", (), 1.7, headroom.UNDECIDED, phase=2)]) is one
+    cell = Cell("cnn", "jax", "compiled", "samples_per_s", run_args=("-w", "cnn", "-f", "jax", "--preset", "cpu"))
+    assert headroom.rerun_command(cell, one.candidate) == "dlbench run -w cnn -f jax --preset cpu --option jax.pool=reshape"
+    assert headroom.rerun_command(cell, two.candidate).endswith("--option jax.pool=reshape --mode eager")
+    assert two.candidate.settings("jax", "compiled") == "jax.pool=reshape, mode eager"
+
+
+def test_a_finding_cites_the_variant_measured_for_its_category():
+    ratio = findings.ratio_findings({"jax": {"pooling": 0.0996, "convolution": 0.01},
+                                     "torch": {"pooling": 0.01, "convolution": 0.01}})
+    (f,) = ratio
+    assert f.category == "pooling"
+    measured = [headroom.MeasuredVariant(7, "cnn", "jax", "jax.pool=reshape", ("pooling",), 1.8, "faster"),
+                headroom.MeasuredVariant(3, "cnn", "jax", "jax.pool=slices", ("pooling",), 1.2, "faster"),
+                headroom.MeasuredVariant(8, "mlp", "jax", "jax.pool=other", ("pooling",), 9.0, "faster")]
+    cited = findings.with_variant(f, "cnn", "jax", measured)
+    assert cited.text.startswith(f.text)
+    assert cited.text.endswith("; `jax.pool=reshape` measured 1.80x the default's headline (faster; tune run 7)")
+    assert findings.with_variant(f, "cnn", "torch", measured) == f  # another framework's variant: nothing
+    host = findings.share_findings("jax", {"host overhead and idle": 0.5, "matmul": 0.5})[0]
+    assert host.category == "host overhead and idle" and findings.with_variant(host, "cnn", "jax", measured) == host
+
+
+# --- the search with a stand-in executor and a fake clock --------------------------------------
+
+# samples/s of the fake by candidate: flavour=spicy 2x, compiled 1.5x, kernels=sloppy 3x but it
+# fails parity (the stand-in's choice, mirroring the fake backend's real behaviour).
+def _speed(spec_dict: dict) -> float:
+    options = spec_dict["policy"].get("options") or {}
+    factor = 2.0 if options.get("flavour") == "spicy" else 1.0
+    factor *= 3.0 if options.get("kernels") == "sloppy" else 1.0
+    factor *= 1.5 if spec_dict["policy"]["mode"] == "compiled" else 1.0
+    return factor
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def stand_in(clock: Clock, seconds_per_trial: float, seen: list[tuple[int, int]]):
+    """An executor that runs nothing: each trial ok with the samples/s its options choose (a
+    little spread by repeat), parity failing for kernels=sloppy, and the clock advanced."""
+    def run_trials(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]], progress: Progress) -> Outcome:
+        outcome = Outcome()
+        for tid, planned in trials:
+            spec = to_dict(planned.spec)
+            value = 1000.0 * _speed(spec) * (1 + 0.003 * (planned.spec.repeat % 4))
+            sloppy = (spec["policy"].get("options") or {}).get("kernels") == "sloppy"
+            store.finish_trial(tid, TrialResult(status="ok", metrics={"samples_per_s": value},
+                                                parity={"verdict": "fail" if sloppy else "pass"}))
+            seen.append((tid, planned.spec.repeat))
+            clock.now += seconds_per_trial
+            outcome.count("ok")
+        return outcome
+    return run_trials
+
+
+def _search(repeats: int, budget_s: float) -> tune.Search:
+    sweep = Sweep(frameworks=("fake",), frameworks_explicit=True, modes=("eager",), preset="tiny", dataset_size=64,
+                  batch_sizes=(16,), order_seed=5)
+    return tune.prepare(sweep, repeats, budget_s, Costs(), lambda s: ("-w", "cnn", "-f", "fake", "--preset", "tiny"))
+
+
+@pytest.fixture
+def stored(tmp_path: Path) -> Iterator[tuple[Store, int]]:
+    store = Store(tmp_path / "t.sqlite")
+    run_id = store.create_run("dlbench tune", {}, True, order_seed=5)
+    yield store, run_id
+    store.close()
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_phases_combine_the_winners_and_repeat_indices_continue(stored):
+    store, run_id = stored
+    search = _search(4, 3600)
+    (cell,) = search.state.cells
+    assert [e.candidate.name for e in cell.entries] == ["default", "flavour=spicy", "kernels=sloppy", "mode=compiled"]
+    assert [f.name for f in cell.factors] == ["flavour", "kernels", "mode"]
+    clock, seen = Clock(), []
+    outcome = tune.run_search(store, run_id, search, stand_in(clock, 10.0, seen), Progress(), clock)
+    assert outcome.statuses == {"ok": 28} and not outcome.interrupted  # 4 x 4, then 3 x 4
+    state = headroom.SearchState.from_dict(store.run(run_id)["tune"])
+    assert state.stop == "done" and state.phase == 2 and state.spent_s == pytest.approx(280.0)
+    (cell,) = state.cells
+    rows = {r.id: r for r in store.trials(run_id)}
+    repeats = {(e.candidate.name, e.phase): sorted(rows[t].spec["repeat"] for t in e.trial_ids) for e in cell.entries}
+    assert repeats == {("default", 1): [0, 1, 2, 3], ("flavour=spicy", 1): [0, 1, 2, 3],
+                       ("kernels=sloppy", 1): [0, 1, 2, 3], ("mode=compiled", 1): [0, 1, 2, 3],
+                       ("combination", 2): [4, 5, 6, 7], ("default", 2): [4, 5, 6, 7],
+                       ("flavour=spicy", 2): [4, 5, 6, 7]}
+    # every trial's configuration and repeat is unique in the run; the variants are in the keys
+    pairs = [(configuration_key(r.spec), r.spec["repeat"]) for r in rows.values()]
+    assert len(set(pairs)) == len(pairs) == 28
+    assert len({configuration_key(r.spec) for r in rows.values()}) == 5
+    # rounds interleave: each round holds one repeat of every candidate
+    assert [r for _, r in seen[:4]] == [0] * 4 and [r for _, r in seen[16:19]] == [4] * 3
+    result = headroom.cell_result(cell, tune.outcomes(store.trials(run_id)))
+    verdicts = {(j.candidate.name, j.phase): j.verdict for j in result.judged}
+    assert verdicts[("kernels=sloppy", 1)] == headroom.FAILS_PARITY  # 3x the default, never the best
+    assert verdicts[("flavour=spicy", 1)] == verdicts[("mode=compiled", 1)] == headroom.FASTER
+    best = result.best
+    assert best is not None and best.phase == 2 and best.candidate.name == headroom.COMBINATION
+    assert best.candidate == Candidate(headroom.COMBINATION, "compiled", (("flavour", "spicy"),))
+    assert best.speedup == pytest.approx(3.0, rel=0.01)
+    assert result.command() == "dlbench run -w cnn -f fake --preset tiny --option fake.flavour=spicy"  # compiled: run's default
+    # what a finding may cite: flavour addresses pooling
+    assert [(m.settings, m.addresses) for m in state.measured] == [("fake.flavour=spicy", ("pooling",))] * 2
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_no_round_starts_past_the_budget(stored):
+    """The estimate admits the whole phase 1; the rounds then take 10 s a trial: two rounds fit
+    100 s (40 + 40), a third as long as the last would not; phase 2 never starts."""
+    store, run_id = stored
+    search = _search(4, 100.0)
+    assert all(e.status == "tried" for e in search.state.cells[0].entries)  # the rough estimate: ~1 s a trial
+    clock, seen = Clock(), []
+    outcome = tune.run_search(store, run_id, search, stand_in(clock, 10.0, seen), Progress(), clock)
+    assert outcome.statuses == {"ok": 8}
+    state = headroom.SearchState.from_dict(store.run(run_id)["tune"])
+    assert state.stop == "budget" and state.spent_s == pytest.approx(80.0)
+    assert sorted({r for _, r in seen}) == [0, 1]
+    assert all(e.phase == 1 for e in state.cells[0].entries)
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_candidates_that_do_not_fit_are_not_tried_in_search_order(stored):
+    store, run_id = stored
+    probe = _search(2, 3600)
+    each = [estimate_s(probe.specs[(0, e.candidate)], Costs())[0] for e in probe.state.cells[0].entries]
+    search = _search(2, 2 * (each[0] + each[1]) + 1e-6)  # the default and the first variant
+    entries = search.state.cells[0].entries
+    assert [(e.candidate.name, e.status) for e in entries] == [
+        ("default", "tried"), ("flavour=spicy", "tried"), ("kernels=sloppy", headroom.NOT_RUN_BUDGET),
+        ("mode=compiled", headroom.NOT_RUN_BUDGET)]
+    clock = Clock()
+    tune.run_search(store, run_id, search, stand_in(clock, 0.0, []), Progress(), clock)
+    result = headroom.cell_result(headroom.SearchState.from_dict(store.run(run_id)["tune"]).cells[0],
+                                  tune.outcomes(store.trials(run_id)))
+    assert [(j.candidate.name, j.verdict) for j in result.judged][2:] == [
+        ("kernels=sloppy", headroom.NOT_RUN_BUDGET), ("mode=compiled", headroom.NOT_RUN_BUDGET)]
+
+
+def test_search_state_round_trips_through_json():
+    state = headroom.SearchState(4, 3600.0, 9, cells=[Cell("cnn", "jax", "compiled", "samples_per_s",
+                                                            (Factor("pool", ("reshape",), addresses=("pooling",)),),
+                                                            (Entry(Candidate("default", "compiled"), 1, (3, 4)),),
+                                                            ("-w", "cnn"), "cnn/jax")])
+    again = headroom.SearchState.from_dict(json.loads(json.dumps(state.to_dict())))
+    assert again == state
+
+
+# --- bad input ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--budget", "soon"], "tune --budget 'soon' is not a duration such as 90s, 30min or 2h"),
+    (["--budget", "0s"], "tune --budget '0s' is not a duration"),
+    (["--repeats", "auto"], "tune --repeats 'auto' is not a whole number from 1 to 1000"),
+    (["--repeats", "0"], "tune --repeats '0' is not a whole number"),
+    (["--mode", "eager,compiled"], "tune --mode eager,compiled: give one mode"),
+    (["-f", "nosuch"], "nosuch"),
+    (["-w", "nosuch", "-f", "fake"], "nosuch"),
+    (["-f", "fake", "--mode", "fast"], "mode 'fast' is not one of"),
+    (["-f", "fake", "--mode", "eager", "--budget", "1s"], "tune --budget 1s admits no trial: a default alone needs about"),
+])
+@pytest.mark.usefixtures("fake_env")
+def test_bad_tune_input_is_one_line_exit_2(tmp_path, capsys, argv, msg):
+    assert main(["tune", *argv, "--store", str(tmp_path / "s.sqlite")]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("dlbench: error: ") and captured.err.count("\n") == 1
+    assert msg in captured.err and "Traceback" not in captured.err
+    path = tmp_path / "s.sqlite"
+    if path.exists():  # refused before a run was made
+        db = sqlite3.connect(path)
+        assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+        db.close()
+
+
+# --- one tune of the fake backend through the CLI ----------------------------------------------
+
+TINY = ["--mode", "eager", "--preset", "tiny", "--dataset-size", "64", "-b", "16", "--epochs", "1"]
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory, _cache_dir: Path) -> Iterator[tuple[str, str]]:
+    """`dlbench tune -f fake --repeats 1`: 4 candidates, one worker process each (about 6 s)."""
+    path = tmp_path_factory.mktemp("tune") / "t.sqlite"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DLBENCH_BACKENDS", "fake=fake_backend:FakeBackend")
+        mp.setenv("PYTHONPATH", os.pathsep.join([str(TESTS_DIR), os.environ.get("PYTHONPATH", "")]))
+        mp.setenv("DLBENCH_LOCK", str(path.with_suffix(".lock")))
+        mp.syspath_prepend(str(TESTS_DIR))
+        mp.setenv("FAKE_BEHAVIOUR", "ok")
+        mp.setenv("DLBENCH_REFERENCE_FRAMEWORK", "fake")
+        mp.setenv("DLBENCH_CACHE_DIR", str(_cache_dir / "fake"))  # the session's fake references (conftest)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = main(["tune", "-f", "fake", *TINY, "--repeats", "1", "--budget", "30min", "--store", str(path)])
+        assert code == 0, out.getvalue()
+        yield str(path), out.getvalue()
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_tune_states_its_plan_and_reports_every_candidate(tuned, capsys):
+    path, out = tuned
+    assert "dlbench tune: 1 cell(s), 4 candidate(s) in phase 1, 4 trial(s) (1 repeats each), estimated" in out
+    assert "budget 30 min" in out
+    assert "cnn/fake eager: default, flavour=spicy, kernels=sloppy, mode=compiled" in out
+    assert "note: with 1 repeat(s) per candidate no candidate can be decided faster" in out
+    assert "headroom: each framework as commonly written" in out and "default: no variant decided faster" in out
+    with Store(path) as store:
+        rows = store.trials(1)
+        state = headroom.SearchState.from_dict(store.run(1)["tune"])
+        assert store.run(1)["command"].startswith("dlbench tune -f fake")
+    assert state.stop == "done" and len(rows) == 4 and {r.status for r in rows} == {"ok"}
+    sloppy = next(r for r in rows if (r.spec["policy"].get("options") or {}).get("kernels") == "sloppy")
+    assert sloppy.data["parity"]["verdict"] == "fail"  # the fake's sloppy kernels: off by 1 %
+    assert "fails parity" in out
+    # the headline (model) holds the default only; the report shows the headroom tables again
+    with Store(path) as store:
+        report = model.load(store, [1])
+    assert [c.axes["options"] for c in report.configs] == ["–"]
+    assert main(["report", "1", "--store", path]) == 0
+    again = capsys.readouterr().out
+    assert "headroom: each framework" in again and "candidates: every setting" in again
+    assert "fake.kernels=sloppy" in again
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_tune_runs_export_their_options(tuned, tmp_path, capsys):
+    path, _ = tuned
+    assert main(["export", "1", "--format", "csv", "--store", path]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    options = {r["options"] for r in rows}
+    assert {"", "flavour=spicy", "kernels=sloppy"} <= options
+    assert main(["export", "1", "--format", "json", "--store", path]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    text = json.dumps(exported)
+    assert '"flavour": "spicy"' in text and '"kernels": "sloppy"' in text
+    pytest.importorskip("pyarrow")
+    out = tmp_path / "pq"
+    assert main(["export", "1", "--format", "parquet", "-o", str(out), "--store", path]) == 0
+    import pyarrow.parquet as pq
+
+    tables = [pq.read_table(p).to_pylist() for p in sorted(out.glob("*.parquet"))]
+    assert any("kernels=sloppy" in {str(r.get("options")) for r in t} for t in tables)
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_compare_refuses_a_variant_against_the_default_without_force(tuned, tmp_path, capsys):
+    """The tune run exported and split into its default's and its flavour=spicy trials (no new
+    process): compare names the policy difference either way round, and compares with --force."""
+    path, _ = tuned
+    assert main(["export", "1", "--format", "json", "--store", path]) == 0
+    exported = json.loads(capsys.readouterr().out)
+
+    def part(name: str, keep: dict[str, str]) -> str:
+        runs = [{**r, "trials": [t for t in r["trials"] if (t["spec"]["policy"].get("options") or {}) == keep
+                                 and t["spec"]["policy"]["mode"] == "eager"]} for r in exported["runs"]]
+        out = tmp_path / name
+        out.write_text(json.dumps({**exported, "runs": runs}))
+        return str(out)
+
+    default, spicy = part("default.json", {}), part("spicy.json", {"flavour": "spicy"})
+    for base, new, change in ((default, spicy, "{} -> {'flavour': 'spicy'}"), (spicy, default, "{'flavour': 'spicy'} -> {}")):
+        assert main(["compare", base, new]) == 2
+        err = capsys.readouterr().err
+        assert f"the policy differs: cnn/fake/eager b16 s0: policy options {change}" in err, err
+    assert main(["compare", default, spicy, "--force"]) in (0, 4)
+
+
+def test_headroom_chart_in_headless_chromium(tuned, tmp_path, capsys):
+    browser = _browser()
+    path, _ = tuned
+    html = tmp_path / "tune.html"
+    assert main(["report", "1", "--store", path, "--html", str(html)]) == 0
+    b = Chromium(browser)
+    try:
+        b.open(html)
+        rendered = b.evaluate(RENDERED_CHARTS)
+        text = b.evaluate("document.body.innerText")
+        traces = b.evaluate("document.querySelectorAll('#chart-headroom .main-svg .trace').length")
+    finally:
+        b.close()
+    assert b.errors() == []
+    assert rendered.get("headroom", 0) >= 1, rendered
+    assert traces >= 1  # one per framework: the fake's
+    assert "Headroom" in text and "Candidates" in text and "fails parity" in text
+
+
+def test_the_real_jax_variants_become_validated_candidates():
+    """JAX's declared variants on the cnn: the search tries their values as `--option`s, each
+    validated like any trial; a variant with companions (loop=scan needs several steps per
+    call) carries them; JAX has one mode, so no mode factor. Nothing runs."""
+    from dlbench.backends import get_backend
+
+    ok, why = get_backend("jax").available()
+    if not ok:
+        pytest.skip(why)
+    sweep = Sweep(workloads=("cnn",), frameworks=("jax",), frameworks_explicit=True, preset="tiny")
+    search = tune.prepare(sweep, 4, 3600, Costs(), lambda s: ("-w", "cnn", "-f", "jax", "--preset", "tiny"))
+    (cell,) = search.state.cells
+    names = [e.candidate.name for e in cell.entries]
+    assert names[0] == "default" and "pool=reshape" in names and "loop=scan" in names
+    assert all(e.status == "tried" for e in cell.entries)
+    assert not any(n.startswith("mode=") for n in names)
+    by_name = {e.candidate.name: e.candidate for e in cell.entries}
+    assert search.specs[(0, by_name["pool=reshape"])].policy.options == {"pool": "reshape"}
+    scan = by_name["loop=scan"]
+    assert search.specs[(0, scan)].policy.options == {"loop": "scan", "steps_per_call": "8"}
+    assert headroom.factor_of(scan, "compiled") == ("loop", "scan")
+    assert headroom.rerun_command(cell, by_name["pool=reshape"]) == \
+        "dlbench run -w cnn -f jax --preset tiny --option jax.pool=reshape"
+
+
+@pytest.mark.slow
+def test_a_real_tune_of_the_jax_mlp_finishes(tmp_path, capsys):
+    """A real framework, tiny preset, 2 repeats: the search runs, stores and reports (no timing
+    asserted; with JAX's declared variants it tries each, without any only the default)."""
+    pytest.importorskip("jax")
+    store = str(tmp_path / "real.sqlite")
+    assert main(["tune", "-w", "mlp", "-f", "jax", "--preset", "tiny", "--repeats", "2", "--budget", "10min",
+                 "--allow-concurrent", "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert "dlbench tune: 1 cell(s)" in out and "headroom: each framework" in out
+    with Store(store) as s:
+        state = headroom.SearchState.from_dict(s.run(1)["tune"])
+        assert state.stop in ("done", "budget") and s.statuses(1).get("ok", 0) >= 2
