@@ -50,6 +50,13 @@ class Outcome:
     def count(self, status: str) -> None:
         self.statuses[status] = self.statuses.get(status, 0) + 1
 
+    def add(self, part: Outcome) -> None:
+        """Fold in the outcome of a later batch of the same run (a round, a search phase)."""
+        for status, n in part.statuses.items():
+            self.statuses[status] = self.statuses.get(status, 0) + n
+        self.interrupted |= part.interrupted
+        self.parity_failures += part.parity_failures
+
 
 def settled(trials: list[tuple[int, PlannedTrial]]) -> tuple[Outcome, list[tuple[int, PlannedTrial]]]:
     """The outcome so far (trials the plan already settled: unsupported, skipped) and the

@@ -120,7 +120,7 @@ def run_rounds(store: Store, run_id: int, rule: repeats.RepeatRule, state: AutoS
     while True:
         started = time.monotonic()
         if trials:
-            _merge(outcome, run_trials(store, run_id, trials, progress))
+            outcome.add(run_trials(store, run_id, trials, progress))
             took = time.monotonic() - started
             state.spent_s += took
             state.round_s = took / max(1, len({p.spec.repeat for _, p in trials}))
@@ -136,10 +136,3 @@ def run_rounds(store: Store, run_id: int, rule: repeats.RepeatRule, state: AutoS
             return outcome
         trials = next_round(store, run_id, judgement.rounds, order_seed)
         store.set_run_repeats(run_id, state.to_dict())
-
-
-def _merge(total: Outcome, part: Outcome) -> None:
-    for status, n in part.statuses.items():
-        total.statuses[status] = total.statuses.get(status, 0) + n
-    total.interrupted |= part.interrupted
-    total.parity_failures += part.parity_failures

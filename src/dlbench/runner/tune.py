@@ -214,7 +214,7 @@ def _round(store: Store, run_id: int, search: Search, phase: int, repeat: int, r
     took = clock() - started
     state.spent_s += took
     state.round_s = took
-    _merge(outcome, part)
+    outcome.add(part)
     if part.interrupted:
         state.stop = "interrupted"
         _finish(store, run_id, search)
@@ -287,12 +287,6 @@ def _finish(store: Store, run_id: int, search: Search) -> None:
     state.measured = [m for c in state.cells for m in headroom.measured_variants(run_id, headroom.cell_result(c, found))]
     store.set_run_tune(run_id, state.to_dict())
 
-
-def _merge(total: Outcome, part: Outcome) -> None:
-    for status, n in part.statuses.items():
-        total.statuses[status] = total.statuses.get(status, 0) + n
-    total.interrupted |= part.interrupted
-    total.parity_failures += part.parity_failures
 
 
 def _minutes(seconds: float) -> str:
