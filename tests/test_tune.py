@@ -233,19 +233,39 @@ def test_phases_combine_the_winners_and_repeat_indices_continue(stored):
 
 
 @pytest.mark.usefixtures("fake_env")
-def test_no_round_starts_past_the_budget(stored):
-    """The estimate admits the whole phase 1; the rounds then take 10 s a trial: two rounds fit
-    100 s (40 + 40), a third as long as the last would not; phase 2 never starts."""
+def test_a_first_round_slower_than_its_estimate_drops_candidates_so_the_rest_get_every_repeat(stored):
+    """The estimate (~1 s a trial) admits the whole phase 1; the first round then takes 10 s a
+    trial (40 s of a 100 s budget): admitted again at the measured pace, the default and the
+    first variant fit their 3 remaining repeats (60 s), the others are dropped with the reason;
+    no round passes the budget; phase 2 never starts."""
     store, run_id = stored
     search = _search(4, 100.0)
     assert all(e.status == "tried" for e in search.state.cells[0].entries)  # the rough estimate: ~1 s a trial
     clock, seen = Clock(), []
     outcome = tune.run_search(store, run_id, search, stand_in(clock, 10.0, seen), Progress(), clock)
-    assert outcome.statuses == {"ok": 8}
+    assert outcome.statuses == {"ok": 4 + 3 * 2}
     state = headroom.SearchState.from_dict(store.run(run_id)["tune"])
-    assert state.stop == "budget" and state.spent_s == pytest.approx(80.0)
-    assert sorted({r for _, r in seen}) == [0, 1]
-    assert all(e.phase == 1 for e in state.cells[0].entries)
+    assert state.stop == "budget" and state.spent_s == pytest.approx(100.0)
+    (cell,) = state.cells
+    assert [(e.candidate.name, e.status, len(e.trial_ids)) for e in cell.entries] == [
+        ("default", "tried", 4), ("flavour=spicy", "tried", 4),
+        ("kernels=sloppy", headroom.NOT_RUN_BUDGET, 1), ("mode=compiled", headroom.NOT_RUN_BUDGET, 1)]
+    assert "dropped after round 1 of 4" in cell.entries[2].reason
+    result = headroom.cell_result(cell, tune.outcomes(store.trials(run_id)))
+    verdicts = {j.candidate.name: j.verdict for j in result.judged}
+    assert verdicts["flavour=spicy"] == headroom.FASTER and verdicts["mode=compiled"] == headroom.NOT_RUN_BUDGET
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_a_first_round_within_its_estimate_keeps_every_candidate(stored):
+    """The same search at the estimate's own pace: nothing is dropped after round 1."""
+    store, run_id = stored
+    search = _search(4, 3600.0)
+    per_trial = max(search.estimates.values())
+    clock = Clock()
+    tune.run_search(store, run_id, search, stand_in(clock, per_trial * 0.5, []), Progress(), clock)
+    state = headroom.SearchState.from_dict(store.run(run_id)["tune"])
+    assert all(e.status == "tried" and len(e.trial_ids) == 4 for e in state.cells[0].entries if e.phase == 1)
 
 
 @pytest.mark.usefixtures("fake_env")

@@ -38,6 +38,8 @@ class Search:
     state: SearchState
     specs: dict[tuple[int, Candidate], TrialSpec] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
+    # Each admitted candidate's estimated seconds per trial (the first round corrects them).
+    estimates: dict[tuple[int, Candidate], float] = field(default_factory=dict)
 
     @property
     def trials_phase_one(self) -> int:
@@ -119,6 +121,9 @@ def _admit(search: Search, costs: Costs) -> None:
     tried = [[e for e in c.entries if e.status == "tried"] for c in state.cells]
     estimates = [[estimate_s(search.specs[(i, e.candidate)], costs)[0] for e in entries]
                  for i, entries in enumerate(tried)]
+    for i, entries in enumerate(tried):
+        for e, seconds in zip(entries, estimates[i], strict=True):
+            search.estimates[(i, e.candidate)] = seconds
     taken = headroom.admit(estimates, state.repeats, state.budget_s)
     for i, (cell, entries) in enumerate(zip(state.cells, tried, strict=True)):
         dropped = {e.candidate for e in entries[taken[i]:]}
@@ -175,6 +180,8 @@ def run_search(store: Store, run_id: int, search: Search, run_trials: RunTrials,
     for repeat in range(state.repeats):
         if not _round(store, run_id, search, 1, repeat, run_trials, progress, clock, outcome):
             return outcome
+        if repeat == 0 and state.repeats > 1:
+            _readmit(store, run_id, search, progress)
     if state.stop is None:
         _phase_two(store, run_id, search, run_trials, progress, clock, outcome)
     _finish(store, run_id, search)
@@ -221,6 +228,35 @@ def _round(store: Store, run_id: int, search: Search, phase: int, repeat: int, r
         return False
     store.set_run_tune(run_id, state.to_dict())
     return True
+
+
+def _readmit(store: Store, run_id: int, search: Search, progress: Progress) -> None:
+    """After phase 1's first round: where it took longer than the estimates said, admit again
+    with the estimates scaled by the measured ratio, for the rounds left and the budget left,
+    so that the candidates kept get every repeat (without this a low estimate let the first
+    round eat the budget, and every candidate ended with one repeat, decided nothing). The
+    defaults always stay; a dropped candidate keeps its first trial, unjudged."""
+    state = search.state
+    tried = [[e for e in c.entries if e.phase == 1 and e.status == "tried"] for c in state.cells]
+    estimated = sum(search.estimates.get((i, e.candidate), 0.0) for i, entries in enumerate(tried) for e in entries)
+    if estimated <= 0 or state.round_s <= estimated:
+        return
+    scale = state.round_s / estimated
+    scaled = [[scale * search.estimates.get((i, e.candidate), 0.0) for e in entries] for i, entries in enumerate(tried)]
+    taken = headroom.admit(scaled, state.repeats - 1, state.budget_s - state.spent_s)
+    reason = (f"dropped after round 1 of {state.repeats}: the round took {scale:.1f}x its estimate, so the budget"
+              " holds fewer candidates (its first trial is kept, not judged)")
+    dropped = 0
+    for i, (cell, entries) in enumerate(zip(state.cells, tried, strict=True)):
+        gone = {e.candidate for e in entries[max(1, taken[i]):]}
+        dropped += len(gone)
+        state.cells[i] = replace(cell, entries=tuple(
+            replace(e, status=headroom.NOT_RUN_BUDGET, reason=reason) if e.phase == 1 and e.candidate in gone else e
+            for e in cell.entries))
+    if dropped:
+        progress.message(f"tune: the first round took {scale:.1f}x its estimate: {dropped} candidate(s) dropped so"
+                         " that the others get every repeat within the budget")
+        store.set_run_tune(run_id, state.to_dict())
 
 
 def _add_trial(state: SearchState, cell: int, phase: int, candidate: Candidate, tid: int) -> None:
