@@ -89,7 +89,7 @@ def test_spec_validation_names_the_bad_value():
                        (replace(ort, policy=Policy(options={"level": "all"})),
                         r"onnxruntime has no option 'level' \(its options: optimization\)"),
                        (replace(base, policy=Policy(options={"optimization": "all"})),
-                        r"torch has no option 'optimization' \(its options: memory_format, compile_mode, ")):
+                        r"torch has no option 'optimization' \(its options: memory_format, optimizer, compile_scope, ")):
         with pytest.raises(SpecError, match=match):
             support.validate(bad)
 
