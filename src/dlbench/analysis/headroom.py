@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import shlex
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from dlbench.analysis import compare, stats
 from dlbench.analysis.metrics import higher_is_better
@@ -470,3 +470,28 @@ class SearchState:
                    float(d.get("spent_s", 0.0)), float(d.get("round_s", 0.0)), d.get("stop"),
                    [Cell.from_dict(c) for c in d.get("cells", ())],
                    [MeasuredVariant.from_dict(m) for m in d.get("measured", ())])
+
+
+class StoredTrial(Protocol):
+    """What outcomes() reads of a stored trial (the store's TrialRow, the report's Trial)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def spec(self) -> dict[str, Any]: ...
+    @property
+    def data(self) -> dict[str, Any]: ...
+    @property
+    def metrics(self) -> Mapping[str, Any]: ...
+
+
+def outcomes(trials: Iterable[StoredTrial], headline: Callable[[dict[str, Any]], str]) -> dict[int, TrialOutcome]:
+    """Each stored trial's status, headline value (`headline(spec)` names the metric) and
+    parity verdict, by trial id."""
+    out: dict[int, TrialOutcome] = {}
+    for t in trials:
+        parity = (t.data.get("parity") or {}).get("verdict")
+        out[t.id] = (t.status, t.metrics.get(headline(t.spec)), None if parity is None else str(parity))
+    return out

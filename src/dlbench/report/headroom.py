@@ -25,13 +25,8 @@ RULE_NOTE = ("speed-up: the candidate's median headline over the default's of th
 
 
 def outcomes(trials: Iterable[Trial]) -> dict[int, TrialOutcome]:
-    """Each trial's status, headline value and parity verdict, by id (as runner/tune.py reads the store)."""
-    out: dict[int, TrialOutcome] = {}
-    for t in trials:
-        metric = workloads.stored_scenario(t.spec).headline
-        parity = (t.data.get("parity") or {}).get("verdict")
-        out[t.id] = (t.status, t.metrics.get(metric), None if parity is None else str(parity))
-    return out
+    """Each stored trial's status, headline value and parity verdict, by trial id."""
+    return headroom.outcomes(trials, lambda spec: workloads.stored_scenario(spec).headline)
 
 
 def searches(report: Report) -> list[tuple[int, SearchState, CellResult]]:

@@ -162,12 +162,7 @@ def warm_plan(search: Search) -> Plan:
 
 def outcomes(rows: Iterable[TrialRow]) -> dict[int, TrialOutcome]:
     """Each stored trial's status, headline value and parity verdict, by trial id."""
-    out: dict[int, TrialOutcome] = {}
-    for r in rows:
-        metric = workloads.stored_scenario(r.spec).headline
-        parity = (r.data.get("parity") or {}).get("verdict")
-        out[r.id] = (r.status, r.metrics.get(metric), None if parity is None else str(parity))
-    return out
+    return headroom.outcomes(rows, lambda spec: workloads.stored_scenario(spec).headline)
 
 
 def run_search(store: Store, run_id: int, search: Search, run_trials: RunTrials, progress: Progress,

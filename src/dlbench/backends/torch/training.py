@@ -17,9 +17,9 @@ from dlbench.spec import Numerics, Policy
 def make_optimizer(parameters: Iterable[torch.Tensor], n: Numerics, policy: Policy) -> torch.optim.Adam:
     """Adam over `parameters` with every value of the numerics block passed explicitly, on the
     implementation the policy's `optimizer` option names (settings.py). The default, fused=True:
-    one ATen kernel per parameter, several times faster than the foreach and for-loop paths on
-    CPU; torch.compile leaves it untraced ("don't trace into fused optimizer"), which is also
-    faster than Inductor's code for the traced foreach path."""
+    one ATen kernel per parameter; torch.compile leaves it untraced ("don't trace into fused
+    optimizer"). On the compiled cpu cnn the whole step with foreach or for-loop Adam measured
+    within 6-7 % of it, undecided at 4 repeats (docs/benchmarks.md, Headroom)."""
     fused, foreach = settings.optimizer_flags(policy)
     return torch.optim.Adam(
         list(parameters),
