@@ -153,10 +153,13 @@ def test_standard_load_records_loadgen_settings_summaries_and_early_stopping(tmp
 
 @pytest.mark.usefixtures("fake_env")
 def test_server_sweep_finds_a_qps_that_meets_the_bound(tmp_path):
-    r = _judged(tmp_path, _infer(infer_requests=200, infer_budget_s=3.0, infer_load="server", p99_bound_ms=50.0))
+    # A bound the fake meets at its start rate even on a busy machine (the suite runs two test
+    # processes): at 50 ms a loaded first test could fail, and the rate floor of a 3 s budget
+    # (1100 queries) then leaves the sweep no lower rate to try.
+    r = _judged(tmp_path, _infer(infer_requests=200, infer_budget_s=3.0, infer_load="server", p99_bound_ms=500.0))
     m = r.metrics
     assert m["server_tests"] >= 2 and m["server_max_qps"] is not None and m["server_valid"] == 1.0
-    assert m["server_latency_p99_s"] <= 0.05 and m["server_achieved_qps"] > 0
+    assert m["server_latency_p99_s"] <= 0.5 and m["server_achieved_qps"] > 0
     assert m.get("infer_samples_per_s") is None  # no Offline test under --load server
     offered = [q for q, _ in r.series["server_latency_p99_s"]]
     assert offered == sorted(offered) and len(offered) == m["server_tests"]
