@@ -333,6 +333,37 @@ def test_lm_perplexity_target_below_reach_stops_at_the_budget_naming_the_metric(
     assert "target <= 1.01)" in r.notes["steps_to_target"]
 
 
+def test_an_lm_converge_run_is_charted_by_its_perplexity_not_its_accuracy(tmp_path, monkeypatch):
+    """lm's default target is a perplexity: its curves chart that (log axis, the target dashed),
+    and the accuracy chart, whose target it has not, leaves it out."""
+    pytest.importorskip("plotly")
+    from dlbench.report import figures
+
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "learn")
+    monkeypatch.setenv("FAKE_LEARN_STEPS", "20")
+    target = (_fake_lm_perplexity(8, 20) + _fake_lm_perplexity(12, 20)) / 2
+    store = str(tmp_path / "lm.sqlite")
+    assert main(["run", "-w", "lm", "-f", "fake", "--mode", "eager", "--preset", "tiny", "--dataset-size", "64",
+                 "--batch-size", "8", "--repeats", "1", "--scenario", "converge", "--target-perplexity", str(target),
+                 "--eval-every", "4", "--max-steps", "40", "--chunk-steps", "4", "--store", store]) == 0
+    report = model.load(Store(store), [1])
+    assert figures.convergence(report) is None
+    chart = figures.convergence_perplexity(report)
+    assert chart is not None and chart.id == "convergence-perplexity"
+    [(_, trial)] = list(report.trials())
+    by_step, by_time = (trace for trace in chart.figure["data"])
+    assert list(by_step["y"]) == [v for _, v in trial.series["eval_perplexity"]]
+    assert list(by_time["y"]) == [v for _, v in trial.series["eval_perplexity_by_time"]]
+    assert list(by_step["y"])[-1] <= target < list(by_step["y"])[0]
+    layout = chart.figure["layout"]
+    assert layout["yaxis"]["type"] == "log" and layout["shapes"]
+    assert all(shape["y0"] == pytest.approx(target) for shape in layout["shapes"])  # the target, in each subplot
+    html = tmp_path / "lm.html"
+    assert main(["report", "all", "--store", store, "--html", str(html)]) == 0
+    page = html.read_text()
+    assert "id='chart-convergence-perplexity'" in page and "id='chart-convergence'" not in page
+
+
 def test_plan_gives_lm_its_default_perplexity_target_per_seed():
     from dlbench.workloads import lm
 
