@@ -278,12 +278,97 @@ def test_candidates_that_do_not_fit_are_not_tried_in_search_order(stored):
     assert [(e.candidate.name, e.status) for e in entries] == [
         ("default", "tried"), ("flavour=spicy", "tried"), ("kernels=sloppy", headroom.NOT_RUN_BUDGET),
         ("mode=compiled", headroom.NOT_RUN_BUDGET)]
-    clock = Clock()
-    tune.run_search(store, run_id, search, stand_in(clock, 0.0, []), Progress(), clock)
+    clock = Clock()  # at the estimates' own pace: round 1 admits neither more nor fewer
+    tune.run_search(store, run_id, search, stand_in(clock, (each[0] + each[1]) / 2, []), Progress(), clock)
     result = headroom.cell_result(headroom.SearchState.from_dict(store.run(run_id)["tune"]).cells[0],
                                   tune.outcomes(store.trials(run_id)))
     assert [(j.candidate.name, j.verdict) for j in result.judged][2:] == [
         ("kernels=sloppy", headroom.NOT_RUN_BUDGET), ("mode=compiled", headroom.NOT_RUN_BUDGET)]
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_a_first_round_faster_than_its_estimate_admits_the_candidates_left_out(stored):
+    """The budget admits the default and the first variant by the (cautious) estimates; round 1
+    then runs at a tenth of them: the two left out are admitted with 4 repeats each, in rounds
+    2-4 and a catch-up round with the default, so every candidate is judged; repeat indices stay
+    unique and phase 2 continues after the catch-up."""
+    store, run_id = stored
+    probe = _search(4, 3600)
+    each = [estimate_s(probe.specs[(0, e.candidate)], Costs())[0] for e in probe.state.cells[0].entries]
+    search = _search(4, 4 * (each[0] + each[1]) + 1e-6)
+    assert [e.status for e in search.state.cells[0].entries] == ["tried", "tried", headroom.NOT_RUN_BUDGET,
+                                                                 headroom.NOT_RUN_BUDGET]
+    clock, seen = Clock(), []
+    pace = 0.1 * (each[0] + each[1]) / 2
+    outcome = tune.run_search(store, run_id, search, stand_in(clock, pace, seen), Progress(), clock)
+    state = headroom.SearchState.from_dict(store.run(run_id)["tune"])
+    (cell,) = state.cells
+    rows = {r.id: r for r in store.trials(run_id)}
+    repeats = {(e.candidate.name, e.phase): sorted(rows[t].spec["repeat"] for t in e.trial_ids) for e in cell.entries}
+    assert repeats == {("default", 1): [0, 1, 2, 3, 4], ("flavour=spicy", 1): [0, 1, 2, 3],
+                       ("kernels=sloppy", 1): [1, 2, 3, 4], ("mode=compiled", 1): [1, 2, 3, 4],
+                       ("combination", 2): [5, 6, 7, 8], ("default", 2): [5, 6, 7, 8],
+                       ("flavour=spicy", 2): [5, 6, 7, 8]}
+    assert outcome.statuses == {"ok": 2 + 3 * 4 + 3 + 3 * 4}
+    assert [r for _, r in seen[14:17]] == [4] * 3  # the catch-up round: the two admitted late and the default
+    pairs = [(configuration_key(r.spec), r.spec["repeat"]) for r in rows.values()]
+    assert len(set(pairs)) == len(pairs)
+    assert state.stop == "done" and clock.now <= state.budget_s
+    verdicts = {(j.candidate.name, j.phase): j.verdict
+                for j in headroom.cell_result(cell, tune.outcomes(store.trials(run_id))).judged}
+    assert verdicts[("kernels=sloppy", 1)] == headroom.FAILS_PARITY
+    assert verdicts[("mode=compiled", 1)] == verdicts[("flavour=spicy", 1)] == headroom.FASTER
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_a_faster_first_round_admits_only_what_fits_the_budget_left(stored):
+    """At 0.7 of the estimates' pace the budget left holds the remaining repeats of the two
+    admitted, the catch-up's default, but not 4 repeats of another candidate: nothing more."""
+    store, run_id = stored
+    probe = _search(4, 3600)
+    each = [estimate_s(probe.specs[(0, e.candidate)], Costs())[0] for e in probe.state.cells[0].entries]
+    search = _search(4, 4 * (each[0] + each[1]) + 1e-6)
+    pace = 0.7 * (each[0] + each[1]) / 2
+    scale = 2 * pace / (each[0] + each[1])
+    left = search.state.budget_s - 2 * pace - 3 * 2 * pace  # after round 1 and the two's other repeats
+    assert 4 * scale * each[2] > left - pace  # the next candidate's 4 repeats, beside the catch-up's default
+    clock = Clock()
+    tune.run_search(store, run_id, search, stand_in(clock, pace, []), Progress(), clock)
+    (cell,) = headroom.SearchState.from_dict(store.run(run_id)["tune"]).cells
+    assert [(e.candidate.name, e.status, len(e.trial_ids)) for e in cell.entries if e.phase == 1] == [
+        ("default", "tried", 4), ("flavour=spicy", "tried", 4),
+        ("kernels=sloppy", headroom.NOT_RUN_BUDGET, 0), ("mode=compiled", headroom.NOT_RUN_BUDGET, 0)]
+    assert clock.now <= 4 * (each[0] + each[1]) + 1e-6
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_candidates_admitted_after_round_1_take_every_cells_default_first(stored):
+    """Two cells (cnn and mlp on the fake), the budget admitting cnn's default alone; round 1
+    runs fast enough for one more candidate: mlp's default, not cnn's first variant (a cell
+    without its default judges nothing)."""
+    store, run_id = stored
+    sweep = Sweep(workloads=("cnn", "mlp"), frameworks=("fake",), frameworks_explicit=True, modes=("eager",),
+                  preset="tiny", dataset_size=64, batch_sizes=(16,), order_seed=5)
+
+    def prepare(budget_s: float) -> tune.Search:
+        return tune.prepare(sweep, 4, budget_s, Costs(), lambda s: ("-w", s.workload.name, "-f", "fake"))
+
+    probe = prepare(3600)
+    est = [[estimate_s(probe.specs[(i, e.candidate)], Costs())[0] for e in c.entries]
+           for i, c in enumerate(probe.state.cells)]
+    budget = 4 * est[0][0] + 1e-6
+    search = prepare(budget)
+    assert [[e.status for e in c.entries][:2] for c in search.state.cells] == [
+        ["tried", headroom.NOT_RUN_BUDGET], [headroom.NOT_RUN_BUDGET, headroom.NOT_RUN_BUDGET]]
+    scale = 0.38
+    left = budget - 4 * scale * est[0][0] - scale * est[0][0]  # its rounds and the catch-up's default
+    assert 4 * scale * est[1][0] <= left < 4 * scale * (est[1][0] + min(est[0][1], est[1][1]))  # room for one
+    clock = Clock()
+    tune.run_search(store, run_id, search, stand_in(clock, scale * est[0][0], []), Progress(), clock)
+    cells = headroom.SearchState.from_dict(store.run(run_id)["tune"]).cells
+    assert [[(e.candidate.name, e.status, len(e.trial_ids)) for e in c.entries][:2] for c in cells] == [
+        [("default", "tried", 4), ("flavour=spicy", headroom.NOT_RUN_BUDGET, 0)],
+        [("default", "tried", 4), ("flavour=spicy", headroom.NOT_RUN_BUDGET, 0)]]  # mlp's: rounds 2-4, catch-up
 
 
 def test_search_state_round_trips_through_json():

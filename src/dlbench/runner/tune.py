@@ -6,7 +6,8 @@ A candidate is an ordinary trial: the cell's default spec with Policy.options (t
 options, `--option FRAMEWORK.NAME=VALUE`) and mode set, validated by backends/support.py like
 any trial. Each round runs one repeat of every candidate admitted, shuffled with a seed derived
 from the run's order seed, the phase and the repeat (as runner/rounds.py does); phase 2's repeats
-continue the indices (R..2R-1), so a configuration and its repeat stay unique in the run.
+continue the indices (from R, or R+1 after a catch-up round), so a configuration and its repeat
+stay unique in the run.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Search:
     skipped: list[str] = field(default_factory=list)
     # Each admitted candidate's estimated seconds per trial (the first round corrects them).
     estimates: dict[tuple[int, Candidate], float] = field(default_factory=dict)
+    last_round_trials: int = 0  # how many trials the last round ran (state.round_s is its duration)
 
     @property
     def trials_phase_one(self) -> int:
@@ -173,10 +175,12 @@ def run_search(store: Store, run_id: int, search: Search, run_trials: RunTrials,
     outcome = Outcome()
     state.stop = None
     for repeat in range(state.repeats):
-        if not _round(store, run_id, search, 1, repeat, run_trials, progress, clock, outcome):
+        if not _round(store, run_id, search, 1, repeat, run_trials, progress, clock, outcome, first=repeat == 0):
             return outcome
         if repeat == 0 and state.repeats > 1:
             _readmit(store, run_id, search, progress)
+    if not _catch_up(store, run_id, search, run_trials, progress, clock, outcome):
+        return outcome
     if state.stop is None:
         _phase_two(store, run_id, search, run_trials, progress, clock, outcome)
     _finish(store, run_id, search)
@@ -184,15 +188,16 @@ def run_search(store: Store, run_id: int, search: Search, run_trials: RunTrials,
 
 
 def _round(store: Store, run_id: int, search: Search, phase: int, repeat: int, run_trials: RunTrials,
-           progress: Progress, clock: Clock, outcome: Outcome) -> bool:
-    """One round of the phase's tried entries, where it fits; False when the search stops here
-    (the budget, or an interruption: the state says which)."""
+           progress: Progress, clock: Clock, outcome: Outcome,
+           first: bool = False, only: Callable[[int, Entry], bool] | None = None, label: str = "") -> bool:
+    """One round of the phase's tried entries (those `only` keeps, by cell index and entry),
+    where it fits (a phase's first round always runs: its phase was admitted); False when the
+    search stops here (the budget, or an interruption: the state says which)."""
     state = search.state
     keys = [(i, e.candidate) for i, c in enumerate(state.cells) for e in c.entries
-            if e.phase == phase and e.status == "tried"]
+            if e.phase == phase and e.status == "tried" and (only is None or only(i, e))]
     if not keys:
         return True
-    first = repeat == (0 if phase == 1 else state.repeats)
     if not first and not headroom.round_fits(state.spent_s, state.round_s, state.budget_s):
         state.stop = "budget"
         progress.message(f"tune: phase {phase} stopped before round {repeat + 1}: another round as long as the last"
@@ -210,12 +215,13 @@ def _round(store: Store, run_id: int, search: Search, phase: int, repeat: int, r
         _add_trial(state, i, phase, candidate, tid)
         trials.append((tid, PlannedTrial(spec)))
     store.set_run_tune(run_id, state.to_dict())
-    progress.message(f"tune: phase {phase}, round {repeat + 1}: {len(trials)} trial(s)")
+    progress.message(f"tune: phase {phase}, {label or f'round {repeat + 1}'}: {len(trials)} trial(s)")
     started = clock()
     part = run_trials(store, run_id, trials, progress)
     took = clock() - started
     state.spent_s += took
     state.round_s = took
+    search.last_round_trials = len(trials)
     outcome.add(part)
     if part.interrupted:
         state.stop = "interrupted"
@@ -226,17 +232,23 @@ def _round(store: Store, run_id: int, search: Search, phase: int, repeat: int, r
 
 
 def _readmit(store: Store, run_id: int, search: Search, progress: Progress) -> None:
-    """After phase 1's first round: where it took longer than the estimates said, admit again
-    with the estimates scaled by the measured ratio, for the rounds left and the budget left,
-    so that the candidates kept get every repeat (without this a low estimate let the first
-    round eat the budget, and every candidate ended with one repeat, decided nothing). The
-    defaults always stay; a dropped candidate keeps its first trial, unjudged."""
+    """After phase 1's first round, the estimates scaled by what the round measured (its seconds
+    over its estimated seconds), for the rounds and the budget left. Slower than estimated: admit
+    again, so that the candidates kept get every repeat (without this a low estimate let the
+    first round eat the budget, and every candidate ended with one repeat, decided nothing); the
+    defaults always stay; a dropped candidate keeps its first trial, unjudged. Faster: the
+    candidates the first admission left out (rough estimates of a first search on a store are
+    cautious) are admitted where all their repeats fit, in the search order; they run in the
+    rounds left and one catch-up round with the defaults (_catch_up)."""
     state = search.state
     tried = [[e for e in c.entries if e.phase == 1 and e.status == "tried"] for c in state.cells]
     estimated = sum(search.estimates.get((i, e.candidate), 0.0) for i, entries in enumerate(tried) for e in entries)
-    if estimated <= 0 or state.round_s <= estimated:
+    if estimated <= 0 or state.round_s == estimated:
         return
     scale = state.round_s / estimated
+    if scale < 1:
+        _admit_more(store, run_id, search, progress, scale)
+        return
     scaled = [[scale * search.estimates.get((i, e.candidate), 0.0) for e in entries] for i, entries in enumerate(tried)]
     taken = headroom.admit(scaled, state.repeats - 1, state.budget_s - state.spent_s)
     reason = (f"dropped after round 1 of {state.repeats}: the round took {scale:.1f}x its estimate, so the budget"
@@ -252,6 +264,67 @@ def _readmit(store: Store, run_id: int, search: Search, progress: Progress) -> N
         progress.message(f"tune: the first round took {scale:.1f}x its estimate: {dropped} candidate(s) dropped so"
                          " that the others get every repeat within the budget")
         store.set_run_tune(run_id, state.to_dict())
+
+
+def _admit_more(store: Store, run_id: int, search: Search, progress: Progress, scale: float) -> None:
+    """_readmit's faster case: the budget left after the admitted candidates' remaining repeats
+    and a catch-up round of the defaults, offered to the candidates never run, R repeats each."""
+    state = search.state
+    est = search.estimates
+
+    def estimate(i: int, e: Entry) -> float:
+        key = (i, e.candidate)
+        return scale * (est[key] if key in est else estimate_s(search.specs[key], Costs())[0])
+
+    admitted = [[e for e in c.entries if e.phase == 1 and e.status == "tried"] for c in state.cells]
+    waiting = [[e for e in c.entries if e.phase == 1 and e.status == headroom.NOT_RUN_BUDGET and not e.trial_ids]
+               for c in state.cells]
+    if not any(waiting):
+        return
+    left = state.budget_s - state.spent_s - sum((state.repeats - 1) * estimate(i, e)
+                                                for i, entries in enumerate(admitted) for e in entries)
+    defaults = sum(estimate(i, e) for i, entries in enumerate(admitted) for e in entries
+                   if e.candidate.name == headroom.DEFAULT)
+    # position by position over the cells as the first admission: the admitted ones hold their
+    # places at no cost, so a cell's default comes before another cell's variants
+    held = [len(entries) for entries in admitted]
+    taken = headroom.admit([[0.0] * held[i] + [estimate(i, e) for e in entries] for i, entries in enumerate(waiting)],
+                           state.repeats, left - defaults)
+    added = {(i, e.candidate) for i, entries in enumerate(waiting) for e in entries[:taken[i] - held[i]]}
+    if not added:
+        return
+    for i, cell in enumerate(state.cells):
+        state.cells[i] = replace(cell, entries=tuple(
+            replace(e, status="tried", reason="") if e.phase == 1 and (i, e.candidate) in added else e
+            for e in cell.entries))
+    # the next round holds every candidate now: its expected length, for the budget check
+    state.round_s = sum(estimate(i, e) for i, c in enumerate(state.cells) for e in c.entries
+                        if e.phase == 1 and e.status == "tried")
+    progress.message(f"tune: the first round took {scale:.1f}x its estimate: {len(added)} more candidate(s)"
+                     f" admitted, {state.repeats} repeats each (a catch-up round with the defaults at the end)")
+    store.set_run_tune(run_id, state.to_dict())
+
+
+def _catch_up(store: Store, run_id: int, search: Search, run_trials: RunTrials, progress: Progress,
+              clock: Clock, outcome: Outcome) -> bool:
+    """The last repeat of the candidates admitted after round 1, with their cells' defaults again
+    (so that every round holds the defaults they are judged against); False where the search
+    stopped."""
+    state = search.state
+    short = {(i, e.candidate) for i, c in enumerate(state.cells) for e in c.entries
+             if e.phase == 1 and e.status == "tried" and 0 < len(e.trial_ids) < state.repeats}
+    if not short or state.stop is not None:
+        return True
+    per_trial = state.round_s / max(1, search.last_round_trials)
+    keep = short | {(i, Candidate(headroom.DEFAULT, state.cells[i].mode)) for i in {i for i, _ in short}}
+    state.round_s = per_trial * len(keep)
+    return _round(store, run_id, search, 1, _next_repeat(store, run_id), run_trials, progress, clock, outcome,
+                  only=lambda i, e: (i, e.candidate) in keep, label="catch-up round")
+
+
+def _next_repeat(store: Store, run_id: int) -> int:
+    """The first repeat index no trial of the run has yet."""
+    return 1 + max((int(r.spec.get("repeat", 0)) for r in store.trials(run_id)), default=-1)
 
 
 def _add_trial(state: SearchState, cell: int, phase: int, candidate: Candidate, tid: int) -> None:
@@ -289,8 +362,7 @@ def _phase_two(store: Store, run_id: int, search: Search, run_trials: RunTrials,
         added += len(entries)
     if not added:
         return
-    last_round = sum(1 for c in state.cells for e in c.entries if e.phase == 1 and e.status == "tried")
-    per_trial_s = state.round_s / max(last_round, 1)
+    per_trial_s = state.round_s / max(search.last_round_trials, 1)
     needed_s = state.repeats * added * per_trial_s
     if not headroom.round_fits(state.spent_s, needed_s, state.budget_s):
         state.stop = "budget"
@@ -303,8 +375,9 @@ def _phase_two(store: Store, run_id: int, search: Search, run_trials: RunTrials,
                          f" {_minutes(state.budget_s)} ({_minutes(state.spent_s)} spent)")
         return
     state.round_s = per_trial_s * added  # the first phase-2 round's expected duration
-    for repeat in range(state.repeats, 2 * state.repeats):
-        if not _round(store, run_id, search, 2, repeat, run_trials, progress, clock, outcome):
+    start = _next_repeat(store, run_id)  # R, or R + 1 after a catch-up round
+    for repeat in range(start, start + state.repeats):
+        if not _round(store, run_id, search, 2, repeat, run_trials, progress, clock, outcome, first=repeat == start):
             return
 
 
