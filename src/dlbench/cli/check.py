@@ -339,7 +339,9 @@ def _floor_line(workload: str, ref: reference.Reference | str | None, with_machi
     parts = [f"loss and gradients up to {max(worst, floor.loss):.1e}"]
     parts += [f"{n} {v:.1e}" for n, v in (("trajectory", floor.trajectory), ("eval", floor.logits)) if v is not None]
     where = f" on {floor.machine}" if with_machine else ""
-    return f"  {workload}: floor ({floor.label}{where}): {', '.join(parts)}"
+    special = parity.BY_WORKLOAD.get((workload, "float32"), {})
+    minimum = ("; bounds at least " + ", ".join(f"{k} {v:g}" for k, v in special.items())) if special else ""
+    return f"  {workload}: floor ({floor.label}{where}): {', '.join(parts)}{minimum}"
 
 
 def _trajectory_reason(c: Cell) -> str:
