@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,9 @@ def main() -> int:
     framework, mode, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     backend = get_backend(framework)
     setup_environment(TrialSpec(workload=workload_spec("vit", "tiny"), framework=framework), backend)
+    # float64 programs need the switches of the reference process (JAX: JAX_ENABLE_X64) before
+    # the import, as runner/probe.py sets them
+    os.environ.update(backend.reference_environment())
     backend.import_framework()
     backend.configure(Policy())
     facts = {f"{name}/{preset}": check(backend, framework, mode, name, preset) for name, preset in CASES}

@@ -23,8 +23,11 @@ from dlbench.backends import get_backend
 
 HERE = Path(__file__).resolve().parent
 CI = {"torch": "eager"}
-SLOW = {"jax": "compiled", "tensorflow": "graph", "keras-jax": "eager", "keras-torch": "eager",
-        "keras-tensorflow": "eager"}
+# Frameworks that build float64 programs; Keras runs float32 only (its build refuses float64), so
+# its published architectures are judged by `dlbench check -w resnet,transformer,vit --preset
+# published-tiny -f keras-jax,keras-torch,keras-tensorflow` against the float64 reference
+# (docs/benchmarks.md, "Published shapes": all pass) instead of here.
+SLOW = {"jax": "compiled", "tensorflow": "graph"}
 FLOAT64_LOSS_RTOL = 1e-10
 # Float32 rounding through ~50 BatchNorms over 8 x 2 x 2 activations (resnet50-tiny's last
 # stage) was up to 9e-6 relative (torch, TensorFlow); the encoders 1e-7.
