@@ -270,11 +270,9 @@ def _admit_more(store: Store, run_id: int, search: Search, progress: Progress, s
     """_readmit's faster case: the budget left after the admitted candidates' remaining repeats
     and a catch-up round of the defaults, offered to the candidates never run, R repeats each."""
     state = search.state
-    est = search.estimates
 
-    def estimate(i: int, e: Entry) -> float:
-        key = (i, e.candidate)
-        return scale * (est[key] if key in est else estimate_s(search.specs[key], Costs())[0])
+    def estimate(i: int, e: Entry) -> float:  # _admit estimated every candidate it checked
+        return scale * search.estimates[(i, e.candidate)]
 
     admitted = [[e for e in c.entries if e.phase == 1 and e.status == "tried"] for c in state.cells]
     waiting = [[e for e in c.entries if e.phase == 1 and e.status == headroom.NOT_RUN_BUDGET and not e.trial_ids]
