@@ -19,7 +19,7 @@ def main(framework: str, mode: str, out: str, option: str = "") -> None:
     if framework.startswith("keras-"):
         os.environ["KERAS_BACKEND"] = framework.removeprefix("keras-")
     from dlbench.backends import get_backend
-    from dlbench.backends.generation import greedy_run
+    from dlbench.backends.generate import greedy_run
     from dlbench.runner.plan import workload_spec
     from dlbench.spec import Policy, TrialSpec
     from dlbench.workloads import lm

@@ -1,5 +1,5 @@
 """Run in a fresh process per framework (like a worker): the inference scenario of each tiny
-workload through the worker's own code (runner/scenarios/inference.py), in one process.
+workload through the worker's own code (runner/scenarios/infer.py), in one process.
 
     python infer_check.py FRAMEWORK OUT_DIR WORKLOAD=MODE[,WORKLOAD=MODE...]
 writes OUT_DIR/FRAMEWORK-WORKLOAD.json (the TrialResult) and FRAMEWORK-WORKLOAD.parity.npz (the
@@ -22,7 +22,7 @@ from dlbench.backends import get_backend
 from dlbench.backends.base import Backend
 from dlbench.monitors.memory import MemorySampler
 from dlbench.results.records import TrialResult
-from dlbench.runner.scenarios import inference
+from dlbench.runner.scenarios import infer
 from dlbench.runner.context import TrialContext
 from dlbench.runner.plan import workload_spec
 from dlbench.runner.timing import EventLog, Phases
@@ -69,7 +69,7 @@ def run_one(trial: TrialSpec, backend: Backend, out_dir: Path, stem: str) -> Non
     sampler = MemorySampler(None)
     sampler.start()
     try:
-        inference.run(TrialContext(trial, backend, log, Phases(log), sampler, time.monotonic(), result,
+        infer.run(TrialContext(trial, backend, log, Phases(log), sampler, time.monotonic(), result,
                                    out_dir / f"{stem}.parity.npz"))
         result.status = "ok"
     finally:

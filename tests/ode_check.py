@@ -16,7 +16,7 @@ import importlib
 import json
 import sys
 
-from dlbench.backends.odesolve import OdeModule
+from dlbench.backends.solve import OdeModule
 from dlbench.workloads import odes
 
 

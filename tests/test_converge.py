@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dlbench.analysis.convergence import input_stalls, seed_pairs
+from dlbench.analysis.converge import input_stalls, seed_pairs
 from dlbench.cli.main import main
 from dlbench.report import model
-from dlbench.report.time_to_target import converge_table, curve_text, pair_notes
+from dlbench.report.converge import converge_table, curve_text, pair_notes
 from dlbench.results.records import TrialResult
 from dlbench.results.store import Store
 from dlbench.runner import spawn

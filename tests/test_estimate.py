@@ -111,7 +111,7 @@ def test_inference_throughput_keeps_the_median_call_and_says_when_stalls_dominat
     """Three 70 ms stalls among 100 calls of 0.1 ms gave 3,765 samples/s for a median call of
     40,000 (batch 4): both rates are kept, and the disagreement is a warning."""
     from dlbench.results.records import TrialResult
-    from dlbench.runner.scenarios.inference import infer_metrics
+    from dlbench.runner.scenarios.infer import infer_metrics
 
     trial = _trial("torch", "mlp", "tiny")
     trial = replace(trial, scenario="infer", workload=replace(trial.workload, batch_size=4))

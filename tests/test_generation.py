@@ -1,4 +1,4 @@
-"""Generation: the token-latency metrics and the parity rule (analysis/generation.py), and each
+"""Generation: the token-latency metrics and the parity rule (analysis/generate.py), and each
 framework's KV-cache decoder against recomputing the whole sequence with the float64 reference
 (torch eager in CI, in this process; every framework and mode in one child each under `slow`)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlbench.analysis.generation import LOGITS_RTOL, judge_generation, token_latencies, top2_margin
+from dlbench.analysis.generate import LOGITS_RTOL, judge_generation, token_latencies, top2_margin
 from dlbench.runner.plan import workload_spec
 from dlbench.workloads import lm
 
@@ -70,7 +70,7 @@ def test_parity_forgives_a_divergence_at_an_ambiguous_step_but_not_logits_off():
 
 def test_torch_eager_decoding_with_the_cache_equals_recomputing_the_sequence():
     pytest.importorskip("torch")
-    from dlbench.backends.generation import greedy_run
+    from dlbench.backends.generate import greedy_run
     from dlbench.backends.torch.lm import Decoder, decoder
 
     params = lm.init_params(SPEC)

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from dlbench.backends import get_backend, odesolve
+from dlbench.backends import get_backend
+from dlbench.backends import solve as solvers
 from dlbench.workloads import odes
 
 HERE = Path(__file__).parent
@@ -66,24 +67,24 @@ def test_framework_solvers_meet_the_reference(framework: str, tmp_path: Path) ->
 
 def test_scipy_baseline_solves_and_records_a_capped_failure() -> None:
     lv, rober = odes.get("lotka-volterra"), odes.get("robertson")
-    solved = odesolve.scipy_prepare(lv, "DOP853", "float64", 10_000)(1e-8, 1e-11)
+    solved = solvers.scipy_prepare(lv, "DOP853", "float64", 10_000)(1e-8, 1e-11)
     assert solved.status == "ok" and solved.y is not None
     assert odes.error(solved.y, odes.reference(lv)) < 1e-5
-    stiff = odesolve.scipy_prepare(rober, "BDF", "float64", 10_000)(1e-6, 1e-12)
+    stiff = solvers.scipy_prepare(rober, "BDF", "float64", 10_000)(1e-6, 1e-12)
     assert stiff.status == "ok" and stiff.njev is not None and stiff.njev > 0
     # nfe counts every call of the field: each finite-difference Jacobian's columns too (SciPy's own
     # nfev leaves them out)
     assert stiff.nfe is not None and stiff.nfe > stiff.njev * rober.dimension
-    capped = odesolve.scipy_prepare(rober, "RK45", "float64", 50)(1e-6, 1e-12)
+    capped = solvers.scipy_prepare(rober, "RK45", "float64", 50)(1e-6, 1e-12)
     assert (capped.status, capped.y) == ("max_steps", None)
-    assert capped.nfe == 50 * odesolve.SCIPY_EVALS_PER_STEP + 1
+    assert capped.nfe == 50 * solvers.SCIPY_EVALS_PER_STEP + 1
 
 
 def test_failure_messages_are_classified() -> None:
-    assert odesolve.classify("max_num_steps exceeded (2000>=2000)") == "max_steps"
-    assert odesolve.classify("underflow in dt 1e-20") == "step_size_collapse"
-    assert odesolve.classify("Required step size is less than spacing between numbers.") == "step_size_collapse"
-    assert odesolve.classify("something else") == "failed"
+    assert solvers.classify("max_num_steps exceeded (2000>=2000)") == "max_steps"
+    assert solvers.classify("underflow in dt 1e-20") == "step_size_collapse"
+    assert solvers.classify("Required step size is less than spacing between numbers.") == "step_size_collapse"
+    assert solvers.classify("something else") == "failed"
 
 
 def test_diffrax_counts_field_evaluations_not_steps(tmp_path: Path) -> None:

@@ -267,7 +267,7 @@ def test_finished_episodes_are_in_time_order_at_cleanrls_global_step():
 
 
 def test_episodic_return_curve_averages_episodes_per_span_of_steps():
-    from dlbench.analysis.convergence import episodic_return_curve
+    from dlbench.analysis.converge import episodic_return_curve
 
     episodes = [(10.0, 20.0), (40.0, 30.0), (50.0, 50.0), (100.0, 400.0)]
     # spans of 25 steps up to 100: (0,25]: 20; (25,50]: 30 and 50 -> 40 (50 is in the third span's

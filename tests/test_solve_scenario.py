@@ -160,7 +160,7 @@ def test_a_library_error_is_a_failed_point_and_the_tighter_ones_are_skipped() ->
 
 
 def test_the_scipy_baseline_is_measured_once_per_problem_and_repeat_in_a_run(tmp_path: Path) -> None:
-    from dlbench.backends import odesolve
+    from dlbench.backends import solve as solvers
     from dlbench.results.records import TrialResult
     from dlbench.runner import protocol
     from dlbench.runner.scenarios.solve import (BASELINE_NOTE, SweepSettings, baseline_marker_name,
@@ -185,7 +185,7 @@ def test_the_scipy_baseline_is_measured_once_per_problem_and_repeat_in_a_run(tmp
 
     first, second, again = trial("jax", 1), trial("torch", 2), trial("jax", 3, repeat=1)
     assert {k for k in first.series if k.endswith(".status")} == {f"solve.scipy-{s}.float64.status" for s in
-                                                                  odesolve.SCIPY_SOLVERS}
+                                                                  solvers.SCIPY_SOLVERS}
     assert first.notes[BASELINE_NOTE].startswith("measured here: SciPy's sweep measured in trial 1 (jax, repeat 0)")
     assert first.metrics["baseline_sweep_s"] is not None
     # the repeat's next trial of the problem does not measure it again, and says where it was

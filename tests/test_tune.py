@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from dlbench.analysis import findings, headroom
-from dlbench.analysis.headroom import Candidate, Cell, Entry, Factor, Judged, Trials
+from dlbench.analysis import findings
+from dlbench.analysis import tune as tuning
+from dlbench.analysis.tune import Candidate, Cell, Entry, Factor, Judged, Trials
 from dlbench.cli.main import main
 from dlbench.report import model
 from dlbench.results.records import TrialResult
@@ -39,22 +40,22 @@ FAST = [100.0, 101.0, 99.0, 100.5]  # a default's samples/s over 4 repeats
 
 
 def test_the_search_order_is_default_then_declared_variants_then_modes():
-    factors = [Factor("pool", ("reshape",)), Factor(headroom.MODE, ("eager",)), Factor("fmt", ("channels_last", "x"))]
-    names = [c.name for c in headroom.phase_one("compiled", factors)]
+    factors = [Factor("pool", ("reshape",)), Factor(tuning.MODE, ("eager",)), Factor("fmt", ("channels_last", "x"))]
+    names = [c.name for c in tuning.phase_one("compiled", factors)]
     assert names == ["default", "pool=reshape", "fmt=channels_last", "fmt=x", "mode=eager"]
-    eager = headroom.phase_one("compiled", factors)[-1]
+    eager = tuning.phase_one("compiled", factors)[-1]
     assert (eager.mode, eager.options) == ("eager", ())
-    assert headroom.factor_of(eager, "compiled") == ("mode", "eager")
-    assert headroom.factor_of(Candidate("c", "eager", (("pool", "reshape"),)), "compiled") is None
+    assert tuning.factor_of(eager, "compiled") == ("mode", "eager")
+    assert tuning.factor_of(Candidate("c", "eager", (("pool", "reshape"),)), "compiled") is None
 
 
 def test_the_budget_admits_prefixes_position_by_position():
     # 2 repeats; cell 0's candidates cost 10 s a trial, cell 1's second 50 s
-    assert headroom.admit([[10, 10, 10], [10, 50]], 2, 100) == [3, 1]  # 20+20, +20, (100 no), +20
-    assert headroom.admit([[10, 10, 10], [10, 50]], 2, 30) == [1, 0]  # cell 1's default does not fit
-    assert headroom.admit([[10, 10], [10, 10]], 1, 1000) == [2, 2]
-    assert headroom.admit([[10]], 1, 5) == [0]
-    assert headroom.round_fits(50, 40, 100) and not headroom.round_fits(70, 40, 100)
+    assert tuning.admit([[10, 10, 10], [10, 50]], 2, 100) == [3, 1]  # 20+20, +20, (100 no), +20
+    assert tuning.admit([[10, 10, 10], [10, 50]], 2, 30) == [1, 0]  # cell 1's default does not fit
+    assert tuning.admit([[10, 10], [10, 10]], 1, 1000) == [2, 2]
+    assert tuning.admit([[10]], 1, 5) == [0]
+    assert tuning.round_fits(50, 40, 100) and not tuning.round_fits(70, 40, 100)
 
 
 def _j(name: str, mode: str, options: tuple[tuple[str, str], ...], speedup: float, verdict: str,
@@ -64,65 +65,65 @@ def _j(name: str, mode: str, options: tuple[tuple[str, str], ...], speedup: floa
 
 def test_the_combination_takes_the_best_value_of_every_winning_factor():
     factors = [Factor("pool", ("reshape", "slices")), Factor("fmt", ("cl",), modes=("compiled",)),
-               Factor("wait", ("passive",)), Factor(headroom.MODE, ("eager",))]
-    judged = [_j("default", "compiled", (), 1.0, headroom.DEFAULT),
-              _j("pool=reshape", "compiled", (("pool", "reshape"),), 1.8, headroom.FASTER),
-              _j("pool=slices", "compiled", (("pool", "slices"),), 1.3, headroom.FASTER),
-              _j("fmt=cl", "compiled", (("fmt", "cl"),), 1.1, headroom.FASTER),
-              _j("wait=passive", "compiled", (("wait", "passive"),), 1.5, headroom.UNDECIDED),
-              _j("mode=eager", "eager", (), 1.2, headroom.FASTER)]
-    won = headroom.winners(judged, "compiled")
+               Factor("wait", ("passive",)), Factor(tuning.MODE, ("eager",))]
+    judged = [_j("default", "compiled", (), 1.0, tuning.DEFAULT),
+              _j("pool=reshape", "compiled", (("pool", "reshape"),), 1.8, tuning.FASTER),
+              _j("pool=slices", "compiled", (("pool", "slices"),), 1.3, tuning.FASTER),
+              _j("fmt=cl", "compiled", (("fmt", "cl"),), 1.1, tuning.FASTER),
+              _j("wait=passive", "compiled", (("wait", "passive"),), 1.5, tuning.UNDECIDED),
+              _j("mode=eager", "eager", (), 1.2, tuning.FASTER)]
+    won = tuning.winners(judged, "compiled")
     assert {k: j.candidate.name for k, j in won.items()} == {"pool": "pool=reshape", "fmt": "fmt=cl", "mode": "mode=eager"}
-    combined = headroom.combination("compiled", won, factors)
+    combined = tuning.combination("compiled", won, factors)
     # fmt applies in compiled mode only: left out of an eager combination
-    assert combined == Candidate(headroom.COMBINATION, "eager", (("pool", "reshape"),))
+    assert combined == Candidate(tuning.COMBINATION, "eager", (("pool", "reshape"),))
     # one factor won: no combination (the best single candidate is it)
-    assert headroom.combination("compiled", {"pool": won["pool"]}, factors) is None
+    assert tuning.combination("compiled", {"pool": won["pool"]}, factors) is None
     # two options in the default mode
-    assert headroom.combination("compiled", {"pool": won["pool"], "fmt": won["fmt"]}, factors) == \
-        Candidate(headroom.COMBINATION, "compiled", (("fmt", "cl"), ("pool", "reshape")))
+    assert tuning.combination("compiled", {"pool": won["pool"], "fmt": won["fmt"]}, factors) == \
+        Candidate(tuning.COMBINATION, "compiled", (("fmt", "cl"), ("pool", "reshape")))
 
 
 def test_verdicts_against_the_default_and_a_parity_failure_never_wins():
     default = Trials(Candidate("default", "eager"), 1, ("ok",) * 4, tuple(FAST), ("pass",) * 4)
     twice = tuple(2 * v for v in FAST)
-    fast = headroom.judge(default, Trials(Candidate("a=1", "eager", (("a", "1"),)), 1, ("ok",) * 4, twice, ("pass",) * 4),
+    fast = tuning.judge(default, Trials(Candidate("a=1", "eager", (("a", "1"),)), 1, ("ok",) * 4, twice, ("pass",) * 4),
                           "samples_per_s")
-    assert fast.verdict == headroom.FASTER and fast.speedup == pytest.approx(2.0)
+    assert fast.verdict == tuning.FASTER and fast.speedup == pytest.approx(2.0)
     assert fast.low is not None and fast.high is not None and fast.low <= 2.0 <= fast.high and fast.level
     # the same values, faster still, but one trial failed parity
-    cheat = headroom.judge(default, Trials(Candidate("b=1", "eager", (("b", "1"),)), 1, ("ok",) * 4,
+    cheat = tuning.judge(default, Trials(Candidate("b=1", "eager", (("b", "1"),)), 1, ("ok",) * 4,
                                            tuple(3 * v for v in FAST), ("pass", "fail", "pass", "pass")),
                            "samples_per_s")
-    assert cheat.verdict == headroom.FAILS_PARITY and not cheat.wins
-    crashed = headroom.judge(default, Trials(Candidate("c=1", "eager", (("c", "1"),)), 1, ("ok", "crashed", "ok", "ok"),
+    assert cheat.verdict == tuning.FAILS_PARITY and not cheat.wins
+    crashed = tuning.judge(default, Trials(Candidate("c=1", "eager", (("c", "1"),)), 1, ("ok", "crashed", "ok", "ok"),
                                              twice[:3], ("pass",) * 3), "samples_per_s")
     assert crashed.verdict == "crashed" and not crashed.wins
-    same = headroom.judge(default, Trials(Candidate("d=1", "eager", (("d", "1"),)), 1, ("ok",) * 8,
+    same = tuning.judge(default, Trials(Candidate("d=1", "eager", (("d", "1"),)), 1, ("ok",) * 8,
                                           tuple(FAST * 2), ("pass",) * 8), "samples_per_s")
-    assert same.verdict in (headroom.SAME, headroom.UNDECIDED)
+    assert same.verdict in (tuning.SAME, tuning.UNDECIDED)
     # 3 + 3 repeats can never decide (Mann-Whitney's smallest p is 0.1)
-    three = headroom.judge(Trials(default.candidate, 1, ("ok",) * 3, tuple(FAST[:3]), ("pass",) * 3),
+    three = tuning.judge(Trials(default.candidate, 1, ("ok",) * 3, tuple(FAST[:3]), ("pass",) * 3),
                            Trials(Candidate("a=1", "eager", (("a", "1"),)), 1, ("ok",) * 3, twice[:3], ("pass",) * 3),
                            "samples_per_s")
-    assert three.verdict == headroom.UNDECIDED and three.more_repeats
+    assert three.verdict == tuning.UNDECIDED and three.more_repeats
     # a time (lower is better): half the time is a 2x speed-up
-    halved = headroom.judge(Trials(default.candidate, 1, ("ok",) * 4, tuple(FAST), ()),
+    halved = tuning.judge(Trials(default.candidate, 1, ("ok",) * 4, tuple(FAST), ()),
                             Trials(Candidate("a=1", "eager", (("a", "1"),)), 1, ("ok",) * 4,
                                    tuple(v / 2 for v in FAST), ()), "step_s_median")
-    assert halved.verdict == headroom.FASTER and halved.speedup == pytest.approx(2.0)
-    assert headroom.best([cheat, fast, crashed]) is fast
-    assert headroom.best([cheat, crashed]) is None
+    assert halved.verdict == tuning.FASTER and halved.speedup == pytest.approx(2.0)
+    assert tuning.best([cheat, fast, crashed]) is fast
+    assert tuning.best([cheat, crashed]) is None
 
 
 def test_the_best_is_phase_twos_where_it_decided_one_and_the_command_reruns_it():
-    one = _j("pool=reshape", "compiled", (("pool", "reshape"),), 1.9, headroom.FASTER)
-    two = _j(headroom.COMBINATION, "eager", (("pool", "reshape"),), 1.7, headroom.FASTER, phase=2)
-    assert headroom.best([one, two]) is two
-    assert headroom.best([one, _j(headroom.COMBINATION, "eager", (), 1.7, headroom.UNDECIDED, phase=2)]) is one
+    one = _j("pool=reshape", "compiled", (("pool", "reshape"),), 1.9, tuning.FASTER)
+    two = _j(tuning.COMBINATION, "eager", (("pool", "reshape"),), 1.7, tuning.FASTER, phase=2)
+    assert tuning.best([one, two]) is two
+    assert tuning.best([one, _j(tuning.COMBINATION, "eager", (), 1.7, tuning.UNDECIDED, phase=2)]) is one
     cell = Cell("cnn", "jax", "compiled", "samples_per_s", run_args=("-w", "cnn", "-f", "jax", "--preset", "cpu"))
-    assert headroom.rerun_command(cell, one.candidate) == "dlbench run -w cnn -f jax --preset cpu --option jax.pool=reshape"
-    assert headroom.rerun_command(cell, two.candidate).endswith("--option jax.pool=reshape --mode eager")
+    assert tuning.rerun_command(cell, one.candidate) == "dlbench run -w cnn -f jax --preset cpu --option jax.pool=reshape"
+    assert tuning.rerun_command(cell, two.candidate).endswith("--option jax.pool=reshape --mode eager")
     assert two.candidate.settings("jax", "compiled") == "jax.pool=reshape, mode eager"
 
 
@@ -131,9 +132,9 @@ def test_a_finding_cites_the_variant_measured_for_its_category():
                                      "torch": {"pooling": 0.01, "convolution": 0.01}})
     (f,) = ratio
     assert f.category == "pooling"
-    measured = [headroom.MeasuredVariant(7, "cnn", "jax", "jax.pool=reshape", ("pooling",), 1.8, "faster"),
-                headroom.MeasuredVariant(3, "cnn", "jax", "jax.pool=slices", ("pooling",), 1.2, "faster"),
-                headroom.MeasuredVariant(8, "mlp", "jax", "jax.pool=other", ("pooling",), 9.0, "faster")]
+    measured = [tuning.MeasuredVariant(7, "cnn", "jax", "jax.pool=reshape", ("pooling",), 1.8, "faster"),
+                tuning.MeasuredVariant(3, "cnn", "jax", "jax.pool=slices", ("pooling",), 1.2, "faster"),
+                tuning.MeasuredVariant(8, "mlp", "jax", "jax.pool=other", ("pooling",), 9.0, "faster")]
     cited = findings.with_variant(f, "cnn", "jax", measured)
     assert cited.text.startswith(f.text)
     assert cited.text.endswith("; `jax.pool=reshape` measured 1.80x the default's headline (faster; tune run 7)")
@@ -204,7 +205,7 @@ def test_phases_combine_the_winners_and_repeat_indices_continue(stored):
     clock, seen = Clock(), []
     outcome = tune.run_search(store, run_id, search, stand_in(clock, 10.0, seen), Progress(), clock)
     assert outcome.statuses == {"ok": 28} and not outcome.interrupted  # 4 x 4, then 3 x 4
-    state = headroom.SearchState.from_dict(store.run(run_id)["tune"])
+    state = tuning.SearchState.from_dict(store.run(run_id)["tune"])
     assert state.stop == "done" and state.phase == 2 and state.spent_s == pytest.approx(280.0)
     (cell,) = state.cells
     rows = {r.id: r for r in store.trials(run_id)}
@@ -219,13 +220,13 @@ def test_phases_combine_the_winners_and_repeat_indices_continue(stored):
     assert len({configuration_key(r.spec) for r in rows.values()}) == 5
     # rounds interleave: each round holds one repeat of every candidate
     assert [r for _, r in seen[:4]] == [0] * 4 and [r for _, r in seen[16:19]] == [4] * 3
-    result = headroom.cell_result(cell, tune.outcomes(store.trials(run_id)))
+    result = tuning.cell_result(cell, tune.outcomes(store.trials(run_id)))
     verdicts = {(j.candidate.name, j.phase): j.verdict for j in result.judged}
-    assert verdicts[("kernels=sloppy", 1)] == headroom.FAILS_PARITY  # 3x the default, never the best
-    assert verdicts[("flavour=spicy", 1)] == verdicts[("mode=compiled", 1)] == headroom.FASTER
+    assert verdicts[("kernels=sloppy", 1)] == tuning.FAILS_PARITY  # 3x the default, never the best
+    assert verdicts[("flavour=spicy", 1)] == verdicts[("mode=compiled", 1)] == tuning.FASTER
     best = result.best
-    assert best is not None and best.phase == 2 and best.candidate.name == headroom.COMBINATION
-    assert best.candidate == Candidate(headroom.COMBINATION, "compiled", (("flavour", "spicy"),))
+    assert best is not None and best.phase == 2 and best.candidate.name == tuning.COMBINATION
+    assert best.candidate == Candidate(tuning.COMBINATION, "compiled", (("flavour", "spicy"),))
     assert best.speedup == pytest.approx(3.0, rel=0.01)
     assert result.command() == "dlbench run -w cnn -f fake --preset tiny --option fake.flavour=spicy"  # compiled: run's default
     # what a finding may cite: flavour addresses pooling
@@ -244,16 +245,16 @@ def test_a_first_round_slower_than_its_estimate_drops_candidates_so_the_rest_get
     clock, seen = Clock(), []
     outcome = tune.run_search(store, run_id, search, stand_in(clock, 10.0, seen), Progress(), clock)
     assert outcome.statuses == {"ok": 4 + 3 * 2}
-    state = headroom.SearchState.from_dict(store.run(run_id)["tune"])
+    state = tuning.SearchState.from_dict(store.run(run_id)["tune"])
     assert state.stop == "budget" and state.spent_s == pytest.approx(100.0)
     (cell,) = state.cells
     assert [(e.candidate.name, e.status, len(e.trial_ids)) for e in cell.entries] == [
         ("default", "tried", 4), ("flavour=spicy", "tried", 4),
-        ("kernels=sloppy", headroom.NOT_RUN_BUDGET, 1), ("mode=compiled", headroom.NOT_RUN_BUDGET, 1)]
+        ("kernels=sloppy", tuning.NOT_RUN_BUDGET, 1), ("mode=compiled", tuning.NOT_RUN_BUDGET, 1)]
     assert "dropped after round 1 of 4" in cell.entries[2].reason
-    result = headroom.cell_result(cell, tune.outcomes(store.trials(run_id)))
+    result = tuning.cell_result(cell, tune.outcomes(store.trials(run_id)))
     verdicts = {j.candidate.name: j.verdict for j in result.judged}
-    assert verdicts["flavour=spicy"] == headroom.FASTER and verdicts["mode=compiled"] == headroom.NOT_RUN_BUDGET
+    assert verdicts["flavour=spicy"] == tuning.FASTER and verdicts["mode=compiled"] == tuning.NOT_RUN_BUDGET
 
 
 @pytest.mark.usefixtures("fake_env")
@@ -264,7 +265,7 @@ def test_a_first_round_within_its_estimate_keeps_every_candidate(stored):
     per_trial = max(search.estimates.values())
     clock = Clock()
     tune.run_search(store, run_id, search, stand_in(clock, per_trial * 0.5, []), Progress(), clock)
-    state = headroom.SearchState.from_dict(store.run(run_id)["tune"])
+    state = tuning.SearchState.from_dict(store.run(run_id)["tune"])
     assert all(e.status == "tried" and len(e.trial_ids) == 4 for e in state.cells[0].entries if e.phase == 1)
 
 
@@ -276,14 +277,14 @@ def test_candidates_that_do_not_fit_are_not_tried_in_search_order(stored):
     search = _search(2, 2 * (each[0] + each[1]) + 1e-6)  # the default and the first variant
     entries = search.state.cells[0].entries
     assert [(e.candidate.name, e.status) for e in entries] == [
-        ("default", "tried"), ("flavour=spicy", "tried"), ("kernels=sloppy", headroom.NOT_RUN_BUDGET),
-        ("mode=compiled", headroom.NOT_RUN_BUDGET)]
+        ("default", "tried"), ("flavour=spicy", "tried"), ("kernels=sloppy", tuning.NOT_RUN_BUDGET),
+        ("mode=compiled", tuning.NOT_RUN_BUDGET)]
     clock = Clock()  # at the estimates' own pace: round 1 admits neither more nor fewer
     tune.run_search(store, run_id, search, stand_in(clock, (each[0] + each[1]) / 2, []), Progress(), clock)
-    result = headroom.cell_result(headroom.SearchState.from_dict(store.run(run_id)["tune"]).cells[0],
+    result = tuning.cell_result(tuning.SearchState.from_dict(store.run(run_id)["tune"]).cells[0],
                                   tune.outcomes(store.trials(run_id)))
     assert [(j.candidate.name, j.verdict) for j in result.judged][2:] == [
-        ("kernels=sloppy", headroom.NOT_RUN_BUDGET), ("mode=compiled", headroom.NOT_RUN_BUDGET)]
+        ("kernels=sloppy", tuning.NOT_RUN_BUDGET), ("mode=compiled", tuning.NOT_RUN_BUDGET)]
 
 
 @pytest.mark.usefixtures("fake_env")
@@ -296,12 +297,12 @@ def test_a_first_round_faster_than_its_estimate_admits_the_candidates_left_out(s
     probe = _search(4, 3600)
     each = [estimate_s(probe.specs[(0, e.candidate)], Costs())[0] for e in probe.state.cells[0].entries]
     search = _search(4, 4 * (each[0] + each[1]) + 1e-6)
-    assert [e.status for e in search.state.cells[0].entries] == ["tried", "tried", headroom.NOT_RUN_BUDGET,
-                                                                 headroom.NOT_RUN_BUDGET]
+    assert [e.status for e in search.state.cells[0].entries] == ["tried", "tried", tuning.NOT_RUN_BUDGET,
+                                                                 tuning.NOT_RUN_BUDGET]
     clock, seen = Clock(), []
     pace = 0.1 * (each[0] + each[1]) / 2
     outcome = tune.run_search(store, run_id, search, stand_in(clock, pace, seen), Progress(), clock)
-    state = headroom.SearchState.from_dict(store.run(run_id)["tune"])
+    state = tuning.SearchState.from_dict(store.run(run_id)["tune"])
     (cell,) = state.cells
     rows = {r.id: r for r in store.trials(run_id)}
     repeats = {(e.candidate.name, e.phase): sorted(rows[t].spec["repeat"] for t in e.trial_ids) for e in cell.entries}
@@ -315,9 +316,9 @@ def test_a_first_round_faster_than_its_estimate_admits_the_candidates_left_out(s
     assert len(set(pairs)) == len(pairs)
     assert state.stop == "done" and clock.now <= state.budget_s
     verdicts = {(j.candidate.name, j.phase): j.verdict
-                for j in headroom.cell_result(cell, tune.outcomes(store.trials(run_id))).judged}
-    assert verdicts[("kernels=sloppy", 1)] == headroom.FAILS_PARITY
-    assert verdicts[("mode=compiled", 1)] == verdicts[("flavour=spicy", 1)] == headroom.FASTER
+                for j in tuning.cell_result(cell, tune.outcomes(store.trials(run_id))).judged}
+    assert verdicts[("kernels=sloppy", 1)] == tuning.FAILS_PARITY
+    assert verdicts[("mode=compiled", 1)] == verdicts[("flavour=spicy", 1)] == tuning.FASTER
 
 
 @pytest.mark.usefixtures("fake_env")
@@ -334,10 +335,10 @@ def test_a_faster_first_round_admits_only_what_fits_the_budget_left(stored):
     assert 4 * scale * each[2] > left - pace  # the next candidate's 4 repeats, beside the catch-up's default
     clock = Clock()
     tune.run_search(store, run_id, search, stand_in(clock, pace, []), Progress(), clock)
-    (cell,) = headroom.SearchState.from_dict(store.run(run_id)["tune"]).cells
+    (cell,) = tuning.SearchState.from_dict(store.run(run_id)["tune"]).cells
     assert [(e.candidate.name, e.status, len(e.trial_ids)) for e in cell.entries if e.phase == 1] == [
         ("default", "tried", 4), ("flavour=spicy", "tried", 4),
-        ("kernels=sloppy", headroom.NOT_RUN_BUDGET, 0), ("mode=compiled", headroom.NOT_RUN_BUDGET, 0)]
+        ("kernels=sloppy", tuning.NOT_RUN_BUDGET, 0), ("mode=compiled", tuning.NOT_RUN_BUDGET, 0)]
     assert clock.now <= 4 * (each[0] + each[1]) + 1e-6
 
 
@@ -359,24 +360,24 @@ def test_candidates_admitted_after_round_1_take_every_cells_default_first(stored
     budget = 4 * est[0][0] + 1e-6
     search = prepare(budget)
     assert [[e.status for e in c.entries][:2] for c in search.state.cells] == [
-        ["tried", headroom.NOT_RUN_BUDGET], [headroom.NOT_RUN_BUDGET, headroom.NOT_RUN_BUDGET]]
+        ["tried", tuning.NOT_RUN_BUDGET], [tuning.NOT_RUN_BUDGET, tuning.NOT_RUN_BUDGET]]
     scale = 0.38
     left = budget - 4 * scale * est[0][0] - scale * est[0][0]  # its rounds and the catch-up's default
     assert 4 * scale * est[1][0] <= left < 4 * scale * (est[1][0] + min(est[0][1], est[1][1]))  # room for one
     clock = Clock()
     tune.run_search(store, run_id, search, stand_in(clock, scale * est[0][0], []), Progress(), clock)
-    cells = headroom.SearchState.from_dict(store.run(run_id)["tune"]).cells
+    cells = tuning.SearchState.from_dict(store.run(run_id)["tune"]).cells
     assert [[(e.candidate.name, e.status, len(e.trial_ids)) for e in c.entries][:2] for c in cells] == [
-        [("default", "tried", 4), ("flavour=spicy", headroom.NOT_RUN_BUDGET, 0)],
-        [("default", "tried", 4), ("flavour=spicy", headroom.NOT_RUN_BUDGET, 0)]]  # mlp's: rounds 2-4, catch-up
+        [("default", "tried", 4), ("flavour=spicy", tuning.NOT_RUN_BUDGET, 0)],
+        [("default", "tried", 4), ("flavour=spicy", tuning.NOT_RUN_BUDGET, 0)]]  # mlp's: rounds 2-4, catch-up
 
 
 def test_search_state_round_trips_through_json():
-    state = headroom.SearchState(4, 3600.0, 9, cells=[Cell("cnn", "jax", "compiled", "samples_per_s",
+    state = tuning.SearchState(4, 3600.0, 9, cells=[Cell("cnn", "jax", "compiled", "samples_per_s",
                                                             (Factor("pool", ("reshape",), addresses=("pooling",)),),
                                                             (Entry(Candidate("default", "compiled"), 1, (3, 4)),),
                                                             ("-w", "cnn"), "cnn/jax")])
-    again = headroom.SearchState.from_dict(json.loads(json.dumps(state.to_dict())))
+    again = tuning.SearchState.from_dict(json.loads(json.dumps(state.to_dict())))
     assert again == state
 
 
@@ -441,7 +442,7 @@ def test_tune_states_its_plan_and_reports_every_candidate(tuned, capsys):
     assert "headroom: each framework as commonly written" in out and "default: no variant decided faster" in out
     with Store(path) as store:
         rows = store.trials(1)
-        state = headroom.SearchState.from_dict(store.run(1)["tune"])
+        state = tuning.SearchState.from_dict(store.run(1)["tune"])
         assert store.run(1)["command"].startswith("dlbench tune -f fake")
     assert state.stop == "done" and len(rows) == 4 and {r.status for r in rows} == {"ok"}
     sloppy = next(r for r in rows if (r.spec["policy"].get("options") or {}).get("kernels") == "sloppy")
@@ -539,8 +540,8 @@ def test_the_real_jax_variants_become_validated_candidates():
     assert search.specs[(0, by_name["pool=reshape"])].policy.options == {"pool": "reshape"}
     scan = by_name["loop=scan"]
     assert search.specs[(0, scan)].policy.options == {"loop": "scan", "steps_per_call": "8"}
-    assert headroom.factor_of(scan, "compiled") == ("loop", "scan")
-    assert headroom.rerun_command(cell, by_name["pool=reshape"]) == \
+    assert tuning.factor_of(scan, "compiled") == ("loop", "scan")
+    assert tuning.rerun_command(cell, by_name["pool=reshape"]) == \
         "dlbench run -w cnn -f jax --preset tiny --option jax.pool=reshape"
 
 
@@ -555,5 +556,5 @@ def test_a_real_tune_of_the_jax_mlp_finishes(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "dlbench tune: 1 cell(s)" in out and "headroom: each framework" in out
     with Store(store) as s:
-        state = headroom.SearchState.from_dict(s.run(1)["tune"])
+        state = tuning.SearchState.from_dict(s.run(1)["tune"])
         assert state.stop in ("done", "budget") and s.statuses(1).get("ok", 0) >= 2

@@ -265,9 +265,9 @@ def test_program_contract_slow(framework: str):
 
 
 def test_infer_times_postprocessing_apart_only_where_a_workload_has_it():
-    """runner/scenarios/inference.py: each pool input's output is post-processed once, timed; the medians
+    """runner/scenarios/infer.py: each pool input's output is post-processed once, timed; the medians
     land in their own metrics (a workload without post-processing gets none)."""
-    from dlbench.runner.scenarios.inference import postprocess_metrics
+    from dlbench.runner.scenarios.infer import postprocess_metrics
     from dlbench.spec import TrialSpec
 
     grid = detect.size(SPEC).grid

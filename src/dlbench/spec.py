@@ -43,7 +43,7 @@ MATMUL_PRECISIONS = ("highest", "tf32")
 ROLLOUTS = ("default", "host", "fused")
 # Inference (scenario "infer"): a p99 needs at least 100 requests to be more than the maximum.
 MIN_INFER_REQUESTS = 100
-# The inference scenario's load (runner/scenarios/inference.py, runner/scenarios/loadgen.py): "standard", MLPerf
+# The inference scenario's load (runner/scenarios/infer.py, runner/scenarios/loadgen.py): "standard", MLPerf
 # LoadGen's SingleStream (latency) and Offline (throughput); "server", SingleStream then LoadGen's
 # Server (Poisson arrivals) at `server_qps`, or a sweep for the highest QPS meeting `p99_bound_ms`;
 # "loop", the hand-written request loop LoadGen replaced.
@@ -229,7 +229,7 @@ class Policy:
 
 @dataclass(frozen=True)
 class InferOptions:
-    """The inference scenario's options (`--scenario infer`: runner/scenarios/inference.py,
+    """The inference scenario's options (`--scenario infer`: runner/scenarios/infer.py,
     runner/scenarios/served.py): batch-1 requests until `infer_requests` are timed or `infer_budget_s` is
     spent, whichever comes first; then the spec's batch size back to back under the same rule.
     `infer_load` (INFER_LOADS) and, for "server", the target QPS (None: the sweep) and the p99

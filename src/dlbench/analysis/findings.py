@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from dlbench.analysis.categories import HOST, INPUT, OTHER
-from dlbench.analysis.headroom import MeasuredVariant
+from dlbench.analysis.tune import MeasuredVariant
 
 RATIO = 2.0
 MIN_SHARE = 0.10

@@ -117,7 +117,7 @@ METRICS: dict[str, Metric] = {
     "energy_window_s": Metric("s"),
     "idle_baseline_s": Metric("s"),
     "gpu_sample_period_s": Metric("s"),
-    # inference (runner/scenarios/inference.py); the latency_*_s quantiles are seconds by their suffix
+    # inference (runner/scenarios/infer.py); the latency_*_s quantiles are seconds by their suffix
     "infer_samples_per_s": Metric("1/s", "higher", "samples/s"),
     "infer_samples_per_s_median": Metric("1/s", "higher", "samples/s (median call)"),
     "infer_requests": _ratio("none", "requests"),

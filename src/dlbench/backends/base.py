@@ -23,8 +23,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from dlbench import workloads
-from dlbench.backends.generation import Decoder
-from dlbench.backends.odesolve import OdeModule  # noqa: F401 (capability "solve": backends/<framework>/ode.py)
+from dlbench.backends.generate import Decoder
+from dlbench.backends.solve import OdeModule  # noqa: F401 (capability "solve": backends/<framework>/ode.py)
 from dlbench.backends.precision import Support
 from dlbench.scenarios import Capability
 from dlbench.packages import installed_versions, module_installed  # noqa: F401 (for the backends)
@@ -466,7 +466,7 @@ class Rollout(Learner, Protocol):
 class Generator(Built, Protocol):
     """Capability "generate": greedy decoding with a KV cache (workloads/lm.py; scenario
     generate). Each framework's decoder is written as its experts write one
-    (backends/generation.py)."""
+    (backends/generate.py)."""
 
     def decoder(self, state: Any, batch: int, max_len: int) -> Decoder:
         """A decoder of `batch` sequences with room for `max_len` positions, reading `state`'s

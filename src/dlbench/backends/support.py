@@ -20,7 +20,7 @@ from typing import Any
 from dlbench import scenarios, workloads
 from dlbench.backends import get_backend
 from dlbench.backends import precision as precisions
-from dlbench.backends.odesolve import OdeModule
+from dlbench.backends.solve import OdeModule
 from dlbench.backends.base import (
     Backend,
     Built,

@@ -1,4 +1,4 @@
-"""`dlbench tune`: the headroom search (runner/tune.py, analysis/headroom.py): for each workload x
+"""`dlbench tune`: the headroom search (runner/tune.py, analysis/tune.py): for each workload x
 framework of the sweep, the default against each declared variant alone, then the best ones
 combined, within a stated budget; one stored run, reported like any run plus its headroom tables."""
 
@@ -12,7 +12,8 @@ from typing import Any
 from rich.console import Console
 
 from dlbench import processes
-from dlbench.analysis import headroom, repeats, stats
+from dlbench.analysis import repeats, stats
+from dlbench.analysis import tune as tuning
 from dlbench.backends import installed
 from dlbench.cli import run
 from dlbench.cli.common import (
@@ -196,8 +197,8 @@ def _report(console: Console, store: Store, run_id: int, args: argparse.Namespac
         console.print(f"interrupted: the search of run {run_id} stopped; its trials so far are stored"
                       " (tune has no --resume: run it again)", highlight=False, soft_wrap=True)
         return EXIT_INTERRUPTED
-    state = headroom.SearchState.from_dict(store.run(run_id)["tune"])
-    defaults = headroom.default_trial_ids(state.cells)
+    state = tuning.SearchState.from_dict(store.run(run_id)["tune"])
+    defaults = tuning.default_trial_ids(state.cells)
     rows = [t for t in store.trials(run_id) if t.id in defaults]
     if any(t.status in FAILURE_STATUSES for t in rows):
         return EXIT_TRIALS_FAILED

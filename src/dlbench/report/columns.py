@@ -99,7 +99,7 @@ def _ms(v: float) -> str:
     return f"{v * 1e3:.3f}"
 
 
-# The inference table (report/inference.py): batch-1 latency quantiles (the p99 cell adds its
+# The inference table (report/infer.py): batch-1 latency quantiles (the p99 cell adds its
 # confidence interval), requests timed, and throughput at the spec's batch size.
 INFER = [
     _m("latency_p50", "latency_p50_s", _ms),
@@ -120,7 +120,7 @@ INFER = [
 ]
 
 
-# The generation table (report/generation.py): token latencies, throughput, compile and cache.
+# The generation table (report/generate.py): token latencies, throughput, compile and cache.
 GENERATE = [
     _m("gen_ttft_p50", "ttft_p50_s", _ms),
     _m("gen_ttft_p99", "ttft_p99_s", _ms),

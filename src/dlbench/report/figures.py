@@ -23,13 +23,13 @@ from dlbench.analysis.history import segments
 from dlbench.analysis.metrics import label as metrics_label
 from dlbench.analysis.summary import Summary, summarize
 from dlbench.report import cells, model
-from dlbench.report import headroom as headroom_report
+from dlbench.report import tune as tune_report
 from dlbench.report import payback as payback_report
 from dlbench.report import profile as profile_report
 from dlbench.report import solve as solve_report
 from dlbench.report.history import Series as HistorySeries
 from dlbench.report.model import Config, Report, Trial
-from dlbench.report.scenarios import TIME_TO_TARGET_TABLE, reporting
+from dlbench.report.scenarios import CONVERGE_TABLE, reporting
 
 GIB = 1024**3
 # Colours of frameworks (in the order they first appear in the report, so one framework has one
@@ -191,7 +191,7 @@ def _with_metric(report: Report, metric: str) -> list[Config]:
     # Time-to-accuracy trials have a chart of their own (convergence): their samples/s include
     # the first step's compile and their accuracy is the one at the stop, not after a timed window.
     return [c for c in report.configs if c.summary(metric).median is not None
-            and TIME_TO_TARGET_TABLE not in reporting(c).tables]
+            and CONVERGE_TABLE not in reporting(c).tables]
 
 
 def throughput(report: Report) -> Chart | None:
@@ -209,7 +209,7 @@ def accuracy(report: Report) -> Chart | None:
     """The held-out quality after the timed window: accuracy, or the workload's own quality
     metric (detect's mAP@0.5, stored as `map`) where its configurations share one."""
     learnable = [c for c in report.configs if c.axes.get("labels") == "learnable"
-                 and TIME_TO_TARGET_TABLE not in reporting(c).tables]
+                 and CONVERGE_TABLE not in reporting(c).tables]
     names = {model.workload_quality(str(c.axes["workload"])) for c in learnable}
     metric = names.pop() if len(names) == 1 else "accuracy"
     if metric not in ("accuracy", "map"):
@@ -821,7 +821,7 @@ def headroom(report: Report) -> Chart | None:
     """`dlbench tune` runs: each candidate's speed-up over the default of its phase, with its
     interval (whiskers), one colour per framework; the best of each cell a star; candidates
     without a speed-up (not run, failed, parity failures) are in the candidates table only."""
-    found = headroom_report.searches(report)
+    found = tune_report.searches(report)
     points = [(run_id, r, j) for run_id, _, r in found for j in r.judged
               if j.speedup is not None and j.candidate.name != "default"]
     if not points:

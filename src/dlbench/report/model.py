@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlbench import scenarios, workloads
-from dlbench.analysis import headroom, metrics, window
+from dlbench.analysis import metrics, window
+from dlbench.analysis import tune as tuning
 from dlbench.analysis.metrics import QUALITY_METRICS
 from dlbench.analysis.summary import Summary, summarize
 from dlbench.report.columns import compile_value
@@ -145,7 +146,7 @@ class Report:
     # framework has one colour in every section; empty: this report's own order.
     framework_order: tuple[str, ...] = ()
     # What `dlbench tune` runs in the store measured (any run, not only these): the findings cite them.
-    variants: tuple[headroom.MeasuredVariant, ...] = ()
+    variants: tuple[tuning.MeasuredVariant, ...] = ()
 
     @property
     def multi_run(self) -> bool:
@@ -249,7 +250,7 @@ def load(store: Store, run_ids: list[int]) -> Report:
     made = tuple(Config(rid, key, {a: f(ts[0].spec) for a, f in AXES.items()}, tuple(ts))
                  for (rid, key), ts in configs.items())
     made = _in_one_order(made)
-    variants = tuple(headroom.MeasuredVariant.from_dict(m) for _, state in store.tune_states()
+    variants = tuple(tuning.MeasuredVariant.from_dict(m) for _, state in store.tune_states()
                      for m in state.get("measured", ()))
     return Report(tuple(runs), made, _label_axes(made), (), variants)
 
@@ -260,7 +261,7 @@ def _headline_trials(info: dict[str, Any], trials: tuple[Trial, ...]) -> tuple[T
     state = info.get("tune")
     if not isinstance(state, dict):
         return trials
-    defaults = headroom.default_trial_ids(headroom.SearchState.from_dict(state).cells)
+    defaults = tuning.default_trial_ids(tuning.SearchState.from_dict(state).cells)
     return tuple(t for t in trials if t.id in defaults)
 
 

@@ -1,7 +1,7 @@
 """The reinforcement-learning table (workloads with a rollout: runner/scenarios/rl.py): environment steps
 per second of the rollouts, update samples per second and time per iteration, per framework x
 mode x rollout placement, for the rollout and train scenarios; parity and status as in the
-headline table. Time to the return target is the time-to-accuracy table's (report/time_to_target.py)."""
+headline table. Time to the return target is the time-to-accuracy table's (report/converge.py)."""
 
 from __future__ import annotations
 

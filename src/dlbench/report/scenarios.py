@@ -17,9 +17,9 @@ from dlbench.report.model import Config, Report
 from dlbench.report.progress import Metrics
 
 
-# The ids of the scenario tables (report/time_to_target.py, inference.py, rl.py, generation.py, solve.py): a
+# The ids of the scenario tables (report/converge.py, inference.py, rl.py, generation.py, solve.py): a
 # record's registration below names the tables that show its configurations.
-TIME_TO_TARGET_TABLE, INFERENCE_TABLE, RL_TABLE, GENERATION_TABLE = "converge", "infer", "rl", "generate"
+CONVERGE_TABLE, INFER_TABLE, RL_TABLE, GENERATE_TABLE = "converge", "infer", "rl", "generate"
 SOLVE_TABLE, SOLVE_GRADIENTS_TABLE = "solve", "solve-gradients"
 
 
@@ -35,13 +35,13 @@ class Reporting:
 
 REPORTING: dict[str, Reporting] = {
     "train": Reporting(True, (), progress.train_line),
-    "infer": Reporting(False, (INFERENCE_TABLE,), progress.infer_line),
-    "converge": Reporting(False, (TIME_TO_TARGET_TABLE,), progress.converge_line),
-    "sample": Reporting(False, (INFERENCE_TABLE,), progress.sample_line),
+    "infer": Reporting(False, (INFER_TABLE,), progress.infer_line),
+    "converge": Reporting(False, (CONVERGE_TABLE,), progress.converge_line),
+    "sample": Reporting(False, (INFER_TABLE,), progress.sample_line),
     "rl_rollout": Reporting(True, (RL_TABLE,), progress.rl_line),
     "rl_train": Reporting(True, (RL_TABLE,), progress.rl_line),
-    "rl_converge": Reporting(False, (TIME_TO_TARGET_TABLE,), progress.rl_converge_line),
-    "generate": Reporting(False, (GENERATION_TABLE,), progress.generate_line),
+    "rl_converge": Reporting(False, (CONVERGE_TABLE,), progress.rl_converge_line),
+    "generate": Reporting(False, (GENERATE_TABLE,), progress.generate_line),
     "solve": Reporting(False, (SOLVE_TABLE, SOLVE_GRADIENTS_TABLE), progress.solve_line),
 }
 

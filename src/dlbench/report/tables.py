@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dlbench.report.time_to_target import converge_table, stall_table
+from dlbench.report.converge import converge_table, stall_table
 from dlbench.report.headline import (
     gpu_table,
     has_values,
     headline_table,
     startup_table,
 )
-from dlbench.report.generation import generation_table
-from dlbench.report.headroom import candidates_table, headroom_table
-from dlbench.report.inference import infer_table
+from dlbench.report.generate import generation_table
+from dlbench.report.tune import candidates_table, headroom_table
+from dlbench.report.infer import infer_table
 from dlbench.report.model import Report
 from dlbench.report.payback import payback_table, sweep_table
 from dlbench.report.profile import findings_table, profile_table

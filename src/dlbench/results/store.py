@@ -42,7 +42,7 @@ MIGRATIONS: dict[int, str] = {
     # 4: the run's repeat rule and, for `--repeats auto`, its rounds, time spent and why it
     # stopped (JSON), so that `--resume` continues the rule and the report says what ended it.
     3: "ALTER TABLE runs ADD COLUMN repeats TEXT;",
-    # 5: a `dlbench tune` run's search (analysis/headroom.py SearchState, JSON): its budget, phases,
+    # 5: a `dlbench tune` run's search (analysis/tune.py SearchState, JSON): its budget, phases,
     # candidates with their trials, and why it stopped; NULL for every other run.
     4: "ALTER TABLE runs ADD COLUMN tune TEXT;",
 }
@@ -293,7 +293,7 @@ class Store:
             self._db.execute("UPDATE runs SET repeats=? WHERE id=?", (json.dumps(repeats), run_id))
 
     def set_run_tune(self, run_id: int, tune: dict[str, Any]) -> None:
-        """A `dlbench tune` run's search state (analysis/headroom.py SearchState), replaced after
+        """A `dlbench tune` run's search state (analysis/tune.py SearchState), replaced after
         every round."""
         with self._write():
             self._db.execute("UPDATE runs SET tune=? WHERE id=?", (json.dumps(tune), run_id))

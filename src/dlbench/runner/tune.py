@@ -1,4 +1,4 @@
-"""`dlbench tune`: the headroom search run (analysis/headroom.py decides what runs and how it is
+"""`dlbench tune`: the headroom search run (analysis/tune.py decides what runs and how it is
 judged; this module builds the candidates' trials, runs them in interleaved rounds through any
 executor's `execute`, and keeps the search state in the run record after every round).
 
@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from dlbench import workloads
-from dlbench.analysis import headroom
-from dlbench.analysis.headroom import Candidate, Cell, Entry, Factor, SearchState, TrialOutcome
+from dlbench.analysis import tune as tuning
+from dlbench.analysis.tune import Candidate, Cell, Entry, Factor, SearchState, TrialOutcome
 from dlbench.backends import get_backend, support
 from dlbench.monitors.nvml import device_kind
 from dlbench.results.store import Store, TrialRow
@@ -70,7 +70,7 @@ def factors(spec: TrialSpec, device: str) -> list[Factor]:
                               variant.together))
     modes = tuple(m for m in MODES if m != mode and backend.modes().get(m, "unknown") is None)
     if modes:
-        out.append(Factor(headroom.MODE, modes, why="the framework's other modes (a factor like any variant)"))
+        out.append(Factor(tuning.MODE, modes, why="the framework's other modes (a factor like any variant)"))
     return out
 
 
@@ -91,7 +91,7 @@ def prepare(sweep: Sweep, repeats: int, budget_s: float, costs: Costs,
             run_args: Callable[[TrialSpec], tuple[str, ...]], plain_mode: str = "compiled") -> Search:
     """The cells of the sweep (one default trial each: make_plan with one repeat), their
     candidates in the search order, each checked, and which of them the budget admits
-    (headroom.admit, by each candidate's estimate)."""
+    (tuning.admit, by each candidate's estimate)."""
     plan = make_plan(replace(sweep, repeats=1))
     state = SearchState(repeats, budget_s, sweep.order_seed)
     search = Search(state, skipped=list(plan.notes))
@@ -104,10 +104,10 @@ def prepare(sweep: Sweep, repeats: int, budget_s: float, costs: Costs,
             continue
         made = factors(base, device)
         entries = []
-        for candidate in headroom.phase_one(base.policy.mode, made):
+        for candidate in tuning.phase_one(base.policy.mode, made):
             spec = candidate_spec(base, candidate)
             reason = why_not(spec)
-            entries.append(Entry(candidate, 1, status="tried" if reason is None else headroom.UNSUPPORTED,
+            entries.append(Entry(candidate, 1, status="tried" if reason is None else tuning.UNSUPPORTED,
                                  reason=reason or ""))
             search.specs[(len(state.cells), candidate)] = spec
         metric = workloads.stored_scenario({"workload": {"name": base.workload.name}, "scenario": base.scenario}).headline
@@ -126,10 +126,10 @@ def _admit(search: Search, costs: Costs) -> None:
     for i, entries in enumerate(tried):
         for e, seconds in zip(entries, estimates[i], strict=True):
             search.estimates[(i, e.candidate)] = seconds
-    taken = headroom.admit(estimates, state.repeats, state.budget_s)
+    taken = tuning.admit(estimates, state.repeats, state.budget_s)
     for i, (cell, entries) in enumerate(zip(state.cells, tried, strict=True)):
         dropped = {e.candidate for e in entries[taken[i]:]}
-        state.cells[i] = replace(cell, entries=tuple(replace(e, status=headroom.NOT_RUN_BUDGET) if e.candidate in dropped
+        state.cells[i] = replace(cell, entries=tuple(replace(e, status=tuning.NOT_RUN_BUDGET) if e.candidate in dropped
                                                      else e for e in cell.entries))
 
 
@@ -152,19 +152,19 @@ def candidates_plan(search: Search) -> Plan:
 
 def estimate_default_s(search: Search, costs: Costs) -> list[float]:
     """Each cell's default's estimated seconds per trial."""
-    return [estimate_s(search.specs[(i, Candidate(headroom.DEFAULT, c.mode))], costs)[0]
+    return [estimate_s(search.specs[(i, Candidate(tuning.DEFAULT, c.mode))], costs)[0]
             for i, c in enumerate(search.state.cells)]
 
 
 def warm_plan(search: Search) -> Plan:
     """The defaults, for the untimed warm imports before the first round."""
-    return Plan(trials=[PlannedTrial(search.specs[(i, Candidate(headroom.DEFAULT, c.mode))])
+    return Plan(trials=[PlannedTrial(search.specs[(i, Candidate(tuning.DEFAULT, c.mode))])
                         for i, c in enumerate(search.state.cells)])
 
 
 def outcomes(rows: Iterable[TrialRow]) -> dict[int, TrialOutcome]:
     """Each stored trial's status, headline value and parity verdict, by trial id."""
-    return headroom.outcomes(rows, lambda spec: workloads.stored_scenario(spec).headline)
+    return tuning.outcomes(rows, lambda spec: workloads.stored_scenario(spec).headline)
 
 
 def run_search(store: Store, run_id: int, search: Search, run_trials: RunTrials, progress: Progress,
@@ -198,7 +198,7 @@ def _round(store: Store, run_id: int, search: Search, phase: int, repeat: int, r
             if e.phase == phase and e.status == "tried" and (only is None or only(i, e))]
     if not keys:
         return True
-    if not first and not headroom.round_fits(state.spent_s, state.round_s, state.budget_s):
+    if not first and not tuning.round_fits(state.spent_s, state.round_s, state.budget_s):
         state.stop = "budget"
         progress.message(f"tune: phase {phase} stopped before round {repeat + 1}: another round as long as the last"
                          f" ({state.round_s:.0f} s) would pass the budget of {_minutes(state.budget_s)}"
@@ -250,7 +250,7 @@ def _readmit(store: Store, run_id: int, search: Search, progress: Progress) -> N
         _admit_more(store, run_id, search, progress, scale)
         return
     scaled = [[scale * search.estimates.get((i, e.candidate), 0.0) for e in entries] for i, entries in enumerate(tried)]
-    taken = headroom.admit(scaled, state.repeats - 1, state.budget_s - state.spent_s)
+    taken = tuning.admit(scaled, state.repeats - 1, state.budget_s - state.spent_s)
     reason = (f"dropped after round 1 of {state.repeats}: the round took {scale:.1f}x its estimate, so the budget"
               " holds fewer candidates (its first trial is kept, not judged)")
     dropped = 0
@@ -258,7 +258,7 @@ def _readmit(store: Store, run_id: int, search: Search, progress: Progress) -> N
         gone = {e.candidate for e in entries[max(1, taken[i]):]}
         dropped += len(gone)
         state.cells[i] = replace(cell, entries=tuple(
-            replace(e, status=headroom.NOT_RUN_BUDGET, reason=reason) if e.phase == 1 and e.candidate in gone else e
+            replace(e, status=tuning.NOT_RUN_BUDGET, reason=reason) if e.phase == 1 and e.candidate in gone else e
             for e in cell.entries))
     if dropped:
         progress.message(f"tune: the first round took {scale:.1f}x its estimate: {dropped} candidate(s) dropped so"
@@ -275,18 +275,18 @@ def _admit_more(store: Store, run_id: int, search: Search, progress: Progress, s
         return scale * search.estimates[(i, e.candidate)]
 
     admitted = [[e for e in c.entries if e.phase == 1 and e.status == "tried"] for c in state.cells]
-    waiting = [[e for e in c.entries if e.phase == 1 and e.status == headroom.NOT_RUN_BUDGET and not e.trial_ids]
+    waiting = [[e for e in c.entries if e.phase == 1 and e.status == tuning.NOT_RUN_BUDGET and not e.trial_ids]
                for c in state.cells]
     if not any(waiting):
         return
     left = state.budget_s - state.spent_s - sum((state.repeats - 1) * estimate(i, e)
                                                 for i, entries in enumerate(admitted) for e in entries)
     defaults = sum(estimate(i, e) for i, entries in enumerate(admitted) for e in entries
-                   if e.candidate.name == headroom.DEFAULT)
+                   if e.candidate.name == tuning.DEFAULT)
     # position by position over the cells as the first admission: the admitted ones hold their
     # places at no cost, so a cell's default comes before another cell's variants
     held = [len(entries) for entries in admitted]
-    taken = headroom.admit([[0.0] * held[i] + [estimate(i, e) for e in entries] for i, entries in enumerate(waiting)],
+    taken = tuning.admit([[0.0] * held[i] + [estimate(i, e) for e in entries] for i, entries in enumerate(waiting)],
                            state.repeats, left - defaults)
     added = {(i, e.candidate) for i, entries in enumerate(waiting) for e in entries[:taken[i] - held[i]]}
     if not added:
@@ -314,7 +314,7 @@ def _catch_up(store: Store, run_id: int, search: Search, run_trials: RunTrials, 
     if not short or state.stop is not None:
         return True
     per_trial = state.round_s / max(1, search.last_round_trials)
-    keep = short | {(i, Candidate(headroom.DEFAULT, state.cells[i].mode)) for i in {i for i, _ in short}}
+    keep = short | {(i, Candidate(tuning.DEFAULT, state.cells[i].mode)) for i in {i for i, _ in short}}
     state.round_s = per_trial * len(keep)
     return _round(store, run_id, search, 1, _next_repeat(store, run_id), run_trials, progress, clock, outcome,
                   only=lambda i, e: (i, e.candidate) in keep, label="catch-up round")
@@ -340,33 +340,33 @@ def _phase_two(store: Store, run_id: int, search: Search, run_trials: RunTrials,
     found = outcomes(store.trials(run_id))
     added = 0
     for i, cell in enumerate(state.cells):
-        result = headroom.cell_result(cell, found)
-        won = headroom.winners([j for j in result.judged if j.phase == 1], cell.mode)
-        combined = headroom.combination(cell.mode, won, cell.factors)
+        result = tuning.cell_result(cell, found)
+        won = tuning.winners([j for j in result.judged if j.phase == 1], cell.mode)
+        combined = tuning.combination(cell.mode, won, cell.factors)
         if combined is None:
             continue
         single = max(won.values(), key=lambda j: j.speedup or 0.0).candidate
-        base = search.specs[(i, Candidate(headroom.DEFAULT, cell.mode))]
+        base = search.specs[(i, Candidate(tuning.DEFAULT, cell.mode))]
         search.specs[(i, combined)] = candidate_spec(base, combined)
         reason = why_not(search.specs[(i, combined)])
         if reason is not None:  # options that each run but not together
             progress.message(f"tune: {cell.label}: the combination {combined.settings(cell.framework, cell.mode)}"
                              f" cannot run: {reason}")
-            state.cells[i] = replace(cell, entries=(*cell.entries, Entry(combined, 2, status=headroom.UNSUPPORTED,
+            state.cells[i] = replace(cell, entries=(*cell.entries, Entry(combined, 2, status=tuning.UNSUPPORTED,
                                                                          reason=reason)))
             continue
-        entries = [Entry(combined, 2), Entry(Candidate(headroom.DEFAULT, cell.mode), 2), Entry(single, 2)]
+        entries = [Entry(combined, 2), Entry(Candidate(tuning.DEFAULT, cell.mode), 2), Entry(single, 2)]
         state.cells[i] = replace(cell, entries=(*cell.entries, *entries))
         added += len(entries)
     if not added:
         return
     per_trial_s = state.round_s / max(search.last_round_trials, 1)
     needed_s = state.repeats * added * per_trial_s
-    if not headroom.round_fits(state.spent_s, needed_s, state.budget_s):
+    if not tuning.round_fits(state.spent_s, needed_s, state.budget_s):
         state.stop = "budget"
         for i, cell in enumerate(state.cells):
             state.cells[i] = replace(cell, entries=tuple(
-                replace(e, status=headroom.NOT_RUN_BUDGET) if e.phase == 2 and e.status == "tried" else e
+                replace(e, status=tuning.NOT_RUN_BUDGET) if e.phase == 2 and e.status == "tried" else e
                 for e in cell.entries))
         progress.message(f"tune: phase 2 not run: {added} candidate(s) x {state.repeats} repeats would take about"
                          f" {_minutes(needed_s)} (at phase 1's last round's pace), past the budget of"
@@ -383,10 +383,10 @@ def _finish(store: Store, run_id: int, search: Search) -> None:
     """The state with why it stopped and what a finding may cite (the measured variants)."""
     state = search.state
     if state.stop is None:  # ran to its end; "budget" where the budget left candidates untried
-        cut = any(e.status == headroom.NOT_RUN_BUDGET for c in state.cells for e in c.entries)
+        cut = any(e.status == tuning.NOT_RUN_BUDGET for c in state.cells for e in c.entries)
         state.stop = "budget" if cut else "done"
     found = outcomes(store.trials(run_id))
-    state.measured = [m for c in state.cells for m in headroom.measured_variants(run_id, headroom.cell_result(c, found))]
+    state.measured = [m for c in state.cells for m in tuning.measured_variants(run_id, tuning.cell_result(c, found))]
     store.set_run_tune(run_id, state.to_dict())
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from dlbench import workloads
-from dlbench.analysis import efficiency, generation, parity
+from dlbench.analysis import efficiency, generate, parity
 from dlbench.backends import get_backend, precision
 from dlbench.results.records import TrialResult
 from dlbench.runner import ceiling, fixedbatch, protocol, reference
@@ -79,7 +79,7 @@ def sample_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> pa
 
 def generate_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> parity.Verdict:
     """Greedy generation (runner/scenarios/generate.py) against the workload's float64 NumPy decoder with
-    its own KV cache (analysis/generation.py states the rule): every step's logits against the
+    its own KV cache (analysis/generate.py states the rule): every step's logits against the
     reference fed the framework's own tokens; the ids against the reference's own greedy ids up
     to the first step whose top-2 margin is within twice the float32 bound. `ref` (the jax or
     torch float64 run) is not needed: the NumPy reference is the definition itself."""
@@ -88,11 +88,11 @@ def generate_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> 
     params = module.init_params(trial.workload)
     free_ids, free_logits = module.reference_generate(trial.workload, params, prompt, ids.shape[1])
     forced = module.reference_forced(trial.workload, params, prompt, ids)
-    v = generation.judge_generation(ids, logits, forced, free_ids, free_logits)
+    v = generate.judge_generation(ids, logits, forced, free_ids, free_logits)
     steps = (f"first ambiguous step {v.ambiguous_step}, first divergence step {v.divergence_step}"
              f" of {ids.shape[1]} (-1: none)")
     return parity.Verdict("pass" if v.ok else "fail", worst_rel_err=v.logits_error, worst_tensor="logits",
-                          tolerance={"logits_rel_err": generation.LOGITS_RTOL},
+                          tolerance={"logits_rel_err": generate.LOGITS_RTOL},
                           reference="float64 NumPy decoder with its own cache",
                           reason=f"{v.reason}; {steps}" if not v.ok else steps)
 

@@ -1,4 +1,4 @@
-"""JAX's ODE library for the solver scenario: diffrax (backends/odesolve.py has the seam).
+"""JAX's ODE library for the solver scenario: diffrax (backends/solve.py has the seam).
 
 Explicit Tsit5 and Dopri5, implicit Kvaerno5 (an ESDIRK method; Newton by diffrax's VeryChord
 with the controller's tolerances), each under a PID controller, one jax.jit per problem, solver
@@ -26,7 +26,7 @@ import diffrax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from dlbench.backends.odesolve import (  # noqa: E402
+from dlbench.backends.solve import (  # noqa: E402
     Count,
     Counts,
     Gradient,

@@ -24,7 +24,7 @@ import optax
 
 from dlbench import workloads
 from dlbench.backends import multistep
-from dlbench.backends.generation import Generating
+from dlbench.backends.generate import Generating
 from dlbench.backends.base import Sampling, Unsupported
 from dlbench.backends.jax import losses, pipeline, settings
 from dlbench.backends.jax.training import compiles, counted_name, listen_for_compiles, make_optimizer, optimizer_numerics

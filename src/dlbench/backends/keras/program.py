@@ -35,7 +35,7 @@ from keras import layers, ops
 
 import dlbench.backends.keras.losses as losses
 from dlbench import workloads
-from dlbench.backends.generation import Generating
+from dlbench.backends.generate import Generating
 from dlbench.backends.base import Sampling, TimedBatches, Unsupported
 from dlbench.backends.keras.native import Native, Pipeline, native
 from dlbench.spec import Numerics, TrialSpec, WorkloadSpec

@@ -1,5 +1,5 @@
 """TensorFlow's ODE library for the solver scenario: TensorFlow Probability's tfp.math.ode
-(backends/odesolve.py has the seam).
+(backends/solve.py has the seam).
 
 DormandPrince (explicit) and BDF (implicit, variable order 1-5, its Jacobian by automatic
 differentiation), each solve inside one tf.function per problem, solver and dtype with the
@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from dlbench.backends.odesolve import Count, Counts, Gradient, Solve, Solved, SolverInfo, checked, classify, ops_of
+from dlbench.backends.solve import Count, Counts, Gradient, Solve, Solved, SolverInfo, checked, classify, ops_of
 from dlbench.workloads import odes
 
 _LIB = f"tensorflow-probability {tfp.__version__}"

@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from dlbench.backends import multistep
-from dlbench.backends.generation import Generating
+from dlbench.backends.generate import Generating
 from dlbench.backends.base import Sampling, Unsupported
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.backends.tensorflow import losses, mirrored, pipeline

@@ -1,5 +1,5 @@
 """torch's ODE libraries for the solver scenario: torchdiffeq and torchode
-(backends/odesolve.py has the seam).
+(backends/solve.py has the seam).
 
 Both are explicit only: torchdiffeq 0.2.5's adaptive solvers are Runge-Kutta (dopri5, dopri8,
 bosh3, adaptive_heun, fehlberg2; its implicit_adams is fixed-step), torchode 1.0.1 has Dopri5,
@@ -18,7 +18,7 @@ import torch
 import torchdiffeq
 import torchode
 
-from dlbench.backends.odesolve import Count, Gradient, Solve, Solved, SolverInfo, checked, classify, ops_of
+from dlbench.backends.solve import Count, Gradient, Solve, Solved, SolverInfo, checked, classify, ops_of
 from dlbench.workloads import odes
 
 _DIFFEQ = f"torchdiffeq {torchdiffeq.__version__}"

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from dlbench import workloads
-from dlbench.backends.generation import Generating
+from dlbench.backends.generate import Generating
 from dlbench.backends.base import Sampling, Unsupported, shard_slice
 from dlbench.backends.torch import (
     compile_options,

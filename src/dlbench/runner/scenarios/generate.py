@@ -1,11 +1,11 @@
 """The generate scenario (`--scenario generate` on lm), run by the worker process: greedy decoding
-with each framework's KV-cache decoder (backends/generation.py: Decoder) from the canonical
+with each framework's KV-cache decoder (backends/generate.py: Decoder) from the canonical
 parameters.
 
 One generation is a batch of `gen_batch` prompts of `prompt_len` tokens (drawn from the
 workload's chain) and `new_tokens` greedy tokens, driven token by token so that each is timed:
 prefill plus the first token's fetch is the time to first token, each later decode step plus its
-fetch a time per output token (analysis/generation.py). Continuous batching is a serving
+fetch a time per output token (analysis/generate.py). Continuous batching is a serving
 engine's job, not a framework's: out of scope.
 
 Order: the first generation apart (it compiles: `first_generation_s`, and
@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from dlbench.analysis.generation import token_latencies
+from dlbench.analysis.generate import token_latencies
 from dlbench.backends import support
-from dlbench.backends.generation import Decoder
+from dlbench.backends.generate import Decoder
 from dlbench.runner import protocol
 from dlbench.runner.context import TrialContext
 from dlbench.spec import GenerateOptions, TrialSpec

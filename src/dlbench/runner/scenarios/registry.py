@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dlbench.runner.scenarios import converge, generate, inference, rl, sample, solve, train
+from dlbench.runner.scenarios import converge, generate, infer, rl, sample, solve, train
 from dlbench.runner.context import TrialContext
 
 RUNS: dict[str, Callable[[TrialContext], None]] = {
     "train": train.run,
-    "infer": inference.run,
+    "infer": infer.run,
     "converge": converge.run,
     "sample": sample.run,
     "rl_rollout": rl.run_rollout,

@@ -30,7 +30,7 @@ from dlbench import workloads
 from dlbench.backends import support
 from dlbench.backends.base import SampleLoop, Sampler
 from dlbench.runner import protocol
-from dlbench.runner.scenarios import inference, profiled
+from dlbench.runner.scenarios import infer, profiled
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.spec import PARITY_BATCH, TrialSpec
 
@@ -56,7 +56,7 @@ def run(ctx: TrialContext) -> None:
     m, spec = ctx.metrics, trial.workload
     module = workloads.get(spec.name)
     profiled.prepare(ctx)
-    program, forward = inference.build_forward(trial, backend, phases, m, support.build_sampler)
+    program, forward = infer.build_forward(trial, backend, phases, m, support.build_sampler)
     result.numerics = program.numerics()
     result.framework_info = backend.info()
     t = phases.start("build_sampler")

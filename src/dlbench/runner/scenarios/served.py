@@ -1,5 +1,5 @@
 """The inference scenario's load under MLPerf LoadGen (runner/scenarios/loadgen.py), run by
-runner/scenarios/inference.py after its warm-up and parity phases, inside the timed window:
+runner/scenarios/infer.py after its warm-up and parity phases, inside the timed window:
 
 - `--load standard` (the default): SingleStream, whose per-request latencies become the
   scenario's latency metrics (latency_p50_s, latency_p90_s, latency_p99_s: order statistics of

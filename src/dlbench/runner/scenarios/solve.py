@@ -3,7 +3,7 @@ worker process: a work-precision sweep of every solver the trial's framework off
 (backends/<framework>/ode.py), in each dtype, over the tolerances, as SciMLBenchmarks draws its
 work-precision diagrams: per point the error at the output times against the float64 reference,
 the warm wall time (the first solve, compilation included, apart), the field and Jacobian
-evaluations (counted in the field: backends/odesolve.py; for a compiled solve by a second, untimed
+evaluations (counted in the field: backends/solve.py; for a compiled solve by a second, untimed
 solve), the steps and any failure (max steps, step-size collapse) as data.
 On the neural ODE, the gradient of its loss by each method the library offers (backpropagation
 through the solver, adjoint), its time and its error against the float64 adjoint reference.
@@ -43,7 +43,7 @@ import numpy as np
 
 from dlbench import workloads
 from dlbench.backends import support
-from dlbench.backends.odesolve import FAILURES, SCIPY, Count, Gradient, OdeModule, Solve, Solved
+from dlbench.backends.solve import FAILURES, SCIPY, Count, Gradient, OdeModule, Solve, Solved
 from dlbench.results.records import TrialResult
 from dlbench.runner import protocol
 from dlbench.runner.context import TrialContext

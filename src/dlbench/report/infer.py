@@ -20,7 +20,7 @@ from dlbench.report.cells import (
 )
 from dlbench.report.columns import INFER, Column
 from dlbench.report.model import Config, Report
-from dlbench.report.scenarios import INFERENCE_TABLE, configs_in
+from dlbench.report.scenarios import INFER_TABLE, configs_in
 from dlbench.report.tabledata import Cell, Table
 from dlbench.report.tabledata import Column as TableColumn
 
@@ -100,7 +100,7 @@ def _row(report: Report, config: Config, axes: tuple[str, ...]) -> list[Cell]:
 
 def postprocess_notes(configs: list[Config]) -> list[str]:
     """One line for the configurations whose workload post-processes its outputs (detect:
-    decoding and NMS in NumPy, runner/scenarios/inference.py), timed apart from the latencies: medians."""
+    decoding and NMS in NumPy, runner/scenarios/infer.py), timed apart from the latencies: medians."""
     parts = []
     for c in configs:
         one, batch = c.summary("postprocess_p50_s").median, c.summary("postprocess_batch_median_s").median
@@ -115,7 +115,7 @@ def postprocess_notes(configs: list[Config]) -> list[str]:
 
 def infer_table(report: Report) -> Table | None:
     """One row per inference configuration with its notes; None when the runs have none."""
-    configs = configs_in(report, INFERENCE_TABLE)
+    configs = configs_in(report, INFER_TABLE)
     if not configs:
         return None
     axes = report.varying(configs, INFER_AXES, INFER_HIDDEN)

@@ -1,4 +1,4 @@
-"""The headroom tables of `dlbench tune` runs (analysis/headroom.py judges, from the run's search
+"""The headroom tables of `dlbench tune` runs (analysis/tune.py judges, from the run's search
 state and its trials): per workload x framework the default's headline, the best candidate's
 settings, its speed-up with interval and level, its verdict and parity, and the command that
 re-runs it; and every candidate with its own verdict. The headline tables of a tune run show
@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from dlbench import workloads
-from dlbench.analysis import headroom
-from dlbench.analysis.headroom import CellResult, Judged, SearchState, TrialOutcome
+from dlbench.analysis import tune as tuning
+from dlbench.analysis.tune import CellResult, Judged, SearchState, TrialOutcome
 from dlbench.analysis.metrics import label as metric_label
 from dlbench.report.cells import plain_number
 from dlbench.report.model import Report, Trial
@@ -26,7 +26,7 @@ RULE_NOTE = ("speed-up: the candidate's median headline over the default's of th
 
 def outcomes(trials: Iterable[Trial]) -> dict[int, TrialOutcome]:
     """Each stored trial's status, headline value and parity verdict, by trial id."""
-    return headroom.outcomes(trials, lambda spec: workloads.stored_scenario(spec).headline)
+    return tuning.outcomes(trials, lambda spec: workloads.stored_scenario(spec).headline)
 
 
 def searches(report: Report) -> list[tuple[int, SearchState, CellResult]]:
@@ -41,7 +41,7 @@ def searches(report: Report) -> list[tuple[int, SearchState, CellResult]]:
         found = outcomes(run.trials)
         for cell in state.cells:
             if not shown or cell.workload in shown:
-                out.append((run.id, state, headroom.cell_result(cell, found)))
+                out.append((run.id, state, tuning.cell_result(cell, found)))
     return out
 
 
@@ -69,7 +69,7 @@ def _median_cell(j: Judged | None) -> Cell:
 
 
 def _default_of(result: CellResult, phase: int) -> Judged | None:
-    return next((j for j in result.judged if j.phase == phase and j.candidate.name == headroom.DEFAULT), None)
+    return next((j for j in result.judged if j.phase == phase and j.candidate.name == tuning.DEFAULT), None)
 
 
 def _run_cells(report: Report, run_id: int) -> list[Cell]:
@@ -88,7 +88,7 @@ def headroom_table(report: Report) -> Table | None:
     for run_id, _, r in found:
         best = r.best
         base = _default_of(r, best.phase if best is not None else 1)
-        settings = headroom.NO_BEST if best is None else best.candidate.settings(r.cell.framework, r.cell.mode)
+        settings = tuning.NO_BEST if best is None else best.candidate.settings(r.cell.framework, r.cell.mode)
         verdict = best.verdict if best is not None else _tally(r)
         judged = best or base
         parity = judged.parity if judged is not None else "–"
@@ -107,7 +107,7 @@ def headroom_table(report: Report) -> Table | None:
 
 def _tally(r: CellResult) -> str:
     """`3 tried: 2 same, 1 undecided` for a cell where no candidate won."""
-    tried = [j for j in r.judged if j.candidate.name != headroom.DEFAULT and j.n]
+    tried = [j for j in r.judged if j.candidate.name != tuning.DEFAULT and j.n]
     counts: dict[str, int] = {}
     for j in tried:
         counts[j.verdict] = counts.get(j.verdict, 0) + 1
@@ -134,7 +134,7 @@ def candidates_table(report: Report) -> Table | None:
     for run_id, _, r in found:
         for j in r.judged:
             verdict = j.verdict + (" (best)" if r.best is not None and j is r.best else "")
-            if j.verdict == headroom.UNDECIDED and j.more_repeats:
+            if j.verdict == tuning.UNDECIDED and j.more_repeats:
                 verdict += f" (+{j.more_repeats} repeats)"
             rows.append((*_run_cells(report, run_id), Cell(r.cell.workload), Cell(r.cell.framework),
                          Cell(j.candidate.settings(r.cell.framework, r.cell.mode)), Cell(str(j.phase)),

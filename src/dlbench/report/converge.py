@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from dlbench import workloads
-from dlbench.analysis.convergence import (
+from dlbench.analysis.converge import (
     RETURN_SPANS,
     SeedPair,
     episodic_return_curve,
@@ -21,7 +21,7 @@ from dlbench.analysis.summary import summarize
 from dlbench.report import model
 from dlbench.report.cells import label_cells, label_columns
 from dlbench.report.model import Config, Report, Trial
-from dlbench.report.scenarios import TIME_TO_TARGET_TABLE, configs_in, trains
+from dlbench.report.scenarios import CONVERGE_TABLE, configs_in, trains
 from dlbench.report.tabledata import Cell, Column, Table, cells
 from dlbench.spec import ConvergeOptions
 from dlbench.workloads.base import Target
@@ -114,7 +114,7 @@ def converge_table(report: Report) -> Table | None:
     with the accuracy curves of the first ok repeat, and the seed-pair notes; `!` marks the
     steps of a framework in a pair more than K apart. Frameworks that cannot run the scenario
     get one note, not a row per seed. None when no time-to-accuracy trial finished."""
-    configs = sorted(configs_in(report, TIME_TO_TARGET_TABLE), key=_order)
+    configs = sorted(configs_in(report, CONVERGE_TABLE), key=_order)
     shown = [c for c in configs if c.ok]
     if not shown:
         return None
@@ -140,7 +140,7 @@ def converge_table(report: Report) -> Table | None:
     notes += return_curve_notes([(_trial_label(c, c.ok[0]), c.ok[0]) for c in shown])
     columns = [*label_columns(report, axes), *([Column("target", "right")] if target_column else []),
                *(Column(h.replace("accuracy", quality), "right") for h in CONVERGE_HEADERS)]
-    return Table(TIME_TO_TARGET_TABLE, "Time to target",
+    return Table(CONVERGE_TABLE, "Time to target",
                  f"time to {target_title(targets)} ({ConvergeOptions.SCENARIO}; training time only,"
                  " evaluation apart;"
                  " medians over repeats)", tuple(columns), tuple(map(tuple, rows)),

@@ -10,7 +10,7 @@ from dlbench.report import model
 from dlbench.report.cells import STATUS, label_cells, label_columns, metric_cell, parity_cell, status_cell
 from dlbench.report.columns import GENERATE
 from dlbench.report.model import Config, Report
-from dlbench.report.scenarios import GENERATION_TABLE, configs_in
+from dlbench.report.scenarios import GENERATE_TABLE, configs_in
 from dlbench.report.tabledata import Cell, Table
 from dlbench.report.tabledata import Column as TableColumn
 
@@ -36,12 +36,12 @@ def _row(report: Report, config: Config, axes: tuple[str, ...]) -> list[Cell]:
 
 def generation_table(report: Report) -> Table | None:
     """One row per generation configuration; None when the runs have none."""
-    configs = configs_in(report, GENERATION_TABLE)
+    configs = configs_in(report, GENERATE_TABLE)
     if not configs:
         return None
     axes = report.varying(configs, AXES)
     columns = [*label_columns(report, axes), *(TableColumn(c.header, "right") for c in GENERATE),
                TableColumn("decoder"), TableColumn("parity"), STATUS]
     notes = [*NOTES, *model.notes(report, configs, {})]
-    return Table(GENERATION_TABLE, "Generation", "generation with a KV cache: token latencies and throughput (medians over"
+    return Table(GENERATE_TABLE, "Generation", "generation with a KV cache: token latencies and throughput (medians over"
                  " repeats)", tuple(columns), tuple(tuple(_row(report, c, axes)) for c in configs), tuple(notes))

@@ -2,7 +2,7 @@
 the variants its backend declares (backends/base.py: Option.variant). Pure: the search order,
 which candidates fit the budget, the verdict of each candidate against the default of its own
 phase, the combination rule, the best candidate and the command that re-runs it. The runner
-(runner/tune.py) runs what this decides; the report (report/headroom.py) shows it.
+(runner/tune.py) runs what this decides; the report (report/tune.py) shows it.
 
 The search (docs/methodology.md, "Headroom"):
   phase 1, one factor at a time: the default, then each value the backend's variants try (in the
