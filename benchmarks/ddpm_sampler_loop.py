@@ -51,7 +51,7 @@ def main() -> int:
     samplers: dict[str, Callable[[np.ndarray], np.ndarray]] = {}
     names = args.loops.split(",")
     if "host" in names:
-        samplers["host"] = host_sampler(trial, program, program.infer_fn(state))
+        samplers["host"] = host_sampler(trial, ddpm, program, program.infer_fn(state))
     model = state.model.eval()
     coef = [tuple(float(v) for v in row[:3]) for row in ddpm.ddim_coefficients(spec)]
 

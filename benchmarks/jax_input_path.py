@@ -49,7 +49,7 @@ def build(framework: str, workload: str, steps: int) -> dict[str, Any]:
     backend.import_framework()
     backend.configure(trial.policy)
     program = support.build(trial, backend)
-    state = support.init(trial, program)
+    state = support.init(trial, workloads.get(trial.workload.name), program)
     data = workloads.get(workload).make_dataset(spec)
     program.load(data)
     rows = batch_indices(epoch_order(spec.seed, 0, spec.dataset_size), spec.batch_size)

@@ -79,7 +79,7 @@ def in_process(framework: str, args: argparse.Namespace) -> dict[str, dict[str, 
             backend.import_framework()
             backend.configure(t.policy)
             program = support.build(t, backend)
-            state = support.init(t, program)
+            state = support.init(t, workloads.get(w), program)
             program.load(workloads.get(w).make_dataset(t.workload))
             rows = batch_indices(epoch_order(t.workload.seed, 0, t.workload.dataset_size), t.workload.batch_size)
             program.compile(state, next(iter(program.batches(rows[:1]))))

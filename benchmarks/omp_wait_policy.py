@@ -42,7 +42,7 @@ def child(framework: str, mode: str, threads: int | None, workload: str, preset:
     backend.import_framework()
     backend.configure(policy)
     program = support.build(trial, backend)
-    state = support.init(trial, program)
+    state = support.init(trial, workloads.get(trial.workload.name), program)
     program.load(workloads.get(workload).make_dataset(spec))
     rows = batch_indices(epoch_order(spec.seed, 0, spec.dataset_size), spec.batch_size)
     batches = program.batches(np.concatenate([rows] * (1 + 20 // len(rows))))

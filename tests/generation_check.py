@@ -21,12 +21,13 @@ def main(framework: str, mode: str, out: str, option: str = "") -> None:
     from dlbench.backends import get_backend
     from dlbench.backends.generate import greedy_run
     from dlbench.runner.plan import workload_spec
-    from dlbench.spec import Policy, TrialSpec
+    from dlbench.spec import GenerateOptions, Policy, TrialSpec
     from dlbench.workloads import lm
 
     spec = workload_spec("lm", "tiny")
     options = dict([option.split("=", 1)]) if option else {}
-    program = get_backend(framework).build(TrialSpec(workload=spec, framework=framework, new_tokens=8,
+    program = get_backend(framework).build(TrialSpec(workload=spec, framework=framework, scenario="generate",
+                                                     options=GenerateOptions(new_tokens=8),
                                                      policy=Policy(mode=mode, options=options)))
     params = lm.init_params(spec)
     decoder = program.decoder(program.init(params), 3, 16)

@@ -27,7 +27,7 @@ from dlbench.runner.context import TrialContext
 from dlbench.runner.plan import workload_spec
 from dlbench.runner.timing import EventLog, Phases
 from dlbench.runner.child import setup_environment
-from dlbench.spec import Policy, TrialSpec
+from dlbench.spec import InferOptions, Policy, TrialSpec
 
 # Kept short for CI: the budget rule itself is tested with the fake backend.
 REQUESTS = 200
@@ -36,7 +36,8 @@ BUDGET_S = 0.5
 
 def trial_for(framework: str, mode: str, workload: str) -> TrialSpec:
     return TrialSpec(workload=workload_spec(workload, "tiny"), framework=framework, policy=Policy(mode=mode),
-                     scenario="infer", infer_requests=REQUESTS, infer_budget_s=BUDGET_S)
+                     scenario="infer",
+                     options=InferOptions(infer_requests=REQUESTS, infer_budget_s=BUDGET_S))
 
 
 def main() -> int:

@@ -23,7 +23,7 @@ from dlbench.backends import get_backend
 from dlbench.backends.base import Backend, TimedBatches
 from dlbench.runner import worker
 from dlbench.runner.plan import workload_spec
-from dlbench.spec import Policy, TrialSpec, WorkloadSpec
+from dlbench.spec import ConvergeOptions, Policy, TrialSpec, WorkloadSpec
 from dlbench.workloads.data import crop_flip, epoch_steps
 
 SPEC = WorkloadSpec(batch_size=8, dataset_size=32, eval_size=8, augment="crop_flip", seed=3)
@@ -41,7 +41,7 @@ def mode_of(backend: Backend) -> str:
 
 def converge_spec(name: str, mode: str) -> TrialSpec:
     return TrialSpec(workload=workload_spec("mlp", "tiny"), framework=name, policy=Policy(mode=mode),
-                     scenario="converge", target_accuracy=TARGET, eval_every=EVAL_EVERY, max_steps=400,
+                     scenario="converge", options=ConvergeOptions(target_accuracy=TARGET, eval_every=EVAL_EVERY, max_steps=400),
                      trial_id=1)
 
 

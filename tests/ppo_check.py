@@ -70,7 +70,7 @@ def probe_ddof_and_edge(framework: str, mode: str, spec, arrays: dict[str, np.nd
     """The ddof-1 loss and recorded ddof, and the threshold edge (saved into `arrays`)."""
     trial = TrialSpec(workload=with_ddof(spec, 1), framework=framework, policy=Policy(mode=mode, rollout="host"))
     program = support.build(trial, get_backend(framework))
-    state = support.init(trial, program)
+    state = support.init(trial, ppo, program)
     batch = off_policy_batch(spec)
     arrays["loss_ddof1"] = np.float64(program.loss_and_grads(state, batch.x, batch.y)[0])
     arrays["recorded_ddof1"] = np.int64(program.numerics()["adv_norm_ddof"])
@@ -94,7 +94,7 @@ def check(backend: Backend, framework: str, mode: str, rollouts: str) -> dict[st
     for placement in rollouts.split(","):
         trial = TrialSpec(workload=spec, framework=framework, policy=Policy(mode=mode, rollout=placement))
         program = support.build(trial, backend)
-        state = support.init(trial, program)
+        state = support.init(trial, ppo, program)
         if "loss" not in arrays:
             batch = ppo.fixed_batch(spec, 8)
             loss, grads = program.loss_and_grads(state, batch.x, batch.y)
@@ -108,7 +108,7 @@ def check(backend: Backend, framework: str, mode: str, rollouts: str) -> dict[st
                 obs.append(program.env_obs(env))
                 done.append(d)
             arrays["env_obs"], arrays["env_done"] = np.stack(obs), np.stack(done)
-            state = support.init(trial, program)
+            state = support.init(trial, ppo, program)
         env = program.env(ppo.initial_obs(spec))
         acts, fin, losses = [], [], []
         for i in range(2):

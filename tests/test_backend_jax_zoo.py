@@ -211,7 +211,7 @@ def refusals(backend: Any, mode: str) -> dict[str, str]:
         spec = dataclasses.replace(spec, numerics=dataclasses.replace(spec.numerics, **changes))
         try:
             trial = TrialSpec(workload=spec, framework=FRAMEWORK, policy=Policy(mode=mode))
-            support.init(trial, support.build(trial, backend))
+            support.init(trial, workloads.get(trial.workload.name), support.build(trial, backend))
             said[f"{name} {changes}"] = "built"
         except (Unsupported, RuntimeError) as e:
             said[f"{name} {changes}"] = f"{type(e).__name__}: {e}"

@@ -201,7 +201,7 @@ def refusals(backend: Any, framework: str) -> dict[str, str]:
         spec = dataclasses.replace(spec, numerics=dataclasses.replace(spec.numerics, **changes))
         try:
             trial = TrialSpec(workload=spec, framework=framework, policy=Policy(mode="eager"))
-            support.init(trial, support.build(trial, backend))
+            support.init(trial, workloads.get(trial.workload.name), support.build(trial, backend))
             said[f"{name} {changes}"] = "built"
         except Unsupported as e:
             said[f"{name} {changes}"] = str(e)

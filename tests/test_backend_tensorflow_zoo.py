@@ -188,7 +188,7 @@ def refusals(backend: Any) -> dict[str, str]:
         spec = dataclasses.replace(spec, numerics=dataclasses.replace(spec.numerics, **change))
         try:
             trial = TrialSpec(workload=spec, framework=FRAMEWORK, policy=Policy(mode="eager"))
-            support.init(trial, support.build(trial, backend))
+            support.init(trial, workloads.get(trial.workload.name), support.build(trial, backend))
             found[name] = ""
         except Unsupported as e:
             found[name] = str(e)

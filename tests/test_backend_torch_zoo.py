@@ -195,7 +195,7 @@ def probe_numerics(backend: Any) -> list[dict[str, Any]]:
         try:
             trial = TrialSpec(workload=spec, framework=FRAMEWORK, policy=Policy(mode="eager"))
             program = support.build(trial, backend)
-            support.init(trial, program)
+            support.init(trial, workloads.get(trial.workload.name), program)
             found.append({"read_back": program.numerics()[field]})
         except Unsupported as e:
             found.append({"unsupported": str(e)})

@@ -15,7 +15,7 @@ from dlbench.results.store import Store
 from dlbench.runner import spawn
 from dlbench.runner.plan import Sweep, make_plan, workload_spec
 from dlbench import workloads
-from dlbench.spec import ConvergeOptions, Policy, SpecError, TrialSpec, WorkloadSpec, to_dict
+from dlbench.spec import ConvergeOptions, NoOptions, Policy, SpecError, TrialSpec, WorkloadSpec, to_dict
 from dlbench.workloads.data import crop_flip, epoch_augment
 
 pytestmark = pytest.mark.usefixtures("fake_env")
@@ -24,11 +24,10 @@ pytestmark = pytest.mark.usefixtures("fake_env")
 WORKLOAD = WorkloadSpec(batch_size=8, dataset_size=128, eval_size=16)
 
 
-def converge_trial(**kw: object) -> TrialSpec:
-    fields: dict[str, object] = {"target_accuracy": 0.9, "eval_every": 4, "max_steps": 100, "chunk_steps": 4}
-    fields.update(kw)
+def converge_trial(**options: object) -> TrialSpec:
+    given: dict[str, object] = {"target_accuracy": 0.9, "eval_every": 4, "max_steps": 100, **options}
     t = TrialSpec(workload=WORKLOAD, framework="fake", policy=Policy(mode="eager"), scenario="converge",
-                  trial_id=1, timeout_s=60.0, **fields)  # type: ignore[arg-type]
+                  chunk_steps=4, trial_id=1, timeout_s=60.0, options=ConvergeOptions(**given))  # type: ignore[arg-type]
     t.validate()
     return t
 
@@ -112,11 +111,12 @@ def test_crop_flip_definition():
     (lambda: WorkloadSpec(augment="mixup"), "augment 'mixup' is not one of: none, crop_flip"),
     (lambda: TrialSpec(workload=WorkloadSpec(), framework="fake", scenario="converge"),
      "the converge scenario needs a target: --target-accuracy (a number in (0, 1])"),
-    (lambda: TrialSpec(workload=WorkloadSpec(), framework="fake", scenario="converge", target_accuracy=1.5),
+    (lambda: TrialSpec(workload=WorkloadSpec(), framework="fake", scenario="converge",
+                       options=ConvergeOptions(target_accuracy=1.5)),
      "got 1.5"),
-    (lambda: TrialSpec(workload=WorkloadSpec(), framework="fake", target_accuracy=0.9),
+    (lambda: TrialSpec(workload=WorkloadSpec(), framework="fake", options=ConvergeOptions(target_accuracy=0.9)),
      "applies to the converge scenario only"),
-    (lambda: TrialSpec(workload=WorkloadSpec(), framework="fake", eval_every=0), "eval every"),
+    (lambda: TrialSpec(workload=WorkloadSpec(), framework="fake", options=ConvergeOptions(eval_every=0)), "eval every"),
 ])
 def test_rejections_name_the_value(make, msg):
     with pytest.raises(SpecError) as e:
@@ -137,13 +137,14 @@ def test_plan_gives_converge_settings_to_converge_trials_only():
                                                            for b in ("pipeline", "device")}
     for s in specs:
         assert s.workload.augment == "crop_flip" and s.policy.loader_workers == 1
-        assert s.target_accuracy == (0.8 if s.scenario == "converge" else None)
-        assert s.eval_every == (16 if s.scenario == "converge" else TrialSpec.eval_every)
+        assert s.options == (ConvergeOptions(target_accuracy=0.8, eval_every=16) if s.scenario == "converge"
+                             else NoOptions())
 
 
 def _spec(framework: str, seed: int = 0, data: str = "pipeline") -> dict:
     t = TrialSpec(workload=WorkloadSpec(seed=seed), framework=framework, policy=Policy(data=data),
-                  scenario="converge", target_accuracy=0.9, eval_every=32)
+                  scenario="converge",
+                  options=ConvergeOptions(target_accuracy=0.9, eval_every=32))
     return to_dict(t)
 
 
@@ -174,7 +175,7 @@ def test_report_compares_seed_pairs_across_frameworks(tmp_path):
     run = store.create_run("test", {}, False)
     for seq, (framework, steps) in enumerate([("a", 96.0), ("b", 192.0)]):
         spec = TrialSpec(workload=WorkloadSpec(), framework=framework, scenario="converge",
-                         target_accuracy=0.9, eval_every=32)
+                         options=ConvergeOptions(target_accuracy=0.9, eval_every=32))
         tid = store.add_trial(run, seq, spec)
         result = TrialResult(status="ok", metrics={"reached_target": 1.0, "steps_to_target": steps,
                                                    "time_to_target_s": steps / 10, "eval_s": 1.0, "accuracy": 0.91})
@@ -195,7 +196,8 @@ def _seeded_converge_store(tmp_path, rows: list[tuple[str, str, int, float | Non
     seq = 0
     for framework, mode, seed, steps in rows + [("ort", "compiled", s, None) for s in (0, 1)]:
         spec = TrialSpec(workload=WorkloadSpec(seed=seed), framework=framework, policy=Policy(mode=mode),
-                         scenario="converge", target_accuracy=0.85, eval_every=32)
+                         scenario="converge",
+                         options=ConvergeOptions(target_accuracy=0.85, eval_every=32))
         tid = store.add_trial(run, seq, spec)
         seq += 1
         if framework == "ort":
@@ -306,7 +308,8 @@ def test_lm_stops_when_its_perplexity_falls_to_the_target(tmp_path, monkeypatch)
     target = (expected[8] + expected[12]) / 2
     assert expected[4] > target and expected[8] > target > expected[12]  # falls through it between 8 and 12
     trial = TrialSpec(workload=LM, framework="fake", policy=Policy(mode="eager"), scenario="converge",
-                      target_perplexity=target, eval_every=4, max_steps=40, chunk_steps=4, trial_id=1, timeout_s=60.0)
+                      options=ConvergeOptions(target_perplexity=target, eval_every=4, max_steps=40), chunk_steps=4,
+                      trial_id=1, timeout_s=60.0)
     trial.validate()
     r = spawn.run_trial(trial, tmp_path)
     assert r.status == "ok", r.error
@@ -325,7 +328,8 @@ def test_lm_perplexity_target_below_reach_stops_at_the_budget_naming_the_metric(
     monkeypatch.setenv("FAKE_BEHAVIOUR", "learn")
     monkeypatch.setenv("FAKE_LEARN_STEPS", "8")
     trial = TrialSpec(workload=LM, framework="fake", policy=Policy(mode="eager"), scenario="converge",
-                      target_perplexity=1.01, eval_every=4, max_steps=12, chunk_steps=4, trial_id=1, timeout_s=60.0)
+                      options=ConvergeOptions(target_perplexity=1.01, eval_every=4, max_steps=12), chunk_steps=4,
+                      trial_id=1, timeout_s=60.0)
     r = spawn.run_trial(trial, tmp_path)
     assert r.status == "ok", r.error
     assert r.metrics["reached_target"] == 0.0 and r.metrics["steps_to_target"] is None
@@ -373,16 +377,17 @@ def test_plan_gives_lm_its_default_perplexity_target_per_seed():
     for seed in (0, 1):
         spec = got[("converge", seed)]
         best = np.exp(lm.entropy_rate_nats(spec.workload))
-        assert spec.target_perplexity == pytest.approx(1.1 * best, rel=1e-3) and spec.target_accuracy is None
+        target = spec.options_of(ConvergeOptions)
+        assert target.target_perplexity == pytest.approx(1.1 * best, rel=1e-3) and target.target_accuracy is None
         assert workloads.target(spec).rule == lm.TARGET_RULE  # the default's rule, found again from the value
-        assert got[("train", seed)].target_perplexity is None
-    assert got[("converge", 0)].target_perplexity != got[("converge", 1)].target_perplexity  # each seed's chain
+        assert got[("train", seed)].options == NoOptions()
+    assert got[("converge", 0)].options != got[("converge", 1)].options  # each seed's chain
     # an accuracy target given stops lm on next-token accuracy instead
     plan = make_plan(Sweep(workloads=("lm",), frameworks=("fake",), modes=("eager",), repeats=1,
                            scenarios=("converge",), preset="tiny",
                            scenario_options=(ConvergeOptions(target_accuracy=0.5),)))
     [trial] = [t.spec for t in plan.trials]
-    assert trial.target_accuracy == 0.5 and trial.target_perplexity is None
+    assert trial.options == ConvergeOptions(target_accuracy=0.5)
     assert workloads.target(trial).metric == "next_token_accuracy" and not workloads.target(trial).lower
 
 
@@ -396,16 +401,18 @@ def test_plan_gives_lm_its_default_perplexity_target_per_seed():
     ({"target_perplexity": 3.0, "scenario": "train"}, "target perplexity 3.0 applies to the converge scenario only"),
 ])
 def test_bad_perplexity_targets_are_one_line(fields, msg):
-    kw: dict[str, object] = {"scenario": "converge", **fields}
+    options = ConvergeOptions(**{k: v for k, v in fields.items() if k != "scenario"})  # type: ignore[arg-type]
     with pytest.raises(SpecError) as e:
-        TrialSpec(workload=LM, framework="fake", **kw).validate()  # type: ignore[arg-type]
+        TrialSpec(workload=LM, framework="fake", scenario=fields.get("scenario", "converge"),  # type: ignore[arg-type]
+                  options=options).validate()
     assert msg in str(e.value) and "\n" not in str(e.value)
 
 
 def test_a_perplexity_target_for_a_workload_without_perplexity_is_refused():
     from dlbench.backends import support
 
-    trial = TrialSpec(workload=WORKLOAD, framework="fake", scenario="converge", target_perplexity=3.0)
+    trial = TrialSpec(workload=WORKLOAD, framework="fake", scenario="converge",
+                      options=ConvergeOptions(target_perplexity=3.0))
     with pytest.raises(SpecError) as e:
         support.validate(trial)
     assert str(e.value) == ("target perplexity 3.0 does not fit cnn: it reports no perplexity (workloads that do:"

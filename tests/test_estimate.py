@@ -11,6 +11,7 @@ import pytest
 from dlbench.cli.main import main
 from dlbench.results.store import Store
 from dlbench.runner.plan import Costs, Sweep, baseline_s, estimate_s, estimates, learn, make_plan
+from dlbench import workloads
 from dlbench.spec import SolveOptions, TrialSpec, to_dict
 from dlbench.workloads import odes
 
@@ -117,13 +118,14 @@ def test_inference_throughput_keeps_the_median_call_and_says_when_stalls_dominat
     trial = replace(trial, scenario="infer", workload=replace(trial.workload, batch_size=4))
     result = TrialResult(status="ok")
     batch_s = [1e-4] * 97 + [0.07] * 3
-    infer_metrics(trial, result, [5e-5] * 200, batch_s)
+    mlp = workloads.get("mlp")
+    infer_metrics(trial, mlp, result, [5e-5] * 200, batch_s)
     m = result.metrics
     assert m["infer_samples_per_s_median"] == pytest.approx(40_000)
     assert m["infer_samples_per_s"] == pytest.approx(400 / sum(batch_s))
     assert any("dominate the total" in w for w in result.warnings)
     steady = TrialResult(status="ok")
-    infer_metrics(trial, steady, [5e-5] * 200, [1e-4] * 100)
+    infer_metrics(trial, mlp, steady, [5e-5] * 200, [1e-4] * 100)
     assert not any("throughput" in w for w in steady.warnings)
 
 

@@ -128,13 +128,13 @@ def test_bad_generation_settings_are_one_line_and_exit_2(tmp_path, capsys, args,
 
 def test_a_generate_trial_carries_its_options_and_a_train_trial_the_defaults():
     from dlbench.runner.plan import Sweep, make_plan
-    from dlbench.spec import GenerateOptions
+    from dlbench.spec import GenerateOptions, NoOptions
 
     plan = make_plan(Sweep(workloads=("lm",), frameworks=("torch",), modes=("eager",), repeats=1, preset="tiny",
                            scenarios=("train", "generate"), scenario_options=(GenerateOptions(prompt_len=5, new_tokens=7),)))
     by = {t.spec.scenario: t.spec for t in plan.trials}
-    assert by["generate"].generate_options() == GenerateOptions(prompt_len=5, new_tokens=7, gen_batch=1)
-    assert by["train"].generate_options() == GenerateOptions()
+    assert by["generate"].options_of(GenerateOptions) == GenerateOptions(prompt_len=5, new_tokens=7, gen_batch=1)
+    assert by["train"].options == NoOptions()
     assert by["generate"].config_key() != by["train"].config_key()
     # at their defaults the options stay out of the serialised spec (old keys unchanged)
     from dlbench.spec import to_dict

@@ -23,7 +23,7 @@ from dlbench.runner.verdicts import judge_parity
 from dlbench.runner.protocol import INFER_BATCHES
 from dlbench.runner.plan import Sweep, make_plan
 from dlbench.runner.protocol import parity_path
-from dlbench.spec import Policy, SpecError, TrialSpec, WorkloadSpec
+from dlbench.spec import InferOptions, Policy, SpecError, TrialSpec, WorkloadSpec
 
 # --- quantile and its confidence interval -------------------------------------------------------
 
@@ -82,8 +82,8 @@ def test_spec_validation_names_the_bad_value():
     base = TrialSpec(workload=spec, framework="torch", scenario="infer")
     support.validate(base)
     ort = replace(base, framework="onnxruntime")
-    for bad, match in ((replace(base, infer_requests=10), "infer requests must be an integer >= 100, got 10"),
-                       (replace(base, infer_budget_s=0.0), "infer budget must be > 0 seconds, got 0.0"),
+    for bad, match in ((base.with_options(infer_requests=10), "infer requests must be an integer >= 100, got 10"),
+                       (base.with_options(infer_budget_s=0.0), "infer budget must be > 0 seconds, got 0.0"),
                        (replace(ort, policy=Policy(options={"optimization": "max"})),
                         "onnxruntime option optimization 'max' is not one of: disable, basic, extended, all"),
                        (replace(ort, policy=Policy(options={"level": "all"})),
@@ -116,9 +116,10 @@ def test_a_train_trial_of_an_inference_runtime_is_unsupported_as_data():
 # --- the worker, with the fake backend ------------------------------------------------------------
 
 
-def infer_trial(**kw: object) -> TrialSpec:
+def infer_trial(**options: object) -> TrialSpec:
     t = TrialSpec(workload=WorkloadSpec(batch_size=8, dataset_size=64, eval_size=16), framework="fake",
-                  policy=Policy(mode="eager"), scenario="infer", timeout_s=60.0, trial_id=1, **kw)  # type: ignore[arg-type]
+                  policy=Policy(mode="eager"), scenario="infer", timeout_s=60.0, trial_id=1,
+                  options=InferOptions(**options))  # type: ignore[arg-type]
     t.validate()
     return t
 

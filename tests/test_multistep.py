@@ -24,7 +24,7 @@ import pytest
 from dlbench import workloads
 from dlbench.backends import multistep, support
 from dlbench.runner import spawn
-from dlbench.spec import Policy, SpecError, TrialSpec
+from dlbench.spec import ConvergeOptions, Policy, SpecError, TrialSpec
 from dlbench.workloads.contract import preset_spec
 from dlbench.workloads.data import batch_indices, epoch_order
 
@@ -50,7 +50,7 @@ def _trial(framework: str, options: dict[str, str], data: str = "pipeline", **kw
 def _variant_facts(backend: Any, trial: TrialSpec) -> dict[str, Any]:
     spec = trial.workload
     program = support.build(trial, backend)
-    state = support.init(trial, program)
+    state = support.init(trial, workloads.get(spec.name), program)
     data = workloads.get(spec.name).make_dataset(spec)
     program.load(data)
     rows = batch_indices(epoch_order(spec.seed, 0, spec.dataset_size), spec.batch_size)
@@ -159,8 +159,9 @@ def test_tensorflow_eager_runs_one_step_per_call_and_says_why(facts):
 @pytest.mark.slow  # a whole JAX trial (13 s under load); the chunk arithmetic is covered above
 def test_converge_trial_runs_k_steps_per_call(tmp_path):
     """Evaluation every 6 steps at K = 4: chunks that end between K-step calls."""
-    t = _trial("jax", {"steps_per_call": K}, scenario="converge", target_accuracy=1.0, eval_every=6,
-               max_steps=12, chunk_steps=8, trial_id=1, timeout_s=300.0)
+    t = _trial("jax", {"steps_per_call": K}, scenario="converge",
+               options=ConvergeOptions(target_accuracy=1.0, eval_every=6, max_steps=12), chunk_steps=8, trial_id=1,
+               timeout_s=300.0)
     t.validate()
     r = spawn.run_trial(t, tmp_path)
     assert r.status == "ok", r.error

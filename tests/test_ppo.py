@@ -314,12 +314,12 @@ def test_converge_table_notes_the_episodic_return_curve(tmp_path):
     from dlbench.report.tables import report_tables
     from dlbench.results.records import TrialResult
     from dlbench.results.store import Store
-    from dlbench.spec import Policy, TrialSpec, WorkloadSpec
+    from dlbench.spec import ConvergeOptions, Policy, TrialSpec, WorkloadSpec
 
     store = Store(tmp_path / "s.sqlite")
     run = store.create_run("dlbench run", {}, False)
     spec = TrialSpec(workload=WorkloadSpec(name="ppo", batch_size=128), framework="jax", policy=Policy(mode="compiled"),
-                     scenario="converge", target_accuracy=0.95)
+                     scenario="converge", options=ConvergeOptions(target_accuracy=0.95))
     episodes = [(float(s), float(r)) for s, r in zip(range(512, 10241, 512), range(10, 500, 25))]
     store.finish_trial(store.add_trial(run, 0, spec), TrialResult(
         status="ok", metrics={"reached_target": 0.0, "accuracy": 0.8, "final_return": 400.0, "episodes": 20.0},

@@ -127,7 +127,7 @@ def test_profile_is_for_train_trials_and_out_of_the_timed_key():
     with pytest.raises(SpecError, match="profile applies to the runner scenarios train, infer, sample, rl_train only,"
                                         " not 'converge'"):
         support.validate(TrialSpec(workload=WorkloadSpec(), framework="torch", scenario="converge",
-                                   target_accuracy=0.9, profile=True))
+                                   options=ConvergeOptions(target_accuracy=0.9), profile=True))
     with pytest.raises(SpecError, match="profile must be true or false, got 'yes'"):
         TrialSpec(workload=WorkloadSpec(), framework="torch", profile="yes").validate()  # type: ignore[arg-type]
 

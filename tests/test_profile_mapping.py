@@ -16,7 +16,7 @@ from dlbench.analysis import findings
 from dlbench.backends import hlo, profiling
 from dlbench.results.records import TrialResult
 from dlbench.results.store import Store
-from dlbench.spec import Policy, SpecError, TrialSpec, WorkloadSpec
+from dlbench.spec import ConvergeOptions, Policy, SpecError, TrialSpec, WorkloadSpec
 
 # A fused max-pool backward as XLA:CPU compiles it (trimmed from a real module): iotas and an
 # index concatenation with no metadata, feeding an arg-max reduce-window and a scatter.
@@ -140,7 +140,7 @@ def test_profile_covers_train_and_infer_only():
     support.validate(TrialSpec(workload=WorkloadSpec(), framework="onnxruntime", scenario="infer", profile=True))
     with pytest.raises(SpecError, match="profile applies to the runner scenarios train, infer, sample, rl_train only"):
         support.validate(TrialSpec(workload=WorkloadSpec(), framework="torch", scenario="converge",
-                                   target_accuracy=0.9, profile=True))
+                                   options=ConvergeOptions(target_accuracy=0.9), profile=True))
 
 
 def test_keras_profiles_with_the_framework_underneath(monkeypatch):

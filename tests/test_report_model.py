@@ -24,7 +24,7 @@ from dlbench.report.tables import report_tables
 from dlbench.report.terminal import print_report_tables
 from dlbench.results.records import TrialResult
 from dlbench.results.store import Store
-from dlbench.spec import Policy, TrialSpec, WorkloadSpec, configuration_key, to_dict
+from dlbench.spec import ConvergeOptions, Policy, TrialSpec, WorkloadSpec, configuration_key, to_dict
 
 HOSTILE_ERROR = "RuntimeError: bad \x1b]0;pwned\x07 title and \x1b[31mred\x1b[0m text"
 PASS: dict[str, Any] = {"verdict": "pass", "worst_rel_err": 2e-7, "reference": "float64",
@@ -63,7 +63,7 @@ def _store_with_every_table(path: Path) -> Store:
     _add(store, run, _trial(policy=Policy(mode="eager", data="device")), _train(1250.0))
     converge = TrialResult(status="ok", metrics={"reached_target": 1.0, "steps_to_target": 64.0, "accuracy": 0.91},
                            series={"accuracy": [(32.0, 0.5), (64.0, 0.91)]})
-    _add(store, run, _trial(scenario="converge", target_accuracy=0.9), converge)
+    _add(store, run, _trial(scenario="converge", options=ConvergeOptions(target_accuracy=0.9)), converge)
     for repeat, parity in enumerate((PASS, NA)):
         infer = TrialResult(status="ok", parity=parity, metrics={
             "latency_p50_s": 0.001, "latency_p99_s": 0.003, "infer_samples_per_s": 5000.0, "infer_batch_size": 16})

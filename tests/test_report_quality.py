@@ -13,7 +13,7 @@ from dlbench.report import model
 from dlbench.report.tables import report_tables
 from dlbench.results.records import TrialResult
 from dlbench.results.store import Store
-from dlbench.spec import Policy, TrialSpec, WorkloadSpec
+from dlbench.spec import ConvergeOptions, NoOptions, Policy, TrialSpec, WorkloadSpec
 
 
 def _store(path: Path, quality: dict[str, tuple[str, float]], scenario: str = "train") -> model.Report:
@@ -24,7 +24,7 @@ def _store(path: Path, quality: dict[str, tuple[str, float]], scenario: str = "t
     for seq, (workload, (metric, value)) in enumerate(quality.items()):
         spec = TrialSpec(workload=WorkloadSpec(name=workload, batch_size=16), framework="fw",
                          policy=Policy(mode="eager"), scenario=scenario,
-                         target_accuracy=0.5 if scenario == "converge" else None)
+                         options=ConvergeOptions(target_accuracy=0.5) if scenario == "converge" else NoOptions())
         if scenario == "converge":
             result = TrialResult(status="ok", metrics={"reached_target": 1.0, "steps_to_target": 64.0, "accuracy": value},
                                  series={"accuracy": [(64.0, value)]})

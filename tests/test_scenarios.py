@@ -34,7 +34,7 @@ from dlbench.spec import (
     TrialSpec,
     WorkloadSpec,
     configuration_key,
-    option_fields,
+    to_dict,
 )
 
 SRC = Path(__file__).parent.parent / "src" / "dlbench"
@@ -145,12 +145,19 @@ def test_each_capability_is_a_protocol_and_the_supervised_program_has_train_and_
 
 
 def test_options_are_frozen_dataclasses_whose_defaults_the_spec_sweep_and_cli_take():
-    spec = TrialSpec(workload=WorkloadSpec(), framework="x")
-    assert spec.infer_options() == InferOptions() and spec.converge_options() == ConvergeOptions()
+    for user in ("train", "infer", "converge"):  # a trial carries its scenario's options, at their defaults
+        assert TrialSpec(workload=WorkloadSpec(), framework="x", scenario=user).options == OPTIONS.get(user, NoOptions)()
     assert Sweep().options_for("infer") == InferOptions() and Sweep().options_for("converge") == ConvergeOptions()
     assert Sweep().options_for("train") == NoOptions()
+    # every field declares its flag and help; the flags, their destinations and defaults come from there
+    flags = {f.metadata["flag"]: (kind, f.name) for kind in OPTIONS.values() for f in dataclasses.fields(kind)}
+    assert all(f.metadata["help"] for kind in OPTIONS.values() for f in dataclasses.fields(kind))
+    assert {"--" + dest.replace("_", "-"): v for dest, v in SCENARIO_OPTION_FLAGS.items()} == flags
+    assert SCENARIO_OPTION_FLAGS["load"] == (InferOptions, "infer_load")
+    assert SCENARIO_OPTION_FLAGS["qps"] == (InferOptions, "server_qps")
+    assert SCENARIO_OPTION_FLAGS["rtol_loosest"][1] == "solve_rtol_loosest"
     for dest, (kind, name) in SCENARIO_OPTION_FLAGS.items():
-        assert SWEEP_DEFAULTS[dest] == option_fields(kind())[name], dest
+        assert SWEEP_DEFAULTS[dest] == getattr(kind(), name), dest
     with pytest.raises(dataclasses.FrozenInstanceError):
         ConvergeOptions().eval_every = 3  # type: ignore[misc]
     with pytest.raises(SpecError, match="eval every must be an integer >= 1, got 0"):
@@ -164,9 +171,14 @@ def test_a_sweep_gives_each_trial_its_own_scenarios_options_only(fake_env):
                            scenarios=("train", "infer", "converge"), scenario_options=(InferOptions(infer_requests=300),
                            ConvergeOptions(target_accuracy=0.5, eval_every=4))))
     by = {t.spec.scenario: t.spec for t in plan.trials}
-    assert by["infer"].infer_requests == 300 and by["infer"].eval_every == ConvergeOptions().eval_every
-    assert by["converge"].eval_every == 4 and by["converge"].infer_requests == InferOptions().infer_requests
-    assert by["train"].infer_options() == InferOptions() and by["train"].converge_options() == ConvergeOptions()
+    assert by["infer"].options == InferOptions(infer_requests=300)
+    assert by["converge"].options == ConvergeOptions(target_accuracy=0.5, eval_every=4)
+    assert by["train"].options == NoOptions()
+    # stored flat, every scenario's fields at their defaults but the trial's own (the keys of old stores)
+    stored = {s: to_dict(spec) for s, spec in by.items()}
+    assert stored["infer"]["infer_requests"] == 300 and stored["infer"]["eval_every"] == ConvergeOptions().eval_every
+    assert stored["converge"]["eval_every"] == 4 and stored["converge"]["infer_requests"] == InferOptions().infer_requests
+    assert stored["train"]["infer_requests"] == InferOptions().infer_requests and "options" not in stored["train"]
 
 
 # The release before issue 31 wrote tests/fixtures/previous-release.sqlite (tests/fixtures/
@@ -210,7 +222,7 @@ def test_data_parallelism_and_the_profiler_follow_the_records(fake_env):
     dp = get_backend("fake").data_parallel
     for user in ("train", "infer", "converge"):
         trial = TrialSpec(workload=WorkloadSpec(name="mlp", batch_size=16), framework="fake", scenario=user,
-                          devices=2, target_accuracy=0.5 if user == "converge" else None)
+                          devices=2, options=ConvergeOptions(target_accuracy=0.5) if user == "converge" else NoOptions())
         reason = data_parallel_unsupported(dp, trial)
         if scenarios.get(user).data_parallel:
             assert reason is None or "runner scenarios" not in reason, reason

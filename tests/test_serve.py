@@ -21,7 +21,7 @@ from dlbench.runner.scenarios import loadgen
 from dlbench.runner.plan import workload_spec
 from dlbench.runner.protocol import parity_path
 from dlbench.runner.verdicts import judge_parity
-from dlbench.spec import Policy, SpecError, TrialSpec, WorkloadSpec, to_dict
+from dlbench.spec import InferOptions, Policy, SpecError, TrialSpec, WorkloadSpec, to_dict
 
 pytest.importorskip("mlperf_loadgen", reason="mlcommons-loadgen is not installed (pip install 'dlbench[loadgen]')")
 
@@ -94,15 +94,16 @@ def test_the_sweep_probes_by_a_factor_then_bisects_to_the_highest_valid_qps():
 # --- spec and CLI --------------------------------------------------------------------------------
 
 
-def _infer(**kw: object) -> TrialSpec:
+def _infer(**options: object) -> TrialSpec:
     return TrialSpec(workload=WorkloadSpec(batch_size=8, dataset_size=64, eval_size=16), framework="fake",
-                     policy=Policy(mode="eager"), scenario="infer", timeout_s=120.0, trial_id=1, **kw)  # type: ignore[arg-type]
+                     policy=Policy(mode="eager"), scenario="infer", timeout_s=120.0, trial_id=1,
+                     options=InferOptions(**options))  # type: ignore[arg-type]
 
 
 def test_the_new_fields_leave_existing_configuration_keys_alone():
     base = _infer()
     assert not {"infer_load", "server_qps", "p99_bound_ms"} & set(to_dict(base))
-    server = replace(base, infer_load="server", p99_bound_ms=5.0)
+    server = base.with_options(infer_load="server", p99_bound_ms=5.0)
     assert server.config_key() != base.config_key() and to_dict(server)["infer_load"] == "server"
     assert "server" in server.label() and "server" not in base.label()
 
@@ -115,8 +116,9 @@ def test_the_new_fields_leave_existing_configuration_keys_alone():
     ({"infer_load": "server", "scenario": "train", "p99_bound_ms": 5.0}, "applies to the infer scenario only"),
 ])
 def test_bad_load_settings_are_one_line(kw, message):
+    options = {k: v for k, v in kw.items() if k != "scenario"}
     with pytest.raises(SpecError, match=message):
-        replace(_infer(), **kw).validate()
+        replace(_infer(**options), scenario=kw.get("scenario", "infer")).validate()
 
 
 def test_cli_refuses_a_server_load_without_its_bound(tmp_path, capsys):
@@ -183,7 +185,8 @@ def test_litert_int8_trial_through_the_worker(tmp_path):
     if not ok:
         pytest.skip(why)
     trial = TrialSpec(workload=workload_spec("mlp", "tiny"), framework="litert", scenario="infer", trial_id=1,
-                      policy=Policy(options={"quantization": "dynamic-int8"}), infer_requests=150, infer_budget_s=0.5)
+                      policy=Policy(options={"quantization": "dynamic-int8"}),
+                      options=InferOptions(infer_requests=150, infer_budget_s=0.5))
     support.validate(trial)
     r = _judged(tmp_path, trial, with_reference=False)  # no reference needed: parity is not judged
     m = r.metrics

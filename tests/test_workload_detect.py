@@ -343,7 +343,8 @@ def test_the_served_model_is_scored_by_the_workloads_own_metric():
 
     program = SimpleNamespace(infer_input=lambda x: x, precision=lambda: {})
     result = SimpleNamespace(metrics={})
-    served.accuracy(TrialSpec(workload=spec, framework="torch", scenario="infer"), program, forward, result)  # type: ignore[arg-type]
+    served.accuracy(TrialSpec(workload=spec, framework="torch", scenario="infer"), detect, program, forward,  # type: ignore[arg-type]
+                    result)
     assert seen == [spec.batch_size, spec.batch_size]
     assert set(result.metrics) == {"infer_map"}
     assert result.metrics["infer_map"] == detect.score(spec, forward(data.x), data) > 0.0

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from dlbench.spec import ConvergeOptions, GenerateOptions, InferOptions, NoOptions, SolveOptions
+from dlbench.spec import ConvergeOptions, GenerateOptions, InferOptions, NoOptions, ScenarioOptions, SolveOptions
 
 # What a scenario needs a Program to do (backends/base.py: Trainable, Servable, Rollout, Sampler,
 # Generator); "solve": the backend's ODE solver module (backends/<framework>/ode.py: base.OdeModule).
@@ -48,7 +48,7 @@ class Scenario:
     parity: Parity
     headline: str
     reduced_precision: bool
-    options: type[InferOptions] | type[ConvergeOptions] | type[GenerateOptions] | type[SolveOptions] | type[NoOptions]
+    options: type[ScenarioOptions]
     profiled: bool
     data_parallel: bool
 

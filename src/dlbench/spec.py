@@ -8,13 +8,14 @@ floor: it validates what it can know alone; what depends on a workload is checke
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import hashlib
 import json
 import math
 import typing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 SCHEMA_VERSION = 1
 
@@ -227,21 +228,60 @@ class Policy:
         _check_choice("data", self.data, DATA_PLACEMENTS)
 
 
+def option(default: Any, flag: str, help: str, *, omit_default: bool = False, value: str | None = None,
+           choices: tuple[str, ...] | None = None) -> Any:
+    """A field of a scenario's options with its command-line flag and help beside it: `run`'s
+    flags, their defaults and the suite-file keys are built from these fields (cli/run.py,
+    cli/suite.py), so an option is declared here once. The flag names the argparse destination
+    and the suite key (`--load`: `load`, key `load`); `help` may show the field's default as
+    `{default}`. `omit_default`: the field came after stores existed (OMIT_DEFAULT). `value`:
+    what a suite file's key takes where the field's type says too little (cli/suite.py: Key
+    kinds such as "fraction"); `choices`: the names a suite key allows (the flag leaves them to
+    validation, which says them)."""
+    metadata: dict[str, Any] = {"flag": flag, "help": help, **(OMIT_DEFAULT if omit_default else {})}
+    if value is not None:
+        metadata["value"] = value
+    if choices is not None:
+        metadata["choices"] = choices
+    return field(default=default, metadata=metadata)
+
+
 @dataclass(frozen=True)
-class InferOptions:
+class ScenarioOptions(abc.ABC):
+    """The options of one `--scenario` (OPTIONS), a trial's `options`: frozen, each field an
+    `option` (its flag and help beside it), stored flat under the field names (to_dict), so
+    stored configuration keys stay what they were before the options were one field."""
+
+    # The --scenario these options belong to (OPTIONS); empty for NoOptions.
+    SCENARIO: ClassVar[str] = ""
+
+    @abc.abstractmethod
+    def validate(self, scenario: str) -> None:
+        """Checked for a trial of `scenario`; a value given for another scenario is refused."""
+
+
+@typing.final
+@dataclass(frozen=True)
+class InferOptions(ScenarioOptions):
     """The inference scenario's options (`--scenario infer`: runner/scenarios/infer.py,
     runner/scenarios/served.py): batch-1 requests until `infer_requests` are timed or `infer_budget_s` is
     spent, whichever comes first; then the spec's batch size back to back under the same rule.
     `infer_load` (INFER_LOADS) and, for "server", the target QPS (None: the sweep) and the p99
-    latency bound LoadGen judges each Server test by. Field names are TrialSpec's (its fields
-    take their defaults from here), so stored configuration keys never change."""
+    latency bound LoadGen judges each Server test by."""
 
-    infer_requests: int = 1000
-    infer_budget_s: float = 20.0
-    infer_load: str = "standard"
-    server_qps: float | None = None
-    p99_bound_ms: float | None = None
-    # The --scenario these options belong to (OPTIONS).
+    infer_requests: int = option(1000, "--infer-requests",
+                                 "infer: batch-1 requests timed, unless the budget runs out first (default {default})")
+    infer_budget_s: float = option(20.0, "--infer-budget-s",
+                                   "infer: seconds each timed loop (latency, throughput) may take (default {default})",
+                                   value="seconds")
+    # Added after stores existed: left out of the serialised spec at their defaults.
+    infer_load: str = option("standard", "--load", "infer: standard (MLPerf LoadGen SingleStream and Offline, the"
+                             " default), server (SingleStream, then LoadGen's Server: Poisson arrivals), or loop (the"
+                             " hand-written request loop)", omit_default=True, choices=INFER_LOADS)
+    server_qps: float | None = option(None, "--qps", "infer --load server: target queries per second (default: a"
+                                      " sweep for the highest QPS that meets --p99-bound-ms)", omit_default=True)
+    p99_bound_ms: float | None = option(None, "--p99-bound-ms", "infer --load server: the p99 latency bound, ms"
+                                        " (required)", omit_default=True)
     SCENARIO: ClassVar[str] = "infer"
 
     def validate(self, scenario: str) -> None:
@@ -263,8 +303,9 @@ class InferOptions:
             raise SpecError("load server needs a p99 latency bound: --p99-bound-ms (a number > 0)")
 
 
+@typing.final
 @dataclass(frozen=True)
-class ConvergeOptions:
+class ConvergeOptions(ScenarioOptions):
     """Time to target (`--scenario converge`: runner/scenarios/converge.py, runner/scenarios/rl.py): train from
     the canonical weights, evaluating on the held-out split every `eval_every` steps with the
     clock stopped, until the target or a budget (`max_steps`, `max_time_s` of training time).
@@ -272,14 +313,20 @@ class ConvergeOptions:
     higher is better), or `target_perplexity`, the held-out perplexity of a workload that
     reports one (lm; lower is better). With neither, the plan gives a workload with a default
     target its default (workloads.with_default_target: lm's perplexity 1.1 x exp(entropy
-    rate)); the others need one. Field names are TrialSpec's, as InferOptions'."""
+    rate)); the others need one."""
 
-    target_accuracy: float | None = None
-    eval_every: int = 32
-    max_steps: int = 2000
-    max_time_s: float = 600.0
-    target_perplexity: float | None = None
-    # The --scenario these options belong to (OPTIONS).
+    target_accuracy: float | None = option(
+        None, "--target-accuracy", "converge: held-out quality to reach, e.g. accuracy (a target is required by"
+        " --scenario converge, except where the workload has a default: lm's perplexity)", value="fraction")
+    # Added after stores existed: left out of the serialised spec at its default.
+    target_perplexity: float | None = option(
+        None, "--target-perplexity", "converge: held-out perplexity to reach, at or below (a number > 1; workloads"
+        " that report perplexity: lm, whose default is 1.1 x exp(entropy rate))", omit_default=True,
+        value="perplexity")
+    eval_every: int = option(32, "--eval-every", "converge: steps between evaluations, K (default {default})")
+    max_steps: int = option(2000, "--max-steps", "converge: step budget (default {default})")
+    max_time_s: float = option(600.0, "--max-time-s", "converge: training-time budget in seconds, evaluation"
+                               " excluded (default {default})", value="seconds")
     SCENARIO: ClassVar[str] = "converge"
 
     def validate(self, scenario: str) -> None:
@@ -316,18 +363,20 @@ class ConvergeOptions:
 MAX_GENERATION_POSITIONS = 65536
 
 
+@typing.final
 @dataclass(frozen=True)
-class GenerateOptions:
+class GenerateOptions(ScenarioOptions):
     """Greedy generation with a KV cache (`--scenario generate`: runner/scenarios/generate.py):
     `gen_batch` prompts of `prompt_len` tokens, `new_tokens` greedy tokens each; timed
-    generations until ten are timed or `infer_budget_s` is spent. Field names are TrialSpec's,
-    as InferOptions'."""
+    generations until ten are timed or `infer_budget_s` is spent (all added after stores
+    existed: left out of the serialised spec at their defaults)."""
 
-    prompt_len: int = 32
-    new_tokens: int = 32
-    gen_batch: int = 1
-
-    # The --scenario these options belong to (OPTIONS).
+    prompt_len: int = option(32, "--prompt-len", "generate: prompt tokens per sequence (default {default})",
+                             omit_default=True)
+    new_tokens: int = option(32, "--new-tokens", "generate: greedy tokens per sequence (default {default})",
+                             omit_default=True)
+    gen_batch: int = option(1, "--gen-batch", "generate: sequences decoded together (default {default})",
+                            omit_default=True)
     SCENARIO: ClassVar[str] = "generate"
 
     def validate(self, scenario: str) -> None:
@@ -343,8 +392,9 @@ class GenerateOptions:
                             f" not {scenario!r}")
 
 
+@typing.final
 @dataclass(frozen=True)
-class NoOptions:
+class NoOptions(ScenarioOptions):
     """A scenario without options of its own (train, rollout)."""
 
     def validate(self, scenario: str) -> None:
@@ -356,18 +406,21 @@ class NoOptions:
 SOLVE_RTOL_RANGE = (1e-14, 0.1)
 
 
+@typing.final
 @dataclass(frozen=True)
-class SolveOptions:
+class SolveOptions(ScenarioOptions):
     """The solver scenario (`--scenario solve` on an ODE problem: runner/scenarios/solve.py): a
     work-precision sweep of relative tolerances from `solve_rtol_loosest` down to
     `solve_rtol_tightest`, one per decade (atol = rtol x the problem's scale), each solve capped
-    at `solve_max_steps` steps. Field names are TrialSpec's, as InferOptions'."""
+    at `solve_max_steps` steps (all added after stores existed: left out of the serialised spec
+    at their defaults)."""
 
-    solve_rtol_loosest: float = 1e-3
-    solve_rtol_tightest: float = 1e-10
-    solve_max_steps: int = 5000
-
-    # The --scenario these options belong to (OPTIONS).
+    solve_rtol_loosest: float = option(1e-3, "--rtol-loosest", "solve: the loosest relative tolerance of the sweep"
+                                       " (default {default})", omit_default=True)
+    solve_rtol_tightest: float = option(1e-10, "--rtol-tightest", "solve: the tightest, one tolerance per decade"
+                                        " between (default {default})", omit_default=True)
+    solve_max_steps: int = option(5000, "--solve-max-steps", "solve: the step cap of each solve (default {default})",
+                                  omit_default=True)
     SCENARIO: ClassVar[str] = "solve"
 
     def validate(self, scenario: str) -> None:
@@ -392,21 +445,17 @@ class SolveOptions:
         return tuple(found)
 
 
-ScenarioOptions = InferOptions | ConvergeOptions | GenerateOptions | SolveOptions | NoOptions
-OptionsType = type[InferOptions] | type[ConvergeOptions] | type[GenerateOptions] | type[SolveOptions]
-# Each options type, the `--scenario` it belongs to: a sweep gives a trial the options of its
-# scenario only, so an option never changes another scenario's configuration key.
-OPTIONS: dict[str, OptionsType] = {k.SCENARIO: k for k in (InferOptions, ConvergeOptions, GenerateOptions, SolveOptions)}
-_INFER = InferOptions()
-_CONVERGE = ConvergeOptions()
-_GENERATE = GenerateOptions()
-_SOLVE = SolveOptions()
+# Each options type, the `--scenario` it belongs to (a scenario not here has NoOptions): a sweep
+# gives a trial the options of its scenario only, so an option never changes another scenario's
+# configuration key. The order is the stored one (to_dict) and `run --help`'s.
+OPTIONS: dict[str, type[ScenarioOptions]] = {k.SCENARIO: k for k in (InferOptions, ConvergeOptions, GenerateOptions,
+                                                                    SolveOptions)}
+OptionsT = TypeVar("OptionsT", bound=ScenarioOptions)
 
 
-def option_fields(options: ScenarioOptions) -> dict[str, Any]:
-    """An options dataclass as TrialSpec keyword arguments (its field names are TrialSpec's)."""
-    return dataclasses.asdict(options)
-
+def options_type(scenario: str) -> type[ScenarioOptions]:
+    """The options type trials of `--scenario scenario` carry (NoOptions where it has none)."""
+    return OPTIONS.get(scenario, NoOptions) if isinstance(scenario, str) else NoOptions
 
 
 @dataclass(frozen=True)
@@ -429,26 +478,11 @@ class TrialSpec:
     chunk_steps: int = 16
     repeat: int = 0
     timeout_s: float = 1800.0
-    # The scenario options, flat so that stored keys stay what they were; each default is its
-    # options dataclass's (InferOptions, ConvergeOptions), validated there.
-    infer_requests: int = _INFER.infer_requests
-    infer_budget_s: float = _INFER.infer_budget_s
-    # Added after stores existed: left out of the serialised spec at their defaults.
-    infer_load: str = field(default=_INFER.infer_load, metadata=OMIT_DEFAULT)
-    server_qps: float | None = field(default=_INFER.server_qps, metadata=OMIT_DEFAULT)
-    p99_bound_ms: float | None = field(default=_INFER.p99_bound_ms, metadata=OMIT_DEFAULT)
-    target_accuracy: float | None = _CONVERGE.target_accuracy
-    eval_every: int = _CONVERGE.eval_every
-    max_steps: int = _CONVERGE.max_steps
-    max_time_s: float = _CONVERGE.max_time_s
-    # Added after stores existed: left out of the serialised spec at its default.
-    target_perplexity: float | None = field(default=_CONVERGE.target_perplexity, metadata=OMIT_DEFAULT)
-    prompt_len: int = field(default=_GENERATE.prompt_len, metadata=OMIT_DEFAULT)
-    new_tokens: int = field(default=_GENERATE.new_tokens, metadata=OMIT_DEFAULT)
-    gen_batch: int = field(default=_GENERATE.gen_batch, metadata=OMIT_DEFAULT)
-    solve_rtol_loosest: float = field(default=_SOLVE.solve_rtol_loosest, metadata=OMIT_DEFAULT)
-    solve_rtol_tightest: float = field(default=_SOLVE.solve_rtol_tightest, metadata=OMIT_DEFAULT)
-    solve_max_steps: int = field(default=_SOLVE.solve_max_steps, metadata=OMIT_DEFAULT)
+    # The options of the trial's scenario (options_type: InferOptions for infer, ...), validated
+    # there. Stored flat, every options type's fields under their own names (to_dict), so stored
+    # keys stay what they were. Options left at their defaults follow the scenario: a trial made
+    # or replaced with another scenario gets that scenario's defaults (__post_init__).
+    options: ScenarioOptions = field(default_factory=NoOptions)
     # The parent's watchdog kills the worker's process tree above this RSS (status `oom`).
     memory_limit_bytes: int | None = None
     # A profiled trial (`run --profile`, scenario train or infer): the timed window runs under the
@@ -460,6 +494,12 @@ class TrialSpec:
     run_id: int | None = None
     trial_id: int | None = None
     schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        wanted = options_type(self.scenario)
+        given = self.options
+        if isinstance(given, ScenarioOptions) and type(given) is not wanted and given == type(given)():
+            object.__setattr__(self, "options", wanted())
 
     def validate(self) -> None:
         """What the spec can check alone; `backends.support.validate` adds the registries (a
@@ -484,13 +524,23 @@ class TrialSpec:
                             f" got {self.timeout_s!r}")
         if self.memory_limit_bytes is not None:
             _check_positive_int("memory limit", self.memory_limit_bytes)
-        self.infer_options().validate(self.scenario)
-        self.converge_options().validate(self.scenario)
-        self.generate_options().validate(self.scenario)
-        self.solve_options().validate(self.scenario)
+        self._validate_options()
         # Which scenarios a profiler covers is their record's (support.validate checks it).
         if self.profile is not False and self.profile is not True:
             raise SpecError(f"profile must be true or false, got {self.profile!r}")
+
+    def _validate_options(self) -> None:
+        """The options' own checks; then that they are the scenario's (a value given for another
+        scenario names it)."""
+        options = self.options
+        if not isinstance(options, ScenarioOptions):
+            raise SpecError(f"options must be a scenario's options ({', '.join(k.__name__ for k in OPTIONS.values())}),"
+                            f" got {options!r}")
+        options.validate(self.scenario)
+        if type(options) is not options_type(self.scenario):
+            given = ", ".join(f"{k} {v!r}" for k, v in dataclasses.asdict(options).items()
+                              if v != getattr(type(options)(), k))
+            raise SpecError(f"{given} apply to the {options.SCENARIO} scenario only, not {self.scenario!r}")
 
     def _validate_devices(self) -> None:
         _check_positive_int("devices", self.devices)
@@ -514,17 +564,16 @@ class TrialSpec:
         return dataclasses.replace(self, devices=1, scaling="weak", bn_sync="per-replica",
                                    workload=dataclasses.replace(self.workload, batch_size=batch))
 
-    def infer_options(self) -> InferOptions:
-        return InferOptions(**{k: getattr(self, k) for k in option_fields(_INFER)})
+    def options_of(self, kind: type[OptionsT]) -> OptionsT:
+        """The trial's options as the type its scenario takes, `kind` (TypeError if they are
+        another: the caller runs a scenario whose options these are not)."""
+        if not isinstance(self.options, kind):
+            raise TypeError(f"the {self.scenario} trial's options are {type(self.options).__name__}, not {kind.__name__}")
+        return self.options
 
-    def converge_options(self) -> ConvergeOptions:
-        return ConvergeOptions(**{k: getattr(self, k) for k in option_fields(_CONVERGE)})
-
-    def generate_options(self) -> GenerateOptions:
-        return GenerateOptions(**{k: getattr(self, k) for k in option_fields(_GENERATE)})
-
-    def solve_options(self) -> SolveOptions:
-        return SolveOptions(**{k: getattr(self, k) for k in option_fields(_SOLVE)})
+    def with_options(self, **changes: Any) -> TrialSpec:
+        """The trial with some of its options' fields changed."""
+        return dataclasses.replace(self, options=dataclasses.replace(self.options, **changes))
 
     def config_key(self) -> str:
         """The configuration key (`configuration_key` below): trials with equal keys are
@@ -536,7 +585,8 @@ class TrialSpec:
         extra = [v for v, default in ((self.scenario, "train"), (self.policy.data, "pipeline"),
                                       (self.precision, "fp32")) if v != default]
         extra += [f"seed{self.workload.seed}"] if self.workload.seed else []
-        extra += [self.infer_load] if self.infer_load != "standard" else []
+        load = self.options.infer_load if isinstance(self.options, InferOptions) else "standard"
+        extra += [load] if load != "standard" else []
         extra += [f"{self.devices}dev-{self.scaling}"] if self.devices > 1 else []
         extra += ["profiled"] if self.profile else []
         return "/".join([self.workload.name, self.framework, self.policy.mode, *extra]) + f"#{self.repeat}"
@@ -544,21 +594,47 @@ class TrialSpec:
 
 def to_dict(obj: Any) -> dict[str, Any]:
     """The dataclass as plain JSON-able data; fields marked OMIT_DEFAULT are left out while they
-    hold their default (see there)."""
+    hold their default (see there). A trial's options are stored flat (_flat_options)."""
     d = dataclasses.asdict(obj)
+    if isinstance(obj, TrialSpec):
+        d = _flat_options(d, obj.options)
     _omit_defaults(d, type(obj))
     return d
+
+
+def _flat_options(d: dict[str, Any], options: ScenarioOptions) -> dict[str, Any]:
+    """A serialised trial with its `options` replaced, in place, by every options type's fields
+    under their own names: the trial's own values, the other types' defaults. Exactly the flat
+    fields a trial had before its options were one field, so stored keys stay what they were."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if k != "options":
+            out[k] = v
+            continue
+        for kind in OPTIONS.values():
+            out.update(dataclasses.asdict(options if type(options) is kind else kind()))
+    return out
+
+
+def _stored_fields(cls: type) -> list[dataclasses.Field[Any]]:
+    """The fields of `cls` as serialised: for a trial, every options type's fields in place of
+    `options`."""
+    if cls is not TrialSpec:
+        return list(dataclasses.fields(cls))
+    own = [f for f in dataclasses.fields(cls) if f.name != "options"]
+    return own + [f for kind in OPTIONS.values() for f in dataclasses.fields(kind)]
 
 
 def _omit_defaults(d: dict[str, Any], cls: type) -> None:
     """Remove from `d` (a serialised `cls`) the OMIT_DEFAULT fields at their default, in nested
     spec dataclasses too."""
     hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
+    for f in _stored_fields(cls):
         if f.name not in d:
             continue
-        if dataclasses.is_dataclass(hints[f.name]) and isinstance(d[f.name], dict):
-            _omit_defaults(d[f.name], hints[f.name])
+        nested = hints.get(f.name)
+        if isinstance(nested, type) and dataclasses.is_dataclass(nested) and isinstance(d[f.name], dict):
+            _omit_defaults(d[f.name], nested)
         elif f.metadata.get("omit_default") and d[f.name] == _default_of(f):
             del d[f.name]
 
@@ -580,7 +656,27 @@ def trial_from_dict(d: dict[str, Any]) -> TrialSpec:
     w["numerics"] = Numerics(**w.get("numerics", {}))
     d["workload"] = WorkloadSpec(**w)
     d["policy"] = Policy(**policy_fields(d.get("policy", {})))
+    d["options"] = _options_from(d)
     return TrialSpec(**d)
+
+
+def _options_from(d: dict[str, Any]) -> ScenarioOptions:
+    """A stored trial's flat option fields (popped from `d`) as its scenario's options; those of
+    another scenario must hold their defaults (every store holds them so), else SpecError."""
+    kind = options_type(d.get("scenario", "train"))
+    own = {f.name for f in dataclasses.fields(kind)}
+    values = {}
+    for other in OPTIONS.values():
+        for f in dataclasses.fields(other):
+            if f.name not in d:
+                continue
+            value = d.pop(f.name)
+            if f.name in own:
+                values[f.name] = value
+            elif value != _default_of(f):
+                raise SpecError(f"{f.name} {value!r} is an option of the {other.SCENARIO} scenario, not of"
+                                f" {d.get('scenario', 'train')!r}")
+    return kind(**values)
 
 
 def policy_fields(policy: dict[str, Any]) -> dict[str, Any]:

@@ -4,10 +4,11 @@ on the device the framework actually found). Imports no framework.
 
 `validate` checks a trial against the registries (a known workload and framework, the
 framework's options); `unsupported` says why a valid trial cannot run here (the workload's
-scenarios, the backend's capabilities, modes, precisions and data parallelism); `build` and
-`init` are the one way a child builds a Program and its first state: the same checks, then the
-build, then the numerics read-back compared with the spec (after init: a runtime that runs an
-exported model knows its numerics once it has found the export).
+scenarios, the backend's capabilities, modes, precisions and data parallelism): the parent's
+plan asks it before a process starts, a child once (`require`) after the import; `build` and
+`init` are then the one way a child builds a Program and its first state: the build, then the
+numerics read-back compared with the spec (after init: a runtime that runs an exported model
+knows its numerics once it has found the export).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import importlib
 import math
 import typing
+from types import ModuleType
 from typing import Any
 
 from dlbench import scenarios, workloads
@@ -165,12 +167,19 @@ def unsupported(trial: TrialSpec, backend: Backend, device: str) -> str | None:
     return reason
 
 
-def build(trial: TrialSpec, backend: Backend) -> Built:
-    """In a child after the import: the trial's program, or Unsupported with the reason. The
-    scenario asks for the capability it needs with one of the functions below."""
+def require(trial: TrialSpec, backend: Backend) -> None:
+    """The child's one "can this run?", after the import, on the device the framework found
+    (the parent's plan asked it before the process started, on the device it saw): Unsupported
+    with the reason. The worker, the probe and the contract check ask it once per trial, before
+    anything is built."""
     reason = unsupported(trial, backend, backend.device_kind())
     if reason is not None:
         raise Unsupported(reason)
+
+
+def build(trial: TrialSpec, backend: Backend) -> Built:
+    """In a child after the import, once `require` has said yes: the trial's program. The
+    scenario asks for the capability it needs with one of the functions below."""
     return backend.build(trial)
 
 
@@ -216,10 +225,8 @@ def build_rollout(trial: TrialSpec, backend: Backend) -> Rollout:
 
 def build_solvers(trial: TrialSpec, backend: Backend) -> OdeModule:
     """Capability "solve": the backend's ODE solver module, backends/<framework>/ode.py, imported
-    in the child after the framework (Unsupported with the reason when the backend has none)."""
-    reason = unsupported(trial, backend, backend.device_kind())
-    if reason is not None:
-        raise Unsupported(reason)
+    in the child after the framework, once `require` has said yes (Unsupported with the reason
+    when the library is missing)."""
     package = type(backend).__module__
     try:
         module = importlib.import_module(f"{package}.ode")
@@ -229,11 +236,12 @@ def build_solvers(trial: TrialSpec, backend: Backend) -> OdeModule:
     return typing.cast(OdeModule, module)  # the module is the protocol's implementation
 
 
-def init(trial: TrialSpec, program: Built) -> Any:
-    """The Program's state from the canonical parameters; the Program must then read back every
-    numerics field its workload uses as the spec asks (refused, never ignored)."""
-    state = program.init(workloads.get(trial.workload.name).init_params(trial.workload))
-    check_numerics(trial, program.numerics())
+def init(trial: TrialSpec, workload: ModuleType, program: Built) -> Any:
+    """The Program's state from the canonical parameters of `workload` (the trial's workload
+    module, looked up once by the caller); the Program must then read back every numerics field
+    its workload uses as the spec asks (refused, never ignored)."""
+    state = program.init(workload.init_params(trial.workload))
+    check_numerics(trial, workload, program.numerics())
     return state
 
 
@@ -245,11 +253,11 @@ def same_value(got: Any, wanted: Any) -> bool:
     return bool(got == wanted)
 
 
-def check_numerics(trial: TrialSpec, got: dict[str, Any]) -> None:
-    """Every numerics field the workload uses, as read back from the framework objects, must be
-    the spec's; raises Unsupported naming each difference."""
+def check_numerics(trial: TrialSpec, workload: ModuleType, got: dict[str, Any]) -> None:
+    """Every numerics field the workload uses (`workload`: its module), as read back from the
+    framework objects, must be the spec's; raises Unsupported naming each difference."""
     spec = trial.workload
-    wanted = numerics_readback(spec.numerics, workloads.get(spec.name).NUMERICS_FIELDS)
+    wanted = numerics_readback(spec.numerics, workload.NUMERICS_FIELDS)
     differ = [f"{k} {got.get(k)!r} (spec: {v!r})" for k, v in wanted.items() if not same_value(got.get(k), v)]
     if differ:
         raise Unsupported(f"the {trial.framework} {spec.name} computes {', '.join(differ)}")

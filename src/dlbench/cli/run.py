@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import os
 import random
 import shlex
 import time
+import typing
 from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
 
-from dlbench import backends, processes, workloads
+from dlbench import backends, processes
 from dlbench.analysis import repeats
 from dlbench.backends import installed, registered
 from dlbench.cli import suite
@@ -44,25 +46,15 @@ from dlbench.runner.executor import Outcome, Progress, execute, finish_run, regi
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
 from dlbench.runner.protocol import CHUNK, PHASE_NAME, STEPS, event_kind
 from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimates, learn, make_plan
-from dlbench.spec import (SCENARIOS, ConvergeOptions, GenerateOptions, InferOptions, SolveOptions, SpecError,
-                          option_fields, to_dict)
+from dlbench.spec import OPTIONS, SCENARIOS, ScenarioOptions, SolveOptions, SpecError, to_dict
 from dlbench.text import printable
 
-# The scenario options' command-line destinations -> (options dataclass, its field); their
-# defaults are the dataclass's (spec.py), declared nowhere else.
-ScenarioOptionsType = type[InferOptions] | type[ConvergeOptions] | type[GenerateOptions] | type[SolveOptions]
-SCENARIO_OPTION_FLAGS: dict[str, tuple[ScenarioOptionsType, str]] = {
-    "infer_requests": (InferOptions, "infer_requests"), "infer_budget_s": (InferOptions, "infer_budget_s"),
-    "load": (InferOptions, "infer_load"), "qps": (InferOptions, "server_qps"),
-    "p99_bound_ms": (InferOptions, "p99_bound_ms"),
-    "target_accuracy": (ConvergeOptions, "target_accuracy"), "eval_every": (ConvergeOptions, "eval_every"),
-    "max_steps": (ConvergeOptions, "max_steps"), "max_time_s": (ConvergeOptions, "max_time_s"),
-    "target_perplexity": (ConvergeOptions, "target_perplexity"),
-    "prompt_len": (GenerateOptions, "prompt_len"), "new_tokens": (GenerateOptions, "new_tokens"),
-    "gen_batch": (GenerateOptions, "gen_batch"),
-    "rtol_loosest": (SolveOptions, "solve_rtol_loosest"), "rtol_tightest": (SolveOptions, "solve_rtol_tightest"),
-    "solve_max_steps": (SolveOptions, "solve_max_steps"),
-}
+# The scenario options' command-line destinations -> (options dataclass, its field), built from
+# the fields' own flags (spec.option): `--load` is `load`, InferOptions.infer_load. Their
+# defaults and help are the dataclasses', declared nowhere else.
+SCENARIO_OPTION_FLAGS: dict[str, tuple[type[ScenarioOptions], str]] = {
+    f.metadata["flag"].removeprefix("--").replace("-", "_"): (kind, f.name)
+    for kind in OPTIONS.values() for f in dataclasses.fields(kind)}
 # Every sweep option's default. The parser's defaults are None, so that an option given on the
 # command line can be told from one left out: command line > suite file > these.
 SWEEP_DEFAULTS: dict[str, Any] = {
@@ -71,14 +63,10 @@ SWEEP_DEFAULTS: dict[str, Any] = {
     "preset": "cpu", "epochs": None, "warmup_epochs": None, "dataset_size": None,
     "chunk_steps": 16, "threads": None, "compile_cache": "cold", "timeout": 1800.0,
     "memory_limit": None, "allow_concurrent": False, "order_seed": None, "option": (),
-    **{dest: option_fields(kind())[name] for dest, (kind, name) in SCENARIO_OPTION_FLAGS.items()},
+    **{dest: getattr(kind(), name) for dest, (kind, name) in SCENARIO_OPTION_FLAGS.items()},
     "data": ("pipeline",), "rollout": ("default",), "loader_workers": 0, "augment": "none",
     "executor": "local", "address": None, "profile": False,
 }
-_INFER, _CONVERGE, _GENERATE, _SOLVE = InferOptions(), ConvergeOptions(), GenerateOptions(), SolveOptions()
-_TO_TARGET = ConvergeOptions.SCENARIO  # the --scenario of the time-to-target options
-_GEN = GenerateOptions.SCENARIO
-_ODE = SolveOptions.SCENARIO
 # Options that say how to run, not what: --resume takes them too.
 HOW_OPTIONS = ("allow_concurrent", "executor", "address")
 
@@ -87,6 +75,32 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser("run", help="run a sweep (default: cnn x torch,tensorflow,jax, compiled)")
     p.add_argument("suite", nargs="?", metavar="SUITE",
                    help="a suite file (TOML, keys as these options; given options override it)")
+    _add_sweep_arguments(p)
+    p.add_argument("--option", type=comma_list("option"), metavar="FRAMEWORK.NAME=VALUE",
+                   help="a framework's own option, e.g. onnxruntime.optimization=basic (dlbench list"
+                        " shows each framework's options); part of that framework's policy")
+    for kind in OPTIONS.values():  # each scenario's options, flag and help beside their fields
+        hints = typing.get_type_hints(kind)
+        for f in dataclasses.fields(kind):
+            p.add_argument(f.metadata["flag"], type=_flag_type(hints[f.name]),
+                           help=f.metadata["help"].format(default=_shown(f.default)))
+    _add_run_arguments(p)
+    add_store_argument(p)
+
+
+def _flag_type(hint: Any) -> Any:
+    """argparse's type for an option field's annotation: its type less None (a str: none)."""
+    kinds = [k for k in typing.get_args(hint) if k is not type(None)] or [hint]
+    return None if kinds[0] is str else kinds[0]
+
+
+def _shown(default: Any) -> str:
+    """A default as help shows it: 20 and 0.001 for 20.0 and 1e-3."""
+    return f"{default:g}" if isinstance(default, float) else str(default)
+
+
+def _add_sweep_arguments(p: argparse.ArgumentParser) -> None:
+    """The sweep's axes, sizes and limits."""
     p.add_argument("-w", "--workload", type=comma_list("workload"), help="workloads, or all (default: cnn)")
     p.add_argument("-f", "--framework", type=comma_list("framework"),
                    help="frameworks, or all (default: torch,tensorflow,jax; missing ones are skipped"
@@ -96,7 +110,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--precision", type=comma_list("precision"),
                    help="fp32, tf32, bf16, fp16 (comma list; default fp32; dlbench list shows what runs here)")
     p.add_argument("--scenario", type=comma_list("scenario"), help=f"{', '.join(SCENARIOS)} (rollout: RL"
-                   f" workloads; {_ODE}: ODE problems) (default: train)")
+                   f" workloads; {SolveOptions.SCENARIO}: ODE problems) (default: train)")
     p.add_argument("--devices", type=int_list("devices"),
                    help="data-parallel devices per trial, e.g. 1,2,4 (default: 1)")
     p.add_argument("--scaling", help="with --devices: weak (batch per device, the default) or strong"
@@ -121,41 +135,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--timeout", type=float, help="seconds per trial (default: 1800)")
     p.add_argument("--memory-limit", type=size_argument, metavar="SIZE",
                    help="kill a trial whose process tree RSS exceeds this (e.g. 8GiB): status oom")
-    p.add_argument("--infer-requests", type=int,
-                   help=f"infer: batch-1 requests timed, unless the budget runs out first (default {_INFER.infer_requests})")
-    p.add_argument("--infer-budget-s", type=float,
-                   help=f"infer: seconds each timed loop (latency, throughput) may take (default {_INFER.infer_budget_s:g})")
-    p.add_argument("--load", help="infer: standard (MLPerf LoadGen SingleStream and Offline, the default),"
-                                  " server (SingleStream, then LoadGen's Server: Poisson arrivals), or loop"
-                                  " (the hand-written request loop)")
-    p.add_argument("--qps", type=float,
-                   help="infer --load server: target queries per second (default: a sweep for the highest"
-                        " QPS that meets --p99-bound-ms)")
-    p.add_argument("--p99-bound-ms", type=float, help="infer --load server: the p99 latency bound, ms (required)")
-    p.add_argument("--option", type=comma_list("option"), metavar="FRAMEWORK.NAME=VALUE",
-                   help="a framework's own option, e.g. onnxruntime.optimization=basic (dlbench list"
-                        " shows each framework's options); part of that framework's policy")
-    p.add_argument("--target-accuracy", type=float,
-                   help=f"{_TO_TARGET}: held-out quality to reach, e.g. accuracy (a target is required by --scenario"
-                        f" {_TO_TARGET}, except where the workload has a default: lm's perplexity)")
-    p.add_argument("--target-perplexity", type=float,
-                   help=f"{_TO_TARGET}: held-out perplexity to reach, at or below (a number > 1; workloads that"
-                        " report perplexity: lm, whose default is 1.1 x exp(entropy rate))")
-    p.add_argument("--eval-every", type=int,
-                   help=f"{_TO_TARGET}: steps between evaluations, K (default {_CONVERGE.eval_every})")
-    p.add_argument("--max-steps", type=int, help=f"{_TO_TARGET}: step budget (default {_CONVERGE.max_steps})")
-    p.add_argument("--max-time-s", type=float,
-                   help=f"{_TO_TARGET}: training-time budget in seconds, evaluation excluded"
-                        f" (default {_CONVERGE.max_time_s:g})")
-    p.add_argument("--prompt-len", type=int, help=f"{_GEN}: prompt tokens per sequence (default {_GENERATE.prompt_len})")
-    p.add_argument("--new-tokens", type=int, help=f"{_GEN}: greedy tokens per sequence (default {_GENERATE.new_tokens})")
-    p.add_argument("--gen-batch", type=int, help=f"{_GEN}: sequences decoded together (default {_GENERATE.gen_batch})")
-    p.add_argument("--rtol-loosest", type=float,
-                   help=f"{_ODE}: the loosest relative tolerance of the sweep (default {_SOLVE.solve_rtol_loosest:g})")
-    p.add_argument("--rtol-tightest", type=float,
-                   help=f"{_ODE}: the tightest, one tolerance per decade between (default {_SOLVE.solve_rtol_tightest:g})")
-    p.add_argument("--solve-max-steps", type=int,
-                   help=f"{_ODE}: the step cap of each solve (default {_SOLVE.solve_max_steps})")
+
+
+def _add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """The input pipeline and rollout axes, the profiled trials, and how and where to run."""
     p.add_argument("--rollout", type=comma_list("rollout"),
                    help="RL workloads: where the rollout runs: host (a Python loop of steps), fused (one compiled"
                         " program), default (fused where the mode compiles and the framework can), or several")
@@ -169,7 +152,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="add one profiled trial per train or infer configuration (the framework's own profiler;"
                         " never in the statistics; traces kept in <store>.profiles/)")
     p.add_argument("--allow-concurrent", action="store_true", default=None,
-
                    help="do not wait for another dlbench run on this machine (recorded)")
     p.add_argument("--executor", choices=EXECUTORS,
                    help="local (one trial at a time, the default) or ray (each trial a Ray task;"
@@ -184,7 +166,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="with --resume: re-run failed, crashed, timed-out and oom trials too")
     p.add_argument("--wide", action="store_true",
                    help="print the final tables at their full width, whatever the terminal's")
-    add_store_argument(p)
 
 
 def _resume_selector(text: str) -> str:
@@ -218,7 +199,7 @@ def repeat_rule(o: dict[str, Any]) -> repeats.RepeatRule:
         raise UsageError(str(e)) from None
 
 
-def _scenario_options(o: dict[str, Any], kind: ScenarioOptionsType) -> dict[str, Any]:
+def _scenario_options(o: dict[str, Any], kind: type[ScenarioOptions]) -> dict[str, Any]:
     """The options of one scenario options type, by its field names."""
     return {name: o[dest] for dest, (k, name) in SCENARIO_OPTION_FLAGS.items() if k is kind}
 
@@ -241,10 +222,7 @@ def sweep_from_options(o: dict[str, Any]) -> Sweep:
         epochs=o["epochs"], warmup_epochs=o["warmup_epochs"], chunk_steps=o["chunk_steps"],
         threads=o["threads"], compile_cache=o["compile_cache"], timeout_s=o["timeout"],
         memory_limit_bytes=o["memory_limit"],
-        scenario_options=(InferOptions(**_scenario_options(o, InferOptions)),
-                          ConvergeOptions(**_scenario_options(o, ConvergeOptions)),
-                          GenerateOptions(**_scenario_options(o, GenerateOptions)),
-                          SolveOptions(**_scenario_options(o, SolveOptions))),
+        scenario_options=tuple(kind(**_scenario_options(o, kind)) for kind in OPTIONS.values()),
         options=tuple(parse_option(text) for text in o["option"]),
         data=o["data"], rollouts=o["rollout"], loader_workers=o["loader_workers"], augment=o["augment"],
         profile=bool(o["profile"]),

@@ -20,10 +20,8 @@ from dlbench.monitors.nvml import device_kind
 from dlbench.plugins import first_line
 from dlbench.runner.protocol import INFER_BATCHES
 from dlbench.spec import (
-    OPTIONS,
     ConvergeOptions,
     InferOptions,
-    NoOptions,
     Policy,
     ScenarioOptions,
     SolveOptions,
@@ -31,7 +29,7 @@ from dlbench.spec import (
     TrialSpec,
     WorkloadSpec,
     configuration_key,
-    option_fields,
+    options_type,
     to_dict,
 )
 from dlbench.backends.base import Backend, SolveGuess
@@ -122,7 +120,7 @@ class Sweep:
         """The sweep's options of the type `--scenario scenario` takes (spec.OPTIONS); the
         defaults of none for a scenario without options, so an option never changes another
         scenario's configuration key."""
-        wanted = OPTIONS.get(scenario, NoOptions)
+        wanted = options_type(scenario)
         return next((o for o in self.scenario_options if type(o) is wanted), wanted())
 
 
@@ -203,7 +201,7 @@ def _planned_spec(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed:
         chunk_steps=sweep.chunk_steps,
         repeat=repeat,
         timeout_s=sweep.timeout_s,
-        **option_fields(sweep.options_for(scen)),
+        options=sweep.options_for(scen),
         memory_limit_bytes=sweep.memory_limit_bytes,
     )
 
@@ -383,21 +381,21 @@ def _rough_s(trial: TrialSpec, samples: int) -> float:
     size = math.sqrt(len(module.param_shapes(spec)) / COMPILE_REFERENCE_TENSORS)
     share = {"compiled": 1.0, "graph": TRACE_SHARE}.get(trial.policy.mode, 0.0)
     compile_ = guess.compile_s * size * share
-    options = OPTIONS.get(trial.scenario)  # the estimate follows what the scenario's options bound
-    if options is SolveOptions:
-        return guess.startup_s + _solve_s(trial.solve_options(), module.PROBLEM, guess.solve)
-    if options is InferOptions:
+    options = trial.options  # the estimate follows what the scenario's options bound
+    if isinstance(options, SolveOptions):
+        return guess.startup_s + _solve_s(options, module.PROBLEM, guess.solve)
+    if isinstance(options, InferOptions):
         flops = module.flops_per_sample(spec, train=False)
-        requests = trial.infer_requests + INFER_BATCHES * spec.batch_size
-        compute = min(requests * flops / CPU_FLOPS_GUESS, 2 * trial.infer_budget_s)
-        if trial.infer_load == "server":  # each Server test: its minimum duration or ~1,100 queries
-            compute += trial.infer_budget_s if trial.server_qps else SERVER_TEST_GUESS_S * SERVER_SWEEP_TESTS
+        requests = options.infer_requests + INFER_BATCHES * spec.batch_size
+        compute = min(requests * flops / CPU_FLOPS_GUESS, 2 * options.infer_budget_s)
+        if options.infer_load == "server":  # each Server test: its minimum duration or ~1,100 queries
+            compute += options.infer_budget_s if options.server_qps else SERVER_TEST_GUESS_S * SERVER_SWEEP_TESTS
         return guess.startup_s + 2 * compile_ + compute
-    if options is ConvergeOptions:  # the presets reach their targets in a few hundred steps
-        samples = min(trial.max_steps, 8 * trial.eval_every) * spec.batch_size
+    if isinstance(options, ConvergeOptions):  # the presets reach their targets in a few hundred steps
+        samples = min(options.max_steps, 8 * options.eval_every) * spec.batch_size
     compute = samples * module.flops_per_sample(spec) / CPU_FLOPS_GUESS
-    if options is ConvergeOptions:
-        compute = min(compute, trial.max_time_s)
+    if isinstance(options, ConvergeOptions):
+        compute = min(compute, options.max_time_s)
     return guess.startup_s + compile_ * (1 + EXTRA_COMPILES) + compute
 
 
@@ -430,9 +428,9 @@ def estimates(trials: list[TrialSpec], costs: Costs) -> list[tuple[float, str]]:
     for trial in trials:
         seconds, source = estimate_s(trial, costs)
         if trial.scenario == SolveOptions.SCENARIO:
-            key = (trial.workload.name, trial.repeat, trial.solve_options())
+            key = (trial.workload.name, trial.repeat, trial.options)
             if source == "rough" and key not in baselines:
-                seconds += baseline_s(trial.solve_options(), workloads.get(trial.workload.name).PROBLEM)
+                seconds += baseline_s(trial.options_of(SolveOptions), workloads.get(trial.workload.name).PROBLEM)
             baselines.add(key)
         out.append((seconds, source))
     return out

@@ -25,6 +25,7 @@ import shutil
 import sys
 import traceback
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -48,13 +49,14 @@ def trajectory_rows(trial: TrialSpec, k_steps: int) -> np.ndarray:
     return np.concatenate(rows)[:k_steps]
 
 
-def trajectory(backend: Backend, program: Learner, trial: TrialSpec, k_steps: int) -> dict[str, np.ndarray]:
+def trajectory(backend: Backend, program: Learner, trial: TrialSpec, wl: ModuleType,
+               k_steps: int) -> dict[str, np.ndarray]:
     """K training steps from the canonical parameters, one step per chunk so every framework
     reports per-step losses; then eval-mode logits on the fixed batch. Also the batch the
-    pipeline feeds for the last step (canonical layout): bit-identical in every framework."""
+    pipeline feeds for the last step (canonical layout): bit-identical in every framework.
+    `wl`: the trial's workload module."""
     spec = trial.workload
-    wl = workloads.get(spec.name)
-    state = support.init(trial, program)
+    state = support.init(trial, wl, program)
     program.load(wl.make_dataset(spec))
     rows = trajectory_rows(trial, k_steps)
     last_x, last_y = program.canonical_batch(next(iter(program.batches(rows[-1:]))))
@@ -73,13 +75,15 @@ def probe_one(backend: Backend, trial: TrialSpec, k_steps: int, out: Path) -> di
     if not backend.capabilities.grads:
         raise Unsupported(f"{trial.framework} computes no gradients (capabilities: "
                           f"{', '.join(backend.capabilities.names())})")
+    support.require(trial, backend)
     # One process probes every workload: each must compile as it would in its trial's worker.
     backend.forget_compiled()
     program = support.build_learner(trial, backend)
-    loss, grads = fixedbatch.grads(trial, program)
-    extra: dict[str, np.ndarray] = {"init_logits": fixedbatch.logits(trial, program)}
+    wl = workloads.get(trial.workload.name)
+    loss, grads = fixedbatch.grads(trial, wl, program)
+    extra: dict[str, np.ndarray] = {"init_logits": fixedbatch.logits(trial, wl, program)}
     if k_steps > 0:
-        extra.update(trajectory(backend, program, trial, k_steps))
+        extra.update(trajectory(backend, program, trial, wl, k_steps))
     protocol.save_grads(out, loss, grads, **extra)
     return {"status": "ok", "numerics": program.numerics()}
 

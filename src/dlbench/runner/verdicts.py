@@ -27,7 +27,7 @@ from dlbench.results.records import TrialResult
 from dlbench.runner import ceiling, fixedbatch, protocol, reference
 from dlbench.runner.probe_client import ProbeLimits, run_probe
 from dlbench.scenarios import Parity
-from dlbench.spec import TrialSpec, to_dict
+from dlbench.spec import NoOptions, TrialSpec, to_dict
 
 # threads -> (the matmul ceiling measured with that many, or None, and why)
 Ceilings = dict[int, tuple[dict[str, Any] | None, str]]
@@ -167,7 +167,7 @@ def _judged_by_grads(trial: TrialSpec) -> bool:
 def alternative_arrays(trial: TrialSpec, env: dict[str, str], k_steps: int) -> dict[str, Any] | str:
     """The trial's fixed batch (and K-step trajectory) probed in a process of its own with `env`
     set: {"loss", "grads", and the probe's other arrays}, or the reason it failed."""
-    probed = _yielding(trial if _judged_by_grads(trial) else replace(trial, scenario="train"), env)
+    probed = _yielding(trial if _judged_by_grads(trial) else replace(trial, scenario="train", options=NoOptions()), env)
     with tempfile.TemporaryDirectory(prefix="dlbench-diagnose-") as tmp:
         request = Path(tmp) / "request.json"
         request.write_text(json.dumps({"trials": [to_dict(probed)], "k_steps": k_steps}))

@@ -64,29 +64,26 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def scenario_of(trial: TrialSpec) -> Callable[[TrialContext], None]:
-    """The runner scenario the trial's workload runs its --scenario with."""
-    reason = workloads.scenario_unsupported(trial.workload.name, trial.scenario)
-    if reason is not None:
-        raise Unsupported(reason)
+    """The runner scenario the trial's workload runs its --scenario with (asked after
+    support.require has said the workload has it)."""
     return RUNS[workloads.scenario(trial.workload.name, trial.scenario).name]
 
 
 def run_trial(trial: TrialSpec, backend: Backend, log: EventLog, created: float, result: TrialResult,
               parity_file: Path) -> None:
-    """Monitors around the whole trial; the import and configuration; then the scenario. Fills
+    """Monitors around the whole trial; the import and configuration; the one "can this run?"
+    of the child, on the device the framework found (support.require: the workload's scenario,
+    the backend's capability, mode, precision, options and devices); then the scenario. Fills
     `result` as it goes, so that a failure keeps every metric measured before it."""
-    scenario = scenario_of(trial)
     monitors = Monitors(trial.devices)
     monitors.start()
     ctx = TrialContext(trial, backend, log, Phases(log), monitors.sampler, created, result, parity_file)
     try:
         import_and_configure(ctx)
-        reason = support.unsupported(trial, backend, backend.device_kind())
-        if reason is not None:
-            raise Unsupported(reason)
+        support.require(trial, backend)
         parallel.setup(trial, backend, result)
         result.framework_info = backend.info()
-        scenario(ctx)
+        scenario_of(trial)(ctx)
     finally:
         monitors.close(result)
 

@@ -56,10 +56,11 @@ def _mode_facts(backend: Backend, trial: TrialSpec) -> dict[str, Any]:
     """Everything judged of one mode, as plain JSON values."""
     spec = trial.workload
     wl = workloads.get(spec.name)
+    support.require(trial, backend)
     program = support.build_learner(trial, backend)
     params = wl.init_params(spec)
     try:
-        state = support.init(trial, program)
+        state = support.init(trial, wl, program)
     except Unsupported as e:  # built, but computing other numerics than the spec's: a failure here
         return {"status": "failed", "error": f"numerics read back: {e}"}
     program.load(wl.make_dataset(spec))

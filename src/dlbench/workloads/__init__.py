@@ -8,7 +8,6 @@ model sizes, and whether its inputs are images that can be augmented.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
@@ -284,16 +283,17 @@ def with_default_target(trial: TrialSpec) -> TrialSpec:
     """The trial with its workload's default target where it is a time-to-target trial without
     a target and the workload has one (the plan stores it in the spec, so the stop rule is
     part of the configuration); unchanged otherwise."""
-    if trial.scenario != ConvergeOptions.SCENARIO or trial.target_accuracy is not None \
-            or trial.target_perplexity is not None or scenario_unsupported(trial.workload.name, trial.scenario):
+    options = trial.options
+    if not isinstance(options, ConvergeOptions) or options.target_accuracy is not None \
+            or options.target_perplexity is not None or scenario_unsupported(trial.workload.name, trial.scenario):
         return trial
     default = default_target(trial.workload)
     if default is None:
         return trial
     if default.metric == PERPLEXITY:
-        return dataclasses.replace(trial, target_perplexity=default.value)
+        return trial.with_options(target_perplexity=default.value)
     if default.metric == get(trial.workload.name).QUALITY:
-        return dataclasses.replace(trial, target_accuracy=default.value)
+        return trial.with_options(target_accuracy=default.value)
     raise SpecError(f"{trial.workload.name}'s default target bounds {default.metric!r}, which no target option"
                     f" holds: allowed are {get(trial.workload.name).QUALITY!r} and {PERPLEXITY!r}")
 
@@ -303,17 +303,17 @@ def target(trial: TrialSpec) -> Target:
     target on the workload's QUALITY, or its perplexity target where the workload reports
     perplexity (SpecError, one line, where it does not); the rule of the workload's default
     where the value is that default's."""
-    name = trial.workload.name
-    if trial.target_perplexity is not None:
+    name, options = trial.workload.name, trial.options_of(ConvergeOptions)
+    if options.target_perplexity is not None:
         lower = target_metrics(name).get(PERPLEXITY)
         if lower is None:
             which = [n for n in names() if PERPLEXITY in target_metrics(n)]
-            raise SpecError(f"target perplexity {trial.target_perplexity!r} does not fit {name}: it reports no"
+            raise SpecError(f"target perplexity {options.target_perplexity!r} does not fit {name}: it reports no"
                             f" perplexity (workloads that do: {', '.join(which)}); allowed for {name} is"
                             " --target-accuracy")
-        found = Target(PERPLEXITY, float(trial.target_perplexity), lower=lower)
-    elif trial.target_accuracy is not None:
-        found = Target(str(get(name).QUALITY), float(trial.target_accuracy))
+        found = Target(PERPLEXITY, float(options.target_perplexity), lower=lower)
+    elif options.target_accuracy is not None:
+        found = Target(str(get(name).QUALITY), float(options.target_accuracy))
     else:
         raise SpecError(f"{name} --scenario {trial.scenario} needs a target: --target-accuracy")
     default = default_target(trial.workload)

@@ -16,7 +16,7 @@ from jax import lax
 
 from dlbench.backends.jax import program
 from dlbench.backends.jax.layers import Params
-from dlbench.spec import Numerics, TrialSpec
+from dlbench.spec import GenerateOptions, Numerics, TrialSpec
 from dlbench.workloads import lm as workload
 
 # The generator's two forms (the backend option `jax.decode`): a jitted decode step called once
@@ -31,7 +31,7 @@ def build(trial: TrialSpec) -> program.JaxProgram:
     built = program.build(trial, model)
     if trial.policy.options.get("decode", DECODE_STEP) == DECODE_WHILE_LOOP:
         built.decoder_factory = lambda state, batch, max_len: WhileLoopDecoder(
-            model, state.params, batch, max_len, trial.new_tokens)
+            model, state.params, batch, max_len, trial.options_of(GenerateOptions).new_tokens)
     else:
         built.decoder_factory = lambda state, batch, max_len: JitDecoder(model, state.params, batch, max_len)
     return built

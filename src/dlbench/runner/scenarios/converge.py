@@ -37,8 +37,8 @@ from dlbench.results.records import TrialResult
 from dlbench.runner import fixedbatch, protocol
 from dlbench.runner.scenarios import train
 from dlbench.runner.context import TrialContext, allocator_metrics
-from dlbench.runner.timing import EventLog, split_steps
-from dlbench.spec import TrialSpec
+from dlbench.runner.timing import split_steps
+from dlbench.spec import ConvergeOptions, TrialSpec
 from dlbench.workloads.base import Target
 from dlbench.workloads.data import Dataset
 
@@ -97,30 +97,28 @@ def run(ctx: TrialContext) -> None:
     """Every phase of a time-to-accuracy trial after the framework import."""
     trial, m = ctx.trial, ctx.metrics
     program, state = train.build_and_load(ctx, support.build_trainable)
-    spec = trial.workload
-    eval_data = workloads.get(spec.name).make_eval_dataset(spec)  # untimed, before the clock
+    eval_data = ctx.workload.make_eval_dataset(trial.workload)  # untimed, before the clock
     m["rss_initial_bytes"], m["vram_initial_bytes"] = ctx.sampler.sample()
     ctx.sampler.begin_window()
     ctx.log.phase(ctx.trial.scenario, protocol.PHASE_START)  # the phase is named as the --scenario
     goal = workloads.target(trial)
-    curve = train_to_target(trial, goal, ctx.backend, program, state, ctx.log, eval_data, ctx.created, m)
+    curve = train_to_target(ctx, goal, program, state, eval_data)
     ctx.log.phase(ctx.trial.scenario, protocol.PHASE_END, curve.train_s + curve.eval_s)
     window = ctx.sampler.end_window()
     m["rss_window_peak_bytes"], m["vram_window_peak_bytes"] = window["rss"], window["vram"]
     m["recompiles_in_window"] = curve.recompiles
-    converge_metrics(trial, curve, ctx.result)
+    converge_metrics(ctx, curve)
     target_metrics(goal, curve, ctx.result)
     t = ctx.phases.start("parity")  # after training: its own compile must not shorten the first step's
-    loss, grads = fixedbatch.grads(trial, program)
+    loss, grads = fixedbatch.grads(trial, ctx.workload, program)
     protocol.save_grads(ctx.parity_file, loss, grads)
     m["parity_s"] = ctx.phases.end("parity", t)
     allocator_metrics(ctx)
 
 
-def train_to_target(
-    trial: TrialSpec, goal: Target, backend: Backend, program: Trainable, state: Any, log: EventLog,
-    eval_data: Dataset, created: float, m: dict[str, float | None],
-) -> Curve:
+def train_to_target(ctx: TrialContext, goal: Target, program: Trainable, state: Any, eval_data: Dataset) -> Curve:
+    trial, backend, log = ctx.trial, ctx.backend, ctx.log
+    options = trial.options_of(ConvergeOptions)
     curve = Curve()
     start = time.perf_counter()
     feed = Feed(trial, program)
@@ -130,18 +128,18 @@ def train_to_target(
     curve.train_s = curve.first_step_s
     curve.chunks.clear()  # the first step is reported on its own, not as a chunk
     curve.recompiles = 0  # the first step compiles; later compiles are flagged
-    m["time_to_first_step_s"] = time.monotonic() - created
+    ctx.metrics["time_to_first_step_s"] = time.monotonic() - ctx.created
     while True:
         t0 = time.perf_counter()
-        until_eval = trial.eval_every - curve.steps % trial.eval_every
-        for n in split_steps(min(until_eval, trial.max_steps - curve.steps), trial.chunk_steps):
+        until_eval = options.eval_every - curve.steps % options.eval_every
+        for n in split_steps(min(until_eval, options.max_steps - curve.steps), trial.chunk_steps):
             state = _chunk(backend, program, state, feed, n, curve)
             log.chunk(feed.epoch, n, curve.chunks[-1][1])
         curve.train_s += time.perf_counter() - t0
-        accuracy, value = _evaluate(program, state, eval_data, trial, goal, curve)
+        accuracy, value = _evaluate(ctx, program, state, eval_data, goal, curve)
         curve.points.append((curve.steps, curve.train_s, accuracy))
         log.eval(curve.steps, accuracy, curve.train_s)
-        if _stop(trial, goal, curve, value):
+        if _stop(options, goal, curve, value):
             return curve
 
 
@@ -179,17 +177,17 @@ def _per_step(values: np.ndarray, n: int) -> np.ndarray:
     raise RuntimeError(f"train_chunk returned {len(values)} losses for {n} steps")
 
 
-def _evaluate(program: Trainable, state: Any, data: Dataset, trial: TrialSpec, goal: Target,
+def _evaluate(ctx: TrialContext, program: Trainable, state: Any, data: Dataset, goal: Target,
               curve: Curve) -> tuple[float, float]:
     """The workload's held-out quality (accuracy for a classifier) and the target's metric
     (the quality itself, or one of the workload's extra scores of the same outputs: lm's
     perplexity), with the clock stopped (its seconds go to curve.eval_s)."""
     t0 = time.perf_counter()
-    spec = trial.workload
+    spec = ctx.trial.workload
     outputs = train.held_out_outputs(program, state, spec, data)
-    accuracy = float(workloads.get(spec.name).score(spec, outputs, data))
+    accuracy = float(ctx.workload.score(spec, outputs, data))
     value = accuracy
-    if goal.metric != workloads.get(spec.name).QUALITY:
+    if goal.metric != ctx.workload.QUALITY:
         extra = workloads.extra_scores(spec.name)
         if extra is None:
             raise ValueError(f"{spec.name} has no extra scores to hold its target metric {goal.metric!r}")
@@ -200,17 +198,17 @@ def _evaluate(program: Trainable, state: Any, data: Dataset, trial: TrialSpec, g
     return accuracy, value
 
 
-def _stop(trial: TrialSpec, goal: Target, curve: Curve, value: float) -> bool:
+def _stop(options: ConvergeOptions, goal: Target, curve: Curve, value: float) -> bool:
     """Whether to stop after this evaluation: the target reached (in its direction: a
     perplexity at or below it, an accuracy at or above), or a budget spent (the reason names
     the target's metric and its last value)."""
     last = f"last {goal.metric} {value:.4g}, target {goal.relation} {goal.value:.4g}"
     if goal.reached(value):
         curve.reached = True
-    elif curve.steps >= trial.max_steps:
-        curve.stop_reason = f"not reached within max steps {trial.max_steps} ({last})"
-    elif curve.train_s >= trial.max_time_s:
-        curve.stop_reason = (f"not reached within max time {trial.max_time_s:g} s of training"
+    elif curve.steps >= options.max_steps:
+        curve.stop_reason = f"not reached within max steps {options.max_steps} ({last})"
+    elif curve.train_s >= options.max_time_s:
+        curve.stop_reason = (f"not reached within max time {options.max_time_s:g} s of training"
                              f" ({curve.steps} steps, {last})")
     return curve.reached or bool(curve.stop_reason)
 
@@ -225,9 +223,10 @@ def target_metrics(goal: Target, curve: Curve, result: TrialResult) -> None:
     result.series[f"{goal.metric}_by_time"] = [(t, v) for (_, t, _), v in zip(curve.points, curve.target_values)]
 
 
-def converge_metrics(trial: TrialSpec, curve: Curve, result: TrialResult) -> None:
+def converge_metrics(ctx: TrialContext, curve: Curve) -> None:
+    result = ctx.result
     m = result.metrics
-    spec = trial.workload
+    spec = ctx.trial.workload
     step, time_s, accuracy = curve.points[-1]
     m["reached_target"] = 1.0 if curve.reached else 0.0
     m["steps_to_target"] = float(step) if curve.reached else None
@@ -242,7 +241,7 @@ def converge_metrics(trial: TrialSpec, curve: Curve, result: TrialResult) -> Non
     m["samples_per_s"] = curve.steps * spec.batch_size / curve.train_s
     m["first_step_s"] = curve.first_step_s
     losses = np.concatenate(curve.losses)
-    m["final_loss"] = float(np.mean(losses[-trial.eval_every :]))
+    m["final_loss"] = float(np.mean(losses[-ctx.trial.options_of(ConvergeOptions).eval_every :]))
     if curve.chunks:
         median_step_s = statistics.median(s / n for n, s in curve.chunks)
         m["step_s_median"] = median_step_s
@@ -250,7 +249,7 @@ def converge_metrics(trial: TrialSpec, curve: Curve, result: TrialResult) -> Non
             m["compile_estimate_s"] = max(curve.first_step_s - median_step_s, 0.0)
     if curve.compile_s is not None:
         m["compile_s"] = curve.compile_s
-    flops = workloads.get(spec.name).flops_per_sample(spec)
+    flops = ctx.workload.flops_per_sample(spec)
     m["flops_per_sample"] = flops
     m["achieved_flops_per_s"] = flops * m["samples_per_s"]
     result.series["accuracy"] = [(float(s), a) for s, _, a in curve.points]

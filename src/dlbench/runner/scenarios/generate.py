@@ -66,10 +66,10 @@ def generate_timed(decoder: Decoder, prompt: np.ndarray, new_tokens: int) -> tup
 
 def run(ctx: TrialContext) -> None:
     trial, phases, m, result = ctx.trial, ctx.phases, ctx.metrics, ctx.result
-    o = trial.generate_options()
+    o = trial.options_of(GenerateOptions)
     t = phases.start("build")
     program = support.build_generator(trial, ctx.backend)
-    state = support.init(trial, program)
+    state = support.init(trial, ctx.workload, program)
     # Room for the longest prompt tried (P + 1) and its tokens.
     decoder: Decoder = program.decoder(state, o.gen_batch, o.prompt_len + 1 + o.new_tokens)
     m["build_s"] = phases.end("build", t)

@@ -4,8 +4,8 @@ The trial's own forward in inference mode (Program.infer_fn: torch.compile of th
 under torch.inference_mode, a jitted apply, tf.function, ONNX Runtime's session; never a
 predict() loop) on the canonical parameters, timed two ways:
 
-- latency: one batch-1 request at a time, until `TrialSpec.infer_requests` (default 1000) are
-  timed or `TrialSpec.infer_budget_s` (default 20 s) is spent, whichever comes first; p50, p90
+- latency: one batch-1 request at a time, until `InferOptions.infer_requests` (default 1000)
+  are timed or `InferOptions.infer_budget_s` (default 20 s) is spent, whichever comes first; p50, p90
   and p99 as order statistics, and the p99's distribution-free confidence interval
   (analysis.stats.quantile_ci) at its actual level;
 - throughput: the workload spec's batch size back to back, each call synced, until
@@ -26,7 +26,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
 import numpy as np
@@ -41,7 +41,7 @@ from dlbench.runner import protocol
 from dlbench.runner.scenarios import profiled, served
 from dlbench.runner.context import TrialContext, allocator_metrics, record_options
 from dlbench.runner.timing import Phases
-from dlbench.spec import PARITY_BATCH, TrialSpec
+from dlbench.spec import PARITY_BATCH, InferOptions, TrialSpec
 
 # Large-batch calls timed for throughput (fewer when the budget runs out first).
 # Warm-up calls per batch size after its first (compiling) call: batch 1, then the large batch.
@@ -61,24 +61,24 @@ def run(ctx: TrialContext) -> None:
     trial, backend, phases, sampler, result = ctx.trial, ctx.backend, ctx.phases, ctx.sampler, ctx.result
     created, parity_file, m = ctx.created, ctx.parity_file, ctx.metrics
     profiled.prepare(ctx)
-    program, forward = build_forward(trial, backend, phases, m, support.build_servable)
+    program, forward = build_forward(ctx, support.build_servable)
     result.numerics = program.numerics()
     result.policy_effective["precision"] = {"precision": trial.precision, **program.precision()}
     record_options(ctx, program)
     # After build, a backend can report what building did (ONNX Runtime: the export cache).
     result.framework_info = backend.info()
-    requests, batches = _inputs(trial, program, phases, m)
+    requests, batches = _inputs(ctx, program)
     _warmup(backend, forward, requests, batches, phases, sampler, created, m)
     not_judged = program.precision().get("parity_not_judged")
     if isinstance(not_judged, str):  # a quantised model: judged by its accuracy change instead
         result.notes["parity_not_judged"] = not_judged
     else:
-        _parity(trial, program, forward, phases, m, parity_file)
-    served.accuracy(trial, program, forward, result)
+        _parity(ctx, program, forward)
+    served.accuracy(trial, ctx.workload, program, forward, result)
     compiles = program.compilations()
     sampler.begin_window()
     with profiled.window(ctx, parity_file):  # a profiled trial's calls under the profiler
-        if trial.infer_load == "loop":
+        if trial.options_of(InferOptions).infer_load == "loop":
             latency_s, batch_s = _loop(ctx, forward, requests, batches)
         else:
             latency_s, batch_s = served.standard(ctx, program, forward, requests, protocol.INFER_BATCHES)
@@ -87,7 +87,7 @@ def run(ctx: TrialContext) -> None:
     window = sampler.end_window()
     m["recompiles_in_window"] = program.compilations() - compiles
     m["rss_window_peak_bytes"], m["vram_window_peak_bytes"] = window["rss"], window["vram"]
-    infer_metrics(trial, result, latency_s, batch_s)
+    infer_metrics(trial, ctx.workload, result, latency_s, batch_s)
     served.loadgen_metrics(ctx)
     postprocess_metrics(trial, forward, requests, batches, m)
     allocator_metrics(ctx)
@@ -96,12 +96,12 @@ def run(ctx: TrialContext) -> None:
 def _loop(ctx: TrialContext, forward: Callable[[Any], Any], requests: list[Any],
           batches: list[Any]) -> tuple[list[float], list[float]]:
     """The hand-written loops (`--load loop`): batch-1 requests, then large batches."""
-    trial, phases, m = ctx.trial, ctx.phases, ctx.metrics
+    options, phases, m = ctx.trial.options_of(InferOptions), ctx.phases, ctx.metrics
     t = phases.start("latency")
-    latency_s = timed_calls(ctx.backend.sync, forward, requests, trial.infer_requests, trial.infer_budget_s)
+    latency_s = timed_calls(ctx.backend.sync, forward, requests, options.infer_requests, options.infer_budget_s)
     m["infer_latency_window_s"] = phases.end("latency", t)
     t = phases.start("throughput")
-    batch_s = timed_calls(ctx.backend.sync, forward, batches, protocol.INFER_BATCHES, trial.infer_budget_s)
+    batch_s = timed_calls(ctx.backend.sync, forward, batches, protocol.INFER_BATCHES, options.infer_budget_s)
     m["infer_throughput_window_s"] = phases.end("throughput", t)
     return latency_s, batch_s
 
@@ -109,28 +109,27 @@ def _loop(ctx: TrialContext, forward: Callable[[Any], Any], requests: list[Any],
 S = TypeVar("S", bound=Servable)
 
 
-def build_forward(trial: TrialSpec, backend: Backend, phases: Phases, m: Metrics,
-                  build: Callable[[TrialSpec, Backend], S]) -> tuple[S, Callable[[Any], Any]]:
+def build_forward(ctx: TrialContext, build: Callable[[TrialSpec, Backend], S]) -> tuple[S, Callable[[Any], Any]]:
     """The Program, its state from the canonical parameters and its inference function (an
     ONNX export or a cached one is loaded here): build_s."""
-    t = phases.start("build")
-    program = build(trial, backend)
-    state = support.init(trial, program)
+    t = ctx.phases.start("build")
+    program = build(ctx.trial, ctx.backend)
+    state = support.init(ctx.trial, ctx.workload, program)
     forward = program.infer_fn(state)
-    m["build_s"] = phases.end("build", t)
+    ctx.metrics["build_s"] = ctx.phases.end("build", t)
     return program, forward
 
 
-def _inputs(trial: TrialSpec, program: Servable, phases: Phases, m: Metrics) -> tuple[list[Any], list[Any]]:
+def _inputs(ctx: TrialContext, program: Servable) -> tuple[list[Any], list[Any]]:
     """Device inputs from the held-out split: REQUEST_POOL single samples and BATCH_POOL
     batches of the spec's batch size (rows cycle where the split is smaller): data_s."""
-    spec = trial.workload
+    spec, phases = ctx.trial.workload, ctx.phases
     t = phases.start("data")
-    data = workloads.get(spec.name).make_eval_dataset(spec)
+    data = ctx.workload.make_eval_dataset(spec)
     requests = [program.infer_input(data.x[i : i + 1]) for i in range(min(REQUEST_POOL, len(data)))]
     rows = np.arange(BATCH_POOL * spec.batch_size).reshape(BATCH_POOL, spec.batch_size) % len(data)
     batches = [program.infer_input(data.x[r]) for r in rows]
-    m["data_s"] = phases.end("data", t)
+    ctx.metrics["data_s"] = phases.end("data", t)
     return requests, batches
 
 
@@ -156,21 +155,18 @@ def _warmup(
     m["warmup_s"] = phases.end("warmup", t)
 
 
-def _parity(
-    trial: TrialSpec, program: Servable, forward: Callable[[Any], Any], phases: Phases, m: Metrics,
-    path: Path,
-) -> None:
+def _parity(ctx: TrialContext, program: Servable, forward: Callable[[Any], Any]) -> None:
     """The canonical fixed batch through both timed paths, after the warm-up (no new shape,
     nothing compiles): one request per sample, and the fixed batch cycled to the large batch
     size. The parent judges the logits against the float64 reference."""
-    spec = trial.workload
-    t = phases.start("parity")
-    x = workloads.get(spec.name).fixed_batch(spec, PARITY_BATCH).x
+    spec = ctx.trial.workload
+    t = ctx.phases.start("parity")
+    x = ctx.workload.fixed_batch(spec, PARITY_BATCH).x
     single = np.concatenate([np.asarray(forward(program.infer_input(x[i : i + 1]))) for i in range(len(x))])
     rows = np.arange(spec.batch_size) % len(x)
     large = np.asarray(forward(program.infer_input(x[rows])))
-    protocol.save_logits(path, {"batch 1": single, f"batch {spec.batch_size}": large})
-    m["parity_s"] = phases.end("parity", t)
+    protocol.save_logits(ctx.parity_file, {"batch 1": single, f"batch {spec.batch_size}": large})
+    ctx.metrics["parity_s"] = ctx.phases.end("parity", t)
 
 
 def timed_calls(
@@ -191,10 +187,12 @@ def timed_calls(
     return out
 
 
-def infer_metrics(trial: TrialSpec, result: TrialResult, latency_s: list[float], batch_s: list[float]) -> None:
-    """Latency quantiles with the p99's CI, throughput, FLOPs, raw series and warnings."""
+def infer_metrics(trial: TrialSpec, workload: ModuleType, result: TrialResult, latency_s: list[float],
+                  batch_s: list[float]) -> None:
+    """Latency quantiles with the p99's CI, throughput, FLOPs (of `workload`, the trial's
+    workload module), raw series and warnings."""
     m = result.metrics
-    spec = trial.workload
+    spec, options = trial.workload, trial.options_of(InferOptions)
     for name, q in QUANTILES.items():
         m[f"latency_{name}_s"] = stats.quantile(latency_s, q)
     lo, hi, level = stats.quantile_ci(latency_s, QUANTILES["p99"])
@@ -203,7 +201,7 @@ def infer_metrics(trial: TrialSpec, result: TrialResult, latency_s: list[float],
     m["infer_requests"] = len(latency_s)
     m["infer_batches"] = len(batch_s)
     m["infer_batch_size"] = spec.batch_size
-    flops = workloads.get(spec.name).flops_per_sample(spec, train=False)
+    flops = workload.flops_per_sample(spec, train=False)
     m["flops_per_sample"] = flops
     if batch_s:  # none under --load server (its throughput is the Server test's)
         m["infer_batch_median_s"] = statistics.median(batch_s)
@@ -218,13 +216,13 @@ def infer_metrics(trial: TrialSpec, result: TrialResult, latency_s: list[float],
         m["compile_estimate_s"] = max(first - stats.quantile(latency_s, QUANTILES["p50"]), 0.0)
     result.series["latency_s"] = [(float(i), s) for i, s in enumerate(latency_s)]
     result.series["infer_batch_s"] = [(float(i), s) for i, s in enumerate(batch_s)]
-    if len(latency_s) < trial.infer_requests:
+    if len(latency_s) < options.infer_requests:
         result.warnings.append(
-            f"latency: the {trial.infer_budget_s:g} s budget ran out after {len(latency_s)} of"
-            f" {trial.infer_requests} requests (p99 CI level {level:.0%})")
+            f"latency: the {options.infer_budget_s:g} s budget ran out after {len(latency_s)} of"
+            f" {options.infer_requests} requests (p99 CI level {level:.0%})")
     if batch_s and len(batch_s) < protocol.INFER_BATCHES:
         result.warnings.append(
-            f"throughput: the {trial.infer_budget_s:g} s budget ran out after {len(batch_s)} of"
+            f"throughput: the {options.infer_budget_s:g} s budget ran out after {len(batch_s)} of"
             f" {protocol.INFER_BATCHES} batches")
     recompiles = m.get("recompiles_in_window")
     if recompiles:

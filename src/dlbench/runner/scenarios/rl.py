@@ -29,13 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from dlbench import workloads
 from dlbench.analysis.window import FLAG_METRIC, too_short
 from dlbench.backends import support
 from dlbench.backends.base import Rollout
 from dlbench.runner.scenarios import profiled, train
 from dlbench.runner.context import TrialContext, allocator_metrics
-from dlbench.spec import TrialSpec
+from dlbench.spec import ConvergeOptions, TrialSpec
 from dlbench.workloads import cartpole, ppo
 
 # Episodes averaged for the time-to-target criterion (the last this many finished, over all envs).
@@ -160,17 +159,18 @@ def _iteration(program: Rollout, state: Any, env: Any, d: ppo.Draws) -> tuple[An
 def run_converge(ctx: TrialContext) -> None:
     """Iterations from the canonical parameters until the return target or a budget."""
     trial, m, result = ctx.trial, ctx.metrics, ctx.result
-    assert trial.target_accuracy is not None  # TrialSpec.validate
-    target = trial.target_accuracy * cartpole.MAX_STEPS
+    options = trial.options_of(ConvergeOptions)
+    assert options.target_accuracy is not None  # TrialSpec.validate
+    target = options.target_accuracy * cartpole.MAX_STEPS
     program, state = _build(ctx)
     env = program.env(ppo.initial_obs(trial.workload))
     env_steps, _ = _steps_per_iteration(trial)
     returns: list[float] = []
     episodes: list[tuple[int, float]] = []  # (global env step at its end, return), in time order
     points: list[tuple[int, float, float]] = []  # (env steps, training s, mean return of the window)
-    train_s, reached, stop = 0.0, False, f"max steps {trial.max_steps} iterations"
+    train_s, reached, stop = 0.0, False, f"max steps {options.max_steps} iterations"
     m["time_to_first_step_s"] = None
-    for i in range(trial.max_steps):
+    for i in range(options.max_steps):
         d = ppo.draws(trial.workload, i)
         t0 = time.perf_counter()
         env, traj = program.rollout(state, env, d.uniforms, d.resets)
@@ -190,8 +190,8 @@ def run_converge(ctx: TrialContext) -> None:
         if len(returns) >= RETURN_WINDOW and points[-1][2] >= target:
             reached, stop = True, "target reached"
             break
-        if train_s >= trial.max_time_s:
-            stop = f"max time {trial.max_time_s:g} s"
+        if train_s >= options.max_time_s:
+            stop = f"max time {options.max_time_s:g} s"
             break
     m["reached_target"] = 1.0 if reached else 0.0
     m["train_s"] = train_s
@@ -213,7 +213,7 @@ def run_converge(ctx: TrialContext) -> None:
     # return (mean return of the window / 500).
     result.series["accuracy"] = [(float(s), r / cartpole.MAX_STEPS) for s, _, r in points]
     result.series["accuracy_by_time"] = [(t, r / cartpole.MAX_STEPS) for _, t, r in points]
-    m[workloads.get(trial.workload.name).QUALITY] = m["final_return"]
+    m[ctx.workload.QUALITY] = m["final_return"]
     _parity(ctx)  # after training: its compile must not warm anything the clock measures
     allocator_metrics(ctx)
 

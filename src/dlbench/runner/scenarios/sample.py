@@ -22,24 +22,24 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from dlbench import workloads
 from dlbench.backends import support
 from dlbench.backends.base import SampleLoop, Sampler
 from dlbench.runner import protocol
 from dlbench.runner.scenarios import infer, profiled
 from dlbench.runner.context import TrialContext, allocator_metrics
-from dlbench.spec import PARITY_BATCH, TrialSpec
+from dlbench.spec import PARITY_BATCH, InferOptions, TrialSpec
 
 SAMPLE_BATCHES = 10
 WARMUP_BATCHES = 1
 
-def host_sampler(trial: TrialSpec, program: Sampler, forward: Callable[[Any], Any]) -> SampleLoop:
-    """The workload's NumPy DDIM loop around the inference forward (float32 on the host)."""
-    module = workloads.get(trial.workload.name)
+def host_sampler(trial: TrialSpec, module: ModuleType, program: Sampler, forward: Callable[[Any], Any]) -> SampleLoop:
+    """The workload's NumPy DDIM loop around the inference forward (float32 on the host);
+    `module`: the trial's workload module."""
 
     def denoise(x: np.ndarray) -> np.ndarray:
         return np.asarray(forward(program.infer_input(x)))
@@ -53,15 +53,15 @@ def host_sampler(trial: TrialSpec, program: Sampler, forward: Callable[[Any], An
 
 def run(ctx: TrialContext) -> None:
     trial, backend, phases, sampler, result = ctx.trial, ctx.backend, ctx.phases, ctx.sampler, ctx.result
-    m, spec = ctx.metrics, trial.workload
-    module = workloads.get(spec.name)
+    m, spec, module = ctx.metrics, trial.workload, ctx.workload
+    budget_s = trial.options_of(InferOptions).infer_budget_s
     profiled.prepare(ctx)
-    program, forward = infer.build_forward(trial, backend, phases, m, support.build_sampler)
+    program, forward = infer.build_forward(ctx, support.build_sampler)
     result.numerics = program.numerics()
     result.framework_info = backend.info()
     t = phases.start("build_sampler")
-    compiled_loop = program.sample_fn(support.init(trial, program))
-    sample = compiled_loop if compiled_loop is not None else host_sampler(trial, program, forward)
+    compiled_loop = program.sample_fn(support.init(trial, module, program))
+    sample = compiled_loop if compiled_loop is not None else host_sampler(trial, module, program, forward)
     m["build_sampler_s"] = phases.end("build_sampler", t)
     result.notes["sampler_loop"] = "compiled" if compiled_loop is not None else "host"
     steps = len(module.ddim_timesteps(spec))
@@ -88,7 +88,7 @@ def run(ctx: TrialContext) -> None:
     sampler.begin_window()
     t = phases.start("sampling")
     with profiled.window(ctx, ctx.parity_file):  # a profiled trial's batches under the profiler
-        batch_s = _timed(sample, noise, SAMPLE_BATCHES, trial.infer_budget_s)
+        batch_s = _timed(sample, noise, SAMPLE_BATCHES, budget_s)
         if trial.profile:
             m[profiled.CALLS_METRIC] = float(len(batch_s))  # its categories: per sampled batch
     m["sample_window_s"] = phases.end("sampling", t)
@@ -107,7 +107,7 @@ def run(ctx: TrialContext) -> None:
     m["achieved_flops_per_s"] = flops * m["sample_images_per_s"]
     result.series["sample_batch_s"] = [(float(i), s) for i, s in enumerate(batch_s)]
     if len(batch_s) < SAMPLE_BATCHES:
-        result.warnings.append(f"sampling: the {trial.infer_budget_s:g} s budget ran out after {len(batch_s)} of"
+        result.warnings.append(f"sampling: the {budget_s:g} s budget ran out after {len(batch_s)} of"
                                f" {SAMPLE_BATCHES} batches")
     if m["recompiles_in_window"]:
         result.warnings.append(f"recompiled {m['recompiles_in_window']:g} time(s) while sampling was timed")

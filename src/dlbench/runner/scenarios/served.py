@@ -21,15 +21,15 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from dlbench import workloads
 from dlbench.backends.base import Servable, Unsupported
 from dlbench.runner.scenarios import loadgen
 from dlbench.runner.context import TrialContext
-from dlbench.spec import TrialSpec
+from dlbench.spec import InferOptions, TrialSpec
 
 # Host rows LoadGen's Offline samples are drawn from (the held-out split, cycled where smaller).
 OFFLINE_POOL = 1024
@@ -52,14 +52,14 @@ def standard(ctx: TrialContext, program: Servable, forward: Callable[[Any], Any]
     """SingleStream, then Offline (or Server under `--load server`): the per-request latencies and
     the Offline batches' forward seconds."""
     trial, phases, m, result = ctx.trial, ctx.phases, ctx.metrics, ctx.result
-    sync = ctx.backend.sync
+    options, sync = trial.options_of(InferOptions), ctx.backend.sync
     why = loadgen.missing()
     if why is not None:
         raise Unsupported(why)
     recorded: dict[str, Any] = {"version": loadgen.version(), "mode": "PerformanceOnly"}
     result.policy_effective["loadgen"] = recorded
     t = phases.start("latency")
-    ss = loadgen.single_stream(forward, sync, requests, trial.infer_requests, trial.infer_budget_s)
+    ss = loadgen.single_stream(forward, sync, requests, options.infer_requests, options.infer_budget_s)
     m["infer_latency_window_s"] = phases.end("latency", t)
     recorded["single_stream"] = ss.settings
     _keep(result, ss, "single_stream")
@@ -67,13 +67,13 @@ def standard(ctx: TrialContext, program: Servable, forward: Callable[[Any], Any]
         m[f"latency_{pct}_early_stopping_s"] = seconds
     if not ss.latencies_s:
         raise RuntimeError(f"LoadGen's SingleStream test recorded no query: {ss.results.get('result_validity')}")
-    if trial.infer_load == "server":
-        _server(ctx, forward, requests, ss, recorded)
+    if options.infer_load == "server":
+        _server(ctx, options, forward, requests, ss, recorded)
         return ss.latencies_s, []
     batch = trial.workload.batch_size
     capacity = 1.0 / statistics.median(ss.latencies_s)  # batch-1 requests per second: a lower bound
-    samples = min(max_batches * batch, max(batch, int(trial.infer_budget_s * capacity) // batch * batch))
-    data = workloads.get(trial.workload.name).make_eval_dataset(trial.workload)
+    samples = min(max_batches * batch, max(batch, int(options.infer_budget_s * capacity) // batch * batch))
+    data = ctx.workload.make_eval_dataset(trial.workload)
     rows = data.x[np.arange(min(OFFLINE_POOL, max(len(data), batch))) % len(data)]
     batch_s: list[float] = []
 
@@ -85,7 +85,7 @@ def standard(ctx: TrialContext, program: Servable, forward: Callable[[Any], Any]
         return out
 
     t = phases.start("throughput")
-    off = loadgen.offline(timed, lambda *_: None, program.infer_input, rows, batch, samples, trial.infer_budget_s)
+    off = loadgen.offline(timed, lambda *_: None, program.infer_input, rows, batch, samples, options.infer_budget_s)
     m["infer_throughput_window_s"] = phases.end("throughput", t)
     recorded["offline"] = off.settings
     _keep(result, off, "offline")
@@ -93,24 +93,24 @@ def standard(ctx: TrialContext, program: Servable, forward: Callable[[Any], Any]
     return ss.latencies_s, batch_s
 
 
-def _server(ctx: TrialContext, forward: Callable[[Any], Any], requests: list[Any], ss: loadgen.LoadgenRun,
-            recorded: dict[str, Any]) -> None:
+def _server(ctx: TrialContext, options: InferOptions, forward: Callable[[Any], Any], requests: list[Any],
+            ss: loadgen.LoadgenRun, recorded: dict[str, Any]) -> None:
     """One Server test at --qps, or the sweep; every test's numbers as series over target QPS."""
-    trial, m, result = ctx.trial, ctx.metrics, ctx.result
-    bound_s = float(trial.p99_bound_ms or 0.0) * 1e-3
+    m, result = ctx.metrics, ctx.result
+    bound_s = float(options.p99_bound_ms or 0.0) * 1e-3
     capacity = 1.0 / statistics.median(ss.latencies_s)
-    per_run_s = trial.infer_budget_s if trial.server_qps else SERVER_MIN_RUN_S
+    per_run_s = options.infer_budget_s if options.server_qps else SERVER_MIN_RUN_S
 
     def run_at(qps: float) -> loadgen.LoadgenRun:
         return loadgen.server(forward, ctx.backend.sync, requests, qps, bound_s, per_run_s, SERVER_MIN_QUERIES)
 
     t = ctx.phases.start("server")
-    if trial.server_qps is not None:
-        only = run_at(float(trial.server_qps))
+    if options.server_qps is not None:
+        only = run_at(float(options.server_qps))
         sweep = loadgen.Sweep([only], only if only.valid else None)
     else:
         # Not below the rate at which the minimum query count would take longer than the budget.
-        floor = SERVER_MIN_QUERIES / trial.infer_budget_s
+        floor = SERVER_MIN_QUERIES / options.infer_budget_s
         sweep = loadgen.server_sweep(run_at, SWEEP_START * capacity, SWEEP_STEPS, SWEEP_FACTOR, SWEEP_PROBES, floor)
         recorded["server_sweep"] = {"start_qps": SWEEP_START * capacity, "capacity": "1 / SingleStream p50",
                                     "factor": SWEEP_FACTOR, "probes": SWEEP_PROBES, "steps": SWEEP_STEPS,
@@ -162,14 +162,15 @@ def loadgen_metrics(ctx: TrialContext) -> None:
         m["achieved_flops_per_s"] = float(m["flops_per_sample"] or 0.0) * rate
 
 
-def accuracy(trial: TrialSpec, program: Servable, forward: Callable[[Any], Any], result: Any) -> None:
+def accuracy(trial: TrialSpec, workload: ModuleType, program: Servable, forward: Callable[[Any], Any],
+             result: Any) -> None:
     """Held-out quality of the model as served, in batches of the spec's batch size (the last
     padded). A classifier: infer_accuracy; a program serving a quantised model names its float32
     model's accuracy (precision()["fp32_accuracy"]), and the change is reported
     (infer_accuracy_change). Any other workload: its own `score` (its QUALITY) of the served
-    outputs as `infer_<QUALITY>` (detect: infer_map, mAP@0.5 after its NumPy post-processing)."""
+    outputs as `infer_<QUALITY>` (detect: infer_map, mAP@0.5 after its NumPy post-processing).
+    `workload`: the trial's workload module."""
     spec = trial.workload
-    workload = workloads.get(spec.name)
     quality = getattr(workload, "QUALITY", "accuracy")
     data = workload.make_eval_dataset(spec)
     m = result.metrics

@@ -48,7 +48,7 @@ from dlbench.results.records import TrialResult
 from dlbench.runner import protocol
 from dlbench.runner.context import TrialContext
 from dlbench.runner.timing import Phases
-from dlbench.spec import TrialSpec
+from dlbench.spec import SolveOptions, TrialSpec
 from dlbench.workloads import odes
 
 # Status codes of the `status` series (0 ok), so failures are points of the export like the rest.
@@ -303,7 +303,7 @@ def run(ctx: TrialContext) -> None:
     m = ctx.metrics
     module = support.build_solvers(trial, ctx.backend)
     problem: odes.Problem = workloads.get(trial.workload.name).PROBLEM
-    options = trial.solve_options()
+    options = trial.options_of(SolveOptions)
     settings = SweepSettings(rtols=options.rtols(), dtypes=DTYPES, max_steps=options.solve_max_steps,
                              gradient_rtols=GRADIENT_RTOLS)
     t = phases.start("reference")

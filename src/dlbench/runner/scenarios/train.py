@@ -55,7 +55,7 @@ def build_and_load(ctx: TrialContext, build: Callable[[TrialSpec, Backend], L]) 
     trial, m = ctx.trial, ctx.metrics
     t = ctx.phases.start("build")
     program = build(trial, ctx.backend)
-    state = support.init(trial, program)
+    state = support.init(trial, ctx.workload, program)
     m["build_s"] = ctx.phases.end("build", t)
     ctx.result.numerics = program.numerics()
     ctx.result.policy_effective["precision"] = {"precision": trial.precision, **program.precision()}
@@ -117,7 +117,7 @@ def _parity(ctx: TrialContext) -> None:
     t = ctx.phases.start("parity")
     # A Program of its own: some frameworks keep the state in program-owned variables (TF,
     # Keras), and init() on the training Program would reset the warmed-up state.
-    loss, grads = fixedbatch.grads(ctx.trial, support.build_learner(ctx.trial, ctx.backend))
+    loss, grads = fixedbatch.grads(ctx.trial, ctx.workload, support.build_learner(ctx.trial, ctx.backend))
     protocol.save_grads(ctx.parity_file, loss, grads)
     ctx.metrics["parity_s"] = ctx.phases.end("parity", t)
 
