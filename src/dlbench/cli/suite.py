@@ -9,10 +9,12 @@ allowed. Options given on the command line override the file's.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
 import tomllib
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +29,7 @@ from dlbench.spec import (
     COMPILE_CACHES,
     DATA_PLACEMENTS,
     MODES,
+    OPTIONS,
     PRECISIONS,
     ROLLOUTS,
     SCALINGS,
@@ -41,7 +44,8 @@ MAX_SUITE_BYTES = 1 << 20
 @dataclass(frozen=True)
 class Key:
     """What one key takes. kind: names | ints (a sweep axis: a list, one value or a comma
-    list), name | int (one value), seconds, fraction (in (0, 1]), perplexity (> 1), size, flag."""
+    list), name | int (one value), number, seconds, fraction (in (0, 1]), perplexity (> 1),
+    size, flag."""
 
     kind: str
     allowed: Callable[[], tuple[Any, ...]] | None = None
@@ -86,12 +90,7 @@ KEYS: dict[str, Key] = {
     "profile": Key("flag"),
     "executor": Key("name", lambda: EXECUTORS),
     "address": Key("name"),
-    # time to accuracy and the input pipeline (issue 9)
-    "target-accuracy": Key("fraction"),
-    "target-perplexity": Key("perplexity"),
-    "eval-every": Key("int", minimum=1),
-    "max-steps": Key("int", minimum=1),
-    "max-time-s": Key("seconds"),
+    # the input pipeline (issue 9)
     "data": Key("names", lambda: DATA_PLACEMENTS),
     "rollout": Key("names", lambda: ROLLOUTS),
     "loader-workers": Key("int", minimum=0),
@@ -99,6 +98,21 @@ KEYS: dict[str, Key] = {
     # framework options: "FRAMEWORK.NAME=VALUE" each, checked by the framework's backend
     "option": Key("names", form=(r"[^=.][^=]*\.[^=.]+=.+", "FRAMEWORK.NAME=VALUE, e.g. onnxruntime.optimization=basic")),
 }
+
+
+def _option_key(hint: Any, f: dataclasses.Field[Any]) -> Key:
+    """What a scenario option's key takes: the kind its field declares (spec.option's `value`),
+    else one value of the field's type; an integer is >= 1 and a name one of its `choices`
+    (the options' own validation says the rest, naming the file: cli/run.plan_from_options)."""
+    kinds = [k for k in typing.get_args(hint) if k is not type(None)] or [hint]
+    kind = f.metadata.get("value") or {int: "int", float: "number", str: "name"}[kinds[0]]
+    choices = f.metadata.get("choices")
+    return Key(kind, None if choices is None else lambda: choices, minimum=1)
+
+
+# Each scenario's options (spec.OPTIONS), keyed as their flags: `load = "server"`, `rtol-loosest`.
+KEYS.update({f.metadata["flag"].removeprefix("--"): _option_key(typing.get_type_hints(kind)[f.name], f)
+             for kind in OPTIONS.values() for f in dataclasses.fields(kind)})
 
 
 class _Bad(Exception):
@@ -158,6 +172,10 @@ def _convert(key: Key, value: Any) -> Any:
             if value > 0:  # false for nan; inf and huge values: TrialSpec.validate says the maximum
                 return float(value)
         raise _Bad(value, "a number of seconds > 0")
+    if key.kind == "number":
+        if (_is_int(value) or isinstance(value, float)) and math.isfinite(value):
+            return float(value)
+        raise _Bad(value, "a finite number")
     if key.kind == "fraction":
         if (_is_int(value) or isinstance(value, float)) and 0 < value <= 1:
             return float(value)
