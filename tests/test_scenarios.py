@@ -244,3 +244,40 @@ def test_a_run_finishes_in_the_parent_with_its_scaling_annotated_then_its_status
         assert executor.finish_run(store, run_id, interrupted=False) == "ok"
         assert store.run(run_id)["status"] == "ok"
     assert steps == [f"annotate {run_id}", f"annotate {run_id}"]
+
+
+@pytest.mark.parametrize("scenario", ["train", "infer"])
+def test_the_child_asks_once_whether_a_trial_can_run(tmp_path, fake_env, monkeypatch, scenario):
+    """Issue 44.5: in the worker a trial is checked once, after the import (support.require);
+    building its programs (train builds two: the trained one and the parity one) asks nothing
+    again, and the scenario reads its options and its workload from the trial and the context.
+    The worker's run_trial in this process, on the fake backend: about a second."""
+    import time
+
+    from dlbench.backends import get_backend, support
+    from dlbench.results.records import TrialResult
+    from dlbench.runner import worker
+    from dlbench.runner.protocol import events_path, parity_path
+    from dlbench.runner.timing import EventLog
+    from dlbench.spec import Policy
+
+    asked: list[str] = []
+    real = support.unsupported
+    monkeypatch.setattr(support, "unsupported", lambda trial, *a: asked.append(trial.scenario) or real(trial, *a))
+    options = InferOptions(infer_requests=100, infer_budget_s=0.2, infer_load="loop") if scenario == "infer" \
+        else NoOptions()
+    trial = TrialSpec(workload=WorkloadSpec(batch_size=8, dataset_size=64, eval_size=16), framework="fake",
+                      policy=Policy(mode="eager"), scenario=scenario, epochs=1, warmup_epochs=1, chunk_steps=4,
+                      trial_id=1, options=options)
+    trial.validate()
+    out = tmp_path / "trial.json"
+    log = EventLog(events_path(out))
+    result = TrialResult(status="failed")
+    try:
+        worker.run_trial(trial, get_backend("fake"), log, time.monotonic(), result, parity_path(out))
+    finally:
+        log.close()
+    assert asked == [scenario]
+    assert result.metrics["build_s"] is not None and parity_path(out).exists()
+    if scenario == "infer":
+        assert result.metrics["infer_requests"] == 100  # the options reached the scenario

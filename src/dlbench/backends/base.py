@@ -303,7 +303,7 @@ class Built(Protocol):
     """What every program does, whatever it can run: one framework's implementation of one
     workload, built for one policy. The capability protocols below add what a scenario needs
     (dlbench/scenarios.py: a record's `capability`); a program implements the ones it can and
-    `support.build(trial, backend, Protocol)` checks it has the one its scenario asks for.
+    `support.build_as(trial, backend, Protocol)` checks it has the one its scenario asks for.
 
     `state` is whatever the framework needs (params + optimizer state); batches are framework
     tensors on the device. Losses stay on the device until the chunk's sync."""
@@ -559,8 +559,8 @@ class Backend(Protocol):
 
     def build(self, trial: TrialSpec) -> Built:
         """Build the workload's Program for this trial; raises Unsupported with a reason. Called
-        through backends.support.build, which has checked mode, precision and scenario and checks
-        the Program's numerics read-back."""
+        through backends.support.build once support.require has checked mode, precision and
+        scenario; support.init then checks the Program's numerics read-back."""
         ...
 
     def forget_compiled(self) -> None:
