@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from dlbench import processes
+from dlbench.analysis import interference
+from dlbench.monitors.interference import SNAPSHOT_PERIOD_S, read_snapshot
 from dlbench.results.records import TrialResult, read_events
 from dlbench.runner import children
 from dlbench.runner.children import Watched, gib
-from dlbench.runner.protocol import events_path, parity_path
+from dlbench.runner.protocol import events_path, interference_path, parity_path
 from dlbench.spec import TrialSpec, to_dict
 
 # The most the parent reads of a worker's events file per poll (an event is a few hundred bytes).
@@ -59,7 +61,7 @@ def run_trial(
     out_path = out_path_for(trial, workdir)
     spec_path = out_path.with_name(out_path.name.replace(".result.json", ".spec.json"))
     log_path = out_path.with_name(out_path.name.replace(".result.json", ".log"))
-    for p in (out_path, events_path(out_path), parity_path(out_path)):
+    for p in (out_path, events_path(out_path), parity_path(out_path), interference_path(out_path)):
         p.unlink(missing_ok=True)
     spec_path.write_text(json.dumps(to_dict(trial)))
     log_path.unlink(missing_ok=True)
@@ -129,6 +131,7 @@ def _collect(child: children.Child, watched: Watched, trial: TrialSpec, out_path
         assert child.returncode is not None  # watch() reaped it
         result = TrialResult(status="crashed", error=_crash_reason(child.returncode, watched))
     _check_peak(result, trial)
+    _keep_interference(result, interference_path(out_path))
     if result.metrics.get("rss_peak_bytes") is None and watched.rss_peak_bytes:
         # the worker died before reporting: the peak the watchdog saw is the best there is
         result.metrics["rss_peak_bytes"] = watched.rss_peak_bytes
@@ -137,6 +140,23 @@ def _collect(child: children.Child, watched: Watched, trial: TrialSpec, out_path
     result.events = events
     result.pid = result.pid or child.pid
     return result
+
+
+def _keep_interference(result: TrialResult, snapshot: Path) -> None:
+    """A worker killed (or dead) before writing its result left its interference record so far
+    in the snapshot file (monitors/interference.py): kept, so that a trial that hung on a busy
+    machine says how busy it was."""
+    if result.metrics.get(interference.FOREIGN_CPU_SHARE) is not None:
+        return
+    kept = read_snapshot(snapshot)
+    if kept is None or kept[0].get(interference.FOREIGN_CPU_SHARE) is None:
+        return
+    metrics, series = kept
+    result.metrics.update(metrics)
+    if series:
+        result.series[interference.SERIES] = series
+    result.notes[interference.FOREIGN_CPU_SHARE] = (f"the worker's last record before it ended (up to"
+                                                      f" {SNAPSHOT_PERIOD_S:g} s old)")
 
 
 def _kill_reason(watched: Watched, trial: TrialSpec) -> str:
