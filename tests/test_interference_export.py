@@ -1,0 +1,114 @@
+"""The interference record through a real trial (the fake backend in a worker process) into the
+store and every export format, `busy` per trial, the export's JSON schema; a store of the
+previous release exports busy = null (unknown, never quiet); a worker killed in its window keeps
+its record. Whether this machine is quiet is never asserted: it is busy, and so is CI."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import pyarrow.parquet as pq
+import pytest
+
+from dlbench.analysis import interference
+from dlbench.cli.main import main
+from dlbench.results.records import TrialResult
+from dlbench.results.store import Store
+from dlbench.runner import spawn
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TINY = ["--preset", "tiny", "--dataset-size", "64", "--batch-size", "16", "--repeats", "1"]
+
+
+def export_schema() -> dict:
+    return json.loads(resources.files("dlbench.results").joinpath("schemas/export.schema.json").read_text())
+
+
+def _exports(store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[dict, list[dict], Path]:
+    capsys.readouterr()
+    assert main(["export", "all", "--store", store]) == 0
+    data = json.loads(capsys.readouterr().out)
+    jsonschema.validate(data, export_schema())
+    assert main(["export", "all", "--store", store, "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    out = tmp_path / "pq"
+    assert main(["export", "all", "--store", store, "--format", "parquet", "-o", str(out)]) == 0
+    return data, rows, out
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_a_real_trial_stores_its_record_and_every_export_carries_it(tmp_path, capsys):
+    store = str(tmp_path / "s.sqlite")
+    assert main(["run", "-f", "fake", "--mode", "eager", *TINY, "--store", store]) == 0
+    [trial] = Store(store, readonly=True).trials(1)
+    assert trial.metrics[interference.FOREIGN_CPU_SHARE] is not None  # measured, whatever it was
+    assert 0.0 <= trial.metrics[interference.FOREIGN_CPU_SHARE] <= 1.0
+    assert trial.metrics[interference.SELF_CPU_SHARE] is not None and trial.metrics[interference.RUN_QUEUE] >= 1
+    expected = interference.judge(trial.metrics).busy
+    assert expected is not None
+
+    data, rows, out = _exports(store, tmp_path, capsys)
+    [t] = data["runs"][0]["trials"]
+    assert t["busy"] is expected
+    assert t["interference"]["state"] == ("busy" if expected else "quiet")
+    assert t["interference"]["foreign_cpu_share"] == trial.metrics[interference.FOREIGN_CPU_SHARE]
+    assert t["metrics"]["foreign_cpu_share"]["unit"] == "1"
+    assert t["metrics"]["cpu_freq_mhz_mean"]["unit"] in ("MHz",)
+    series = t["series"][interference.SERIES]
+    assert series and all(0.0 <= v <= 1.0 for _, v in series)
+    assert {r["busy"] for r in rows} == {"true" if expected else "false"}
+    assert any(r["metric"] == "foreign_cpu_share" for r in rows)
+    trials = pq.read_table(out / "trials.parquet").to_pylist()
+    assert trials[0]["busy"] is expected and trials[0]["interference"] in ("quiet", "busy")
+    assert trials[0]["foreign_cpu_share"] == trial.metrics[interference.FOREIGN_CPU_SHARE]
+    assert {r["busy"] for r in pq.read_table(out / "metrics.parquet").to_pylist()} == {expected}
+    assert {r["series"] for r in pq.read_table(out / "series.parquet").to_pylist()} >= {interference.SERIES}
+
+
+def test_a_store_of_the_previous_release_exports_busy_null(tmp_path, capsys):
+    store = tmp_path / "previous.sqlite"
+    shutil.copy(FIXTURES / "previous-release.sqlite", store)
+    data, rows, out = _exports(str(store), tmp_path, capsys)
+    trials = [t for r in data["runs"] for t in r["trials"]]
+    assert len(trials) == 12
+    assert all(t["busy"] is None and t["interference"]["state"] == "unknown" for t in trials)
+    assert all(t["interference"][k] is None for t in trials for k in interference.METRICS)
+    assert rows and {r["busy"] for r in rows} == {""}  # unknown: an empty cell, never false
+    assert {r["busy"] for r in pq.read_table(out / "trials.parquet").to_pylist()} == {None}
+
+
+def test_a_store_with_a_busy_and_a_quiet_trial_tells_them_apart(tmp_path, capsys):
+    path = str(tmp_path / "s.sqlite")
+    store = Store(path)
+    run = store.create_run("dlbench run", {}, False)
+    from dlbench.spec import Policy, TrialSpec, WorkloadSpec
+
+    spec = TrialSpec(workload=WorkloadSpec(name="cnn", batch_size=16), framework="torch", policy=Policy(mode="eager"))
+    for seq, share in enumerate((0.62, 0.01)):
+        tid = store.add_trial(run, seq, spec)
+        store.finish_trial(tid, TrialResult(status="ok", metrics={"samples_per_s": 10.0, "foreign_cpu_share": share,
+                                                                  "steal_share": 0.0}))
+    store.close()
+    data, rows, _ = _exports(path, tmp_path, capsys)
+    assert [t["busy"] for t in data["runs"][0]["trials"]] == [True, False]
+    assert {(r["trial_id"], r["busy"]) for r in rows} == {("1", "true"), ("2", "false")}
+
+
+def test_a_worker_killed_in_its_window_keeps_its_last_record(tmp_path):
+    snapshot = tmp_path / "trial-1.result.json.interference.json"
+    snapshot.write_text(json.dumps({"metrics": {interference.FOREIGN_CPU_SHARE: 0.8, interference.RUN_QUEUE: 6.0},
+                                    "series": [[1.0, 0.7], [2.0, 0.9]]}))
+    result = TrialResult(status="timeout")
+    spawn._keep_interference(result, snapshot)
+    assert result.metrics[interference.FOREIGN_CPU_SHARE] == 0.8
+    assert result.series[interference.SERIES] == [(1.0, 0.7), (2.0, 0.9)]
+    assert "last record" in result.notes[interference.FOREIGN_CPU_SHARE]
+    measured = TrialResult(status="ok", metrics={interference.FOREIGN_CPU_SHARE: 0.01})
+    spawn._keep_interference(measured, snapshot)  # the worker's own result wins
+    assert measured.metrics[interference.FOREIGN_CPU_SHARE] == 0.01
