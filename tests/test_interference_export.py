@@ -112,3 +112,45 @@ def test_a_worker_killed_in_its_window_keeps_its_last_record(tmp_path):
     measured = TrialResult(status="ok", metrics={interference.FOREIGN_CPU_SHARE: 0.01})
     spawn._keep_interference(measured, snapshot)  # the worker's own result wins
     assert measured.metrics[interference.FOREIGN_CPU_SHARE] == 0.01
+
+
+def _chart_store(path: Path, with_share: bool) -> None:
+    from dlbench.spec import Policy, TrialSpec, WorkloadSpec
+
+    store = Store(str(path))
+    run = store.create_run("dlbench run", {}, False)
+    spec = TrialSpec(workload=WorkloadSpec(name="cnn", batch_size=16), framework="torch", policy=Policy(mode="eager"))
+    steps = [(0.5 * (i + 1), 0.09 if 4 <= i < 8 else 0.03) for i in range(12)]  # slow from 2 s to 4 s
+    share = [(1.0, 0.02), (2.0, 0.02), (3.0, 0.6), (4.0, 0.6), (5.0, 0.02), (6.0, 0.02)]
+    series = {"step_s": steps, **({interference.SERIES: share} if with_share else {})}
+    store.finish_trial(store.add_trial(run, 0, spec),
+                       TrialResult(status="ok", metrics={"samples_per_s": 1.0, "step_s_median": 0.03}, series=series))
+    store.close()
+
+
+def test_the_step_time_chart_shades_the_foreign_share_behind_the_chunks(tmp_path):
+    from dlbench.report import figures, model
+
+    _chart_store(tmp_path / "s.sqlite", with_share=True)
+    chart = figures.step_times(model.load(Store(str(tmp_path / "s.sqlite"), readonly=True), [1]))
+    assert chart is not None
+    shaded = [t for t in chart.figure.data if getattr(t, "fill", None) == "tozeroy"]
+    assert len(shaded) == 1
+    # one step per interval, each covering the time up to its point, in percent on the right axis
+    assert list(shaded[0].x) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0] and shaded[0].line.shape == "vh"
+    assert list(shaded[0].y)[2:5] == pytest.approx([2.0, 60.0, 60.0])
+    right = chart.figure.layout[shaded[0].yaxis.replace("y", "yaxis")]
+    assert right.side == "right" and tuple(right.range) == (0, 100)
+    chunks = [t for t in chart.figure.data if t.type == "scatter" and t.xaxis == shaded[0].xaxis and t is not shaded[0]]
+    assert len(chunks) == 1 and max(chunks[0].y) == pytest.approx(90.0)
+    [threshold] = [s for s in chart.figure.layout.shapes if s.yref == shaded[0].yaxis]
+    assert threshold.y0 == pytest.approx(interference.BUSY_FOREIGN_SHARE * 100)
+    assert "other processes" in chart.note and "busy threshold" in chart.note
+
+
+def test_without_a_measured_share_the_step_time_chart_keeps_its_one_row(tmp_path):
+    from dlbench.report import figures, model
+
+    _chart_store(tmp_path / "s.sqlite", with_share=False)
+    chart = figures.step_times(model.load(Store(str(tmp_path / "s.sqlite"), readonly=True), [1]))
+    assert chart is not None and all(t.type == "box" for t in chart.figure.data)
