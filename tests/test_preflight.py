@@ -119,3 +119,85 @@ def test_env_shows_the_preflight_and_its_json(capsys):
     checks = [f["check"] for f in data["preflight"]]
     assert checks[:2] == ["load", "other processes"]
     assert {f["level"] for f in data["preflight"]} <= {"ok", "note", "warn"}
+
+
+# -- run and tune: the pre-flight before the first trial, --quiet-wait before each ------------------
+
+TINY = ["--preset", "tiny", "--dataset-size", "64", "--batch-size", "16", "--repeats", "1"]
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_run_records_the_preflight_and_each_trials_quiet_wait(tmp_path, capsys):
+    store = str(tmp_path / "s.sqlite")
+    assert main(["run", "-f", "fake", "--mode", "eager", *TINY, "--quiet-wait", "2s", "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert main(["export", "latest", "--store", store]) == 0
+    [run] = json.loads(capsys.readouterr().out)["runs"]
+    checks = {f["check"]: f for f in run["environment"]["preflight"]}
+    assert {"load", "other processes"} <= set(checks)
+    for f in checks.values():  # each warning was printed before the trials, one line each
+        assert (f"pre-flight: {f['check']}: " in out.replace("\n", " ")) == (f["level"] == "warn")
+    [trial] = run["trials"]
+    waited, gave_up = trial["metrics"]["quiet_wait_s"]["value"], trial["metrics"]["quiet_wait_gave_up"]["value"]
+    assert 0.9 <= waited and gave_up in (0.0, 1.0)  # one second's measurement at least; busy or not
+    assert any("waited" in w and "ran anyway" in w for w in trial["warnings"]) == (gave_up == 1.0)
+    assert "quiet_wait_s" not in trial["spec"] or trial["spec"]["quiet_wait_s"] == 2.0
+
+
+def test_quiet_wait_is_no_part_of_the_configuration():
+    from dlbench.spec import Policy, TrialSpec, WorkloadSpec, configuration_key, to_dict
+
+    spec = TrialSpec(workload=WorkloadSpec(batch_size=8), framework="torch", policy=Policy(mode="eager"))
+    waiting = replace(spec, quiet_wait_s=600.0)
+    waiting.validate()
+    assert configuration_key(to_dict(spec)) == configuration_key(to_dict(waiting))
+    assert "quiet_wait_s" not in to_dict(spec)  # older keys and specs unchanged
+
+
+def test_the_wait_is_recorded_given_up_or_not(monkeypatch):
+    from dlbench.results.records import TrialResult
+    from dlbench.runner import spawn
+    from dlbench.spec import Policy, TrialSpec, WorkloadSpec
+
+    trial = TrialSpec(workload=WorkloadSpec(batch_size=8), framework="fake", policy=Policy(mode="eager"),
+                      quiet_wait_s=30.0)
+    events = []
+
+    def busy(limit_s, on_wait=None, **kw):
+        on_wait(0.62, 1.0)
+        return None
+
+    monkeypatch.setattr(spawn, "wait_quiet", busy)
+    gave_up = spawn._wait_quiet(trial, events.append).record(TrialResult(status="ok"))
+    assert gave_up.metrics["quiet_wait_gave_up"] == 1.0
+    assert "other processes took 62% of the CPU" in gave_up.warnings[0]
+    assert "waiting for a quiet machine" in events[0]["name"]
+    monkeypatch.setattr(spawn, "wait_quiet", lambda limit_s, on_wait=None, **kw: 4.0)
+    quiet = spawn._wait_quiet(trial, None).record(TrialResult(status="ok"))
+    assert quiet.metrics == {"quiet_wait_s": 4.0, "quiet_wait_gave_up": 0.0} and not quiet.warnings
+    untouched = spawn._wait_quiet(replace(trial, quiet_wait_s=None), None).record(TrialResult(status="ok"))
+    assert untouched.metrics == {}
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["run", "--quiet-wait", "soon"], "--quiet-wait 'soon' is not a duration such as 90s, 10min or 1h"),
+    (["tune", "--quiet-wait", "0s"], "--quiet-wait '0s' is not a duration"),
+])
+def test_a_bad_quiet_wait_is_one_line_exit_2(argv, msg, capsys, tmp_path):
+    assert main([*argv, "--store", str(tmp_path / "s.sqlite")]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_suite_key_takes_a_duration_or_seconds(tmp_path):
+    from dlbench.cli import suite
+    from dlbench.cli.common import UsageError
+
+    path = tmp_path / "s.toml"
+    path.write_text('quiet-wait = "10min"\n')
+    assert suite.load(str(path))["quiet_wait"] == "10min"
+    path.write_text("quiet-wait = 90\n")
+    assert suite.load(str(path))["quiet_wait"] == 90.0
+    path.write_text('quiet-wait = "later"\n')
+    with pytest.raises(UsageError, match="key 'quiet-wait': 'later' is not a duration such as 90s"):
+        suite.load(str(path))

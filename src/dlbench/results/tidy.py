@@ -61,7 +61,7 @@ METRIC_COLUMNS = (*TRIAL_COLUMNS, "metric", "value", "unit")
 SERIES_COLUMNS = (*TRIAL_COLUMNS, "series", "t", "value")
 # Spec fields that are not axes: identity, bookkeeping and limits (they never tell two
 # configurations apart, or AXIS_COLUMNS already says it).
-_NOT_AXES = ("run_id", "trial_id", "schema_version", "interpreter", "timeout_s", "memory_limit_bytes",
+_NOT_AXES = ("run_id", "trial_id", "schema_version", "interpreter", "timeout_s", "memory_limit_bytes", "quiet_wait_s",
              "repeat", "framework", "scenario", "precision", "devices", "scaling", "epochs",
              "workload.name", "workload.model_size", "workload.labels", "workload.batch_size",
              "workload.dataset_size", "workload.augment", "workload.seed", "policy.mode", "policy.data",
