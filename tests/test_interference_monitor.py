@@ -307,3 +307,11 @@ def test_wait_quiet_gives_up_at_its_limit(tmp_path):
 
 def test_wait_quiet_that_cannot_read_proc_never_says_quiet(tmp_path):
     assert mon.wait_quiet(5.0, root=tmp_path / "absent", sleep=lambda s: None) is None
+
+
+def test_the_methodology_states_the_thresholds_and_every_field():
+    text = (Path(__file__).resolve().parents[1] / "docs" / "methodology.md").read_text()
+    section = text[text.index("## Interference"):text.index("## Cost of measuring")]
+    assert f"{judged.BUSY_FOREIGN_SHARE * 100:.0f} % of the machine" in section
+    assert f"steal {judged.BUSY_STEAL_SHARE * 100:.0f} %" in section
+    assert all(f"`{name}`" in section for name in judged.METRICS)
