@@ -285,11 +285,12 @@ class InterferenceMonitor:
     A companion of the memory sampler: `begin_window`/`end_window` read /proc/stat and the
     tree's CPU at the window's edges (outside the timed region: the scenario starts its clock
     after, stops it before), `tick` is called by the sampler's thread every 25 ms and does work
-    only when a period is due. Measured on the 2-core machine: a run-queue and clock sample costs
-    about 80 µs (/proc/loadavg, no cpufreq there: the clock from /proc/cpuinfo once a second,
-    75 µs), an interval's end about 0.2 ms (/proc/stat and one /proc/PID/stat per process of the
-    tree; the tree's listing is the memory sampler's, refreshed once a second anyway): about
-    0.04 % of a core, against the memory sampler's own < 1 %."""
+    only when a period is due. Measured on the 2-core machine (at load 8, so upper bounds): a
+    run-queue sample (/proc/loadavg) 55-65 us, with the clock (no cpufreq there: /proc/cpuinfo,
+    read once a second) 200-280 us, an interval's readings (/proc/stat and one /proc/PID/stat per
+    process of the tree and the parent; the tree's listing is the memory sampler's, refreshed once
+    a second anyway) 280-340 us, a tick with nothing due under 3 us: 0.7-1.0 ms a second in all,
+    under 0.1 % of one core, against the memory sampler's own < 1 %."""
 
     def __init__(self, tree: Tree, threads: int, cpus: Iterable[int], snapshot: Path | None = None,
                  root: Path = PROC, sys_cpu: Path = SYS_CPU, clock: Callable[[], float] = time.monotonic,
