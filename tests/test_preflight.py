@@ -142,6 +142,10 @@ def test_run_records_the_preflight_and_each_trials_quiet_wait(tmp_path, capsys):
     assert 0.9 <= waited and gave_up in (0.0, 1.0)  # one second's measurement at least; busy or not
     assert any("waited" in w and "ran anyway" in w for w in trial["warnings"]) == (gave_up == 1.0)
     assert "quiet_wait_s" not in trial["spec"] or trial["spec"]["quiet_wait_s"] == 2.0
+    html = tmp_path / "r.html"
+    assert main(["report", "1", "--store", store, "--html", str(html)]) == 0
+    page = html.read_text()
+    assert "pre-flight, before the first trial" in page and "other processes: other processes took" in page
 
 
 def test_quiet_wait_is_no_part_of_the_configuration():
