@@ -365,7 +365,8 @@ def main(args: argparse.Namespace) -> int:
     # Closed on every way out: a SIGTERM while waiting for the lock leaves no -wal/-shm behind.
     with contextlib.closing(open_store(args.store)) as store, processes.stop_signals_interrupt():
         print_plan(console, plan, learn(store.trial_costs()))
-        checked = quiet.record_preflight(console, measuring, options["threads"])
+        machine = environment.capture(installed())  # while other processes' CPU is measured
+        machine["preflight"] = quiet.record_preflight(console, measuring, options["threads"])
         progress = ConsoleProgress(console, plan)
         rule = repeat_rule(options)
         if rule.auto:
@@ -377,8 +378,8 @@ def main(args: argparse.Namespace) -> int:
             # as text SQLite can hold: bytes that were not UTF-8 are kept as visible escapes
             command = printable("dlbench " + shlex.join(args.argv))
             state = rounds.AutoState(rule.label)
-            run_id = store.create_run(command, {**environment.capture(installed()), "preflight": checked},
-                                      allow_concurrent, order_seed=plan.order_seed, repeats=state.to_dict())
+            run_id = store.create_run(command, machine, allow_concurrent,
+                                      order_seed=plan.order_seed, repeats=state.to_dict())
             try:
                 planned = register(store, run_id, plan)
                 if plan.pending:

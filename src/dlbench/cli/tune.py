@@ -140,13 +140,14 @@ def main(args: argparse.Namespace) -> int:
             console.print("dlbench tune: nothing to search (every configuration above is skipped or unsupported)",
                           highlight=False)
             return EXIT_OK
-        checked = quiet.record_preflight(console, measuring, options["threads"])
+        machine = environment.capture(installed())  # while other processes' CPU is measured
+        machine["preflight"] = quiet.record_preflight(console, measuring, options["threads"])
         allow_concurrent = bool(options["allow_concurrent"])
         progress = run.ConsoleProgress(console, tune.candidates_plan(search))
         with run.held_machine_lock(allow_concurrent, console):
             command = printable("dlbench " + shlex.join(args.argv))
-            run_id = store.create_run(command, {**environment.capture(installed()), "preflight": checked},
-                                      allow_concurrent, order_seed=made.order_seed, tune=search.state.to_dict())
+            run_id = store.create_run(command, machine, allow_concurrent,
+                                      order_seed=made.order_seed, tune=search.state.to_dict())
             try:
                 warm_imports(tune.warm_plan(search), progress)
                 outcome = tune.run_search(store, run_id, search, execute, progress)
