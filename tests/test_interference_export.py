@@ -43,6 +43,20 @@ def _exports(store: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 
 @pytest.mark.usefixtures("fake_env")
+def test_every_scenario_with_a_timed_window_records_it(tmp_path):
+    """train is below; infer (its latency and throughput loops one window) and converge here."""
+    store = str(tmp_path / "s.sqlite")
+    assert main(["run", "-f", "fake", "--mode", "eager", *TINY, "--scenario", "infer,converge", "--target-accuracy",
+                 "0.5", "--eval-every", "4", "--max-steps", "8", "--infer-requests", "100", "--infer-budget-s", "0.3",
+                 "--store", store]) == 0
+    trials = Store(store, readonly=True).trials(1)
+    assert sorted(t.spec["scenario"] for t in trials) == ["converge", "infer"]
+    for t in trials:
+        assert t.status == "ok" and t.metrics[interference.FOREIGN_CPU_SHARE] is not None, t.spec["scenario"]
+        assert interference.judge(t.metrics).state in (interference.QUIET, interference.BUSY)
+
+
+@pytest.mark.usefixtures("fake_env")
 def test_a_real_trial_stores_its_record_and_every_export_carries_it(tmp_path, capsys):
     store = str(tmp_path / "s.sqlite")
     assert main(["run", "-f", "fake", "--mode", "eager", *TINY, "--store", store]) == 0
