@@ -274,7 +274,7 @@ def test_the_child_asks_once_whether_a_trial_can_run(tmp_path, fake_env, monkeyp
     log = EventLog(events_path(out))
     result = TrialResult(status="failed")
     try:
-        worker.run_trial(trial, get_backend("fake"), log, time.monotonic(), result, parity_path(out))
+        worker.run_trial(trial, get_backend("fake"), log, time.monotonic(), result, out)
     finally:
         log.close()
     assert asked == [scenario]

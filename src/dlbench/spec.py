@@ -489,6 +489,10 @@ class TrialSpec:
     # framework's own profiler (runner/scenarios/profiled.py). Its own configuration (profile is part of
     # the key), never in the statistics of the timed trials; left out of the spec while False.
     profile: bool = field(default=False, metadata=OMIT_DEFAULT)
+    # `--quiet-wait`: before the trial starts, wait up to this long for a quiet machine (other
+    # processes under the busy threshold: monitors/interference.py wait_quiet). How to run, not
+    # what: no part of the configuration; left out of the spec while None.
+    quiet_wait_s: float | None = field(default=None, metadata=OMIT_DEFAULT)
 
     interpreter: str | None = None  # None: the parent's sys.executable
     run_id: int | None = None
@@ -524,6 +528,9 @@ class TrialSpec:
                             f" got {self.timeout_s!r}")
         if self.memory_limit_bytes is not None:
             _check_positive_int("memory limit", self.memory_limit_bytes)
+        if self.quiet_wait_s is not None and not 0 < self.quiet_wait_s <= MAX_TIMEOUT_S:
+            raise SpecError(f"quiet wait must be a number of seconds > 0 and at most {MAX_TIMEOUT_S:g} (a week),"
+                            f" got {self.quiet_wait_s!r}")
         self._validate_options()
         # Which scenarios a profiler covers is their record's (support.validate checks it).
         if self.profile is not False and self.profile is not True:
@@ -691,7 +698,7 @@ def policy_fields(policy: dict[str, Any]) -> dict[str, Any]:
 
 # Spec fields that never make two trials different configurations: ids, the repeat index, the
 # interpreter, and the limits that decide whether a trial finishes, never what it measures.
-NOT_CONFIGURATION = ("repeat", "run_id", "trial_id", "interpreter", "timeout_s", "memory_limit_bytes")
+NOT_CONFIGURATION = ("repeat", "run_id", "trial_id", "interpreter", "timeout_s", "memory_limit_bytes", "quiet_wait_s")
 
 
 def configuration_key(spec: dict[str, Any], drop: tuple[str, ...] = (), drop_policy: tuple[str, ...] = ()) -> str:

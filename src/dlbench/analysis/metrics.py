@@ -170,6 +170,17 @@ METRICS: dict[str, Metric] = {
     "grad_comm_share": _ratio("lower"),
     "scaling_efficiency": _ratio("higher", "scaling efficiency"),
     "scaling_baseline_samples_per_s": Metric("1/s"),
+    # interference during the timed window (monitors/interference.py; analysis/interference.py
+    # judges them): diagnostics of the machine, never a regression of a framework
+    "foreign_cpu_share": _ratio("none", "foreign CPU"),
+    "run_queue_mean": _ratio("none", "run queue"),
+    "steal_share": _ratio("none", "steal"),
+    "cpu_freq_mhz_mean": Metric("MHz", "none", "clock MHz"),
+    "cpu_freq_mhz_min": Metric("MHz", "none", "lowest clock MHz"),
+    "self_cpu_share": _ratio("none", "own CPU of given threads"),
+    # the wait for a quiet machine before the trial (--quiet-wait)
+    "quiet_wait_s": Metric("s", "none", "quiet wait s"),
+    "quiet_wait_gave_up": _ratio("none", "quiet wait gave up"),
 }
 
 # The held-out quality metrics a trial can carry (a workload's QUALITY): the headline's quality

@@ -1,4 +1,6 @@
-"""`dlbench env`: machine, OS, Python, CPU, RAM, GPU/driver, framework versions."""
+"""`dlbench env`: machine, OS, Python, CPU, RAM, GPU/driver, framework versions, and the
+pre-flight checks a run makes (monitors/preflight.py): load, other processes' CPU, steal,
+governor, turbo, SMT, each with what to do."""
 
 from __future__ import annotations
 
@@ -7,10 +9,12 @@ import json
 import os
 
 from rich.table import Table
+from rich.text import Text
 
 from dlbench.backends import installed
 from dlbench.machine import bf16_on_cpu, fp16_on_cpu
 from dlbench.cli.common import add_store_argument
+from dlbench.monitors import preflight
 from dlbench.report.terminal import make_console
 from dlbench.results.environment import capture
 from dlbench.runner.ceiling import ceiling
@@ -29,8 +33,11 @@ def _add_row(table: Table, key: str, value: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    measuring = preflight.Measurement()  # other processes' CPU, measured while the rest is read
     env = capture(installed())
     env["matmul_ceiling"] = ceiling(len(os.sched_getaffinity(0)))[0]
+    found = preflight.findings(measuring.finish())
+    env["preflight"] = [f.to_dict() for f in found]
     if args.json:
         print(json.dumps(env, indent=2))
         return 0
@@ -54,5 +61,20 @@ def main(args: argparse.Namespace) -> int:
     data, why = ceiling(len(os.sched_getaffinity(0)))
     _add_row(table, "matmul ceiling", f"{data['flops_per_s'] / 1e9:.1f} GFLOP/s float32 ({data['library']},"
              f" {data['threads']} threads, {data['size']}^2 GEMM, cached)" if data else why)
-    make_console().print(table)
+    console = make_console()
+    console.print(table)
+    console.print(preflight_table(found))
     return 0
+
+
+LEVEL_STYLE = {"ok": "green", "note": "yellow", "warn": "bold red"}
+
+
+def preflight_table(found: list[preflight.Finding]) -> Table:
+    """One row per check: what was found and what to do (pyperf's `system show`)."""
+    table = Table(title="pre-flight (what `dlbench run` checks before its first trial)")
+    for name in ("check", "", "found", "what to do"):
+        table.add_column(name)
+    for f in found:
+        table.add_row(f.check, Text(f.level, style=LEVEL_STYLE[f.level]), printable(f.state), printable(f.advice or ""))
+    return table

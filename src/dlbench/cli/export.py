@@ -19,7 +19,7 @@ from typing import Any
 
 from rich.console import Console
 
-from dlbench.analysis import metrics
+from dlbench.analysis import interference, metrics
 from dlbench.cli.common import (
     UsageError,
     add_store_argument,
@@ -72,6 +72,15 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+def interference_fields(trial_metrics: dict[str, float | None]) -> dict[str, Any]:
+    """A trial's `busy` (true, false, or null where not measured: a store of an earlier release)
+    and its `interference` record: the state (quiet, busy, unknown) and each field, null where
+    not measured (analysis/interference.py)."""
+    record = interference.judge(trial_metrics)
+    return {"busy": record.busy,
+            "interference": {"state": record.state, **{k: getattr(record, k) for k in interference.METRICS}}}
+
+
 def export_json(store: Store, run_ids: list[int]) -> dict[str, Any]:
     runs = []
     for rid in run_ids:
@@ -81,6 +90,7 @@ def export_json(store: Store, run_ids: list[int]) -> dict[str, Any]:
             units = store.metric_units(t.id)
             trials.append({
                 "id": t.id, "spec": t.spec, "status": t.status, "error": t.error,
+                **interference_fields(t.metrics),
                 "metrics": {k: {"value": v, "unit": units.get(k)} for k, v in t.metrics.items()},
                 "series": store.series(t.id), "events": store.events(t.id), **t.data,
             })
@@ -102,9 +112,19 @@ def export_csv(store: Store, run_ids: list[int]) -> str:
         v = row["value"]
         if v is None and row["metric"]:
             continue
-        w.writerow([*("" if row[c] is None else row[c] for c in columns[:-2]), "" if v is None else repr(v),
+        w.writerow([*(_csv_cell(row[c]) for c in columns[:-2]), "" if v is None else repr(v),
                     row["unit"], printable(errors.get(row["trial_id"], ""))])
     return buf.getvalue()
+
+
+def _csv_cell(value: Any) -> Any:
+    """A trial column's cell: empty for null (`busy` not measured), `true`/`false` for a boolean
+    (as JSON and most CSV readers spell them)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value
 
 
 def _check_output(args: argparse.Namespace) -> Path | None:

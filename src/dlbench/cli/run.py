@@ -20,7 +20,7 @@ from rich.console import Console
 from dlbench import backends, processes
 from dlbench.analysis import repeats
 from dlbench.backends import installed, registered
-from dlbench.cli import suite
+from dlbench.cli import quiet, suite
 from dlbench.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -61,7 +61,7 @@ SWEEP_DEFAULTS: dict[str, Any] = {
     "workload": ("cnn",), "framework": None, "batch_size": (), "mode": ("compiled",),
     "precision": ("fp32",), "scenario": ("train",), "devices": (1,), "scaling": "weak", "seed": (0,), "repeats": 3,
     "preset": "cpu", "epochs": None, "warmup_epochs": None, "dataset_size": None,
-    "chunk_steps": 16, "threads": None, "compile_cache": "cold", "timeout": 1800.0,
+    "chunk_steps": 16, "threads": None, "compile_cache": "cold", "timeout": 1800.0, "quiet_wait": None,
     "memory_limit": None, "allow_concurrent": False, "order_seed": None, "option": (),
     **{dest: getattr(kind(), name) for dest, (kind, name) in SCENARIO_OPTION_FLAGS.items()},
     "data": ("pipeline",), "rollout": ("default",), "loader_workers": 0, "augment": "none",
@@ -133,6 +133,7 @@ def _add_sweep_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, help="pin each trial to N cores")
     p.add_argument("--compile-cache", help="cold (fresh per trial, the default) or warm")
     p.add_argument("--timeout", type=float, help="seconds per trial (default: 1800)")
+    quiet.add_argument(p)
     p.add_argument("--memory-limit", type=size_argument, metavar="SIZE",
                    help="kill a trial whose process tree RSS exceeds this (e.g. 8GiB): status oom")
 
@@ -221,7 +222,7 @@ def sweep_from_options(o: dict[str, Any]) -> Sweep:
         repeats=repeat_rule(o).first, preset=o["preset"], dataset_size=o["dataset_size"],
         epochs=o["epochs"], warmup_epochs=o["warmup_epochs"], chunk_steps=o["chunk_steps"],
         threads=o["threads"], compile_cache=o["compile_cache"], timeout_s=o["timeout"],
-        memory_limit_bytes=o["memory_limit"],
+        memory_limit_bytes=o["memory_limit"], quiet_wait_s=quiet.wait_s(o["quiet_wait"]),
         scenario_options=tuple(kind(**_scenario_options(o, kind)) for kind in OPTIONS.values()),
         options=tuple(parse_option(text) for text in o["option"]),
         data=o["data"], rollouts=o["rollout"], loader_workers=o["loader_workers"], augment=o["augment"],
@@ -328,6 +329,7 @@ def main(args: argparse.Namespace) -> int:
         return resume_main(args)
     if args.retry_failed:
         raise UsageError("--retry-failed goes with --resume [RUN]: it re-runs a stored run's failed trials")
+    measuring = quiet.measure()  # other processes' CPU, measured while the sweep is planned
     options = sweep_options(args)
     plan = plan_from_options(options, args.suite)
     try:
@@ -341,6 +343,8 @@ def main(args: argparse.Namespace) -> int:
     # Closed on every way out: a SIGTERM while waiting for the lock leaves no -wal/-shm behind.
     with contextlib.closing(open_store(args.store)) as store, processes.stop_signals_interrupt():
         print_plan(console, plan, learn(store.trial_costs()))
+        machine = environment.capture(installed())  # while other processes' CPU is measured
+        machine["preflight"] = quiet.record_preflight(console, measuring, options["threads"])
         progress = ConsoleProgress(console, plan)
         rule = repeat_rule(options)
         if rule.auto:
@@ -352,7 +356,7 @@ def main(args: argparse.Namespace) -> int:
             # as text SQLite can hold: bytes that were not UTF-8 are kept as visible escapes
             command = printable("dlbench " + shlex.join(args.argv))
             state = rounds.AutoState(rule.label)
-            run_id = store.create_run(command, environment.capture(installed()), allow_concurrent,
+            run_id = store.create_run(command, machine, allow_concurrent,
                                       order_seed=plan.order_seed, repeats=state.to_dict())
             try:
                 planned = register(store, run_id, plan)

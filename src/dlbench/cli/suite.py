@@ -44,8 +44,8 @@ MAX_SUITE_BYTES = 1 << 20
 @dataclass(frozen=True)
 class Key:
     """What one key takes. kind: names | ints (a sweep axis: a list, one value or a comma
-    list), name | int (one value), number, seconds, fraction (in (0, 1]), perplexity (> 1),
-    size, flag."""
+    list), name | int (one value), number, seconds, duration (`10min` or seconds), fraction (in
+    (0, 1]), perplexity (> 1), size, flag."""
 
     kind: str
     allowed: Callable[[], tuple[Any, ...]] | None = None
@@ -84,6 +84,8 @@ KEYS: dict[str, Key] = {
     "threads": Key("int", minimum=1, maximum=_cores),
     "compile-cache": Key("name", lambda: COMPILE_CACHES),
     "timeout": Key("seconds"),
+    # the longest wait for a quiet machine before each trial: "10min", or a number of seconds (issue 45)
+    "quiet-wait": Key("duration"),
     "memory-limit": Key("size"),
     "allow-concurrent": Key("flag"),
     # one extra profiled trial per configuration (issue 21)
@@ -176,6 +178,10 @@ def _convert(key: Key, value: Any) -> Any:
         if (_is_int(value) or isinstance(value, float)) and math.isfinite(value):
             return float(value)
         raise _Bad(value, "a finite number")
+    if key.kind == "duration":
+        if (_is_int(value) or isinstance(value, float)) and value > 0 or isinstance(value, str) and repeats.duration_s(value):
+            return float(value) if not isinstance(value, str) else value
+        raise _Bad(value, "a duration such as 90s, 10min or 1h, or a number of seconds > 0")
     if key.kind == "fraction":
         if (_is_int(value) or isinstance(value, float)) and 0 < value <= 1:
             return float(value)

@@ -15,7 +15,7 @@ from dlbench import processes
 from dlbench.analysis import repeats, stats
 from dlbench.analysis import tune as tuning
 from dlbench.backends import installed
-from dlbench.cli import run
+from dlbench.cli import quiet, run
 from dlbench.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -44,7 +44,7 @@ DEFAULT_BUDGET = "60min"
 DEFAULT_REPEATS = stats.min_repeats_for_p()
 # The sweep options tune takes (the others keep run's defaults): parsed and checked as run's.
 TUNE_OPTIONS = ("workload", "framework", "batch_size", "mode", "precision", "preset", "dataset_size", "epochs",
-                "warmup_epochs", "chunk_steps", "threads", "timeout", "memory_limit", "order_seed",
+                "warmup_epochs", "chunk_steps", "threads", "timeout", "quiet_wait", "memory_limit", "order_seed",
                 "allow_concurrent")
 
 
@@ -71,6 +71,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--chunk-steps", type=int, help="steps between syncs in the timed window (default: 16)")
     p.add_argument("--threads", type=int, help="pin each trial to N cores")
     p.add_argument("--timeout", type=float, help="seconds per trial (default: 1800)")
+    quiet.add_argument(p)
     p.add_argument("--memory-limit", type=size_argument, metavar="SIZE", help="kill a trial whose RSS exceeds this")
     p.add_argument("--allow-concurrent", action="store_true", default=None,
                    help="do not wait for another dlbench run on this machine (recorded)")
@@ -122,6 +123,7 @@ def _run_args(options: dict[str, Any]) -> Any:
 
 
 def main(args: argparse.Namespace) -> int:
+    measuring = quiet.measure()  # other processes' CPU, measured while the search is planned
     repeat_count = _repeats(args.repeats)
     budget_s = _budget_s(args.budget)
     made, options = sweep(args)
@@ -138,11 +140,13 @@ def main(args: argparse.Namespace) -> int:
             console.print("dlbench tune: nothing to search (every configuration above is skipped or unsupported)",
                           highlight=False)
             return EXIT_OK
+        machine = environment.capture(installed())  # while other processes' CPU is measured
+        machine["preflight"] = quiet.record_preflight(console, measuring, options["threads"])
         allow_concurrent = bool(options["allow_concurrent"])
         progress = run.ConsoleProgress(console, tune.candidates_plan(search))
         with run.held_machine_lock(allow_concurrent, console):
             command = printable("dlbench " + shlex.join(args.argv))
-            run_id = store.create_run(command, environment.capture(installed()), allow_concurrent,
+            run_id = store.create_run(command, machine, allow_concurrent,
                                       order_seed=made.order_seed, tune=search.state.to_dict())
             try:
                 warm_imports(tune.warm_plan(search), progress)

@@ -32,9 +32,9 @@ class ProcessTree:
         self._children: list[psutil.Process] = []
         self._listed_at = -float("inf")
 
-    def _members(self) -> tuple[psutil.Process, ...]:
+    def _members(self, fresh: bool = False) -> tuple[psutil.Process, ...]:
         now = time.monotonic()
-        if now - self._listed_at >= self._refresh_s:
+        if fresh or now - self._listed_at >= self._refresh_s:
             self._listed_at = now
             try:
                 self._children = self._proc.children(recursive=True)
@@ -42,9 +42,10 @@ class ProcessTree:
                 self._children = []
         return (self._proc, *self._children)
 
-    def pids(self) -> list[int]:
-        """The process and its known descendants (NVML's per-process memory is keyed by pid)."""
-        return [p.pid for p in self._members()]
+    def pids(self, fresh: bool = False) -> list[int]:
+        """The process and its known descendants (NVML's per-process memory is keyed by pid);
+        `fresh`: listed now (at a timed window's edges), not up to `refresh_s` ago."""
+        return [p.pid for p in self._members(fresh)]
 
     def rss_bytes(self) -> int:
         total = 0
@@ -89,14 +90,24 @@ class WindowMonitor(Protocol):
     def end_window(self) -> None: ...
 
 
+class Ticked(Protocol):
+    """A monitor whose samples are taken on the memory sampler's thread (one thread fewer in
+    the worker): `tick` is called after each of its samples and does its own work only when its
+    own period is due (monitors/interference.py)."""
+
+    def tick(self) -> None: ...
+
+
 class MemorySampler:
     """Samples RSS (and VRAM when NVML sees a GPU) until stopped; tracks an overall and a
     per-window peak. Raw samples are kept as series: t is seconds since the sampler started."""
 
     def __init__(self, nvml: Nvml | None = None, period_s: float = PERIOD_S,
-                 companions: tuple[WindowMonitor, ...] = ()) -> None:
+                 companions: tuple[WindowMonitor, ...] = (), ticked: tuple[Ticked, ...] = (),
+                 tree: ProcessTree | None = None) -> None:
         self._companions = companions
-        self._tree = ProcessTree(psutil.Process())
+        self._ticked = ticked
+        self._tree = tree or ProcessTree(psutil.Process())
         self._nvml = nvml
         self._period_s = period_s
         self._stop = threading.Event()
@@ -153,6 +164,8 @@ class MemorySampler:
     def _run(self) -> None:
         while not self._stop.wait(self._period_s):
             self.sample()
+            for t in self._ticked:
+                t.tick()
 
     def summary(self) -> dict[str, Any]:
         return {"rss_peak": max(self.rss_peak, os_peak_rss_bytes()), "vram_peak": self.vram_peak}

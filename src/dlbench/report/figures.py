@@ -17,6 +17,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from dlbench.analysis import interference
 from dlbench.analysis import payback as payback_analysis
 from dlbench.analysis.categories import CATEGORIES
 from dlbench.analysis.history import segments
@@ -260,13 +261,20 @@ def startup(report: Report) -> Chart | None:
 
 def step_times(report: Report) -> Chart | None:
     """Within each process: one box of its chunks' per-step times. Across processes: one
-    point per process (its median step), the unit of replication."""
+    point per process (its median step), the unit of replication. Below, where the trials
+    measured interference: each process's chunks over its timed window with the machine's
+    foreign CPU share shaded behind them, so that a contended stretch shows where it was."""
     pairs = [(c, t) for c, t in report.trials() if t.series.get("step_s")]
     if not pairs:
         return None
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.08,
-                        subplot_titles=["within each process (one value per chunk)",
-                                        "across processes (one median per process)"])
+    over_time = any(t.series.get(interference.SERIES) for _, t in pairs)
+    titles = ["within each process (one value per chunk)", "across processes (one median per process)"]
+    fig = make_subplots(rows=2 if over_time else 1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.08,
+                        vertical_spacing=0.16, row_heights=[0.55, 0.45] if over_time else None,
+                        specs=[[{}, {}], [{"colspan": 2, "secondary_y": True}, None]] if over_time else None,
+                        subplot_titles=titles + (["over the timed window: ms per step of each chunk, and the"
+                                                  " foreign CPU share of the machine (shaded, right axis)"]
+                                                 if over_time else []))
     for c, t in pairs:
         fig.add_trace(go.Box(y=[v * 1e3 for _, v in t.series["step_s"]], name=_t(_trial_name(report, c, t)),
                              marker_color=_color(report, c.axes["framework"]), boxpoints="outliers",
@@ -277,9 +285,44 @@ def step_times(report: Report) -> Chart | None:
                              marker_color=_color(report, c.axes["framework"]), boxpoints="all",
                              jitter=0.3, pointpos=0, showlegend=False), row=1, col=2)
     fig.update_yaxes(title_text="ms per step", row=1, col=1)
-    return Chart("step-times", "Step-time distributions", _layout(fig, height=460),
-                 "Left: the spread inside one process (each chunk's seconds divided by its steps). "
-                 "Right: the spread between processes, which is what a confidence interval describes.")
+    note = ("Left: the spread inside one process (each chunk's seconds divided by its steps). "
+            "Right: the spread between processes, which is what a confidence interval describes.")
+    if over_time:
+        _chunks_over_time(report, fig, pairs)
+        note += (" Below: each chunk at its end, seconds into the timed window, and shaded on the right axis the"
+                 " CPU time other processes took, as a share of the machine's capacity, about once a second"
+                 f" (dashed: the busy threshold of {interference.BUSY_FOREIGN_SHARE:.0%}); a trial is busy when its"
+                 " window's share passes it.")
+    return Chart("step-times", "Step-time distributions", _layout(fig, height=780 if over_time else 460), note)
+
+
+def _chunks_over_time(report: Report, fig: go.Figure, pairs: list[tuple[Config, Trial]]) -> None:
+    """The bottom row: per-step times of each chunk as steps (a chunk covers the time up to its
+    end), the foreign share as a shaded step area on the secondary axis (each point covers the
+    interval up to its time), both in the framework's colour, named by the trial on hover."""
+    for c, t in pairs:
+        name, color = _t(_trial_name(report, c, t)), _color(report, c.axes["framework"])
+        steps = t.series["step_s"]
+        fig.add_trace(go.Scatter(x=[0.0] + [x for x, _ in steps], y=[steps[0][1] * 1e3] + [v * 1e3 for _, v in steps],
+                                 mode="lines", line={"color": color, "width": 1.5, "shape": "vh"}, name=name,
+                                 showlegend=False, hoverinfo="x+y+name"), row=2, col=1)
+        share = t.series.get(interference.SERIES)
+        if share:
+            fig.add_trace(go.Scatter(x=[0.0] + [x for x, _ in share], y=[share[0][1] * 100] + [v * 100 for _, v in share],
+                                     mode="lines", line={"color": color, "width": 0.5, "shape": "vh"},
+                                     fill="tozeroy", fillcolor=_rgba(color, 0.15), name=f"{name}: foreign CPU %",
+                                     showlegend=False, hoverinfo="x+y+name"), row=2, col=1, secondary_y=True)
+    fig.add_hline(y=interference.BUSY_FOREIGN_SHARE * 100, row=2, col=1, secondary_y=True,
+                  line={"dash": "dash", "color": "#6c757d", "width": 1})
+    fig.update_xaxes(title_text="s into the timed window", row=2, col=1)
+    fig.update_yaxes(title_text="ms per step", row=2, col=1, secondary_y=False)
+    fig.update_yaxes(title_text="foreign CPU %", range=[0, 100], autorange=False, tickmode="array",
+                     tickvals=[0, 25, 50, 75, 100], showgrid=False, row=2, col=1, secondary_y=True)
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
 
 
 # Memory over time as small multiples: one panel per configuration, MEMORY_COLUMNS to a row, each

@@ -188,12 +188,25 @@ def _kv_table(d: dict[str, Any]) -> str:
     return f"<table class='kv'>{rows}</table>"
 
 
+def _preflight(checks: Any) -> str:
+    """The pre-flight findings the run recorded before its first trial (monitors/preflight.py),
+    one line each; nothing for a run made before pre-flights were recorded."""
+    if not isinstance(checks, list) or not checks:
+        return ""
+    items = "".join(f"<li>{_e(c.get('level', ''))}: {_e(c.get('check', ''))}: {_e(c.get('state', ''))}"
+                    + (f"; {_e(c['advice'])}" if c.get("advice") else "") + "</li>"
+                    for c in checks if isinstance(c, dict))
+    return f"<p>pre-flight, before the first trial:</p><ul class='preflight'>{items}</ul>"
+
+
 def _environment(report: Report) -> str:
     parts = ["<section id='environment'><h2>Environment and policy</h2>"]
     for run in report.runs:
         info = {k: _when(v) if k.endswith("_at") else v for k, v in run.info.items() if k not in ("environment", "tune")}
+        env = dict(run.info.get("environment") or {})
+        checks = env.pop("preflight", None)
         parts.append(f"<details open><summary>run {run.id}: machine and software</summary>"
-                     f"{_kv_table(info)}{_kv_table(run.info.get('environment') or {})}</details>")
+                     f"{_kv_table(info)}{_kv_table(env)}{_preflight(checks)}</details>")
     for config in report.configs:
         t = (config.ok or list(config.trials))[0]
         shown = {"spec": t.spec, "policy (as read back)": t.data.get("policy") or {},

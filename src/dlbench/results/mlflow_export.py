@@ -18,6 +18,7 @@ from pathlib import Path
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
+from dlbench.analysis import interference
 from dlbench.results.store import Store, TrialRow
 from dlbench.results.tidy import flatten
 
@@ -167,7 +168,9 @@ def _export_trial(client: MlflowClient, experiment: str, store: Store, t: TrialR
     s = t.spec
     parity = t.data.get("parity") or {}
     tags = {"mlflow.parentRunId": parent, "dlbench.trial_id": str(t.id), "dlbench.status": t.status,
-            "dlbench.parity": str(parity.get("verdict", "–"))}
+            "dlbench.parity": str(parity.get("verdict", "–")),
+            # quiet, busy or unknown (analysis/interference.py); its fields are among the metrics
+            "dlbench.interference": interference.judge(t.metrics).state}
     if t.error:
         tags["dlbench.error"] = t.error[:MAX_TAG_CHARS]
     name = f"{s['workload']['name']}/{s['framework']}/{s['policy']['mode']}#{s['repeat']}"

@@ -6,7 +6,9 @@ TrialSpec fields the CLI sweeps, always present, so a CSV's columns do not depen
 run varied), and by `config`, the configuration key (DESIGN §4): two trials of different
 configurations never share it, whatever field tells them apart. Any other spec field whose value
 differs among the exported trials (a field a newer scenario adds) is a column of its own too,
-`spec.<dotted.path>` (`varying_spec_columns`)."""
+`spec.<dotted.path>` (`varying_spec_columns`). `busy` says whether the machine was busy during
+the trial's timed window (analysis/interference.py): True, False, or None where it was not
+measured (a store of an earlier release, a trial that never reached its window)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from dlbench.analysis import interference
 from dlbench.results.store import Store, TrialRow
 from dlbench.spec import configuration_key, policy_fields
 
@@ -53,12 +56,12 @@ AXIS_COLUMNS: dict[str, tuple[Reader, type]] = {
     "seed": (lambda s: s["workload"]["seed"], int),
     "repeat": (lambda s: s.get("repeat", 0), int),
 }
-TRIAL_COLUMNS = ("run_id", "trial_id", *AXIS_COLUMNS, "config", "status")
+TRIAL_COLUMNS = ("run_id", "trial_id", *AXIS_COLUMNS, "config", "status", "busy")
 METRIC_COLUMNS = (*TRIAL_COLUMNS, "metric", "value", "unit")
 SERIES_COLUMNS = (*TRIAL_COLUMNS, "series", "t", "value")
 # Spec fields that are not axes: identity, bookkeeping and limits (they never tell two
 # configurations apart, or AXIS_COLUMNS already says it).
-_NOT_AXES = ("run_id", "trial_id", "schema_version", "interpreter", "timeout_s", "memory_limit_bytes",
+_NOT_AXES = ("run_id", "trial_id", "schema_version", "interpreter", "timeout_s", "memory_limit_bytes", "quiet_wait_s",
              "repeat", "framework", "scenario", "precision", "devices", "scaling", "epochs",
              "workload.name", "workload.model_size", "workload.labels", "workload.batch_size",
              "workload.dataset_size", "workload.augment", "workload.seed", "policy.mode", "policy.data",
@@ -67,12 +70,13 @@ _NOT_AXES = ("run_id", "trial_id", "schema_version", "interpreter", "timeout_s",
 
 def trial_fields(run_id: int, t: TrialRow, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """The columns that name the trial: run and trial ids, every axis, the configuration key,
-    the status, and the `extra` spec.<path> columns."""
+    the status, whether the machine was busy, and the `extra` spec.<path> columns."""
     s = t.spec
     row: dict[str, Any] = {"run_id": run_id, "trial_id": t.id}
     row.update({name: read(s) for name, (read, _) in AXIS_COLUMNS.items()})
     row["config"] = configuration_key(s)
     row["status"] = t.status
+    row["busy"] = interference.judge(t.metrics).busy
     flat = flatten(s)
     row.update({f"spec.{path}": flat.get(path, "") for path in extra})
     return row

@@ -10,14 +10,19 @@ it goes, so that a failure keeps every metric measured before it.
 
 from __future__ import annotations
 
+import os
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+import psutil
+
 from dlbench import workloads
+from dlbench.analysis import interference
 from dlbench.backends.base import Backend, Built, OptionsReadBack
-from dlbench.monitors.memory import MemorySampler
+from dlbench.monitors.interference import InterferenceMonitor
+from dlbench.monitors.memory import MemorySampler, ProcessTree
 from dlbench.monitors.nvml import Nvml
 from dlbench.monitors.power import PowerMonitor
 from dlbench.monitors.rapl import Rapl
@@ -53,24 +58,32 @@ class TrialContext:
 
 @typing.final
 class Monitors:
-    """The memory sampler (RSS, VRAM) and the power monitor around a whole trial; closing them
-    writes their metrics and series into the result."""
+    """The memory sampler (RSS, VRAM), the power monitor and the interference monitor around a
+    whole trial; closing them writes their metrics and series into the result. `threads`: what
+    the trial was given (--threads, else its affinity mask); `snapshot`: where the interference
+    record so far is kept for the parent, should it kill the worker in its window."""
 
-    def __init__(self, devices: int) -> None:
+    def __init__(self, devices: int, threads: int | None = None, snapshot: Path | None = None) -> None:
         self.nvml, self.nvml_reason = Nvml.open(wanted=devices)
         self.power = PowerMonitor(self.nvml, self.nvml_reason, *Rapl.open())
         self.power.idle_baseline()  # before the import: nothing of the trial runs yet
-        self.sampler = MemorySampler(self.nvml, companions=(self.power,))
+        cores = sorted(os.sched_getaffinity(0))  # the worker is pinned by now (runner/child.py)
+        tree = ProcessTree(psutil.Process())
+        self.interference = InterferenceMonitor(tree, threads or len(cores), cores, snapshot)
+        self.sampler = MemorySampler(self.nvml, companions=(self.power, self.interference),
+                                     ticked=(self.interference,), tree=tree)
 
     def start(self) -> None:
         self.sampler.start()
         self.power.start()
 
     def close(self, result: TrialResult) -> None:
+        self.interference.end_window()  # a trial that failed inside its window keeps that part
         self.sampler.stop()
         self.power.stop()
         _memory_metrics(self, result)
         _power_metrics(self.power, result)
+        interference_metrics(self.interference, result)
 
 
 def import_and_configure(ctx: TrialContext) -> None:
@@ -129,3 +142,17 @@ def _power_metrics(power: PowerMonitor, result: TrialResult) -> None:
     m.update(metrics)
     result.notes.update(notes)
     result.series.update({k: v for k, v in power.series.items() if v})
+
+
+def interference_metrics(monitor: InterferenceMonitor, result: TrialResult) -> None:
+    """The interference record into the result (analysis/interference.py: its fields), and the
+    foreign share per interval of the timed window as a series; where nothing was measured, the
+    reason (the trial's state is then `unknown`, never quiet)."""
+    metrics = monitor.metrics()
+    result.metrics.update(metrics)
+    if monitor.series:
+        result.series[interference.SERIES] = monitor.series
+    if metrics[interference.FOREIGN_CPU_SHARE] is None:
+        result.notes[interference.FOREIGN_CPU_SHARE] = (
+            "not measured: no timed window was completed" if monitor.available
+            else "not measured: /proc/stat cannot be read on this system")

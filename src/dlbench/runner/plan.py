@@ -97,6 +97,7 @@ class Sweep:
     compile_cache: str = "cold"
     timeout_s: float = 1800.0
     memory_limit_bytes: int | None = None
+    quiet_wait_s: float | None = None  # --quiet-wait: the longest wait for a quiet machine before each trial
     order_seed: int = 0
     # The scenario options (spec.py: InferOptions, ConvergeOptions, each default declared
     # there), at most one of each type, the defaults for a type not given; a trial carries only
@@ -203,6 +204,7 @@ def _planned_spec(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed:
         timeout_s=sweep.timeout_s,
         options=sweep.options_for(scen),
         memory_limit_bytes=sweep.memory_limit_bytes,
+        quiet_wait_s=sweep.quiet_wait_s,
     )
 
 

@@ -2,7 +2,8 @@
 (spawn, executors, verdicts, reference, `dlbench check`) and the child (worker, probe, the
 scenario modules under runner/scenarios/). What crosses is files beside the worker's OUT path
 (the TrialResult JSON at OUT, the events at OUT.events, the fixed-batch arrays at
-OUT.parity.npz, a profiled trial's trace directory) and the names inside them that the parent
+OUT.parity.npz, the interference record so far at OUT.interference.json, a profiled trial's
+trace directory) and the names inside them that the parent
 reads (event kinds and keys, note keys, batch counts it plans with). Imports no framework and no scenario.
 """
 
@@ -47,6 +48,13 @@ def events_path(out: Path) -> Path:
 def parity_path(out: Path) -> Path:
     """The fixed-batch loss and gradients (NumPy .npz) beside a worker's OUT path."""
     return out.with_name(out.name + ".parity.npz")
+
+
+def interference_path(out: Path) -> Path:
+    """The worker's interference record so far (JSON, replaced every few seconds inside the
+    timed window: monitors/interference.py), beside a worker's OUT path: the parent keeps it
+    for a worker it had to kill."""
+    return out.with_name(out.name + ".interference.json")
 
 
 def run_shared_path(beside: Path, name: str) -> Path:

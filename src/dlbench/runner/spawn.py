@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from dlbench import processes
+from dlbench.analysis import interference
+from dlbench.monitors.interference import SNAPSHOT_PERIOD_S, read_snapshot, wait_quiet
 from dlbench.results.records import TrialResult, read_events
 from dlbench.runner import children
 from dlbench.runner.children import Watched, gib
-from dlbench.runner.protocol import events_path, parity_path
+from dlbench.runner.protocol import EVENT_KEY, PHASE_NAME, events_path, interference_path, parity_path
 from dlbench.spec import TrialSpec, to_dict
 
 # The most the parent reads of a worker's events file per poll (an event is a few hundred bytes).
@@ -54,12 +56,14 @@ def run_trial(
     on_event: EventCallback | None = None,
     on_start: StartCallback | None = None,
 ) -> TrialResult:
-    """Run one trial in a fresh process and return its result, whatever happened."""
+    """Run one trial in a fresh process and return its result, whatever happened; where the
+    trial asks (`quiet_wait_s`), first wait for a quiet machine, and record the wait."""
+    wait = _wait_quiet(trial, on_event)
     workdir.mkdir(parents=True, exist_ok=True)
     out_path = out_path_for(trial, workdir)
     spec_path = out_path.with_name(out_path.name.replace(".result.json", ".spec.json"))
     log_path = out_path.with_name(out_path.name.replace(".result.json", ".log"))
-    for p in (out_path, events_path(out_path), parity_path(out_path)):
+    for p in (out_path, events_path(out_path), parity_path(out_path), interference_path(out_path)):
         p.unlink(missing_ok=True)
     spec_path.write_text(json.dumps(to_dict(trial)))
     log_path.unlink(missing_ok=True)
@@ -81,11 +85,57 @@ def run_trial(
     except KeyboardInterrupt as e:
         child.kill()  # Ctrl-C in the parent: no orphan keeps the machine busy
         watched.killed_for, watched.signal_name = "interrupted", str(e) or "SIGINT"
-        raise Interrupted(_collect(child, watched, trial, out_path)) from None
+        raise Interrupted(wait.record(_collect(child, watched, trial, out_path))) from None
     except BaseException:
         child.kill()
         raise
-    return _collect(child, watched, trial, out_path)
+    return wait.record(_collect(child, watched, trial, out_path))
+
+
+@dataclass
+class QuietWait:
+    """The wait for a quiet machine before a trial (`--quiet-wait`): how long, whether it ran
+    out, and the last share it saw; none where the trial did not ask."""
+
+    limit_s: float | None = None
+    waited_s: float = 0.0
+    gave_up: bool = False
+    last_share: float | None = None
+
+    def record(self, result: TrialResult) -> TrialResult:
+        """The wait into the trial's metrics (quiet_wait_s, quiet_wait_gave_up) and, where it ran
+        out, a warning: the trial ran on a machine that was still busy."""
+        if self.limit_s is None:
+            return result
+        result.metrics[QUIET_WAIT_METRIC] = self.waited_s
+        result.metrics[GAVE_UP_METRIC] = 1.0 if self.gave_up else 0.0
+        if self.gave_up:
+            busy = f": other processes took {self.last_share:.0%} of the CPU" if self.last_share is not None else (
+                ": /proc cannot tell how busy the machine is")
+            result.warnings.append(f"waited {self.waited_s:.0f} s for a quiet machine (--quiet-wait) and ran anyway{busy}")
+        return result
+
+
+QUIET_WAIT_METRIC, GAVE_UP_METRIC = "quiet_wait_s", "quiet_wait_gave_up"
+
+
+def _wait_quiet(trial: TrialSpec, on_event: EventCallback | None) -> QuietWait:
+    """Wait (up to the trial's `quiet_wait_s`) until other processes take at most the busy
+    threshold of the CPU over a second; each busy second is told as a progress event."""
+    if trial.quiet_wait_s is None:
+        return QuietWait()
+    wait = QuietWait(limit_s=trial.quiet_wait_s)
+    start = time.monotonic()
+
+    def told(share: float, waited_s: float) -> None:
+        wait.last_share = share
+        if on_event is not None:
+            on_event({EVENT_KEY: "quiet_wait", PHASE_NAME: f"waiting for a quiet machine: other processes took"
+                      f" {share:.0%} of the CPU ({waited_s:.0f} s of at most {trial.quiet_wait_s:g} s)"})
+
+    waited = wait_quiet(trial.quiet_wait_s, on_wait=told)
+    wait.waited_s, wait.gave_up = (time.monotonic() - start, True) if waited is None else (waited, False)
+    return wait
 
 
 class EventTail:
@@ -129,6 +179,7 @@ def _collect(child: children.Child, watched: Watched, trial: TrialSpec, out_path
         assert child.returncode is not None  # watch() reaped it
         result = TrialResult(status="crashed", error=_crash_reason(child.returncode, watched))
     _check_peak(result, trial)
+    _keep_interference(result, interference_path(out_path))
     if result.metrics.get("rss_peak_bytes") is None and watched.rss_peak_bytes:
         # the worker died before reporting: the peak the watchdog saw is the best there is
         result.metrics["rss_peak_bytes"] = watched.rss_peak_bytes
@@ -137,6 +188,23 @@ def _collect(child: children.Child, watched: Watched, trial: TrialSpec, out_path
     result.events = events
     result.pid = result.pid or child.pid
     return result
+
+
+def _keep_interference(result: TrialResult, snapshot: Path) -> None:
+    """A worker killed (or dead) before writing its result left its interference record so far
+    in the snapshot file (monitors/interference.py): kept, so that a trial that hung on a busy
+    machine says how busy it was."""
+    if result.metrics.get(interference.FOREIGN_CPU_SHARE) is not None:
+        return
+    kept = read_snapshot(snapshot)
+    if kept is None or kept[0].get(interference.FOREIGN_CPU_SHARE) is None:
+        return
+    metrics, series = kept
+    result.metrics.update(metrics)
+    if series:
+        result.series[interference.SERIES] = series
+    result.notes[interference.FOREIGN_CPU_SHARE] = (f"the worker's last record before it ended (up to"
+                                                      f" {SNAPSHOT_PERIOD_S:g} s old)")
 
 
 def _kill_reason(watched: Watched, trial: TrialSpec) -> str:

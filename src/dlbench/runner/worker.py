@@ -27,7 +27,7 @@ from dlbench.runner.scenarios.registry import RUNS
 from dlbench.runner.child import setup_environment
 from dlbench.runner.context import Monitors, TrialContext, import_and_configure
 from dlbench.runner.timing import EventLog, Phases, process_start_monotonic
-from dlbench.runner.protocol import events_path, parity_path
+from dlbench.runner.protocol import events_path, interference_path, parity_path
 from dlbench.spec import TrialSpec, trial_from_dict
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         backend = support.validate(trial)
         recorded, fresh_cache = setup_environment(trial, backend)
         result.policy_effective.update(recorded)
-        run_trial(trial, backend, log, created, result, parity_path(out_path))
+        run_trial(trial, backend, log, created, result, out_path)
         result.status = "ok"
     except Unsupported as e:
         result.status, result.error = "unsupported", str(e)
@@ -70,14 +70,14 @@ def scenario_of(trial: TrialSpec) -> Callable[[TrialContext], None]:
 
 
 def run_trial(trial: TrialSpec, backend: Backend, log: EventLog, created: float, result: TrialResult,
-              parity_file: Path) -> None:
+              out_path: Path) -> None:
     """Monitors around the whole trial; the import and configuration; the one "can this run?"
     of the child, on the device the framework found (support.require: the workload's scenario,
     the backend's capability, mode, precision, options and devices); then the scenario. Fills
     `result` as it goes, so that a failure keeps every metric measured before it."""
-    monitors = Monitors(trial.devices)
+    monitors = Monitors(trial.devices, trial.policy.threads, interference_path(out_path))
     monitors.start()
-    ctx = TrialContext(trial, backend, log, Phases(log), monitors.sampler, created, result, parity_file)
+    ctx = TrialContext(trial, backend, log, Phases(log), monitors.sampler, created, result, parity_path(out_path))
     try:
         import_and_configure(ctx)
         support.require(trial, backend)
