@@ -264,7 +264,7 @@ def test_the_child_asks_once_whether_a_trial_can_run(tmp_path, fake_env, monkeyp
     asked: list[str] = []
     real = support.unsupported
     monkeypatch.setattr(support, "unsupported", lambda trial, *a: asked.append(trial.scenario) or real(trial, *a))
-    options = InferOptions(infer_requests=100, infer_budget_s=0.2, infer_load="loop") if scenario == "infer" \
+    options = InferOptions(infer_requests=100, infer_budget_s=60.0, infer_load="loop") if scenario == "infer" \
         else NoOptions()
     trial = TrialSpec(workload=WorkloadSpec(batch_size=8, dataset_size=64, eval_size=16), framework="fake",
                       policy=Policy(mode="eager"), scenario=scenario, epochs=1, warmup_epochs=1, chunk_steps=4,
