@@ -384,8 +384,9 @@ def notes(report: Report, configs: Iterable[Config], noted: dict[str, str] | Non
             reasons += why
     measured = any(c.interference.measured for c in made)
     for c in made:
-        if (message := interference_message(c, measured)) is not None and c not in groups.setdefault(message, []):
-            groups[message].append(c)
+        busy_line = interference_message(c, measured)
+        if busy_line is not None and c not in groups.setdefault(busy_line, []):
+            groups[busy_line].append(c)
     said = [f"{report.group_label(cs)}: {m}" for m, cs in groups.items()]
     return list(dict.fromkeys(origin_notes(made) + said + reasons + unmeasured_note(made)))
 

@@ -123,13 +123,14 @@ def lift_constants(table: Table) -> Table:
     columns (a lone row still says what it is), and a table keeps at least one column."""
     if not table.rows:
         return table
-    lifted = [i for i, c in enumerate(table.columns) if c.lift and len({row[i].text for row in table.rows}) == 1
+    lifted = [i for i, c in enumerate(table.columns) if c.lift and len({row[i].shown() for row in table.rows}) == 1
               and not (len(table.rows) == 1 and c.key)]
     if len(lifted) == len(table.columns):
         lifted = lifted[1:]
     if not lifted:
         return table
-    constants = " · ".join(f"{table.columns[i].header} {table.rows[0][i].text}" for i in lifted)
+    # with its marks: a lifted `5/5^` keeps saying that busy trials were left out
+    constants = " · ".join(f"{table.columns[i].header} {table.rows[0][i].shown()}" for i in lifted)
     return _keep(table, [i for i in range(len(table.columns)) if i not in lifted],
                  title=f"{table.title} · {constants}")
 
