@@ -228,7 +228,7 @@ def test_busy_rows_carry_their_mark_in_every_table_and_the_ranking_withholds_its
     assert re.search(r"torch\s+20\.2\^", text) and "no finding" in text
     assert "torch" in text and not re.search(r"torch\s+20\.2\s", text)  # never without its mark
     page = render(report, [], None)
-    assert "20.25^" in page and "the machine was busy" in page
+    assert "20.25^" in page and "the machine was busy" in page and "td.busy" in page and "class='num busy'" in page
     overview = overview_table(model.load(_store(tmp_path / "two.sqlite", {
         "torch": [(v, 0.7) for v in (20.0, 21.0, 19.0, 20.5)], "jax": quiet}, "mlp"), [1]))
     assert overview is not None
