@@ -493,7 +493,10 @@ def repeat_notes(report: Report) -> list[str]:
         state = run.info.get("repeats")
         if isinstance(state, dict) and str(state.get("rule", "")).startswith("auto") and state.get("text"):
             where = f"run {run.id}: " if report.multi_run else ""
-            out.append(f"{where}repeats {state['rule']}: {state['text']}")
+            retaken = int(state.get("retakes") or 0)
+            said = (f"; {retaken} trial{'s' if retaken != 1 else ''} retaken after busy ones (waited"
+                    f" {float(state.get('waited_s') or 0):.0f} s for a quiet machine)") if retaken else ""
+            out.append(f"{where}repeats {state['rule']}: {state['text']}{said}")
     return out
 
 
