@@ -128,8 +128,10 @@ def main(args: argparse.Namespace) -> int:
     console = make_console()
     with contextlib.closing(open_store(args.store)) as store, processes.stop_signals_interrupt():
         costs = learn(store.trial_costs())
-        search = tune.prepare(made, repeat_count, budget_s, costs, _run_args(options), run.SWEEP_DEFAULTS["mode"][0])
-        print_search(console, search, costs)
+        loaded = run.busy_machine()
+        search = tune.prepare(made, repeat_count, budget_s, costs, _run_args(options), run.SWEEP_DEFAULTS["mode"][0],
+                              load=loaded[0] if loaded else 1.0)
+        print_search(console, search, costs, loaded[1] if loaded else None)
         if search.state.cells and not search.trials_phase_one:
             least = min(tune.estimate_default_s(search, costs))
             raise UsageError(f"tune --budget {args.budget} admits no trial: a default alone needs about"
@@ -155,13 +157,16 @@ def main(args: argparse.Namespace) -> int:
         return _report(console, store, run_id, args, outcome.interrupted)
 
 
-def print_search(console: Console, search: tune.Search, costs: Costs) -> None:
-    """Before anything runs: the candidates per cell, the trials, the estimate and the budget."""
+def print_search(console: Console, search: tune.Search, costs: Costs, load: str | None = None) -> None:
+    """Before anything runs: the candidates per cell, the trials, the estimate (at the present
+    `load`, as `run` corrects its own: first guesses only) and the budget."""
     state = search.state
     seconds, sources = tune.estimate_phase_one_s(search, costs)
     source = ("from earlier trials in the store" if sources == {"store"} else
               "from the store's trials of the same kinds" if sources <= {"store", "similar"} else
               "rough: start-up and compile guesses per framework; later runs learn from the store")
+    if load is not None and "rough" in sources:
+        source += f"; the guesses stretched {search.load:.1f}x for the present load ({load})"
     tried = sum(1 for c in state.cells for e in c.entries if e.status == "tried")
     console.print(f"dlbench tune: {len(state.cells)} cell(s), {tried} candidate(s) in phase 1,"
                   f" {search.trials_phase_one} trial(s) ({state.repeats} repeats each), estimated"
