@@ -160,21 +160,28 @@ def _auto_run(path: Path, rule: str) -> tuple[Store, int, list]:
     return store, run, trials
 
 
+def _run_auto(path: Path, text: str, busy_at: set[int], wait) -> tuple[Store, int, repeats.RepeatRule,
+                                                                      rounds.AutoState, _Said]:
+    """An auto run of fake and fake2 through `_hogged`'s executor, `wait` for the quiet machine."""
+    rule = repeats.parse(text)
+    store, run, trials = _auto_run(path, rule.text)
+    state, said = rounds.AutoState(rule.text), _Said()
+    rounds.run_rounds(store, run, rule, state, trials, _hogged(busy_at), said, wait)
+    return store, run, rule, state, said
+
+
 @pytest.mark.usefixtures("fake_env")
 def test_auto_retakes_a_busy_trials_configuration_once_the_machine_is_quiet(tmp_path, monkeypatch):
     monkeypatch.setenv("DLBENCH_BACKENDS", "fake=fake_backend:FakeBackend,fake2=fake_backend:FakeBackend")
-    rule = repeats.parse("auto,min=3,max=10")
-    store, run, trials = _auto_run(tmp_path / "s.sqlite", rule.text)
     waits: list[float] = []
-    said = _Said()
-    state = rounds.AutoState(rule.text)
     busy_trial = 2  # the third trial of round 1
 
     def quiet_after_a_while(limit_s: float, progress: Progress) -> float | None:
         waits.append(limit_s)
         return 12.0
 
-    rounds.run_rounds(store, run, rule, state, trials, _hogged({busy_trial}), said, quiet_after_a_while)
+    store, run, rule, state, said = _run_auto(tmp_path / "s.sqlite", "auto,min=3,max=10", {busy_trial},
+                                              quiet_after_a_while)
     rows = store.trials(run)
     hogged = rows[busy_trial]
     assert hogged.metrics["foreign_cpu_share"] == 0.7
@@ -194,20 +201,14 @@ def test_auto_retakes_a_busy_trials_configuration_once_the_machine_is_quiet(tmp_
 @pytest.mark.usefixtures("fake_env")
 def test_auto_stops_and_says_busy_when_the_machine_stays_busy(tmp_path, monkeypatch):
     monkeypatch.setenv("DLBENCH_BACKENDS", "fake=fake_backend:FakeBackend,fake2=fake_backend:FakeBackend")
-    rule = repeats.parse("auto,min=3,max=10,wait=5min")
-    store, run, trials = _auto_run(tmp_path / "s.sqlite", rule.text)
-    state = rounds.AutoState(rule.text)
-    said = _Said()
-    rounds.run_rounds(store, run, rule, state, trials, _hogged({0, 1, 3, 5}), said, lambda limit, progress: None)
+    store, run, _, state, _ = _run_auto(tmp_path / "s.sqlite", "auto,min=3,max=10,wait=5min", {0, 1, 3, 5},
+                                        lambda limit, progress: None)
     assert state.stop == "busy" and len(store.trials(run)) == 6  # no round after the wait ran out
     assert state.text is not None and state.text.startswith(
         "stopped after 3 rounds: undecided: the machine was busy: foreign CPU up to 70% during 4 of 6 trials;")
     assert "(wait=5min) and it stayed busy" in state.text
     # the budget: max=3 ends the run on the busy trials it has, and says what is left undecided
-    rule = repeats.parse("auto,min=3,max=3")
-    store, run, trials = _auto_run(tmp_path / "b.sqlite", rule.text)
-    state = rounds.AutoState(rule.text)
-    rounds.run_rounds(store, run, rule, state, trials, _hogged({0}), _Said(), lambda limit, progress: 0.0)
+    _, _, _, state, _ = _run_auto(tmp_path / "b.sqlite", "auto,min=3,max=3", {0}, lambda limit, progress: 0.0)
     assert state.stop == "budget" and state.text is not None
     assert state.text.endswith("; undecided: the machine was busy: foreign CPU up to 70% during 1 of 6 trials")
 
@@ -229,10 +230,7 @@ def test_the_report_says_a_retake_happened(tmp_path, monkeypatch):
     from dlbench.report.tables import report_tables
 
     monkeypatch.setenv("DLBENCH_BACKENDS", "fake=fake_backend:FakeBackend,fake2=fake_backend:FakeBackend")
-    rule = repeats.parse("auto,min=3,max=10")
-    store, run, trials = _auto_run(tmp_path / "s.sqlite", rule.text)
-    state = rounds.AutoState(rule.text)
-    rounds.run_rounds(store, run, rule, state, trials, _hogged({2}), _Said(), lambda limit, progress: 3.0)
+    store, run, _, _, _ = _run_auto(tmp_path / "s.sqlite", "auto,min=3,max=10", {2}, lambda limit, progress: 3.0)
     notes = " ".join(next(t for t in report_tables(model.load(store, [run])) if t.id == "results").notes)
     assert "; 1 trial retaken after busy ones (waited 0 s for a quiet machine)" in notes
     assert "^ 1 of " in notes  # the busy trial itself, marked

@@ -21,7 +21,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from dlbench.analysis.interference import BUSY, UNKNOWN, Interference, busy_summary
 
@@ -30,6 +30,14 @@ def record(metrics: Mapping[str, Any]) -> Interference:
     """A trial's record from its metrics, as the store keeps them ({name: value}) or as an export
     writes them ({name: {"value", "unit"}})."""
     return Interference.from_metrics({k: v.get("value") if isinstance(v, Mapping) else v for k, v in metrics.items()})
+
+
+T = TypeVar("T")
+
+
+def counted(items: Sequence[T], records: Sequence[Interference]) -> list[T]:
+    """The items (trials) whose record is not busy; every one where all are busy (then marked)."""
+    return [t for t, r in zip(items, records, strict=True) if r.state != BUSY] or list(items)
 
 
 @dataclass(frozen=True)

@@ -97,8 +97,7 @@ def load(store: Store, metric: str, workloads: Iterable[str] = (), frameworks: I
         for key, trials in by_key.items():
             ok = [t for t in trials if t.status == "ok"]
             records = [busy.record(t.metrics) for t in ok]
-            counted = [t for t, r in zip(ok, records, strict=True) if r.state != "busy"] or ok
-            s = summarize(t.metrics.get(metric) for t in counted)
+            s = summarize(t.metrics.get(metric) for t in busy.counted(ok, records))
             if s.median is None:
                 continue
             spec = trials[0].spec

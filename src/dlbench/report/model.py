@@ -104,8 +104,7 @@ class Config:
         """The ok trials its medians are over (analysis/busy.py): those that were not busy, or
         every ok trial where all were busy (then marked busy)."""
         ok = self.ok
-        quiet = [t for t in ok if busy.record(t.metrics).state != "busy"]
-        return quiet or ok
+        return busy.counted(ok, [busy.record(t.metrics) for t in ok])
 
     @property
     def interference(self) -> busy.Tally:

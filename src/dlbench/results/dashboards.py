@@ -79,7 +79,7 @@ def points(store: Store, run_ids: list[int], names: Sequence[str]) -> list[Point
         for key, trials in configs.items():
             ok = [t for t in trials if t.status == "ok"]
             records = [busy.record(t.metrics) for t in ok]
-            counted = [t for t, r in zip(ok, records, strict=True) if r.state != "busy"] or ok
+            counted = busy.counted(ok, records)
             for metric in names:
                 s = summarize(t.metrics.get(metric) for t in counted)
                 if s.median is not None:
