@@ -249,3 +249,17 @@ def test_an_older_store_says_once_that_interference_was_not_measured_and_a_mix_n
                                                "jax": [(v, 0.0) for v in (100.0, 101.0, 99.0)]})
     notes = " ".join(report_tables(model.load(mixed, [1]))[1].notes)
     assert "torch/compiled: interference not measured in 3 of 3 trials" in notes and "jax/compiled: " not in notes
+
+
+def test_the_tables_show_the_medians_ratio_where_it_contradicts_the_pairwise_one(tmp_path, capsys):
+    """Issue 45: medians 225.9 and 222.8 read `1.99x`: each side's trials in two groups."""
+    x = [225.9, 226.0, 60.0, 61.0, 62.0, 227.0]
+    y = [222.8, 223.0, 224.0, 30.0, 28.0, 29.0]
+    store = _store(tmp_path / "s.sqlite", {"x": [(v, None) for v in x], "y": [(v, None) for v in y]})
+    ranking = next(t for t in report_tables(model.load(store, [1])) if t.id == "ranking")
+    versus = ranking.column("vs next [interval]")[0].text
+    assert re.fullmatch(r"\d\.\d\dx \[[\d.]+, [\d.]+\] \(medians \d\.\d\dx\)", versus), versus
+    assert any(n.startswith("(medians x): the ratio of the two medians") for n in ranking.notes)
+    # compare: beside the shift
+    assert _compare(tmp_path, _export(y, [None] * 6), _export(x, [None] * 6)) in (0, 1, 4)
+    assert re.search(r"\d\.\d{3} \(medians \d\.\d{3}\)", capsys.readouterr().out)
