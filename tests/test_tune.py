@@ -485,6 +485,14 @@ def test_tune_says_busy_where_the_machine_stays_busy(stored, capsys):
     notes = " ".join(tables["candidates"].notes)
     assert "left out of its median and verdict; undecided: the machine was busy: foreign CPU up to 80%" in notes
     assert "tune stopped: the machine stayed busy" in " ".join(tables["headroom"].notes)
+    # a search that could not judge is no green exit: 4, undecided
+    import argparse
+
+    from dlbench.cli import tune as tune_command
+    from dlbench.report.terminal import make_console
+
+    args = argparse.Namespace(wide=False, store=str(store.path))
+    assert tune_command._report(make_console(), store, run_id, args, False) == 4
 
 
 @pytest.mark.usefixtures("fake_env")

@@ -21,6 +21,7 @@ from dlbench.cli.common import (
     EXIT_OK,
     EXIT_PARITY_FAILED,
     EXIT_TRIALS_FAILED,
+    EXIT_UNDECIDED,
     UsageError,
     add_store_argument,
     comma_list,
@@ -194,7 +195,8 @@ def print_search(console: Console, search: tune.Search, costs: Costs, load: str 
 def _report(console: Console, store: Store, run_id: int, args: argparse.Namespace, interrupted: bool) -> int:
     """The tables (the headline of the defaults, the headroom and candidates tables with the
     re-run commands); the exit code: 130 interrupted, 3 where a default's trial failed, 1 where a
-    default failed parity (a variant failing either is a finding of the search, not an error)."""
+    default failed parity (a variant failing either is a finding of the search, not an error), 4
+    where the search stopped because the machine stayed busy (verdicts withheld)."""
     print_run_tables(console, store, [run_id], args.wide)
     store.check_present()
     console.print(printable(f"stored as run {run_id} in {args.store}"), highlight=False)
@@ -209,4 +211,5 @@ def _report(console: Console, store: Store, run_id: int, args: argparse.Namespac
         return EXIT_TRIALS_FAILED
     if any((t.data.get("parity") or {}).get("verdict") == "fail" for t in rows):
         return EXIT_PARITY_FAILED
-    return EXIT_OK
+    # the machine stayed busy: the verdicts it held back were never judged (never a green exit)
+    return EXIT_UNDECIDED if state.stop == "busy" else EXIT_OK
