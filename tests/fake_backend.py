@@ -100,6 +100,17 @@ def _stray_child() -> None:
     subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL)
 
 
+# FAKE_WORK=cpu: the "device work" is a fixed amount of CPU work instead of a sleep, so that
+# another process's load slows it as it slows a real framework (tests/test_busy_hog.py): this
+# many loop iterations per second of FAKE_STEP_S (0.2-1 s of one core's time, by the CPU).
+CPU_ITERATIONS_PER_S = 2e7
+
+
+def _spin(seconds: float) -> None:
+    for _ in range(int(seconds * CPU_ITERATIONS_PER_S)):
+        pass
+
+
 class _AsyncDevice:
     """A one-thread 'device' queue: work is dispatched and runs later, like JAX or CUDA."""
 
@@ -115,7 +126,10 @@ class _AsyncDevice:
         def work() -> None:
             if prev is not None:
                 prev.result()
-            time.sleep(seconds)
+            if os.environ.get("FAKE_WORK") == "cpu":
+                _spin(seconds)
+            else:
+                time.sleep(seconds)
             fut.set_result(None)
 
         threading.Thread(target=work, daemon=True).start()

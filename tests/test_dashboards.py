@@ -86,3 +86,30 @@ def test_bencher_metric_format_matches_its_schema(store_path, tmp_path):
     # the schema does catch what Bencher would refuse
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"b": {"m": {"lower_value": 1.0}}}, schema("bencher-metric-format"))
+
+
+def test_busy_trials_are_left_out_of_a_dashboards_value_and_said(tmp_path):
+    """Issue 45: 5 quiet trials at ~1000 samples/s and 2 beside a hog at 300: the value is the
+    quiet median, github-action-benchmark's extra names the busy trials, Bencher counts them."""
+    path = tmp_path / "s.sqlite"
+    store = Store(path)
+    run = store.create_run("dlbench run", {}, False)
+    for repeat, (value, share) in enumerate([(1000.0, 0.0), (1010.0, 0.02), (300.0, 0.7), (990.0, 0.0),
+                                             (310.0, 0.9), (1005.0, 0.01), (995.0, 0.0)]):
+        spec = TrialSpec(workload=WorkloadSpec(batch_size=32), framework="fast", policy=Policy(mode="compiled"),
+                         repeat=repeat)
+        store.finish_trial(store.add_trial(run, repeat, spec), TrialResult(
+            status="ok", metrics={"samples_per_s": value, "foreign_cpu_share": share}))
+    store.close()
+    [entry] = _export(path, tmp_path, "--format", "github-action-benchmark")
+    assert entry["value"] == 1000.0 and "median of 5 processes" in entry["extra"]
+    assert entry["extra"].endswith("; BUSY: 2 of 7 trials busy (foreign CPU up to 90%), left out")
+    doc = _export(path, tmp_path, "--format", "bencher")
+    jsonschema.validate(doc, schema("bencher-metric-format"))
+    fast = doc["cnn/fast/compiled b32 s0"]
+    assert fast["samples-per-s"]["value"] == 1000.0 and fast["busy-trials"] == {"value": 2.0}
+
+
+def test_a_store_without_interference_records_exports_no_busy_count(store_path, tmp_path):
+    doc = _export(store_path, tmp_path, "--format", "bencher")
+    assert all("busy-trials" not in measures for measures in doc.values())

@@ -4,13 +4,14 @@ the same kind of trial at other sizes."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
 
 from dlbench.cli.main import main
 from dlbench.results.store import Store
-from dlbench.runner.plan import Costs, Sweep, baseline_s, estimate_s, estimates, learn, make_plan
+from dlbench.runner.plan import Costs, Sweep, at_load, baseline_s, estimate_s, estimates, learn, make_plan
 from dlbench import workloads
 from dlbench.spec import SolveOptions, TrialSpec, to_dict
 from dlbench.workloads import odes
@@ -85,6 +86,28 @@ def test_run_learns_its_estimate_from_the_store(tmp_path, capsys):
     assert main([*argv[:-2], "-b", "16", "--store", str(store)]) == 0
     assert "from the store's trials of the same kinds" in capsys.readouterr().out
     assert Store(store, readonly=True).trial_costs()
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_the_present_load_stretches_first_guesses_only(tmp_path, capsys, monkeypatch):
+    """Issue 45: a second run planned "11.7 min from earlier trials in the store; at the present
+    load about 128.7 min" and took 10.6: the store's times already hold the load they ran under."""
+    from dlbench.cli import run as run_command
+
+    monkeypatch.setattr(run_command, "busy_machine", lambda load=None, cores=None: (3.0, "load average 6.0 on 2 cores"))
+    store = tmp_path / "s.sqlite"
+    argv = ["run", "-w", "mlp", "-f", "fake", "--mode", "eager", "--preset", "tiny", "--repeats", "1",
+            "--store", str(store)]
+    assert main(argv) == 0
+    line = " ".join(capsys.readouterr().out.split("\n[1/1]")[0].split())  # the plan's line, however wrapped
+    rough, loaded = (float(x) for x in re.findall(r"([0-9.]+) min", line))
+    assert "rough" in line and "at the present load (load average 6.0 on 2 cores)" in line
+    assert loaded == pytest.approx(3 * rough, abs=0.1)
+    assert main(argv) == 0
+    line = " ".join(capsys.readouterr().out.split("\n[1/1]")[0].split())
+    assert "from earlier trials in the store" in line and "present load" not in line
+    # the arithmetic: only "rough" stretches
+    assert at_load(10.0, "rough", 3.0) == 30.0 and at_load(10.0, "store", 3.0) == at_load(10.0, "similar", 3.0) == 10.0
 
 
 @pytest.mark.usefixtures("fake_env")

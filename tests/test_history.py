@@ -96,3 +96,33 @@ def test_history_of_an_unknown_metric_is_one_line(tmp_path, capsys):
     assert main(["history", "samples_per_sec", "--store", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "has an ok value of samples_per_sec" in err
+
+
+def test_runs_on_a_busy_machine_are_marked_and_make_no_step(tmp_path, capsys):
+    """Issue 45: 12 runs at 1000 samples/s; runs 6 and 7 ran beside a hog (every trial busy, 400),
+    run 9 had one busy trial of three (300); runs 1-2 come from a release that did not measure
+    interference. Counting the hog's runs would make two steps; they are marked and make none."""
+    rng = np.random.default_rng(1)
+    path = tmp_path / "s.sqlite"
+    store = Store(path)
+    for run in range(12):
+        rid = store.create_run("dlbench run", {}, False)
+        for repeat in range(3):
+            hog = run in (5, 6) or (run == 8 and repeat == 0)
+            metrics = {"samples_per_s": (300.0 if run == 8 else 400.0) if hog else 1000 * (1 + rng.normal(0, 0.01))}
+            if run >= 2:
+                metrics["foreign_cpu_share"] = 0.8 if hog else 0.01
+            spec = TrialSpec(workload=WorkloadSpec(), framework="torch", repeat=repeat, policy=Policy())
+            store.finish_trial(store.add_trial(rid, repeat, spec), TrialResult(status="ok", metrics=metrics))
+        store.finish_run(rid, "ok")
+    store.close()
+    assert history.steps([400.0 if i in (5, 6) else 1000.0 for i in range(12)])  # counted, they would step
+    assert main(["history", "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "STEP" not in out
+    rows = {int(line.split()[0]): line for line in out.splitlines() if re.match(r"\s*\d+ ", line)}
+    assert re.search(r" 400\.0\^", rows[6]) and re.search(r" 400\.0\^", rows[7])
+    assert re.search(r" (9\d\d|1\d{3})\.\d\^ \[", rows[9])  # the two quiet trials' median, marked
+    assert "^ run 6: 3 of 3 trials busy (foreign CPU up to 80%): its median is the busy trials' own" in out
+    assert "^ run 9: 1 of 3 trials busy (foreign CPU up to 80%): left out of its median" in out
+    assert "run 1: interference not measured in 3 of 3 trials" in out

@@ -236,7 +236,8 @@ def test_a_thirty_configuration_report_opens_with_the_overview_and_fits_250_line
     print_report_tables(console, report)
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("overview: samples/s as a share of each workload's fastest framework")
-    assert re.match(r"torch\s+~100% \d+s\s+~100% \d+s", lines[3]) and len(lines) < 250, len(lines)
+    # 3 + 3 repeats cannot decide torch against the next one (p >= 0.1): each share is marked `?`
+    assert re.match(r"torch\s+~100%\? \d+s\s+~100%\? \d+s", lines[3]) and len(lines) < 250, len(lines)
     ranking = [i for i, line in enumerate(lines) if line.startswith("ranking (best first)")]
     assert len(ranking) == len(WORKLOADS)
     for start in ranking:  # rows start with their rank; a continuation line starts with spaces

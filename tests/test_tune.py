@@ -13,6 +13,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from dlbench.results.records import TrialResult
 from dlbench.results.store import Store
 from dlbench.runner import tune
 from dlbench.runner.executor import Outcome, Progress
-from dlbench.runner.plan import Costs, PlannedTrial, Sweep, estimate_s
+from dlbench.runner.plan import Costs, PlannedTrial, Sweep, estimate_s, learn
 from dlbench.spec import configuration_key, to_dict
 
 from cdp import Chromium
@@ -370,6 +371,148 @@ def test_candidates_admitted_after_round_1_take_every_cells_default_first(stored
     assert [[(e.candidate.name, e.status, len(e.trial_ids)) for e in c.entries][:2] for c in cells] == [
         [("default", "tried", 4), ("flavour=spicy", tuning.NOT_RUN_BUDGET, 0)],
         [("default", "tried", 4), ("flavour=spicy", tuning.NOT_RUN_BUDGET, 0)]]  # mlp's: rounds 2-4, catch-up
+
+
+class _Said(Progress):
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def message(self, text: str) -> None:
+        self.lines.append(text)
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_a_loaded_machine_cuts_the_first_round_so_the_budget_is_never_passed_by_more_than_a_trial(stored):
+    """Issue 45: at load ~17 `tune --budget 10min` estimated 8.8 min, ran 19.6 and its first round
+    could not stop. Trials at 6x their estimate: the first round is cut where the next trial would
+    end past the budget, so the search ends within it plus at most one trial."""
+    store, run_id = stored
+    search = _search(4, 3600)
+    each = max(search.estimates.values())
+    budget = 4 * 4 * each  # the whole of phase 1 at the estimates' pace
+    search = _search(4, budget)
+    assert all(e.status == "tried" for e in search.state.cells[0].entries)
+    clock, seen, said = Clock(), [], _Said()
+    tune.run_search(store, run_id, search, stand_in(clock, 6 * each, seen), said, clock)
+    state = tuning.SearchState.from_dict(store.run(run_id)["tune"])
+    assert state.stop == "budget" and clock.now <= budget + 6 * each
+    assert len(seen) < 4  # round 1 itself was cut
+    assert any("round 1 cut after" in line and "would end past the budget" in line for line in said.lines)
+    # no trial of the cut round is left pending in the store
+    assert {r.status for r in store.trials(run_id)} == {"ok"}
+
+
+def _hog(clock: Clock, seconds_per_trial: float, busy_at: set[int]):
+    """stand_in's values, but the n-th trial run (from 0) in `busy_at` ran beside a hog: a third
+    of its speed and foreign CPU 80 %."""
+    count = [0]
+
+    def run_trials(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]], progress: Progress) -> Outcome:
+        outcome = Outcome()
+        for tid, planned in trials:
+            spec = to_dict(planned.spec)
+            hog = count[0] in busy_at
+            value = 1000.0 * _speed(spec) * (1 + 0.003 * (planned.spec.repeat % 4)) * (0.3 if hog else 1.0)
+            store.finish_trial(tid, TrialResult(status="ok", parity={"verdict": "pass"}, metrics={
+                "samples_per_s": value, "foreign_cpu_share": 0.8 if hog else 0.01}))
+            count[0] += 1
+            clock.now += seconds_per_trial
+            outcome.count("ok")
+        return outcome
+    return run_trials
+
+
+def _flavour_only() -> tune.Search:
+    search = _search(4, 3600)
+    (cell,) = search.state.cells
+    search.state.cells[0] = replace(cell, entries=tuple(
+        e if e.candidate.name in ("default", "flavour=spicy") else replace(e, status=tuning.NOT_RUN_BUDGET)
+        for e in cell.entries))
+    return search
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_tune_retakes_a_busy_trial_once_the_machine_is_quiet(stored):
+    store, run_id = stored
+    search = _flavour_only()
+    clock, said, waits = Clock(), _Said(), []
+
+    def quiet_after(limit_s: float, progress: Progress) -> float:
+        waits.append(limit_s)
+        clock.now += 40.0
+        return 40.0
+
+    # the second trial of round 1 ran beside a hog
+    tune.run_search(store, run_id, search, _hog(clock, 10.0, {1}), said, clock, quiet_after)
+    state = tuning.SearchState.from_dict(store.run(run_id)["tune"])
+    assert state.retakes == 1 and state.waited_s == pytest.approx(40.0) and waits == [tune.QUIET_WAIT_S]
+    rows = {r.id: r for r in store.trials(run_id)}
+    busy = [r for r in rows.values() if r.metrics.get("foreign_cpu_share") == 0.8]
+    assert len(busy) == 1
+    retaken = [r for r in rows.values() if configuration_key(r.spec) == configuration_key(busy[0].spec)
+               and r.spec["repeat"] == 4]
+    assert len(retaken) == 1 and retaken[0].status == "ok"  # after the 4 rounds, its own repeat index
+    pairs = [(configuration_key(r.spec), r.spec["repeat"]) for r in rows.values()]
+    assert len(set(pairs)) == len(pairs)
+    assert any("1 trial busy (foreign CPU up to 80%): waiting up to 600 s" in line for line in said.lines)
+    assert any("retake after busy trials" in line for line in said.lines)
+    (cell,) = state.cells
+    result = tuning.cell_result(cell, tune.outcomes(store.trials(run_id)))
+    spicy = next(j for j in result.judged if j.candidate.name == "flavour=spicy" and j.phase == 1)
+    assert spicy.verdict == tuning.FASTER and spicy.speedup == pytest.approx(2.0, rel=0.01)
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_tune_says_busy_where_the_machine_stays_busy(stored, capsys):
+    store, run_id = stored
+    search = _flavour_only()
+    clock = Clock()
+    # every trial ran beside the hog, and the wait for quiet runs out
+    tune.run_search(store, run_id, search, _hog(clock, 10.0, {0, 1, 2, 3, 4, 5, 6, 7}), _Said(), clock,
+                    lambda limit, progress: None)
+    state = tuning.SearchState.from_dict(store.run(run_id)["tune"])
+    assert state.stop == "busy" and state.retakes == 0
+    (cell,) = state.cells
+    result = tuning.cell_result(cell, tune.outcomes(store.trials(run_id)))
+    spicy = next(j for j in result.judged if j.candidate.name == "flavour=spicy")
+    assert spicy.verdict == tuning.UNDECIDED and spicy.withheld and spicy.more_repeats is None
+    assert result.best is None  # never a winner taken on a busy machine
+    from dlbench.report.tables import report_tables
+
+    tables = {t.id: t for t in report_tables(model.load(store, [run_id]))}
+    verdicts = [c.text for c in tables["candidates"].column("verdict")]
+    assert "undecided (busy)" in verdicts
+    notes = " ".join(tables["candidates"].notes)
+    assert "left out of its median and verdict; undecided: the machine was busy: foreign CPU up to 80%" in notes
+    assert "tune stopped: the machine stayed busy" in " ".join(tables["headroom"].notes)
+    # a search that could not judge is no green exit: 4, undecided
+    import argparse
+
+    from dlbench.cli import tune as tune_command
+    from dlbench.report.terminal import make_console
+
+    args = argparse.Namespace(wide=False, store=str(store.path))
+    assert tune_command._report(make_console(), store, run_id, args, False) == 4
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_the_plan_corrects_its_first_guesses_for_the_load_and_the_store_is_not_scaled_again():
+    sweep = Sweep(frameworks=("fake",), frameworks_explicit=True, modes=("eager",), preset="tiny", dataset_size=64,
+                  batch_sizes=(16,), order_seed=5)
+    quiet = tune.prepare(sweep, 4, 3600, Costs(), lambda s: (), load=1.0)
+    loaded = tune.prepare(sweep, 4, 3600, Costs(), lambda s: (), load=3.0)
+    assert tune.estimate_phase_one_s(loaded, Costs())[0] == pytest.approx(3 * tune.estimate_phase_one_s(quiet, Costs())[0])
+    # a budget that holds phase 1 at a quiet machine's pace holds a third of it at load 3
+    budget = tune.estimate_phase_one_s(quiet, Costs())[0] + 1e-6
+    assert all(e.status == "tried" for e in tune.prepare(sweep, 4, budget, Costs(), lambda s: ()).state.cells[0].entries)
+    cut = tune.prepare(sweep, 4, budget, Costs(), lambda s: (), load=3.0).state.cells[0].entries
+    assert [e.status for e in cut].count("tried") < len(cut)
+    # estimates learnt from the store already hold the load they ran under
+    spec = quiet.specs[(0, Candidate("default", "eager"))]
+    costs = learn([(to_dict(replace(spec, policy=replace(spec.policy, options=dict(c.options), mode=c.mode))), 7.0,
+                    None) for c in (e.candidate for e in quiet.state.cells[0].entries)])
+    stored = tune.prepare(sweep, 4, 3600, costs, lambda s: (), load=3.0)
+    assert tune.estimate_phase_one_s(stored, costs) == (4 * 4 * 7.0, {"store"})
 
 
 def test_search_state_round_trips_through_json():

@@ -25,6 +25,7 @@ from typing import Any, Final, Literal
 from scipy import stats as sps
 
 from dlbench.analysis import stats
+from dlbench.analysis.busy import Sample, record, withheld
 from dlbench.analysis.metrics import higher_is_better, unit
 from dlbench.spec import Policy, configuration_key, policy_fields
 
@@ -76,14 +77,19 @@ class Decision:
     spread_only: bool  # DIFFERENT by the Kolmogorov-Smirnov test alone
     more_repeats: int | None  # UNDECIDED: repeats per side that would likely decide it
     reason: str  # one line: why this verdict
+    # UNDECIDED because busy trials were left out (analysis/busy.py): the busy summary, said
+    # instead of asking for more repeats
+    busy: str | None = None
+    left_out: int = 0  # busy trials left out of the samples, both sides together
 
     @property
     def text(self) -> str:
-        """`SAME`, `DIFFERENT (worse)`, `DIFFERENT (spread)`, `UNDECIDED (+3 repeats)`."""
+        """`SAME`, `DIFFERENT (worse)`, `DIFFERENT (spread)`, `UNDECIDED (+3 repeats)`,
+        `UNDECIDED (busy)`."""
         if self.verdict == DIFFERENT:
             return f"DIFFERENT ({'spread' if self.spread_only else self.direction})"
         if self.verdict == UNDECIDED:
-            return f"UNDECIDED (+{_more(self.more_repeats)})"
+            return "UNDECIDED (busy)" if self.busy else f"UNDECIDED (+{_more(self.more_repeats)})"
         return SAME
 
 
@@ -169,6 +175,40 @@ def decide(base: Sequence[float], new: Sequence[float], metric: str = HEADLINE_M
     return Decision(UNDECIDED, direction, *args, False, more, why)
 
 
+def decide_quiet(base: Sample, new: Sample, metric: str = HEADLINE_METRIC, threshold: float = DEFAULT_THRESHOLD,
+                 alpha: float = stats.ALPHA, p_value: float | None = None, confidence: float | None = None,
+                 use_ks: bool = True) -> Decision:
+    """`decide` on the trials that were not busy (analysis/busy.py): decided there, the verdict
+    stands and says how many busy trials it left out; undecided there, or a side without a trial
+    that was not busy, the verdict is UNDECIDED with the busy summary in place of more repeats
+    (a side's busy values then give the shift shown, never a verdict)."""
+    left_out = base.busy + new.busy
+    if not left_out:
+        return decide(base.values, new.values, metric, threshold, alpha, p_value, confidence, use_ks)
+    why = withheld([base, new])
+    if base.all_busy or new.all_busy:
+        d = decide(base.shown, new.shown, metric, threshold, alpha, 1.0, confidence, use_ks=False)
+        side = " and ".join(name for name, s in (("BASE", base), ("NEW", new)) if s.all_busy)
+        return dataclasses.replace(d, verdict=UNDECIDED, spread_only=False, more_repeats=None, busy=why,
+                                   left_out=left_out, reason=f"{side}: no trial on a quiet machine; {why}")
+    d = decide(base.counted, new.counted, metric, threshold, alpha, p_value, confidence, use_ks)
+    quiet = f"on the {len(base.counted)} + {len(new.counted)} trials that were not busy"
+    if d.verdict == UNDECIDED:
+        return dataclasses.replace(d, more_repeats=None, busy=why, left_out=left_out, reason=f"{d.reason} {quiet}; {why}")
+    return dataclasses.replace(d, left_out=left_out, reason=f"{d.reason} {quiet} ({left_out} busy left out)")
+
+
+def medians_disagree(shift: stats.Shift, base_median: float, new_median: float, threshold: float) -> float | None:
+    """The ratio of the medians NEW/BASE where it differs from the Hodges-Lehmann ratio (the
+    median of the pairwise ratios) by more than `threshold`, else None. Two samples that each
+    fall into separate groups (a busy stretch, a slow first trial) can be 1.01x apart by their
+    medians and 1.99x by their pairwise ratios: a table that shows both says why."""
+    if not shift.ratio or base_median <= 0 or new_median <= 0:
+        return None
+    ratio = new_median / base_median
+    return ratio if abs(math.log(shift.estimate / ratio)) > math.log1p(threshold) else None
+
+
 # --- the gate -------------------------------------------------------------------------------
 
 
@@ -226,6 +266,7 @@ class Gate:
     outcome: Outcome
     text: str  # one line: what was shown
     more_repeats: int | None = None
+    busy: str | None = None  # undecided with busy trials left out: the busy summary, not more repeats
 
 
 def gate(result: PairResult, rule: FailRule, alpha: float = stats.ALPHA) -> Gate:
@@ -233,7 +274,19 @@ def gate(result: PairResult, rule: FailRule, alpha: float = stats.ALPHA) -> Gate
     worse (Mann-Whitney p < alpha) by more than the rule allows (or, for a bound, when NEW's
     median interval lies beyond it), `pass` when the interval at 1 - 2 alpha shows the change
     within what the rule allows (a one-sided non-inferiority test at alpha), `undecided`
-    otherwise, with the repeats per side that would likely decide it."""
+    otherwise, with the repeats per side that would likely decide it. On the trials that were
+    not busy (analysis/busy.py): a rule those cannot settle, while busy trials were left out, is
+    `undecided` with the busy summary (a regression judged on busy trials is no regression)."""
+    busy = withheld([result.base_sample, result.new_sample])
+    if result.base_sample.all_busy or result.new_sample.all_busy:
+        return Gate("undecided", f"{result.decision.reason}: not judged", busy=busy)
+    g = _gate(result, rule, alpha)
+    if g.outcome == "undecided" and busy is not None:
+        return Gate("undecided", f"{g.text} on the trials that were not busy; {busy}", busy=busy)
+    return g
+
+
+def _gate(result: PairResult, rule: FailRule, alpha: float) -> Gate:
     if rule.kind == "bound":
         return _gate_bound(result.new_values, rule, alpha)
     base, new, d = result.base_values, result.new_values, result.decision
@@ -318,6 +371,10 @@ def label(spec: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class PairResult:
+    """One configuration x metric of a comparison: the summaries and values of the trials that
+    count (analysis/busy.py: those not busy, where a side has any), each side's every value with
+    its interference record, and the verdict."""
+
     label: str
     metric: str
     base: stats.Summary
@@ -325,6 +382,8 @@ class PairResult:
     base_values: tuple[float, ...]
     new_values: tuple[float, ...]
     decision: Decision
+    base_sample: Sample
+    new_sample: Sample
 
     @property
     def p_value(self) -> float:
@@ -335,24 +394,32 @@ class PairResult:
         return self.decision.verdict
 
 
-def compare_metric(lbl: str, metric: str, base: list[float], new: list[float],
+def compare_metric(lbl: str, metric: str, base: Sequence[float] | Sample, new: Sequence[float] | Sample,
                    threshold: float = DEFAULT_THRESHOLD, alpha: float = stats.ALPHA) -> PairResult:
-    return PairResult(lbl, metric, stats.summarize(base), stats.summarize(new), tuple(base), tuple(new),
-                      decide(base, new, metric, threshold, alpha))
+    """One configuration x metric: the values (a Sample: with their interference records)
+    decided by `decide_quiet`, summarised over the values that count."""
+    b, n = _sample(base), _sample(new)
+    return PairResult(lbl, metric, stats.summarize(b.shown), stats.summarize(n.shown), b.shown, n.shown,
+                      decide_quiet(b, n, metric, threshold, alpha), b, n)
 
 
-def group_values(trials: Iterable[dict[str, Any]], metric: str) -> dict[str, tuple[dict[str, Any], list[float]]]:
-    """pairing key -> (a spec, the metric's values over ok trials)."""
-    out: dict[str, tuple[dict[str, Any], list[float]]] = {}
+def _sample(values: Sequence[float] | Sample) -> Sample:
+    return values if isinstance(values, Sample) else Sample.of(values)
+
+
+def group_values(trials: Iterable[dict[str, Any]], metric: str) -> dict[str, tuple[dict[str, Any], Sample]]:
+    """pairing key -> (a spec, the metric's values over ok trials with their interference)."""
+    out: dict[str, tuple[dict[str, Any], list[float], list[Any]]] = {}
     for t in trials:
         if t["status"] != "ok":
             continue
         v = (t["metrics"].get(metric) or {}).get("value")
         key = pairing_key(t["spec"])
-        entry = out.setdefault(key, (t["spec"], []))
+        entry = out.setdefault(key, (t["spec"], [], []))
         if v is not None:
             entry[1].append(float(v))
-    return out
+            entry[2].append(record(t["metrics"]))
+    return {k: (spec, Sample.of(values, records)) for k, (spec, values, records) in out.items()}
 
 
 def policy_differences(base: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
@@ -421,7 +488,7 @@ def compare(base: list[dict[str, Any]], new: list[dict[str, Any]], metrics: list
                     unpaired.append(f"only in BASE: {label(spec)}")
                 continue
             values_n = gn[key][1]
-            if values_b and values_n:
+            if values_b.values and values_n.values:
                 results.append(compare_metric(label(spec), metric, values_b, values_n, threshold))
         if metric == metrics[0]:
             unpaired += [f"only in NEW: {label(spec)}" for key, (spec, _) in gn.items() if key not in gb]
@@ -446,36 +513,64 @@ class Ranked:
     """One entry of a ranking and its comparison with the entry ranked next below it."""
 
     name: str
-    values: tuple[float, ...]
+    values: tuple[float, ...]  # the values that count (analysis/busy.py): its median's
     median: float
     below: str | None = None  # the next entry's name
     decision: Decision | None = None  # this entry (NEW) against the one below (BASE)
+    sample: Sample | None = None  # every value with its interference record
+    # the medians' ratio (this / below) where it differs from the decision's Hodges-Lehmann
+    # ratio by more than the threshold (medians_disagree): a table shows both
+    medians_ratio: float | None = None
+
+    @property
+    def left_out(self) -> int:
+        """This entry's busy trials left out of its median and verdicts."""
+        return 0 if self.sample is None or self.sample.all_busy else self.sample.busy
 
 
-def rank(entries: Sequence[tuple[str, Sequence[float]]], metric: str = HEADLINE_METRIC,
+def rank(entries: Sequence[tuple[str, Sequence[float] | Sample]], metric: str = HEADLINE_METRIC,
          threshold: float = DEFAULT_THRESHOLD, alpha: float = stats.ALPHA) -> list[Ranked]:
     """Entries ordered best first by their median, each compared with the next one down (the
     k - 1 adjacent pairs): its Mann-Whitney p adjusted by Holm's method over those pairs (the
     DIFFERENT decision), its Hodges-Lehmann interval at the Bonferroni level 1 - 2 alpha /
     (k - 1) (the SAME decision, so that every SAME of the ranking holds at once). Entries
-    without values are left out."""
-    usable = [(n, tuple(float(v) for v in vs)) for n, vs in entries if vs]
-    ordered = sorted(usable, key=lambda e: statistics.median(e[1]), reverse=higher_is_better(metric))
+    without values are left out. Medians and tests are over the trials that were not busy
+    (decide_quiet); a pair whose shift points against the order of the medians is UNDECIDED,
+    never "faster"."""
+    usable = [(n, s) for n, vs in entries if (s := _sample(vs)).values]
+    ordered = sorted(usable, key=lambda e: e[1].median, reverse=higher_is_better(metric))
     pairs = list(zip(ordered, ordered[1:]))
-    raw = [stats.mann_whitney_p(b[1], a[1]) if len(a[1]) + len(b[1]) > 2 else 1.0 for a, b in pairs]
+    raw = [stats.mann_whitney_p(b[1].counted, a[1].counted) if _testable(a[1], b[1]) else 1.0 for a, b in pairs]
     adjusted = stats.holm(raw)
     level = 1 - 2 * alpha / max(1, len(pairs))
     out = []
-    for i, (name, values) in enumerate(ordered):
-        if i < len(pairs):
-            below = pairs[i][1]
-            d = decide(below[1], values, metric, threshold, alpha, p_value=adjusted[i], confidence=level, use_ks=False)
-            out.append(Ranked(name, values, statistics.median(values), below[0], d))
-        else:
-            out.append(Ranked(name, values, statistics.median(values)))
+    for i, (name, sample) in enumerate(ordered):
+        if i >= len(pairs):
+            out.append(Ranked(name, sample.shown, sample.median, sample=sample))
+            continue
+        below = pairs[i][1]
+        d = decide_quiet(below[1], sample, metric, threshold, alpha, p_value=adjusted[i], confidence=level,
+                         use_ks=False)
+        if d.verdict == DIFFERENT and d.direction != "better":
+            d = dataclasses.replace(d, verdict=UNDECIDED, more_repeats=None, reason=(
+                f"{d.reason}, but the pairwise shift ({d.shift.estimate:.3g}) points against the order of the"
+                " medians: their trials fall into separate groups"))
+        disagree = medians_disagree(d.shift, below[1].median, sample.median, threshold)
+        out.append(Ranked(name, sample.shown, sample.median, below[0], d, sample, disagree))
     return out
+
+
+def _testable(a: Sample, b: Sample) -> bool:
+    """Whether a pair has quiet values enough for a rank test (a side of one process and no
+    other has no spread)."""
+    return not a.all_busy and not b.all_busy and len(a.counted) + len(b.counted) > 2
 
 
 def all_decided(ranking: Sequence[Ranked]) -> bool:
     """Whether every adjacent pair of a ranking is SAME or DIFFERENT."""
     return all(r.decision is None or r.decision.verdict != UNDECIDED for r in ranking)
+
+
+def withheld_busy(ranking: Sequence[Ranked]) -> list[str]:
+    """The busy summaries of a ranking's pairs whose verdict was withheld."""
+    return [f"{r.name} vs {r.below}: {r.decision.busy}" for r in ranking if r.decision is not None and r.decision.busy]

@@ -9,6 +9,10 @@ decided, or until the budget is spent. Pure: the rule's syntax and the decision 
   max     the budget in repeats per configuration (default 20)
   time    a budget in wall time (`90s`, `30min`, `2h`): no round starts that would end past it,
           judged by the last round's duration
+  wait    how long the run may wait, in all, for a quiet machine before it retakes trials that
+          ran on a busy one (default 10min; analysis/busy.py): a round with busy trials is
+          followed by one more repeat of their configurations once the machine is quiet; where
+          the wait runs out (or the budget), the run stops and says the machine was busy
 """
 
 from __future__ import annotations
@@ -27,10 +31,14 @@ MAX_REPEATS = 1000
 DURATION_UNITS = {"s": 1.0, "min": 60.0, "h": 3600.0}
 _DURATION = re.compile(r"^(?P<n>[0-9]+(\.[0-9]*)?)(?P<unit>s|min|h)$")
 _TARGET = re.compile(r"^(?P<pct>[0-9]+(\.[0-9]*)?)%$")
-SYNTAX = (f"an integer from 1 to {MAX_REPEATS}, or auto[:TARGET%][,min=N][,max=N][,time=DURATION]"
+# How long an auto run may wait, in all, for a quiet machine before retaking busy trials: a
+# hog that outlasts it (a CI neighbour's build, a training job) will not end soon, and the run
+# then says so rather than wait on.
+QUIET_WAIT_S = 600.0
+SYNTAX = (f"an integer from 1 to {MAX_REPEATS}, or auto[:TARGET%][,min=N][,max=N][,time=DURATION][,wait=DURATION]"
           " (e.g. auto:3%,max=20 or auto,time=30min)")
 
-StopReason = Literal["intervals", "decided", "budget", "no-data"]
+StopReason = Literal["intervals", "decided", "budget", "no-data", "busy"]
 
 
 class RepeatsError(ValueError):
@@ -47,6 +55,7 @@ class RepeatRule:
     max_repeats: int = AUTO_MAX
     max_time_s: float | None = None
     text: str = ""
+    wait_s: float = QUIET_WAIT_S  # the wait for a quiet machine before retakes, over the whole run
 
     @property
     def label(self) -> str:
@@ -79,20 +88,21 @@ def parse(value: int | str) -> RepeatRule:
     _check_count("max", int(most), value)
     if most < first:
         raise RepeatsError(f"repeats {value!r}: max={most:g} is below min={first:g}")
-    return RepeatRule(True, int(first), target, int(most), options.get("time"), text)
+    return RepeatRule(True, int(first), target, int(most), options.get("time"), text,
+                      options.get("wait", QUIET_WAIT_S))
 
 
 def _options(value: str, items: list[str]) -> dict[str, float]:
     out: dict[str, float] = {}
     for item in items:
         key, sep, v = item.strip().partition("=")
-        if not sep or key not in ("min", "max", "time") or key in out:
-            raise RepeatsError(f"repeats {value!r}: {item.strip()!r} is not min=N, max=N or time=DURATION"
-                               " (each at most once)")
-        if key == "time":
+        if not sep or key not in ("min", "max", "time", "wait") or key in out:
+            raise RepeatsError(f"repeats {value!r}: {item.strip()!r} is not min=N, max=N, time=DURATION or"
+                               " wait=DURATION (each at most once)")
+        if key in ("time", "wait"):
             seconds = duration_s(v)
             if seconds is None:
-                raise RepeatsError(f"repeats {value!r}: time={v} is not a duration such as 90s, 30min or 2h")
+                raise RepeatsError(f"repeats {value!r}: {key}={v} is not a duration such as 90s, 30min or 2h")
             out[key] = seconds
         elif not v.strip().isdigit():
             raise RepeatsError(f"repeats {value!r}: {key}={v} is not an integer")
@@ -149,12 +159,14 @@ class Judgement:
 
 
 def judge(rule: RepeatRule, rounds: int, spent_s: float, round_s: float, intervals: Sequence[Interval],
-          comparisons: Sequence[tuple[str, bool]]) -> Judgement:
+          comparisons: Sequence[tuple[str, bool]], busy: str | None = None) -> Judgement:
     """Whether the auto rule stops after `rounds` rounds: every interval within the target
     (`intervals`), or every comparison between frameworks decided (`comparisons`: label,
     decided?; there must be at least one), or the budget spent (`max` rounds, or `time` that
     the next round, as long as the last, would pass); and, since no round can help then, when
-    no configuration has a value at all. Never before `min` rounds."""
+    no configuration has a value at all. Never before `min` rounds. Intervals and comparisons
+    are over the trials that were not busy; `busy` (the busy summary, where busy trials held
+    an interval or a comparison back) is what a budget's stop says is left undecided."""
     widest = _widest(intervals)
     state = ", ".join(filter(None, [
         f"widest interval {widest.text()}" if widest else "no headline interval",
@@ -171,14 +183,31 @@ def judge(rule: RepeatRule, rounds: int, spent_s: float, round_s: float, interva
     if comparisons and all(d for _, d in comparisons):
         return Judgement(rounds, "decided", f"stopped after {rounds} rounds: every comparison between frameworks"
                                             f" is decided ({state})")
+    left = f"; undecided: {busy}" if busy else ""
     if rounds >= rule.max_repeats:
         return Judgement(rounds, "budget", f"stopped after {rounds} rounds: the budget of {rule.max_repeats}"
-                                           f" repeats is spent ({state})")
+                                           f" repeats is spent ({state}){left}")
     if rule.max_time_s is not None and spent_s + round_s > rule.max_time_s:
         return Judgement(rounds, "budget", f"stopped after {rounds} rounds: the time budget of"
                                            f" {_duration(rule.max_time_s)} would be passed by another round"
-                                           f" ({_duration(spent_s)} spent; {state})")
+                                           f" ({_duration(spent_s)} spent; {state}){left}")
     return Judgement(rounds, None, f"round {rounds}: {state}; target ±{rule.target:.0%}, another round")
+
+
+def retake_wait_s(rule: RepeatRule, waited_s: float, spent_s: float, retake_s: float) -> float:
+    """How long the run may still wait for a quiet machine before retaking busy trials: what is
+    left of `wait` (waited_s so far), and within the time budget, what leaves room for the
+    retakes (`retake_s`, expected); 0 where nothing is left (then it says the machine was busy)."""
+    left = rule.wait_s - waited_s
+    if rule.max_time_s is not None:
+        left = min(left, rule.max_time_s - spent_s - retake_s)
+    return max(0.0, left)
+
+
+def busy_stop(rounds: int, busy: str, why: str) -> Judgement:
+    """The stop of a run whose busy trials could not be retaken: `undecided: the machine was
+    busy: ...` and why (the wait ran out, the budget), never a call for more repeats."""
+    return Judgement(rounds, "busy", f"stopped after {rounds} rounds: undecided: {busy}; {why}")
 
 
 def _widest(intervals: Sequence[Interval]) -> Interval | None:

@@ -12,11 +12,12 @@ The search (docs/methodology.md, "Headroom"):
       parity passing, the combination of their best values (one per factor), run R more repeats
       interleaved with R new repeats of the default and of the best single candidate, so that the
       final comparison is within one phase;
-  verdict: analysis/compare.py `decide` of the candidate's headline values against its phase's
-      default (faster / slower / same / undecided), with the speed-up as the ratio of medians and
-      its conservative interval (stats.ratio_ci) at its true level; a candidate with any parity
-      failure "fails parity" and never wins, one with a trial that did not finish ok has that
-      status and never wins;
+  verdict: analysis/compare.py `decide_quiet` of the candidate's headline values against its
+      phase's default (faster / slower / same / undecided), over the trials that were not busy
+      (analysis/busy.py; a verdict they cannot settle is undecided and says the machine was busy),
+      with the speed-up as the ratio of those medians and its conservative interval
+      (stats.ratio_ci) at its true level; a candidate with any parity failure "fails parity" and
+      never wins, one with a trial that did not finish ok has that status and never wins;
   best: the candidate decided faster, parity passing, with the highest median speed-up (phase 2's
       where phase 2 decided one faster), else "default: no variant decided faster".
 """
@@ -29,7 +30,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
-from dlbench.analysis import compare, stats
+from dlbench.analysis import busy, compare, stats
+from dlbench.analysis.busy import Sample
+from dlbench.analysis.interference import Interference
 from dlbench.analysis.metrics import higher_is_better
 
 DEFAULT = "default"
@@ -169,6 +172,11 @@ class Trials:
     values: tuple[float, ...] = ()  # the ok trials' headline values
     parities: tuple[str, ...] = ()  # each ok trial's parity verdict (pass, fail, differs, n/a)
     trial_ids: tuple[int, ...] = ()
+    records: tuple[Interference, ...] = ()  # each value's interference record (none: unknown)
+
+    @property
+    def sample(self) -> Sample:
+        return Sample.of(self.values, self.records or None)
 
 
 @dataclass(frozen=True)
@@ -188,6 +196,8 @@ class Judged:
     verdict: str = ""  # DEFAULT, FASTER, SLOWER, SAME, UNDECIDED, FAILS_PARITY, or the status
     more_repeats: int | None = None  # undecided: repeats per side that would likely decide it
     reason: str = ""
+    busy: int = 0  # its trials that ran on a busy machine (left out of its median and verdict)
+    withheld: str | None = None  # undecided because of busy trials: the busy summary
 
     @property
     def wins(self) -> bool:
@@ -210,8 +220,10 @@ def parity_of(parities: Sequence[str]) -> str:
 def judge(base: Trials | None, new: Trials, metric: str) -> Judged:
     """`new` against its phase's default `base` (module docstring)."""
     parity = parity_of(new.parities)
-    median = statistics.median(new.values) if new.values else None
-    judged = Judged(new.candidate, new.phase, len(new.values), status_text(new.statuses), parity, median)
+    mine = new.sample
+    median = statistics.median(mine.shown) if new.values else None
+    judged = Judged(new.candidate, new.phase, len(mine.shown), status_text(new.statuses), parity, median,
+                    busy=mine.busy)
     if new.candidate.name == DEFAULT:
         return replace(judged, verdict=DEFAULT)
     if parity == "fail":
@@ -221,11 +233,12 @@ def judge(base: Trials | None, new: Trials, metric: str) -> Judged:
         return replace(judged, verdict=failed[0], reason=f"a trial ended {failed[0]}: never the best")
     if base is None or not base.values or not new.values:
         return replace(judged, verdict=UNDECIDED, reason="no default value in this phase to compare with")
-    better_up = higher_is_better(metric)
-    # the speed-up: how many times faster (a ratio of medians, > 1 is faster, whatever the metric's direction)
-    ratio, low, high, level = (stats.ratio_ci(base.values, new.values) if better_up
-                               else stats.ratio_ci(new.values, base.values))
-    decision = compare.decide(list(base.values), list(new.values), metric)
+    theirs = base.sample
+    # the speed-up: how many times faster (a ratio of medians, > 1 is faster, whatever the metric's
+    # direction), over the values that count
+    ratio, low, high, level = (stats.ratio_ci(theirs.shown, mine.shown) if higher_is_better(metric)
+                               else stats.ratio_ci(mine.shown, theirs.shown))
+    decision = compare.decide_quiet(theirs, mine, metric)
     if decision.verdict == compare.DIFFERENT and not decision.spread_only:
         verdict = FASTER if decision.direction == "better" else SLOWER
     elif decision.verdict == compare.SAME:
@@ -233,7 +246,8 @@ def judge(base: Trials | None, new: Trials, metric: str) -> Judged:
     else:
         verdict = UNDECIDED
     return replace(judged, speedup=ratio, low=low, high=high, level=level, verdict=verdict,
-                    more_repeats=decision.more_repeats if verdict == UNDECIDED else None, reason=decision.reason)
+                   more_repeats=decision.more_repeats if verdict == UNDECIDED else None, reason=decision.reason,
+                   withheld=decision.busy)
 
 
 def judge_phase(entries: Sequence[Trials], metric: str) -> list[Judged]:
@@ -337,8 +351,9 @@ class Cell:
                    str(d.get("label", "")), str(d.get("plain_mode", "compiled")))
 
 
-# (status, headline value or None, parity verdict or None) of a stored trial, by trial id
-TrialOutcome = tuple[str, float | None, str | None]
+# (status, headline value or None, parity verdict or None, interference record) of a stored
+# trial, by trial id
+TrialOutcome = tuple[str, float | None, str | None, Interference]
 
 
 @dataclass(frozen=True)
@@ -357,16 +372,18 @@ def measured(entry: Entry, outcomes: Mapping[int, TrialOutcome]) -> Trials:
     statuses: list[str] = []
     values: list[float] = []
     parities: list[str] = []
-    for status, value, parity in (outcomes[t] for t in entry.trial_ids if t in outcomes):
+    records: list[Interference] = []
+    for status, value, parity, record in (outcomes[t] for t in entry.trial_ids if t in outcomes):
         if status in ("pending", "running"):
             continue  # not finished (an interrupted round): no status yet
         statuses.append(status)
         if status == "ok" and value is not None:
             values.append(float(value))
+            records.append(record)
         if status == "ok" and parity is not None:
             parities.append(parity)
     return Trials(entry.candidate, entry.phase, tuple(statuses), tuple(values), tuple(parities),
-                  tuple(t for t in entry.trial_ids if t in outcomes))
+                  tuple(t for t in entry.trial_ids if t in outcomes), tuple(records))
 
 
 def cell_result(cell: Cell, outcomes: Mapping[int, TrialOutcome]) -> CellResult:
@@ -455,21 +472,25 @@ class SearchState:
     phase: int = 1
     spent_s: float = 0.0
     round_s: float = 0.0
-    stop: str | None = None  # done, budget, interrupted
+    stop: str | None = None  # done, budget, busy, interrupted
     cells: list[Cell] = field(default_factory=list)
     measured: list[MeasuredVariant] = field(default_factory=list)
+    retakes: int = 0  # trials retaken after busy ones (runner/retake.py)
+    waited_s: float = 0.0  # waited for a quiet machine before them (part of spent_s)
 
     def to_dict(self) -> dict[str, Any]:
         return {"repeats": self.repeats, "budget_s": self.budget_s, "order_seed": self.order_seed,
                 "phase": self.phase, "spent_s": self.spent_s, "round_s": self.round_s, "stop": self.stop,
-                "cells": [c.to_dict() for c in self.cells], "measured": [m.to_dict() for m in self.measured]}
+                "cells": [c.to_dict() for c in self.cells], "measured": [m.to_dict() for m in self.measured],
+                "retakes": self.retakes, "waited_s": self.waited_s}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SearchState:
         return cls(int(d["repeats"]), float(d["budget_s"]), int(d.get("order_seed", 0)), int(d.get("phase", 1)),
                    float(d.get("spent_s", 0.0)), float(d.get("round_s", 0.0)), d.get("stop"),
                    [Cell.from_dict(c) for c in d.get("cells", ())],
-                   [MeasuredVariant.from_dict(m) for m in d.get("measured", ())])
+                   [MeasuredVariant.from_dict(m) for m in d.get("measured", ())],
+                   int(d.get("retakes", 0)), float(d.get("waited_s", 0.0)))
 
 
 class StoredTrial(Protocol):
@@ -493,5 +514,6 @@ def outcomes(trials: Iterable[StoredTrial], headline: Callable[[dict[str, Any]],
     out: dict[int, TrialOutcome] = {}
     for t in trials:
         parity = (t.data.get("parity") or {}).get("verdict")
-        out[t.id] = (t.status, t.metrics.get(headline(t.spec)), None if parity is None else str(parity))
+        out[t.id] = (t.status, t.metrics.get(headline(t.spec)), None if parity is None else str(parity),
+                     busy.record(t.metrics))
     return out

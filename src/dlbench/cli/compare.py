@@ -6,7 +6,9 @@ Each paired configuration and metric gets the Hodges-Lehmann shift with its inte
 Mann-Whitney and Kolmogorov-Smirnov p-values and a verdict (SAME, DIFFERENT, UNDECIDED:
 analysis/compare.py); each --fail rule (default: the headline metric at --threshold) passes,
 fails or stays undecided. Exit 0 every rule shown to pass, 1 a regression, 2 usage error,
-3 failed trials in NEW, 4 undecided (not enough evidence either way).
+3 failed trials in NEW, 4 undecided (not enough evidence either way). Busy trials
+(analysis/busy.py) are left out: a rule the other trials cannot settle is undecided and says the
+machine was busy (exit 4), never a regression judged on a busy machine, never a silent pass.
 """
 
 from __future__ import annotations
@@ -201,6 +203,8 @@ def main(args: argparse.Namespace) -> int:
 
 def _decision_note(r: cmp.PairResult) -> str:
     d = r.decision
+    if d.busy:  # more repeats on the machine as it is would not help: retake them when it is quiet
+        return f"UNDECIDED {r.label} {r.metric}: {d.reason}"
     return (f"UNDECIDED {r.label} {r.metric}: {d.reason}; about {d.more_repeats} more repeats per side"
             " would likely decide it")
 

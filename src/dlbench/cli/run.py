@@ -45,7 +45,7 @@ from dlbench.runner import ray_executor, resume, rounds
 from dlbench.runner.executor import Outcome, Progress, execute, finish_run, register, warm_imports
 from dlbench.runner.ray_executor import EXECUTORS, RunTrials
 from dlbench.runner.protocol import CHUNK, PHASE_NAME, STEPS, event_kind
-from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimates, learn, make_plan
+from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, at_load, estimates, learn, make_plan
 from dlbench.spec import OPTIONS, SCENARIOS, ScenarioOptions, SolveOptions, SpecError, to_dict
 from dlbench.text import printable
 
@@ -311,10 +311,13 @@ def print_plan(console: Console, plan: Plan, costs: Costs) -> None:
               "rough: start-up and compile guesses per framework, compute from FLOPs; later runs learn from the store")
     others = len(plan.trials) - len(pending)
     loaded = busy_machine()
+    # only first guesses stretch with the load: the store's times already hold theirs (at_load)
+    at_present = sum(at_load(s, src, loaded[0]) for s, src in estimated) if loaded else total
     console.print(f"dlbench: {len(pending)} trial(s) to run"
                   + (f" ({others} unsupported or skipped)" if others else "")
                   + f", estimated {total / 60:.1f} min ({source})"
-                  + (f"; at the present load ({loaded[1]}) about {total * loaded[0] / 60:.1f} min" if loaded else ""),
+                  + (f"; at the present load ({loaded[1]}) about {at_present / 60:.1f} min"
+                     if loaded and at_present != total else ""),
                   highlight=False)
     for note in plan.notes:
         console.print(printable(f"  note: {note}"), highlight=False)

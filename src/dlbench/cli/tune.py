@@ -21,6 +21,7 @@ from dlbench.cli.common import (
     EXIT_OK,
     EXIT_PARITY_FAILED,
     EXIT_TRIALS_FAILED,
+    EXIT_UNDECIDED,
     UsageError,
     add_store_argument,
     comma_list,
@@ -130,8 +131,10 @@ def main(args: argparse.Namespace) -> int:
     console = make_console()
     with contextlib.closing(open_store(args.store)) as store, processes.stop_signals_interrupt():
         costs = learn(store.trial_costs())
-        search = tune.prepare(made, repeat_count, budget_s, costs, _run_args(options), run.SWEEP_DEFAULTS["mode"][0])
-        print_search(console, search, costs)
+        loaded = run.busy_machine()
+        search = tune.prepare(made, repeat_count, budget_s, costs, _run_args(options), run.SWEEP_DEFAULTS["mode"][0],
+                              load=loaded[0] if loaded else 1.0)
+        print_search(console, search, costs, loaded[1] if loaded else None)
         if search.state.cells and not search.trials_phase_one:
             least = min(tune.estimate_default_s(search, costs))
             raise UsageError(f"tune --budget {args.budget} admits no trial: a default alone needs about"
@@ -159,13 +162,16 @@ def main(args: argparse.Namespace) -> int:
         return _report(console, store, run_id, args, outcome.interrupted)
 
 
-def print_search(console: Console, search: tune.Search, costs: Costs) -> None:
-    """Before anything runs: the candidates per cell, the trials, the estimate and the budget."""
+def print_search(console: Console, search: tune.Search, costs: Costs, load: str | None = None) -> None:
+    """Before anything runs: the candidates per cell, the trials, the estimate (at the present
+    `load`, as `run` corrects its own: first guesses only) and the budget."""
     state = search.state
     seconds, sources = tune.estimate_phase_one_s(search, costs)
     source = ("from earlier trials in the store" if sources == {"store"} else
               "from the store's trials of the same kinds" if sources <= {"store", "similar"} else
               "rough: start-up and compile guesses per framework; later runs learn from the store")
+    if load is not None and "rough" in sources:
+        source += f"; the guesses stretched {search.load:.1f}x for the present load ({load})"
     tried = sum(1 for c in state.cells for e in c.entries if e.status == "tried")
     console.print(f"dlbench tune: {len(state.cells)} cell(s), {tried} candidate(s) in phase 1,"
                   f" {search.trials_phase_one} trial(s) ({state.repeats} repeats each), estimated"
@@ -193,7 +199,8 @@ def print_search(console: Console, search: tune.Search, costs: Costs) -> None:
 def _report(console: Console, store: Store, run_id: int, args: argparse.Namespace, interrupted: bool) -> int:
     """The tables (the headline of the defaults, the headroom and candidates tables with the
     re-run commands); the exit code: 130 interrupted, 3 where a default's trial failed, 1 where a
-    default failed parity (a variant failing either is a finding of the search, not an error)."""
+    default failed parity (a variant failing either is a finding of the search, not an error), 4
+    where the search stopped because the machine stayed busy (verdicts withheld)."""
     print_run_tables(console, store, [run_id], args.wide)
     store.check_present()
     console.print(printable(f"stored as run {run_id} in {args.store}"), highlight=False)
@@ -208,4 +215,5 @@ def _report(console: Console, store: Store, run_id: int, args: argparse.Namespac
         return EXIT_TRIALS_FAILED
     if any((t.data.get("parity") or {}).get("verdict") == "fail" for t in rows):
         return EXIT_PARITY_FAILED
-    return EXIT_OK
+    # the machine stayed busy: the verdicts it held back were never judged (never a green exit)
+    return EXIT_UNDECIDED if state.stop == "busy" else EXIT_OK

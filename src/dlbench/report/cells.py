@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from dlbench.analysis.interference import BUSY_FOREIGN_SHARE, BUSY_STEAL_SHARE
 from dlbench.analysis.summary import Summary
 from dlbench.analysis.window import (
     ADVICE,
@@ -16,7 +17,7 @@ from dlbench.analysis.window import (
 from dlbench.report import model
 from dlbench.report.columns import Column
 from dlbench.report.model import Config, Report, Trial
-from dlbench.report.tabledata import MISSING, SHORT_MARK, Cell, Flag
+from dlbench.report.tabledata import BUSY_MARK, MISSING, SHORT_MARK, Cell, Flag
 from dlbench.report.tabledata import Column as TableColumn
 
 
@@ -97,6 +98,8 @@ def metric_cell(col: Column, config: Config, with_interval: bool = True) -> Cell
     cell = summary_cell(col, s, estimated)
     if col.metric in WINDOW_METRICS and s.median is not None and short_window(config):
         cell = cell.with_flags("short")
+    if s.median is not None and config.interference.busy:
+        cell = cell.with_flags("busy")
     return cell if with_interval else Cell(cell.text, flags=cell.flags - {"unstable"})
 
 
@@ -110,6 +113,10 @@ def short_window(config: Config) -> bool:
     return any(t.metrics.get(FLAG_METRIC) for t in config.ok)
 
 
+BUSY_NOTE = (f"{BUSY_MARK} busy: some of the row's trials ran while other processes took more than"
+             f" {BUSY_FOREIGN_SHARE:.0%} of the machine's CPU (or the hypervisor stole more than"
+             f" {BUSY_STEAL_SHARE:.0%}); its medians are over its other trials, or, where every trial was busy,"
+             " over those (no finding), and no ranking or comparison rests on a busy trial")
 SHORT_NOTE = (f"{SHORT_MARK} timed window too short to time (fewer than {MIN_TIMED_STEPS} steps or under"
               f" {MIN_TIMED_WINDOW_S:g} s): indicative only; {ADVICE}")
 

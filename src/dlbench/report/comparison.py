@@ -7,15 +7,17 @@ from __future__ import annotations
 
 from dlbench.analysis import compare as cmp
 from dlbench.analysis import metrics, stats
+from dlbench.analysis.busy import withheld
 from dlbench.report.cells import percent_text, plain_number
 from dlbench.report.columns import GIB
-from dlbench.report.tabledata import Cell, Column, Table
+from dlbench.report.tabledata import BUSY_MARK, Cell, Column, Flag, Table
 from dlbench.text import printable
 
 SHIFT_NOTE = ("NEW/BASE: the Hodges-Lehmann shift (a ratio for throughput and other positive metrics, else"
               " NEW - BASE) with its distribution-free interval at its true level; p: exact Mann-Whitney and"
               " Kolmogorov-Smirnov; the verdict is same only when the interval lies within the threshold, undecided"
-              " when neither that nor a difference can be shown (docs/cli.md, compare)")
+              " when neither that nor a difference can be shown (docs/cli.md, compare); busy trials (^ on n) are left"
+              " out: n counts the others, and a verdict they leave open is UNDECIDED (busy)")
 
 
 def _shift_cell(r: cmp.PairResult) -> Cell:
@@ -23,6 +25,9 @@ def _shift_cell(r: cmp.PairResult) -> Cell:
     estimate alone where no interval exists (a side of one process)."""
     s = r.decision.shift
     text = f"{s.estimate:.3f}" if s.ratio else _signed(s.estimate)
+    if r.base.median is not None and r.new.median is not None and \
+            (by_medians := cmp.medians_disagree(s, r.base.median, r.new.median, r.decision.threshold)) is not None:
+        text += f" (medians {by_medians:.3f})"
     if s.level <= 0:
         return Cell(text)
     level = f"{s.level:.0%}"
@@ -50,15 +55,29 @@ def _row(r: cmp.PairResult) -> tuple[Cell, ...]:
     verdict = d.text
     if r.metric == cmp.HEADLINE_METRIC and d.verdict == cmp.DIFFERENT and not d.spread_only:
         verdict = f"DIFFERENT ({'faster' if d.direction == 'better' else 'slower'})"
+    busy: frozenset[Flag] = frozenset({"busy"}) if r.base_sample.busy or r.new_sample.busy else frozenset()
     return (Cell(printable(r.label)), Cell(printable(r.metric)), _median(r.metric, r.base), _median(r.metric, r.new),
-            Cell(f"{r.base.n}/{r.new.n}"), _shift_cell(r), Cell(f"{d.p_value:.3g}"), Cell(f"{d.ks_p:.3g}"),
+            Cell(f"{r.base.n}/{r.new.n}", flags=busy), _shift_cell(r), Cell(f"{d.p_value:.3g}"), Cell(f"{d.ks_p:.3g}"),
             Cell(verdict))
+
+
+def busy_notes(results: list[cmp.PairResult]) -> list[str]:
+    """Per configuration with busy trials (once, not per metric): how many each side left out."""
+    out = []
+    for r in results:
+        sides = [(name, s) for name, s in (("BASE", r.base_sample), ("NEW", r.new_sample)) if s.busy]
+        if not sides:
+            continue
+        said = "; ".join(f"{name} {s.busy} of {len(s.values)} ({'every one: not judged' if s.all_busy else 'left out'})"
+                         for name, s in sides)
+        out.append(f"{BUSY_MARK} busy trials of {r.label}: {said}; {withheld([r.base_sample, r.new_sample])}")
+    return out
 
 
 def compare_table(results: list[cmp.PairResult], notes: list[str]) -> Table:
     """The comparison with its notes (environment differences, unpaired configurations,
     failed trials, regressions); unpaired configurations of one side are one note."""
-    notes = [printable(n) for n in _unpaired_once(notes)]
+    notes = [printable(n) for n in _unpaired_once([*notes, *busy_notes(results)])]
     columns = (Column("configuration", key=True, lift=True), Column("metric", key=True, lift=True),
                Column("BASE median", "right"), Column("NEW median", "right"), Column("n BASE/NEW", "right", lift=True),
                Column("NEW/BASE (Hodges-Lehmann)", "right", inline_interval=True), Column("p (Mann-Whitney)", "right"),

@@ -162,8 +162,9 @@ def _bar_figure(report: Report, traces: Callable[[list[Config]], list[_Bars]], s
         for bars in traces(group):
             summaries = [bars.summary(c) for c in bars.configs]
             short = [bars.window and cells.short_window(c) for c in bars.configs]
-            x = [_t(("~ " if sh else "") + report.short_label(c, with_run=bars.with_run))
-                 for c, sh in zip(bars.configs, short, strict=True)]
+            busy = [c.interference for c in bars.configs]  # `^` after the label, as in the tables
+            x = [_t(("~ " if sh else "") + report.short_label(c, with_run=bars.with_run) + (" ^" if b.busy else ""))
+                 for c, sh, b in zip(bars.configs, short, busy, strict=True)]
             shared_x = shared_x or bool(set(x) & set(xs))
             xs += x
             y = [None if s.median is None else s.median * scale for s in summaries]
@@ -174,7 +175,8 @@ def _bar_figure(report: Report, traces: Callable[[list[Config]], list[_Bars]], s
                 # a metric's own pattern wins (efficiency); its short windows keep the `~` label
                 marker_pattern_shape=[bars.pattern or (SHORT_PATTERN if sh else "") for sh in short],
                 hovertext=[_hover(s, scale, unit) + ("<br>~ timed window too short to time: indicative only" if sh else "")
-                           for s, sh in zip(summaries, short, strict=True)], hoverinfo="x+text+name",
+                           + (f"<br>^ {_t(b.text())}: on a busy machine" if b.busy else "")
+                           for s, sh, b in zip(summaries, short, busy, strict=True)], hoverinfo="x+text+name",
             ), row=1, col=col)
             shown.add(bars.name)
         log = _log_axis(values)
@@ -185,7 +187,8 @@ def _bar_figure(report: Report, traces: Callable[[list[Config]], list[_Bars]], s
 
 SHORT_CAPTION = (" Hatched, `~` before the label: a timed window too short to time (fewer than"
                  f" {cells.MIN_TIMED_STEPS} steps or under {cells.MIN_TIMED_WINDOW_S:g} s): indicative only."
-                 f" A panel whose medians span more than {LOG_AXIS_RATIO:g}x has a log axis.")
+                 f" A panel whose medians span more than {LOG_AXIS_RATIO:g}x has a log axis. `^` after the label:"
+                 " trials on a busy machine, left out of the median where others remain.")
 
 
 def _with_metric(report: Report, metric: str) -> list[Config]:

@@ -9,6 +9,7 @@ import dataclasses
 from dlbench.analysis.summary import UNSTABLE_REL_HALF_WIDTH
 from dlbench.report import model
 from dlbench.report.cells import (
+    BUSY_NOTE,
     SHORT_NOTE,
     STATUS,
     label_cells,
@@ -49,10 +50,10 @@ def _headline_row(report: Report, config: Config, metrics: list[MetricColumn]) -
 
 
 def mark_notes(rows: list[list[Cell]]) -> list[str]:
-    """What the marks in these rows mean: unstable, not comparable, timed too short."""
+    """What the marks in these rows mean: unstable, not comparable, timed too short, busy."""
     flags = {f for row in rows for cell in row for f in cell.flags}
     return ([UNSTABLE_NOTE] if "unstable" in flags else []) + ([PARITY_FAIL_NOTE] if "not_comparable" in flags else []) \
-        + ([SHORT_NOTE] if "short" in flags else [])
+        + ([SHORT_NOTE] if "short" in flags else []) + ([BUSY_NOTE] if "busy" in flags else [])
 
 
 def no_gpu_note(configs: list[Config]) -> str | None:

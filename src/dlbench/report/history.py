@@ -9,15 +9,18 @@ are what is measured. Reads the store directly (no raw series), so a long histor
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlbench.analysis import busy
 from dlbench.analysis import history as steps_analysis
 from dlbench.analysis import metrics
+from dlbench.analysis.busy import Tally
 from dlbench.analysis.summary import Summary, summarize
-from dlbench.report.tabledata import Cell, Column, Flag, Table
+from dlbench.report.tabledata import BUSY_MARK, Cell, Column, Flag, Table
 from dlbench.results.store import Store
 from dlbench.spec import configuration_key, policy_fields
 
@@ -35,8 +38,9 @@ STEP_NOTE = (f"step: the level changes here, in a piecewise-constant least-absol
 class Point:
     run_id: int
     created_at: float | None
-    summary: Summary
+    summary: Summary  # over the run's trials that were not busy, where it has any (analysis/busy.py)
     context: dict[str, Any]  # versions, machine, policy: what `changes` compares
+    interference: Tally = Tally(0)
 
 
 @dataclass
@@ -49,7 +53,11 @@ class Series:
 
     @property
     def steps(self) -> list[steps_analysis.Step]:
-        return steps_analysis.steps([p.summary.median or 0.0 for p in self.points])
+        """The steps in the level of the runs not all busy: a run measured on a busy machine
+        alone is no step (it is shown, marked, beside them)."""
+        judged = [i for i, p in enumerate(self.points) if not p.interference.all_busy]
+        found = steps_analysis.steps([self.points[i].summary.median or 0.0 for i in judged])
+        return [dataclasses.replace(s, index=judged[s.index]) for s in found]
 
 
 def series_key(spec: dict[str, Any]) -> str:
@@ -87,12 +95,15 @@ def load(store: Store, metric: str, workloads: Iterable[str] = (), frameworks: I
                 continue
             by_key.setdefault(series_key(t.spec), []).append(t)
         for key, trials in by_key.items():
-            s = summarize(t.metrics.get(metric) for t in trials if t.status == "ok")
+            ok = [t for t in trials if t.status == "ok"]
+            records = [busy.record(t.metrics) for t in ok]
+            s = summarize(t.metrics.get(metric) for t in busy.counted(ok, records))
             if s.median is None:
                 continue
             spec = trials[0].spec
             series = out.setdefault(key, Series(_label(spec), spec["workload"]["name"], spec["framework"], metric))
-            series.points.append(Point(rid, run.get("created_at"), s, _context(run.get("environment") or {}, spec)))
+            series.points.append(Point(rid, run.get("created_at"), s, _context(run.get("environment") or {}, spec),
+                                       Tally.of(records)))
     return list(out.values())
 
 
@@ -123,17 +134,36 @@ def history_table(series: Series, index: int) -> Table:
             flag: Flag = "pass" if (step.change > 0) == better_up else "fail"
             step_cell = Cell(f"STEP {step.change:+.1%}", flags=frozenset({flag}))
         what = steps_analysis.changes(previous.context, p.context) if previous is not None else []
-        rows.append((Cell(str(p.run_id)), Cell(_when(p.created_at)), Cell(_value(s.median), interval),
+        marked: frozenset[Flag] = frozenset({"busy"}) if p.interference.busy else frozenset()
+        rows.append((Cell(str(p.run_id)), Cell(_when(p.created_at)), Cell(_value(s.median), interval, flags=marked),
                      Cell(str(s.n)), Cell(change), step_cell, Cell("; ".join(what) or "–")))
         previous = p
     notes = [f"STEP at run {series.points[st.index].run_id}: {_value(st.before)} -> {_value(st.after)}"
              f" ({st.change:+.1%})" for st in series.steps]
+    notes += interference_notes(series.points)
     columns = (Column("run", "right"), Column("date"), Column(f"{metrics.label(series.metric)} [interval]", "right",
                                                               inline_interval=True),
                Column("n", "right"), Column("vs previous", "right"), Column("step"), Column("changed since the previous run"))
     return Table(f"history-{index}", f"History {index + 1}", f"history: {series.metric} of {series.label}",
                  columns, tuple(rows), (*notes, STEP_NOTE),
                  "The median over each run's processes, run by run, with what changed between runs.")
+
+
+def interference_notes(points: list[Point]) -> list[str]:
+    """Each run with busy trials (the median is over its others; all busy: no step rests on
+    it), each run without a record where others have one, or one line where none has."""
+    if points and not any(p.interference.measured for p in points):
+        return ["interference not measured in any run shown (an earlier release's store): not known to be quiet"]
+    out = []
+    for p in points:
+        tally = p.interference
+        if tally.busy:
+            rest = ("its median is the busy trials' own, no step rests on it" if tally.all_busy
+                    else "left out of its median")
+            out.append(f"{BUSY_MARK} run {p.run_id}: {tally.text()}: {rest}")
+        elif tally.unknown:
+            out.append(f"run {p.run_id}: {tally.text()}")
+    return out
 
 
 def history_tables(series: list[Series]) -> list[Table]:

@@ -40,7 +40,7 @@ th, td { padding: 4px 8px; border-bottom: 1px solid #eee; vertical-align: top; t
 table.data td.num { text-align: right; white-space: nowrap; }
 td .ci { display: block; color: #777; font-size: 12px; }
 .unstable { color: #b8860b; font-weight: bold; } .fail { color: #c0392b; font-weight: bold; }
-.differs { color: #b8860b; }
+.differs { color: #b8860b; } td.busy { background: #fdebd0; }
 .pass { color: #1e8449; } .note { color: #555; margin: 4px 0 8px; }
 .chart { width: 100%; min-height: 300px; }
 ul.notes li { white-space: pre-wrap; } details { margin: 6px 0; } summary { cursor: pointer; }
@@ -152,8 +152,9 @@ def _header(report: Report, parts: list[tuple[str, Report]], charts: list[Chart]
 
 def _td(cell: Cell, column: Column) -> str:
     """A cell: its marked text, `!` where unstable, its interval in the column's units under it;
-    a parity verdict coloured."""
-    classes = [c for c in ("num" if column.align == "right" else "", *sorted(cell.flags & {"pass", "fail", "differs"})) if c]
+    a parity verdict coloured, a value with busy trials shaded."""
+    shown = cell.flags & {"pass", "fail", "differs", "busy"}
+    classes = [c for c in ("num" if column.align == "right" else "", *sorted(shown)) if c]
     text = _e(cell.shown())
     if "unstable" in cell.flags:
         text += f" <span class='unstable' title='{_e(UNSTABLE_NOTE)}'>!</span>"

@@ -21,7 +21,7 @@ from dlbench.report.cells import (
 from dlbench.report.columns import INFER, Column
 from dlbench.report.model import Config, Report
 from dlbench.report.scenarios import INFER_TABLE, configs_in
-from dlbench.report.tabledata import Cell, Table
+from dlbench.report.tabledata import MISSING, Cell, Table
 from dlbench.report.tabledata import Column as TableColumn
 
 # The label axes an inference row always shows; others follow where they vary, but the batch
@@ -75,7 +75,7 @@ def p99_summary(config: Config) -> Summary:
     """One process: its p99 with the order-statistic interval over its requests, at its actual
     level. Several: the median of their p99s with the interval of that median over the
     processes (the process is the unit of replication)."""
-    ok = [t.metrics for t in config.ok if t.metrics.get("latency_p99_s") is not None]
+    ok = [t.metrics for t in config.counted if t.metrics.get("latency_p99_s") is not None]
     if len(ok) != 1:
         return config.summary("latency_p99_s")
     m = ok[0]
@@ -87,7 +87,8 @@ def p99_summary(config: Config) -> Summary:
 
 def _cell(col: Column, config: Config) -> Cell:
     if col.key == "latency_p99":  # a tail quantile's interval is wide by nature: not marked unstable
-        return summary_cell(col, p99_summary(config), mark_unstable=False)
+        cell = summary_cell(col, p99_summary(config), mark_unstable=False)
+        return cell.with_flags("busy") if config.interference.busy and cell.text != MISSING else cell
     return metric_cell(col, config, with_interval=False)
 
 

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlbench import scenarios, workloads
-from dlbench.analysis import metrics, window
+from dlbench.analysis import busy, metrics, window
 from dlbench.analysis import tune as tuning
 from dlbench.analysis.metrics import QUALITY_METRICS
 from dlbench.analysis.summary import Summary, summarize
 from dlbench.report.columns import compile_value
+from dlbench.report.tabledata import BUSY_MARK
 from dlbench.results.records import CHUNK, PHASE, PHASE_END, PHASE_NAME, PHASE_STATE, PHASE_START, STEPS, TIME_KEY, event_kind
 from dlbench.results.store import Store
 from dlbench.spec import configuration_key, policy_fields
@@ -99,6 +100,18 @@ class Config:
         return [t for t in self.trials if t.status == "ok"]
 
     @property
+    def counted(self) -> list[Trial]:
+        """The ok trials its medians are over (analysis/busy.py): those that were not busy, or
+        every ok trial where all were busy (then marked busy)."""
+        ok = self.ok
+        return busy.counted(ok, [busy.record(t.metrics) for t in ok])
+
+    @property
+    def interference(self) -> busy.Tally:
+        """How busy the machine was during its ok trials."""
+        return busy.Tally.of(busy.record(t.metrics) for t in self.ok)
+
+    @property
     def spec(self) -> dict[str, Any]:
         """The spec of the configuration's first trial (its repeats differ only in ids)."""
         return self.trials[0].spec
@@ -114,14 +127,15 @@ class Config:
         return workloads.stored_scenario(self.spec)
 
     def summary(self, metric: str) -> Summary:
-        """The metric over the configuration's successful trials: one value per process."""
-        return summarize(t.metrics.get(metric) for t in self.ok)
+        """The metric over the configuration's successful trials that count (`counted`): one
+        value per process."""
+        return summarize(t.metrics.get(metric) for t in self.counted)
 
     def quality_summary(self) -> Summary:
-        """The held-out quality over the successful trials: each trial's first metric of
+        """The held-out quality over the successful trials that count: each trial's first metric of
         metrics.QUALITY_METRICS (accuracy, or detect's mAP)."""
         return summarize(next((t.metrics[q] for q in QUALITY_METRICS if t.metrics.get(q) is not None), None)
-                         for t in self.ok)
+                         for t in self.counted)
 
     def quality_metric(self) -> str | None:
         """The name of the quality metric quality_summary shows (the first an ok trial has)."""
@@ -129,7 +143,7 @@ class Config:
 
     def compile_summary(self) -> tuple[Summary, bool]:
         """Compile seconds (measured, else estimated) and whether any value is an estimate."""
-        values = [compile_value(t.metrics) for t in self.ok]
+        values = [compile_value(t.metrics) for t in self.counted]
         return summarize(v for v, _ in values), any(est and v is not None for v, est in values)
 
 
@@ -367,8 +381,42 @@ def notes(report: Report, configs: Iterable[Config], noted: dict[str, str] | Non
                 if c not in groups.setdefault(message, []):
                     groups[message].append(c)
             reasons += why
+    measured = any(c.interference.measured for c in made)
+    for c in made:
+        busy_line = interference_message(c, measured)
+        if busy_line is not None and c not in groups.setdefault(busy_line, []):
+            groups[busy_line].append(c)
     said = [f"{report.group_label(cs)}: {m}" for m, cs in groups.items()]
-    return list(dict.fromkeys(origin_notes(made) + said + reasons))
+    return list(dict.fromkeys(origin_notes(made) + said + reasons + unmeasured_note(made)))
+
+
+# A configuration's numbers from a busy machine (analysis/busy.py), as the notes name it.
+BUSY_LEFT_OUT = "left out of its medians, its ranking and every comparison"
+BUSY_ALL = "its numbers are the busy trials' own, no finding: retake it on a quiet machine"
+UNMEASURED = ("interference not measured (trials from before dlbench measured it, or no /proc): not known to"
+              " be quiet")
+
+
+def interference_message(config: Config, measured: bool) -> str | None:
+    """What the notes say of a configuration's interference: `2 of 3 trials busy (foreign CPU
+    up to 62%): left out of ...`; where other trials (`measured`) have a record, its trials
+    without one; else None."""
+    tally = config.interference
+    if tally.busy:
+        return f"{BUSY_MARK} {tally.text()}: {BUSY_ALL if tally.all_busy else BUSY_LEFT_OUT}"
+    if tally.unknown and measured:
+        return tally.text()
+    return None
+
+
+def unmeasured_note(configs: Iterable[Config]) -> list[str]:
+    """One line where some of these configurations' trials have no interference record and
+    none has one (a store of an earlier release); nothing where any was measured (then each
+    configuration's own note names it)."""
+    tallies = [c.interference for c in configs if c.ok]
+    if tallies and all(not t.measured for t in tallies):
+        return [UNMEASURED]
+    return []
 
 
 # The stored origins (runner/executor.py: record_origins): framework_info key -> (what, axis).
@@ -444,7 +492,10 @@ def repeat_notes(report: Report) -> list[str]:
         state = run.info.get("repeats")
         if isinstance(state, dict) and str(state.get("rule", "")).startswith("auto") and state.get("text"):
             where = f"run {run.id}: " if report.multi_run else ""
-            out.append(f"{where}repeats {state['rule']}: {state['text']}")
+            retaken = int(state.get("retakes") or 0)
+            said = (f"; {retaken} trial{'s' if retaken != 1 else ''} retaken after busy ones (waited"
+                    f" {float(state.get('waited_s') or 0):.0f} s for a quiet machine)") if retaken else ""
+            out.append(f"{where}repeats {state['rule']}: {state['text']}{said}")
     return out
 
 

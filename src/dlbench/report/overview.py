@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dlbench.analysis import metrics
+from dlbench.analysis import compare, metrics
+from dlbench.analysis.summary import UNSTABLE_REL_HALF_WIDTH
 from dlbench.report import model
 from dlbench.report.cells import SHORT_NOTE, WINDOW_METRICS, short_window
 from dlbench.report.model import Config, Report
+from dlbench.report.ranking import sample
 from dlbench.report.scenarios import reporting
-from dlbench.report.tabledata import MISSING, Cell, Column, Flag, Table
+from dlbench.report.tabledata import BUSY_MARK, MISSING, UNDECIDED_MARK, UNSTABLE_MARK, Cell, Column, Flag, Table
 
 # Where a process's start-up ends, by scenario: the first training step, request or sample.
 STARTUP_METRICS = ("time_to_first_step_s", "time_to_first_request_s", "time_to_first_sample_s")
@@ -20,6 +22,12 @@ NOTE = ("each cell: the framework's median headline metric as a share of the fas
         " workload (100% = the fastest; a framework that ran several configurations of a workload, its"
         " best), then its median time to first step (process start to the end of the first step: import,"
         " build, data, compile) in seconds; – not run here (unsupported, failed, or not asked for)")
+UNSTABLE_SHARE = (f"{UNSTABLE_MARK} the median's interval is wider than ±{UNSTABLE_REL_HALF_WIDTH:.0%}: the share is"
+                  " uncertain")
+BUSY_SHARE = (f"{BUSY_MARK} some of its trials ran on a busy machine: left out of the median where others remain,"
+              " else the share is the busy trials' own (no finding)")
+UNDECIDED_SHARE = (f"{UNDECIDED_MARK} not decided against the fastest (the fastest: against the next one): too few"
+                   " repeats, or busy trials (docs/methodology.md); the share is not a finding yet")
 DESCRIPTION = ("Every framework on every workload at a glance: throughput relative to the fastest"
                " framework of the workload, and the start-up a user waits for.")
 
@@ -66,12 +74,32 @@ def best_by_framework(configs: list[Config]) -> tuple[str, dict[str, Best]]:
     return metric, {f: Best(c, v, v / top if higher else top / v) for f, (c, v) in best.items()}
 
 
-def _cell(b: Best | None, metric: str) -> Cell:
+def undecided(best: dict[str, Best], metric: str) -> set[str]:
+    """The frameworks whose share is not decided: each against the fastest (the fastest against
+    the next one), compare.decide_quiet over the trials that were not busy, UNDECIDED (too few
+    repeats, or a verdict withheld for a busy machine)."""
+    if len(best) < 2:
+        return set()
+    samples = {f: sample(b.config, metric) for f, b in best.items()}
+    order = sorted(best, key=lambda f: best[f].share, reverse=True)
+    top = order[0]
+    out = set()
+    for f in order:
+        base, new = (samples[order[1]], samples[top]) if f == top else (samples[top], samples[f])
+        if compare.decide_quiet(base, new, metric, use_ks=False).verdict == compare.UNDECIDED:
+            out.add(f)
+    return out
+
+
+def _cell(b: Best | None, metric: str, open_question: bool) -> Cell:
+    """`50%^? 12s`: the share with its marks (unstable, busy, undecided), then the start-up."""
     if b is None:
         return Cell(MISSING)
     startup = _startup_s(b.config)
     flags: frozenset[Flag] = frozenset({"short"}) if metric in WINDOW_METRICS and short_window(b.config) else frozenset()
-    return Cell(f"{b.share:.0%}" + ("" if startup is None else f" {startup:.0f}s"), flags=flags)
+    marks = ((UNSTABLE_MARK if b.config.summary(metric).unstable else "")
+             + (BUSY_MARK if b.config.interference.busy else "") + (UNDECIDED_MARK if open_question else ""))
+    return Cell(f"{b.share:.0%}{marks}" + ("" if startup is None else f" {startup:.0f}s"), flags=flags)
 
 
 def overview_table(report: Report) -> Table | None:
@@ -86,11 +114,22 @@ def overview_table(report: Report) -> Table | None:
     frameworks = [f for f in report.frameworks if any(f in best for _, _, best in columns)]
     if not columns or (len(columns) < 2 and len(frameworks) < 2):
         return None
-    rows = tuple((Cell(f), *(_cell(best.get(f), metric) for _, metric, best in columns)) for f in frameworks)
+    open_questions = [undecided(best, metric) for _, metric, best in columns]
+    rows = tuple((Cell(f), *(_cell(best.get(f), metric, f in asked)
+                             for (_, metric, best), asked in zip(columns, open_questions, strict=True)))
+                 for f in frameworks)
     names = {m for _, m, _ in columns}
     compared = ", ".join(metrics.label(m) for m in sorted(names))
     short = any("short" in c.flags for row in rows for c in row)
     return Table("overview", "Overview", f"overview: {compared} as a share of each workload's fastest framework,"
                  " and time to first step",
                  (Column("framework", key=True), *(Column(w, "right") for w, _, _ in columns)), rows,
-                 (NOTE, *([SHORT_NOTE] if short else [])), DESCRIPTION)
+                 (NOTE, *mark_notes([c.text for row in rows for c in row[1:]]), *([SHORT_NOTE] if short else [])),
+                 DESCRIPTION)
+
+
+def mark_notes(texts: list[str]) -> list[str]:
+    """What the marks among these cells mean (each once, where used)."""
+    shares = [t.split(" ")[0] for t in texts]
+    return [note for mark, note in ((UNSTABLE_MARK, UNSTABLE_SHARE), (BUSY_MARK, BUSY_SHARE),
+                                    (UNDECIDED_MARK, UNDECIDED_SHARE)) if any(mark in s for s in shares)]

@@ -7,10 +7,11 @@ adjacent pairs, Hodges-Lehmann intervals at the Bonferroni level)."""
 
 from __future__ import annotations
 
-from dlbench.analysis import compare, metrics
+from dlbench.analysis import busy, compare, metrics
+from dlbench.analysis.busy import Sample
 from dlbench.analysis.stats import ALPHA
 from dlbench.report import model
-from dlbench.report.cells import SHORT_NOTE, WINDOW_METRICS, short_window
+from dlbench.report.cells import BUSY_NOTE, SHORT_NOTE, WINDOW_METRICS, short_window
 from dlbench.report.model import Config, Report
 from dlbench.report.tabledata import Cell, Column, Flag, Table
 from dlbench.spec import configuration_key
@@ -20,7 +21,13 @@ METHOD_NOTE = (f"ranking: each framework against the next one down, vs next = ho
                f" 'faster' when the Mann-Whitney p, adjusted by Holm's method over the ranking's adjacent"
                f" pairs, is below {ALPHA:g}; 'same' when the interval lies within"
                f" ±{compare.DEFAULT_THRESHOLD:.0%}; otherwise undecided with the repeats measured, with the"
-               " repeats per framework that would likely decide it; a side of one process is not tested")
+               " repeats per framework that would likely decide it; a side of one process is not tested;"
+               " busy trials (^) are left out of the medians and verdicts, and a pair they leave undecided"
+               " says so instead of asking for more repeats")
+MEDIANS_NOTE = ("(medians x): the ratio of the two medians, where it differs from the pairwise ratio by more than"
+                f" ±{compare.DEFAULT_THRESHOLD:.0%}: the trials of a side fall into separate groups (a busy stretch, a"
+                " slow first trial); the verdict rests on the pairwise test, and a shift against the medians' order"
+                " is never called faster")
 DESCRIPTION = ("Frameworks ordered by each workload's headline metric (median over processes), each"
                " compared with the next one down: how many times better (the Hodges-Lehmann estimate"
                " of the ratio) with its distribution-free interval and level, and the verdict.")
@@ -42,8 +49,11 @@ def _groups(report: Report) -> tuple[dict[tuple[int, str], list[Config]], list[s
     return groups, notes
 
 
-def _values(config: Config, metric: str) -> list[float]:
-    return [v for t in config.ok if (v := t.metrics.get(metric)) is not None]
+def sample(config: Config, metric: str) -> Sample:
+    """The metric's values over the configuration's ok trials, each with its interference record
+    (the ranking leaves the busy ones out: analysis/busy.py)."""
+    found = [(v, busy.record(t.metrics)) for t in config.ok if (v := t.metrics.get(metric)) is not None]
+    return Sample.of((v for v, _ in found), (r for _, r in found))
 
 
 def _number(x: float) -> str:
@@ -75,6 +85,8 @@ def verdict_text(r: compare.Ranked, metric: str, below: compare.Ranked | None = 
     d = r.decision
     if d is None or r.below is None:
         return ""
+    if d.busy:
+        return f"undecided: {d.busy}"
     if below is not None and not tested(r, below):
         return f"{min(len(r.values), len(below.values))} repeat: not tested"
     word = "faster" if metrics.unit(metric) in ("1/s", "s") else "better"
@@ -90,22 +102,32 @@ def verdict_text(r: compare.Ranked, metric: str, below: compare.Ranked | None = 
 def _rows(report: Report, configs: list[Config], axes: tuple[str, ...]) -> list[tuple[Cell, ...]]:
     metric = configs[0].record.headline
     by_name = {str(c.axes["framework"]): c for c in configs}
-    ranking = compare.rank([(name, _values(c, metric)) for name, c in by_name.items()], metric)
+    ranking = compare.rank([(name, sample(c, metric)) for name, c in by_name.items()], metric)
     rows = []
     for i, r in enumerate(ranking):
         c = by_name[r.name]
         below = ranking[i + 1] if i + 1 < len(ranking) else None
         head = ([str(c.run_id)] if report.multi_run else []) + [str(c.axes[a]) for a in axes]
-        if r.decision is None:
-            versus = "–"
-        else:
-            factor, low, high = _factor(r, metric)
-            versus = f"{factor:.2f}x" + (f" [{low:.2f}, {high:.2f}]" if tested(r, below) else "")
-        short: frozenset[Flag] = frozenset({"short"}) if metric in WINDOW_METRICS and short_window(c) else frozenset()
+        flags: set[Flag] = {"short"} if metric in WINDOW_METRICS and short_window(c) else set()
+        if r.sample is not None and r.sample.busy:
+            flags.add("busy")
         rows.append((*(Cell(v) for v in head), Cell(metrics.label(metric)), Cell(str(i + 1)), Cell(r.name),
-                     Cell(_number(r.median), flags=short), Cell(versus),
+                     Cell(_number(r.median), flags=frozenset(flags)), Cell(versus_text(r, metric, below)),
                      Cell(verdict_text(r, metric, below) or "–")))
     return rows
+
+
+def versus_text(r: compare.Ranked, metric: str, below: compare.Ranked | None) -> str:
+    """`1.90x [1.70, 2.10]`; with the medians' own ratio beside it where the two disagree
+    (compare.medians_disagree): `1.99x [0.27, 8.20] (medians 1.01x)`."""
+    if r.decision is None:
+        return "–"
+    factor, low, high = _factor(r, metric)
+    text = f"{factor:.2f}x" + (f" [{low:.2f}, {high:.2f}]" if tested(r, below) else "")
+    if r.medians_ratio is not None:
+        by_medians = r.medians_ratio if metrics.higher_is_better(metric) else 1 / r.medians_ratio
+        text += f" (medians {by_medians:.2f}x)"
+    return text
 
 
 def ranking_table(report: Report) -> Table | None:
@@ -122,6 +144,8 @@ def ranking_table(report: Report) -> Table | None:
     columns = [Column(h, key=True, lift=True) for h in (["run"] if report.multi_run else []) + list(axes)]
     columns += [Column("metric", key=True, lift=True), Column("#", "right"), Column("framework"),
                 Column("median", "right"), Column("vs next [interval]", "right"), Column("verdict")]
-    short = any("short" in cell.flags for row in rows for cell in row)
+    flags = {f for row in rows for cell in row for f in cell.flags}
+    disagree = any("(medians " in row[-2].text for row in rows)
     return Table("ranking", "Ranking", "ranking (best first)", tuple(columns), tuple(rows),
-                 (METHOD_NOTE, *([SHORT_NOTE] if short else []), *notes), DESCRIPTION)
+                 (METHOD_NOTE, *([SHORT_NOTE] if "short" in flags else []), *([BUSY_NOTE] if "busy" in flags else []),
+                  *([MEDIANS_NOTE] if disagree else []), *notes), DESCRIPTION)

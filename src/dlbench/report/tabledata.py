@@ -22,13 +22,16 @@ Align = Literal["left", "right"]
 # unstable: the median's interval is wide (UNSTABLE_NOTE); estimated: the value is an estimate
 # (marked *); not_comparable: the row failed parity, its numbers are shown in parentheses;
 # pass / fail / differs: a parity verdict; short: the timed window was too short to time (analysis/window.py),
-# the value is marked ~.
-Flag = Literal["unstable", "estimated", "not_comparable", "pass", "fail", "differs", "short"]
+# the value is marked ~; busy: some of its trials ran on a busy machine (analysis/busy.py), marked ^;
+# undecided: its ranking against the next one down is not decided (the overview), marked ?.
+Flag = Literal["unstable", "estimated", "not_comparable", "pass", "fail", "differs", "short", "busy", "undecided"]
 
 MISSING = "–"
 UNSTABLE_MARK = "!"
 ESTIMATED_MARK = "*"
 SHORT_MARK = "~"
+BUSY_MARK = "^"
+UNDECIDED_MARK = "?"
 
 
 @dataclass(frozen=True)
@@ -54,11 +57,14 @@ class Cell:
 
     def shown(self) -> str:
         """The text with the marks every renderer shows: `~` before a value timed over too short
-        a window, `*` after an estimate, parentheses around a number of a row that failed parity."""
+        a window, `*` after an estimate, `^` after a value with trials from a busy machine, `?`
+        after an undecided one, parentheses around a number of a row that failed parity."""
         if self.text == MISSING:
             return self.text
         text = (SHORT_MARK if "short" in self.flags else "") + self.text
         text += ESTIMATED_MARK if "estimated" in self.flags else ""
+        text += BUSY_MARK if "busy" in self.flags else ""
+        text += UNDECIDED_MARK if "undecided" in self.flags else ""
         return f"({text})" if "not_comparable" in self.flags else text
 
     def with_flags(self, *flags: Flag) -> Cell:
@@ -117,13 +123,14 @@ def lift_constants(table: Table) -> Table:
     columns (a lone row still says what it is), and a table keeps at least one column."""
     if not table.rows:
         return table
-    lifted = [i for i, c in enumerate(table.columns) if c.lift and len({row[i].text for row in table.rows}) == 1
+    lifted = [i for i, c in enumerate(table.columns) if c.lift and len({row[i].shown() for row in table.rows}) == 1
               and not (len(table.rows) == 1 and c.key)]
     if len(lifted) == len(table.columns):
         lifted = lifted[1:]
     if not lifted:
         return table
-    constants = " · ".join(f"{table.columns[i].header} {table.rows[0][i].text}" for i in lifted)
+    # with its marks: a lifted `5/5^` keeps saying that busy trials were left out
+    constants = " · ".join(f"{table.columns[i].header} {table.rows[0][i].shown()}" for i in lifted)
     return _keep(table, [i for i in range(len(table.columns)) if i not in lifted],
                  title=f"{table.title} · {constants}")
 

@@ -12,16 +12,16 @@ from dlbench import workloads
 from dlbench.analysis import tune as tuning
 from dlbench.analysis.tune import CellResult, Judged, SearchState, TrialOutcome
 from dlbench.analysis.metrics import label as metric_label
-from dlbench.report.cells import plain_number
+from dlbench.report.cells import BUSY_NOTE, plain_number
 from dlbench.report.model import Report, Trial
-from dlbench.report.tabledata import MISSING, Cell, Column, Flag, Table
+from dlbench.report.tabledata import BUSY_MARK, MISSING, Cell, Column, Flag, Table
 
 HEADROOM_TABLE, CANDIDATES_TABLE = "headroom", "candidates"
 RULE_NOTE = ("speed-up: the candidate's median headline over the default's of the same phase (> 1 is faster),"
              " interval from the two medians' order-statistic intervals, its level a lower bound; verdict:"
              " Mann-Whitney or Kolmogorov-Smirnov p < 0.05 (faster / slower), or the 90% shift interval within"
-             " ±5% (same), else undecided; a candidate failing parity or with a failed trial never wins"
-             " (docs/methodology.md, headroom)")
+             " ±5% (same), else undecided; a candidate failing parity or with a failed trial never wins; busy"
+             " trials are in no median and no verdict (docs/methodology.md, headroom)")
 
 
 def outcomes(trials: Iterable[Trial]) -> dict[int, TrialOutcome]:
@@ -65,7 +65,21 @@ def _parity_cell(verdict: str) -> Cell:
 
 
 def _median_cell(j: Judged | None) -> Cell:
-    return Cell(MISSING if j is None or j.median is None else plain_number(j.median))
+    """The median over the trials that count, marked `^` where busy ones were left out (or, all
+    busy, are what it is over)."""
+    if j is None or j.median is None:
+        return Cell(MISSING)
+    return Cell(plain_number(j.median), flags=frozenset({"busy"}) if j.busy else frozenset())
+
+
+def verdict_text(j: Judged) -> str:
+    """The verdict, and what an undecided one needs: `undecided (busy)` where busy trials left
+    it open (a retake on a quiet machine decides it), `undecided (+3 repeats)` otherwise."""
+    if j.verdict == tuning.UNDECIDED and j.withheld:
+        return f"{j.verdict} (busy)"
+    if j.verdict == tuning.UNDECIDED and j.more_repeats:
+        return f"{j.verdict} (+{j.more_repeats} repeats)"
+    return j.verdict
 
 
 def _default_of(result: CellResult, phase: int) -> Judged | None:
@@ -89,7 +103,7 @@ def headroom_table(report: Report) -> Table | None:
         best = r.best
         base = _default_of(r, best.phase if best is not None else 1)
         settings = tuning.NO_BEST if best is None else best.candidate.settings(r.cell.framework, r.cell.mode)
-        verdict = best.verdict if best is not None else _tally(r)
+        verdict = verdict_text(best) if best is not None else _tally(r)
         judged = best or base
         parity = judged.parity if judged is not None else "–"
         rows.append((*_run_cells(report, run_id), Cell(r.cell.workload), Cell(r.cell.framework), Cell(r.cell.mode),
@@ -101,8 +115,9 @@ def headroom_table(report: Report) -> Table | None:
                Column("workload", key=True, lift=True), Column("framework", key=True), Column("mode", lift=True),
                Column(f"default {unit}", "right"), Column("best variant"),
                Column("speed-up [interval]", "right", inline_interval=True), Column("verdict"), Column("parity"))
+    busy = [BUSY_NOTE] if any("busy" in c.flags for row in rows for c in row) else []
     return Table(HEADROOM_TABLE, "Headroom", "headroom: each framework as commonly written (default) and at its best",
-                 columns, tuple(tuple(r) for r in rows), (*commands, *_stop_notes(report, found), RULE_NOTE))
+                 columns, tuple(tuple(r) for r in rows), (*commands, *_stop_notes(report, found), RULE_NOTE, *busy))
 
 
 def _tally(r: CellResult) -> str:
@@ -118,10 +133,13 @@ def _stop_notes(report: Report, found: list[tuple[int, SearchState, CellResult]]
     out = []
     for run_id, state, _ in found:
         where = f"run {run_id}: " if report.multi_run else ""
-        why = {"done": "finished", "budget": "stopped by its budget", "interrupted": "interrupted"}.get(
+        why = {"done": "finished", "budget": "stopped by its budget", "interrupted": "interrupted",
+               "busy": "stopped: the machine stayed busy"}.get(
             str(state.stop), f"stopped ({state.stop})")
+        retaken = (f"; {state.retakes} trial{'s' if state.retakes != 1 else ''} retaken after busy ones (waited"
+                   f" {state.waited_s:.0f} s for a quiet machine)") if state.retakes else ""
         out.append(f"{where}tune {why}: {state.spent_s / 60:.1f} of {state.budget_s / 60:g} min spent,"
-                   f" {state.repeats} repeats per candidate and phase")
+                   f" {state.repeats} repeats per candidate and phase{retaken}")
     return list(dict.fromkeys(out))
 
 
@@ -133,9 +151,7 @@ def candidates_table(report: Report) -> Table | None:
     rows = []
     for run_id, _, r in found:
         for j in r.judged:
-            verdict = j.verdict + (" (best)" if r.best is not None and j is r.best else "")
-            if j.verdict == tuning.UNDECIDED and j.more_repeats:
-                verdict += f" (+{j.more_repeats} repeats)"
+            verdict = verdict_text(j) + (" (best)" if r.best is not None and j is r.best else "")
             rows.append((*_run_cells(report, run_id), Cell(r.cell.workload), Cell(r.cell.framework),
                          Cell(j.candidate.settings(r.cell.framework, r.cell.mode)), Cell(str(j.phase)),
                          Cell(j.status), _median_cell(j), _speedup_cell(j), Cell(verdict), _parity_cell(j.parity)))
@@ -144,7 +160,21 @@ def candidates_table(report: Report) -> Table | None:
                Column("phase", lift=True), Column("trials"), Column("median", "right"),
                Column("speed-up [interval]", "right", inline_interval=True), Column("verdict"), Column("parity"))
     return Table(CANDIDATES_TABLE, "Candidates", "candidates: every setting the search tried, against the default of"
-                 " its phase", columns, tuple(tuple(r) for r in rows), tuple(_failure_notes(report, found)))
+                 " its phase", columns, tuple(tuple(r) for r in rows),
+                 (*_failure_notes(report, found), *_busy_notes(found)))
+
+
+def _busy_notes(found: list[tuple[int, SearchState, CellResult]]) -> list[str]:
+    """Each candidate with busy trials: how many were left out, and a verdict they held back."""
+    out = []
+    for _, _, r in found:
+        for j in r.judged:
+            if j.busy:
+                name = f"{r.cell.label} {j.candidate.settings(r.cell.framework, r.cell.mode)} (phase {j.phase})"
+                held = f"; undecided: {j.withheld}" if j.withheld else ""
+                out.append(f"{BUSY_MARK} {name}: {j.busy} trial{'s' if j.busy != 1 else ''} on a busy machine, left"
+                           f" out of its median and verdict{held}")
+    return out
 
 
 def _failure_notes(report: Report, found: list[tuple[int, SearchState, CellResult]]) -> list[str]:

@@ -6,6 +6,11 @@ run's processes) with its interval, in the JSON of
   direction per file (its README, "Examples" and src/extract.ts, extractCustomBenchmarkResult);
 - Bencher (bencher.dev, the Bencher Metric Format, https://bencher.dev/docs/reference/bencher-metric-format):
   {benchmark name: {measure slug: {"value", "lower_value"?, "upper_value"?}}}.
+
+Each value is over the configuration's trials that were not busy (analysis/busy.py); busy trials
+are named where a dashboard shows text (github-action-benchmark's `extra`) and counted as a
+measure of their own (Bencher's `busy-trials`), so that a point taken on a busy machine never
+passes for a finding.
 """
 
 from __future__ import annotations
@@ -14,11 +19,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dlbench.analysis import metrics
+from dlbench.analysis import busy, metrics
+from dlbench.analysis.busy import Tally
 from dlbench.analysis.summary import Summary, summarize
 from dlbench.results.store import Store
 from dlbench.spec import configuration_key
 
+# Bencher's measure of how many of a configuration's trials ran on a busy machine (only where
+# interference was measured: a store of an earlier release has no such count).
+BUSY_MEASURE = "busy-trials"
 GITHUB_TOOLS = {True: "customBiggerIsBetter", False: "customSmallerIsBetter"}
 # Units as a dashboard shows them; the store keeps SI ("1/s", "B", "s").
 UNIT_TEXT = {"1/s": "1/s", "B": "bytes", "s": "s", "1": "", "W": "W", "J": "J", "FLOP/s": "FLOP/s"}
@@ -35,7 +44,8 @@ class Point:
     name: str
     metric: str
     unit: str
-    summary: Summary
+    summary: Summary  # over the trials that count (analysis/busy.py)
+    interference: Tally = Tally(0)
 
 
 def benchmark_name(spec: dict[str, Any]) -> str:
@@ -67,10 +77,13 @@ def points(store: Store, run_ids: list[int], names: Sequence[str]) -> list[Point
             named[key] = f"{name} [{key[:8]}]" if name in named.values() else name
         prefix = f"run {rid}: " if len(run_ids) > 1 else ""
         for key, trials in configs.items():
+            ok = [t for t in trials if t.status == "ok"]
+            records = [busy.record(t.metrics) for t in ok]
+            counted = busy.counted(ok, records)
             for metric in names:
-                s = summarize(t.metrics.get(metric) for t in trials if t.status == "ok")
+                s = summarize(t.metrics.get(metric) for t in counted)
                 if s.median is not None:
-                    out.append(Point(rid, prefix + named[key], metric, metrics.unit(metric), s))
+                    out.append(Point(rid, prefix + named[key], metric, metrics.unit(metric), s, Tally.of(records)))
     return out
 
 
@@ -92,9 +105,16 @@ def github_action_benchmark(found: list[Point]) -> list[dict[str, Any]]:
             extra = f"median of {s.n} processes; {s.level:.0%} interval [{s.low:.4g}, {s.high:.4g}]"
         else:
             extra = f"median of {s.n} process{'es' if s.n != 1 else ''}; no interval"
-        entry["extra"] = f"{extra}; dlbench run {p.run_id}"
+        entry["extra"] = f"{extra}; dlbench run {p.run_id}" + _busy_text(p.interference)
         out.append(entry)
     return out
+
+
+def _busy_text(tally: Tally) -> str:
+    """`; BUSY: 2 of 3 trials busy (foreign CPU up to 62%), left out` (every one: `no finding`)."""
+    if not tally.busy:
+        return ""
+    return f"; BUSY: {tally.text()}, " + ("no finding (every trial busy)" if tally.all_busy else "left out")
 
 
 def bencher(found: list[Point]) -> dict[str, dict[str, dict[str, float]]]:
@@ -107,5 +127,8 @@ def bencher(found: list[Point]) -> dict[str, dict[str, dict[str, float]]]:
         value: dict[str, float] = {"value": s.median}
         if s.low is not None and s.high is not None:
             value.update(lower_value=s.low, upper_value=s.high)
-        out.setdefault(p.name, {})[p.metric.replace("_", "-")] = value
+        measures = out.setdefault(p.name, {})
+        measures[p.metric.replace("_", "-")] = value
+        if p.interference.measured:
+            measures[BUSY_MEASURE] = {"value": float(p.interference.busy)}
     return out

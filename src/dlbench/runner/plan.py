@@ -422,6 +422,15 @@ def baseline_s(options: SolveOptions, problem: Problem) -> float:
     return SCIPY_EXPLICIT_CURVES * explicit_s + SCIPY_IMPLICIT_CURVES * points * SCIPY_POINT_S
 
 
+def at_load(seconds: float, source: str, load: float) -> float:
+    """An estimate at the present load: a first guess ("rough") assumes a quiet machine and
+    stretches by `load` (the load average over the cores, where above 1: cli/run.py
+    busy_machine); one learnt from the store ("store", "similar") already holds the load its
+    trials ran under and is not stretched again (a second run estimated 11.7 min, then "128.7 min
+    at the present load", and took 10.6)."""
+    return seconds * load if source == "rough" else seconds
+
+
 def estimates(trials: list[TrialSpec], costs: Costs) -> list[tuple[float, str]]:
     """estimate_s of each trial, and where it is a first guess, SciPy's baseline on the first
     solve trial of each problem, repeat and sweep: the one that measures it (the store's times

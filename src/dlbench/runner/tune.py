@@ -16,19 +16,26 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from dlbench import workloads
+from dlbench.analysis import repeats
 from dlbench.analysis import tune as tuning
 from dlbench.analysis.tune import Candidate, Cell, Entry, Factor, SearchState, TrialOutcome
 from dlbench.backends import get_backend, support
 from dlbench.monitors.nvml import device_kind
 from dlbench.results.store import Store, TrialRow
+from dlbench.results.records import TrialResult
+from dlbench.runner import retake
 from dlbench.runner.executor import Outcome, Progress
-from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimate_s, make_plan
+from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, at_load, estimate_s, make_plan
 from dlbench.runner.ray_executor import RunTrials
 from dlbench.spec import MODES, SpecError, TrialSpec
 
 Clock = Callable[[], float]
+# How long a search may wait, in all, for a quiet machine before retaking busy trials (within its
+# budget): the same bound as `--repeats auto`'s default wait.
+QUIET_WAIT_S = repeats.QUIET_WAIT_S
 
 
 @dataclass
@@ -42,6 +49,20 @@ class Search:
     # Each admitted candidate's estimated seconds per trial (the first round corrects them).
     estimates: dict[tuple[int, Candidate], float] = field(default_factory=dict)
     last_round_trials: int = 0  # how many trials the last round ran (state.round_s is its duration)
+    # Every trial run so far: its seconds and its estimate (the pace a next trial is expected at).
+    ran_s: float = 0.0
+    ran_estimated_s: float = 0.0
+    ran_trials: int = 0
+    answered: set[int] = field(default_factory=set)  # busy trials a retake (or its refusal) answered
+    load: float = 1.0  # the present load's stretch of a first guess (cli/run.py busy_machine)
+
+    def expected_s(self, cell: int, candidate: Candidate) -> float:
+        """A next trial's expected seconds: its estimate at the pace measured so far (the mean
+        trial so far where it has none: phase 2's combination)."""
+        estimate = self.estimates.get((cell, candidate))
+        if estimate is None:
+            return self.ran_s / self.ran_trials if self.ran_trials else 0.0
+        return estimate * (self.ran_s / self.ran_estimated_s if self.ran_estimated_s > 0 else 1.0)
 
     @property
     def trials_phase_one(self) -> int:
@@ -88,13 +109,13 @@ def why_not(spec: TrialSpec) -> str | None:
 
 
 def prepare(sweep: Sweep, repeats: int, budget_s: float, costs: Costs,
-            run_args: Callable[[TrialSpec], tuple[str, ...]], plain_mode: str = "compiled") -> Search:
+            run_args: Callable[[TrialSpec], tuple[str, ...]], plain_mode: str = "compiled", load: float = 1.0) -> Search:
     """The cells of the sweep (one default trial each: make_plan with one repeat), their
     candidates in the search order, each checked, and which of them the budget admits
-    (tuning.admit, by each candidate's estimate)."""
+    (tuning.admit, by each candidate's estimate at the present `load`: plan.at_load)."""
     plan = make_plan(replace(sweep, repeats=1))
     state = SearchState(repeats, budget_s, sweep.order_seed)
-    search = Search(state, skipped=list(plan.notes))
+    search = Search(state, skipped=list(plan.notes), load=load)
     device = device_class()
     for planned in plan.trials:
         base = planned.spec
@@ -121,8 +142,7 @@ def _admit(search: Search, costs: Costs) -> None:
     """Mark the candidates the budget does not admit `not tried: budget`."""
     state = search.state
     tried = [[e for e in c.entries if e.status == "tried"] for c in state.cells]
-    estimates = [[estimate_s(search.specs[(i, e.candidate)], costs)[0] for e in entries]
-                 for i, entries in enumerate(tried)]
+    estimates = [[_estimate_s(search, i, e.candidate, costs)[0] for e in entries] for i, entries in enumerate(tried)]
     for i, entries in enumerate(tried):
         for e, seconds in zip(entries, estimates[i], strict=True):
             search.estimates[(i, e.candidate)] = seconds
@@ -133,13 +153,19 @@ def _admit(search: Search, costs: Costs) -> None:
                                                      else e for e in cell.entries))
 
 
+def _estimate_s(search: Search, cell: int, candidate: Candidate, costs: Costs) -> tuple[float, str]:
+    """A candidate's estimate at the search's load (plan.at_load), and where it comes from."""
+    seconds, source = estimate_s(search.specs[(cell, candidate)], costs)
+    return at_load(seconds, source, search.load), source
+
+
 def estimate_phase_one_s(search: Search, costs: Costs) -> tuple[float, set[str]]:
-    """(seconds, the estimates' sources) of phase 1 as admitted."""
+    """(seconds at the present load, the estimates' sources) of phase 1 as admitted."""
     total, sources = 0.0, set()
     for i, cell in enumerate(search.state.cells):
         for e in cell.entries:
             if e.status == "tried":
-                seconds, source = estimate_s(search.specs[(i, e.candidate)], costs)
+                seconds, source = _estimate_s(search, i, e.candidate, costs)
                 total += search.state.repeats * seconds
                 sources.add(source)
     return total, sources
@@ -152,8 +178,7 @@ def candidates_plan(search: Search) -> Plan:
 
 def estimate_default_s(search: Search, costs: Costs) -> list[float]:
     """Each cell's default's estimated seconds per trial."""
-    return [estimate_s(search.specs[(i, Candidate(tuning.DEFAULT, c.mode))], costs)[0]
-            for i, c in enumerate(search.state.cells)]
+    return [_estimate_s(search, i, Candidate(tuning.DEFAULT, c.mode), costs)[0] for i, c in enumerate(search.state.cells)]
 
 
 def warm_plan(search: Search) -> Plan:
@@ -168,9 +193,11 @@ def outcomes(rows: Iterable[TrialRow]) -> dict[int, TrialOutcome]:
 
 
 def run_search(store: Store, run_id: int, search: Search, run_trials: RunTrials, progress: Progress,
-               clock: Clock = time.monotonic) -> Outcome:
+               clock: Clock = time.monotonic, wait: retake.Wait = retake.wait_for_quiet) -> Outcome:
     """Phase 1's rounds, then phase 2's where a cell has a combination to try, each round only
-    where it fits the budget (the last round's duration); the state stored after every round."""
+    where it fits the budget (the last round's duration) and each trial only where it is
+    expected to end within it; after each phase, a retake of the trials that ran on a busy
+    machine once it is quiet (_retakes); the state stored after every trial."""
     state = search.state
     outcome = Outcome()
     state.stop = None
@@ -181,8 +208,10 @@ def run_search(store: Store, run_id: int, search: Search, run_trials: RunTrials,
             _readmit(store, run_id, search, progress)
     if not _catch_up(store, run_id, search, run_trials, progress, clock, outcome):
         return outcome
+    if not _retakes(store, run_id, search, 1, run_trials, progress, clock, outcome, wait):
+        return outcome
     if state.stop is None:
-        _phase_two(store, run_id, search, run_trials, progress, clock, outcome)
+        _phase_two(store, run_id, search, run_trials, progress, clock, outcome, wait)
     _finish(store, run_id, search)
     return outcome
 
@@ -191,8 +220,11 @@ def _round(store: Store, run_id: int, search: Search, phase: int, repeat: int, r
            progress: Progress, clock: Clock, outcome: Outcome,
            first: bool = False, only: Callable[[int, Entry], bool] | None = None, label: str = "") -> bool:
     """One round of the phase's tried entries (those `only` keeps, by cell index and entry),
-    where it fits (a phase's first round always runs: its phase was admitted); False when the
-    search stops here (the budget, or an interruption: the state says which)."""
+    where it fits (a phase's first round always starts: its phase was admitted), one trial at a
+    time: a trial starts only where the time spent and its expected length (Search.expected_s)
+    stay within the budget, so that the search never passes it by more than one trial's
+    misjudged length (the round is cut there); False when the search stops here (the budget,
+    or an interruption: the state says which)."""
     state = search.state
     keys = [(i, e.candidate) for i, c in enumerate(state.cells) for e in c.entries
             if e.phase == phase and e.status == "tried" and (only is None or only(i, e))]
@@ -207,28 +239,108 @@ def _round(store: Store, run_id: int, search: Search, phase: int, repeat: int, r
         return False
     state.phase = phase
     random.Random(f"{state.order_seed}/tune/{phase}/{repeat}").shuffle(keys)
-    seq = len(store.trials(run_id))
-    trials = []
-    for n, (i, candidate) in enumerate(keys):
-        spec = replace(search.specs[(i, candidate)], repeat=repeat)
-        tid = store.add_trial(run_id, seq + n, spec)
-        _add_trial(state, i, phase, candidate, tid)
-        trials.append((tid, PlannedTrial(spec)))
-    store.set_run_tune(run_id, state.to_dict())
-    progress.message(f"tune: phase {phase}, {label or f'round {repeat + 1}'}: {len(trials)} trial(s)")
+    name = label or f"round {repeat + 1}"
+    progress.message(f"tune: phase {phase}, {name}: {len(keys)} trial(s)")
     started = clock()
-    part = run_trials(store, run_id, trials, progress)
+    for n, (i, candidate) in enumerate(keys):
+        spent = state.spent_s + (clock() - started)
+        expected = search.expected_s(i, candidate)
+        if search.ran_trials and spent + expected > state.budget_s:
+            state.spent_s, state.round_s, state.stop = spent, clock() - started, "budget"
+            progress.message(f"tune: phase {phase}, {name} cut after {n} of {len(keys)} trial(s): the next, expected"
+                             f" to take {expected:.0f} s, would end past the budget of {_minutes(state.budget_s)}"
+                             f" ({_minutes(spent)} spent)")
+            _finish(store, run_id, search)
+            return False
+        if not _one_trial(store, run_id, search, phase, repeat, (i, candidate), run_trials,
+                          _InRound(progress, n, len(keys)), clock, outcome):
+            state.spent_s += clock() - started
+            _finish(store, run_id, search)
+            return False
     took = clock() - started
     state.spent_s += took
     state.round_s = took
-    search.last_round_trials = len(trials)
+    search.last_round_trials = len(keys)
+    store.set_run_tune(run_id, state.to_dict())
+    return True
+
+
+def _one_trial(store: Store, run_id: int, search: Search, phase: int, repeat: int, key: tuple[int, Candidate],
+               run_trials: RunTrials, progress: Progress, clock: Clock, outcome: Outcome) -> bool:
+    """Add one candidate's trial to the store and run it (the executor's call for one trial);
+    the pace it ran at is kept for the next trials' expected length. False: interrupted."""
+    state = search.state
+    i, candidate = key
+    spec = replace(search.specs[key], repeat=repeat)
+    tid = store.add_trial(run_id, len(store.trials(run_id)), spec)
+    _add_trial(state, i, phase, candidate, tid)
+    store.set_run_tune(run_id, state.to_dict())
+    started = clock()
+    part = run_trials(store, run_id, [(tid, PlannedTrial(spec))], progress)
+    took = clock() - started
     outcome.add(part)
     if part.interrupted:
         state.stop = "interrupted"
-        _finish(store, run_id, search)
         return False
-    store.set_run_tune(run_id, state.to_dict())
+    if key in search.estimates:
+        search.ran_s += took
+        search.ran_estimated_s += search.estimates[key]
+    search.ran_trials += 1
     return True
+
+
+class _InRound(Progress):
+    """The executor's progress for one trial of a round, numbered within the round ([3/8])."""
+
+    def __init__(self, progress: Progress, index: int, total: int) -> None:
+        self.progress, self.index, self.total = progress, index, total
+
+    def trial_started(self, index: int, total: int, planned: PlannedTrial) -> None:
+        self.progress.trial_started(self.index, self.total, planned)
+
+    def event(self, event: dict[str, Any]) -> None:
+        self.progress.event(event)
+
+    def trial_finished(self, index: int, total: int, planned: PlannedTrial, result: TrialResult) -> None:
+        self.progress.trial_finished(self.index, self.total, planned, result)
+
+    def message(self, text: str) -> None:
+        self.progress.message(text)
+
+
+def _retakes(store: Store, run_id: int, search: Search, phase: int, run_trials: RunTrials, progress: Progress,
+             clock: Clock, outcome: Outcome, wait: retake.Wait) -> bool:
+    """The phase's trials that ran on a busy machine, each candidate once more after a wait for
+    a quiet machine (at most QUIET_WAIT_S in all, within the budget, where the retakes are
+    expected to fit), until none is left unanswered; where the machine stays busy the search
+    stops (`busy`: their verdicts say the machine was busy). False where the search stopped."""
+    state = search.state
+    while state.stop is None:
+        by_trial = {tid: (i, e.candidate) for i, c in enumerate(state.cells) for e in c.entries
+                    if e.phase == phase and e.status == "tried" for tid in e.trial_ids}
+        found = [r for r in retake.busy_rows(store.trials(run_id), by_trial) if r.id not in search.answered]
+        if not found:
+            return True
+        search.answered.update(r.id for r in found)
+        keys = {by_trial[r.id] for r in found}
+        needed = sum(search.expected_s(i, c) for i, c in keys)
+        limit = max(0.0, min(QUIET_WAIT_S - state.waited_s, state.budget_s - state.spent_s - needed))
+        progress.message(f"tune: phase {phase}: {retake.summary(found)}: waiting up to {limit:.0f} s for a quiet"
+                         f" machine to retake {len(keys)} candidate(s)")
+        quiet, waited = retake.timed_wait(wait, limit, progress, clock)
+        state.waited_s += waited
+        state.spent_s += waited
+        if not quiet:
+            state.stop = "busy" if limit > 0 else "budget"
+            progress.message("tune: the machine stayed busy: the verdicts those trials hold back say so" if limit > 0
+                             else "tune: no time left within the budget to retake them: their verdicts say busy")
+            _finish(store, run_id, search)
+            return False
+        state.retakes += len(keys)
+        if not _round(store, run_id, search, phase, _next_repeat(store, run_id), run_trials, progress, clock, outcome,
+                      first=True, only=lambda i, e: (i, e.candidate) in keys, label="retake after busy trials"):
+            return False
+    return state.stop is None
 
 
 def _readmit(store: Store, run_id: int, search: Search, progress: Progress) -> None:
@@ -333,7 +445,7 @@ def _add_trial(state: SearchState, cell: int, phase: int, candidate: Candidate, 
 
 
 def _phase_two(store: Store, run_id: int, search: Search, run_trials: RunTrials, progress: Progress,
-               clock: Clock, outcome: Outcome) -> None:
+               clock: Clock, outcome: Outcome, wait: retake.Wait) -> None:
     """Where two or more factors won in phase 1: their combination, with the default and the
     best single candidate again, R repeats each, only where the whole phase fits the budget."""
     state = search.state
@@ -377,6 +489,7 @@ def _phase_two(store: Store, run_id: int, search: Search, run_trials: RunTrials,
     for repeat in range(start, start + state.repeats):
         if not _round(store, run_id, search, 2, repeat, run_trials, progress, clock, outcome, first=repeat == start):
             return
+    _retakes(store, run_id, search, 2, run_trials, progress, clock, outcome, wait)
 
 
 def _finish(store: Store, run_id: int, search: Search) -> None:
