@@ -21,6 +21,12 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 # A pytest-xdist worker starts with COLUMNS=80 and LINES=24 in its environment, which the
 # report's console honours as the user's width (report/terminal.py): the tests read the output
 # of a pipe, wide, as a single test process (and CI) sees it; a test that wants a width sets it.
+# No trial is ever busy unless a test asks for the verdict (the `busy_judged` fixture): a machine
+# running two test processes is never quiet, and the mechanics a test checks (how many trials a
+# search runs, what a ranking says) must not depend on its load. Set for the whole session, so that
+# module-scoped fixtures that run trials see it too.
+os.environ["DLBENCH_BUSY_SHARE"] = "1"
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.pop("COLUMNS", None)
     os.environ.pop("LINES", None)
@@ -46,8 +52,16 @@ def _cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(autouse=True)
 def _isolated_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _cache_dir: Path) -> None:
     monkeypatch.setenv("DLBENCH_LOCK", str(tmp_path / "run.lock"))
+
     # Parity references are computed once per test session, never read from the user's cache.
     monkeypatch.setenv("DLBENCH_CACHE_DIR", str(_cache_dir))
+
+
+@pytest.fixture
+def busy_judged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The busy verdict at dlbench's own threshold (analysis/interference.py), for the tests of
+    interference: trials whose foreign CPU share is above it are busy."""
+    monkeypatch.delenv("DLBENCH_BUSY_SHARE", raising=False)
 
 
 @pytest.fixture

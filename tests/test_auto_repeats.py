@@ -171,7 +171,7 @@ def _run_auto(path: Path, text: str, busy_at: set[int], wait) -> tuple[Store, in
 
 
 @pytest.mark.usefixtures("fake_env")
-def test_auto_retakes_a_busy_trials_configuration_once_the_machine_is_quiet(tmp_path, monkeypatch):
+def test_auto_retakes_a_busy_trials_configuration_once_the_machine_is_quiet(busy_judged, tmp_path, monkeypatch):
     monkeypatch.setenv("DLBENCH_BACKENDS", "fake=fake_backend:FakeBackend,fake2=fake_backend:FakeBackend")
     waits: list[float] = []
     busy_trial = 2  # the third trial of round 1
@@ -199,7 +199,7 @@ def test_auto_retakes_a_busy_trials_configuration_once_the_machine_is_quiet(tmp_
 
 
 @pytest.mark.usefixtures("fake_env")
-def test_auto_stops_and_says_busy_when_the_machine_stays_busy(tmp_path, monkeypatch):
+def test_auto_stops_and_says_busy_when_the_machine_stays_busy(busy_judged, tmp_path, monkeypatch):
     monkeypatch.setenv("DLBENCH_BACKENDS", "fake=fake_backend:FakeBackend,fake2=fake_backend:FakeBackend")
     store, run, _, state, _ = _run_auto(tmp_path / "s.sqlite", "auto,min=3,max=10,wait=5min", {0, 1, 3, 5},
                                         lambda limit, progress: None)
@@ -225,7 +225,7 @@ def test_a_wait_and_a_time_budget_bound_the_retake():
 
 
 @pytest.mark.usefixtures("fake_env")
-def test_the_report_says_a_retake_happened(tmp_path, monkeypatch):
+def test_the_report_says_a_retake_happened(busy_judged, tmp_path, monkeypatch):
     from dlbench.report import model
     from dlbench.report.tables import report_tables
 

@@ -27,6 +27,9 @@ from dlbench.results.records import TrialResult
 from dlbench.results.store import Store
 from dlbench.spec import Policy, TrialSpec, WorkloadSpec
 
+# These tests judge trials at dlbench's own busy threshold (conftest: busy_judged).
+pytestmark = pytest.mark.usefixtures("busy_judged")
+
 QUIET = Interference(foreign_cpu_share=0.01)
 BUSY = Interference(foreign_cpu_share=0.62)
 UNKNOWN = Interference()
@@ -263,3 +266,21 @@ def test_the_tables_show_the_medians_ratio_where_it_contradicts_the_pairwise_one
     # compare: beside the shift
     assert _compare(tmp_path, _export(y, [None] * 6), _export(x, [None] * 6)) in (0, 1, 4)
     assert re.search(r"\d\.\d{3} \(medians \d\.\d{3}\)", capsys.readouterr().out)
+
+
+def test_the_busy_threshold_can_be_set_and_a_bad_one_is_refused_in_one_line(monkeypatch, capsys):
+    from dlbench.analysis import interference
+    from dlbench.cli.main import main
+
+    record = interference.judge({"foreign_cpu_share": 0.3})
+    assert record.state == "busy"  # above dlbench's own 10 %
+    monkeypatch.setenv("DLBENCH_BUSY_SHARE", "0.5")
+    assert record.state == "quiet" and interference.busy_foreign_share() == 0.5
+    for bad in ("0", "1.5", "nan", "lots", "\uff10.5"):
+        monkeypatch.setenv("DLBENCH_BUSY_SHARE", bad)
+        with pytest.raises(interference.SpecError, match="DLBENCH_BUSY_SHARE=.* allowed is a number in"):
+            interference.busy_foreign_share()
+    monkeypatch.setenv("DLBENCH_BUSY_SHARE", "-1")
+    assert main(["env"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "DLBENCH_BUSY_SHARE='-1'" in err[0]

@@ -32,7 +32,7 @@ from dlbench.runner import rounds
 from dlbench.runner.executor import Outcome, Progress, execute, register
 from dlbench.runner.plan import PlannedTrial, Sweep, make_plan
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("busy_judged")]
 
 
 class Hog:

@@ -88,7 +88,7 @@ def test_bencher_metric_format_matches_its_schema(store_path, tmp_path):
         jsonschema.validate({"b": {"m": {"lower_value": 1.0}}}, schema("bencher-metric-format"))
 
 
-def test_busy_trials_are_left_out_of_a_dashboards_value_and_said(tmp_path):
+def test_busy_trials_are_left_out_of_a_dashboards_value_and_said(busy_judged, tmp_path):
     """Issue 45: 5 quiet trials at ~1000 samples/s and 2 beside a hog at 300: the value is the
     quiet median, github-action-benchmark's extra names the busy trials, Bencher counts them."""
     path = tmp_path / "s.sqlite"

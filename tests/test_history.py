@@ -98,7 +98,7 @@ def test_history_of_an_unknown_metric_is_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and "has an ok value of samples_per_sec" in err
 
 
-def test_runs_on_a_busy_machine_are_marked_and_make_no_step(tmp_path, capsys):
+def test_runs_on_a_busy_machine_are_marked_and_make_no_step(busy_judged, tmp_path, capsys):
     """Issue 45: 12 runs at 1000 samples/s; runs 6 and 7 ran beside a hog (every trial busy, 400),
     run 9 had one busy trial of three (300); runs 1-2 come from a release that did not measure
     interference. Counting the hog's runs would make two steps; they are marked and make none."""

@@ -22,6 +22,9 @@ from dlbench.results.records import TrialResult
 from dlbench.results.store import Store
 from dlbench.runner import spawn
 
+# These tests judge trials at dlbench's own busy threshold (conftest: busy_judged).
+pytestmark = pytest.mark.usefixtures("busy_judged")
+
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = ["--preset", "tiny", "--dataset-size", "64", "--batch-size", "16", "--repeats", "1"]
 

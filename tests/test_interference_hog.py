@@ -16,7 +16,7 @@ from dlbench.analysis import interference
 from dlbench.runner import spawn
 from dlbench.spec import Policy, TrialSpec, WorkloadSpec
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fake_env")]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fake_env", "busy_judged")]
 
 
 def _spin() -> None:

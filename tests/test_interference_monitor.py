@@ -12,6 +12,9 @@ import pytest
 from dlbench.analysis import interference as judged
 from dlbench.monitors import interference as mon
 
+# These tests judge trials at dlbench's own busy threshold (conftest: busy_judged).
+pytestmark = pytest.mark.usefixtures("busy_judged")
+
 TICK = mon.TICK_S
 
 

@@ -14,6 +14,9 @@ from dlbench.cli.main import main
 from dlbench.monitors import preflight
 from dlbench.monitors.preflight import Machine
 
+# These tests judge trials at dlbench's own busy threshold (conftest: busy_judged).
+pytestmark = pytest.mark.usefixtures("busy_judged")
+
 QUIET = Machine(load_1min=0.2, cores=2, cpus=2, interval_s=1.0, foreign_share=0.01, steal_share=0.0,
                 steal_since_boot_s=0.0, top=(), governors=("performance",), turbo=False,
                 turbo_switch="echo 1 | sudo tee /sys/devices/system/cpu/intel_pstate/no_turbo", threads_per_core=1)

@@ -432,7 +432,7 @@ def _flavour_only() -> tune.Search:
 
 
 @pytest.mark.usefixtures("fake_env")
-def test_tune_retakes_a_busy_trial_once_the_machine_is_quiet(stored):
+def test_tune_retakes_a_busy_trial_once_the_machine_is_quiet(busy_judged, stored):
     store, run_id = stored
     search = _flavour_only()
     clock, said, waits = Clock(), _Said(), []
@@ -463,7 +463,7 @@ def test_tune_retakes_a_busy_trial_once_the_machine_is_quiet(stored):
 
 
 @pytest.mark.usefixtures("fake_env")
-def test_tune_says_busy_where_the_machine_stays_busy(stored, capsys):
+def test_tune_says_busy_where_the_machine_stays_busy(busy_judged, stored, capsys):
     store, run_id = stored
     search = _flavour_only()
     clock = Clock()

@@ -23,9 +23,12 @@ shown as such and never as quiet.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
+
+from dlbench.spec import SpecError
 
 FOREIGN_CPU_SHARE = "foreign_cpu_share"
 RUN_QUEUE = "run_queue_mean"
@@ -43,6 +46,27 @@ SERIES = "foreign_cpu_share"
 # framework's throughput starts to fall (docs/benchmarks.md, "Interference").
 BUSY_FOREIGN_SHARE = 0.10
 BUSY_STEAL_SHARE = 0.05
+# The environment variable that overrides BUSY_FOREIGN_SHARE for a machine whose /proc/stat counts
+# CPUs the trials never run on (a container shown the host's CPUs), or to switch the busy verdict
+# off (`1`: no trial is ever busy; the test suite's default, since a test machine running two test
+# processes is never quiet and the mechanics must not depend on its load).
+BUSY_SHARE_ENV = "DLBENCH_BUSY_SHARE"
+
+
+def busy_foreign_share() -> float:
+    """The foreign CPU share above which a timed window is busy: $DLBENCH_BUSY_SHARE where set (a
+    number in (0, 1]), else BUSY_FOREIGN_SHARE."""
+    text = os.environ.get(BUSY_SHARE_ENV, "").strip()
+    if not text:
+        return BUSY_FOREIGN_SHARE
+    try:
+        value = float(text) if text.isascii() else float("nan")
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:  # false for nan
+        raise SpecError(f"{BUSY_SHARE_ENV}={text!r} is not a share: allowed is a number in (0, 1]"
+                        f" (default {BUSY_FOREIGN_SHARE:g}; 1 marks no trial busy)")
+    return value
 
 State = Literal["quiet", "busy", "unknown"]
 QUIET: State = "quiet"
@@ -71,7 +95,7 @@ class Interference:
         within it, `unknown` when nothing was measured (an older store, a failed trial)."""
         if self.foreign_cpu_share is None:
             return UNKNOWN
-        if self.foreign_cpu_share > BUSY_FOREIGN_SHARE or (self.steal_share or 0.0) > BUSY_STEAL_SHARE:
+        if self.foreign_cpu_share > busy_foreign_share() or (self.steal_share or 0.0) > BUSY_STEAL_SHARE:
             return BUSY
         return QUIET
 

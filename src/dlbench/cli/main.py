@@ -49,9 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        parser = build_parser()  # inside: its help reads settings a user can get wrong (DLBENCH_BUSY_SHARE)
         for arg in argv:  # no real command line holds one; every path API refuses it
             if "\x00" in arg:
                 raise UsageError(f"argument {shown(arg)} holds a NUL character")

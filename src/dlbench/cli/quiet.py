@@ -18,7 +18,7 @@ from dlbench.text import printable
 def add_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet-wait", metavar="DURATION",
                    help="before each trial, wait until other processes take at most"
-                        f" {interference.BUSY_FOREIGN_SHARE * 100:.0f}%% of the CPU, for at most DURATION (e.g. 90s,"
+                        f" {interference.busy_foreign_share() * 100:.0f}%% of the CPU, for at most DURATION (e.g. 90s,"
                         " 10min); the wait is recorded with the trial, which runs anyway when it runs out")
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from dlbench.analysis.interference import (
-    BUSY_FOREIGN_SHARE,
+    busy_foreign_share,
     CPU_FREQ_MEAN,
     CPU_FREQ_MIN,
     FOREIGN_CPU_SHARE,
@@ -137,14 +137,16 @@ def busy_share_now(interval_s: float = 1.0, own_pids: Iterable[int] = (), root: 
     return foreign_share(before, after, own_after - own_before)
 
 
-def wait_quiet(limit_s: float, threshold: float = BUSY_FOREIGN_SHARE, interval_s: float = 1.0,
+def wait_quiet(limit_s: float, threshold: float | None = None, interval_s: float = 1.0,
                own_pids: Iterable[int] = (), on_wait: Callable[[float, float], None] | None = None,
                root: Path = PROC, sleep: Callable[[float], None] = time.sleep,
                clock: Callable[[], float] = time.monotonic) -> float | None:
     """Wait until other processes use at most `threshold` of the machine over one interval, at
     most `limit_s` seconds. Returns the seconds waited, or None when the limit ran out (or /proc
     cannot tell: a wait that cannot judge never says quiet). `on_wait(share, waited_s)` is told
-    each busy reading, for a progress line."""
+    each busy reading, for a progress line. `threshold` defaults to the busy threshold
+    (analysis/interference.py: busy_foreign_share)."""
+    limit = busy_foreign_share() if threshold is None else threshold
     pids = [os.getpid(), *own_pids]
     start = clock()
     while True:
@@ -152,7 +154,7 @@ def wait_quiet(limit_s: float, threshold: float = BUSY_FOREIGN_SHARE, interval_s
         waited = clock() - start
         if share is None:
             return None
-        if share <= threshold:
+        if share <= limit:
             return waited
         if waited >= limit_s:
             return None

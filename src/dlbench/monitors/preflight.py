@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import psutil
 
-from dlbench.analysis.interference import BUSY_FOREIGN_SHARE, BUSY_STEAL_SHARE
+from dlbench.analysis.interference import BUSY_STEAL_SHARE, busy_foreign_share
 from dlbench.monitors.interference import PROC, SYS_CPU, cpu_times, foreign_share, process_cpu_s, steal_share
 
 Level = Literal["ok", "note", "warn"]
@@ -105,9 +105,9 @@ def _others(m: Machine) -> Finding:
     names = ", ".join(f"{name} {cores:.1f} cores" for name, cores in m.top)
     state = (f"other processes took {m.foreign_share:.0%} of the CPU over the last {m.interval_s:.1f} s"
              + (f" ({names})" if names else ""))
-    if m.foreign_share > BUSY_FOREIGN_SHARE:
+    if m.foreign_share > busy_foreign_share():
         return Finding("other processes", "warn", state,
-                       f"over the busy threshold ({BUSY_FOREIGN_SHARE:.0%}): trials taken now are marked busy and kept"
+                       f"over the busy threshold ({busy_foreign_share():.0%}): trials taken now are marked busy and kept"
                        " out of verdicts; stop them, or run with --quiet-wait DURATION to wait before each trial")
     return Finding("other processes", "ok", state)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from dlbench.analysis.interference import BUSY_FOREIGN_SHARE, BUSY_STEAL_SHARE
+from dlbench.analysis.interference import BUSY_STEAL_SHARE, busy_foreign_share
 from dlbench.analysis.summary import Summary
 from dlbench.analysis.window import (
     ADVICE,
@@ -114,7 +114,7 @@ def short_window(config: Config) -> bool:
 
 
 BUSY_NOTE = (f"{BUSY_MARK} busy: some of the row's trials ran while other processes took more than"
-             f" {BUSY_FOREIGN_SHARE:.0%} of the machine's CPU (or the hypervisor stole more than"
+             f" {busy_foreign_share():.0%} of the machine's CPU (or the hypervisor stole more than"
              f" {BUSY_STEAL_SHARE:.0%}); its medians are over its other trials, or, where every trial was busy,"
              " over those (no finding), and no ranking or comparison rests on a busy trial")
 SHORT_NOTE = (f"{SHORT_MARK} timed window too short to time (fewer than {MIN_TIMED_STEPS} steps or under"

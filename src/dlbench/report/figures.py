@@ -294,7 +294,7 @@ def step_times(report: Report) -> Chart | None:
         _chunks_over_time(report, fig, pairs)
         note += (" Below: each chunk at its end, seconds into the timed window, and shaded on the right axis the"
                  " CPU time other processes took, as a share of the machine's capacity, about once a second"
-                 f" (dashed: the busy threshold of {interference.BUSY_FOREIGN_SHARE:.0%}); a trial is busy when its"
+                 f" (dashed: the busy threshold of {interference.busy_foreign_share():.0%}); a trial is busy when its"
                  " window's share passes it.")
     return Chart("step-times", "Step-time distributions", _layout(fig, height=780 if over_time else 460), note)
 
@@ -315,7 +315,7 @@ def _chunks_over_time(report: Report, fig: go.Figure, pairs: list[tuple[Config, 
                                      mode="lines", line={"color": color, "width": 0.5, "shape": "vh"},
                                      fill="tozeroy", fillcolor=_rgba(color, 0.15), name=f"{name}: foreign CPU %",
                                      showlegend=False, hoverinfo="x+y+name"), row=2, col=1, secondary_y=True)
-    fig.add_hline(y=interference.BUSY_FOREIGN_SHARE * 100, row=2, col=1, secondary_y=True,
+    fig.add_hline(y=interference.busy_foreign_share() * 100, row=2, col=1, secondary_y=True,
                   line={"dash": "dash", "color": "#6c757d", "width": 1})
     fig.update_xaxes(title_text="s into the timed window", row=2, col=1)
     fig.update_yaxes(title_text="ms per step", row=2, col=1, secondary_y=False)
