@@ -28,6 +28,9 @@ import pytest
 from dlbench.backends import get_backend, registered
 from dlbench.cli.main import COMMANDS, main
 
+# The help states dlbench's own busy threshold, not the test session's (conftest: busy_judged).
+pytestmark = pytest.mark.usefixtures("busy_judged")
+
 FIXTURES = Path(__file__).parent / "fixtures" / "cli-help"
 COLUMNS = "100"
 # (fixture name, argv): the top-level help, each command's, then `list`.
