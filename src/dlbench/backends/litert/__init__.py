@@ -44,7 +44,7 @@ RECORDED_ENVIRONMENT = ("TF_ENABLE_ONEDNN_OPTS", "TF_CPP_MIN_LOG_LEVEL")
 @typing.final
 class LiteRTBackend:
     name = "litert"
-    capabilities = Capabilities(train=False, infer=True, grads=False, exports_from=EXPORTS_FROM)
+    capabilities = Capabilities(frozenset({"infer"}), grads=False, exports_from=EXPORTS_FROM)
     data_parallel = SingleDevice("litert runs inference only: no data-parallel training")
     precisions: Support = fp32_only("LiteRT runs the converted float32 model (int8: --option litert.quantization=dynamic-int8)")
     options = OPTIONS

@@ -43,7 +43,7 @@ RECORDED_ENVIRONMENT = ("ORT_DISABLE_ALL_OPTIMIZATION", "CUDA_MODULE_LOADING")
 @typing.final
 class OnnxRuntimeBackend:
     name = "onnxruntime"
-    capabilities = Capabilities(train=False, infer=True, grads=False, exports_from=EXPORTS_FROM)
+    capabilities = Capabilities(frozenset({"infer"}), grads=False, exports_from=EXPORTS_FROM)
     data_parallel = SingleDevice("onnxruntime runs inference only: no data-parallel training")
     precisions: Support = fp32_only("ONNX Runtime runs the exported float32 graph only")
     options = OPTIONS
