@@ -42,34 +42,6 @@ class Unsupported(Exception):
     Becomes the trial status `unsupported`, never a failure."""
 
 
-class InferenceOnly:
-    """The training half of the Program interface for a backend that only serves (ONNX Runtime,
-    LiteRT): every training method is Unsupported with the backend's `not_trainable` reason."""
-
-    not_trainable: str
-
-    def batches(self, order: np.ndarray, augment: Augment | None = None) -> Iterator[Any]:
-        raise Unsupported(self.not_trainable)
-
-    def compile(self, state: Any, batch: Any) -> float | None:
-        raise Unsupported(self.not_trainable)
-
-    def train_chunk(self, state: Any, batches: Iterator[Any], n_steps: int) -> tuple[Any, Any]:
-        raise Unsupported(self.not_trainable)
-
-    def train_loop(self) -> dict[str, Any]:
-        raise Unsupported(self.not_trainable)
-
-    def loss_and_grads(self, state: Any, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
-        raise Unsupported(self.not_trainable)
-
-    def canonical_batch(self, batch: Any) -> tuple[np.ndarray, np.ndarray]:
-        raise Unsupported(self.not_trainable)
-
-    def losses_to_numpy(self, losses: Any) -> np.ndarray:
-        raise Unsupported(self.not_trainable)
-
-
 # What a backend declares it provides (Capabilities.provides): fewer names than a scenario's
 # record needs (scenarios.Capability), since one capability serves several scenarios.
 Provided = Literal["train", "infer", "generate", "solve"]

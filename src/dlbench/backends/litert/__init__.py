@@ -21,7 +21,7 @@ from typing import Any
 from dlbench.backends.base import (
     Capabilities,
     CostGuess,
-    Program,
+    Sampler,
     SingleDevice,
     Unsupported,
     installed_versions,
@@ -88,7 +88,7 @@ class LiteRTBackend:
     def device_kind(self) -> str:
         return "cpu"
 
-    def build(self, trial: TrialSpec) -> Program:
+    def build(self, trial: TrialSpec) -> Sampler:
         if trial.workload.numerics.dtype != "float32":
             raise Unsupported(f"litert runs float32 only, not {trial.workload.numerics.dtype!r}"
                               " (the float64 parity reference comes from the native frameworks)")

@@ -16,7 +16,7 @@ from typing import Any
 from dlbench.backends.base import (
     CostGuess,
     Capabilities,
-    Program,
+    Sampler,
     SingleDevice,
     Unsupported,
     installed_versions,
@@ -91,7 +91,7 @@ class OnnxRuntimeBackend:
     def device_kind(self) -> str:
         return "cuda" if providers()[0] == "CUDAExecutionProvider" else "cpu"
 
-    def build(self, trial: TrialSpec) -> Program:
+    def build(self, trial: TrialSpec) -> Sampler:
         if trial.workload.numerics.dtype != "float32":
             raise Unsupported(f"onnxruntime runs float32 only, not {trial.workload.numerics.dtype!r}"
                               " (the float64 parity reference comes from the native frameworks)")
