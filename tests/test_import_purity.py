@@ -26,3 +26,20 @@ def test_core_and_cli_import_no_framework():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+# What only a child runs (the worker, the probe, the warm import, and the modules only they
+# import): the parent reads what a child leaves through runner/protocol.py, never these.
+CHILD_MODULES = ("dlbench.runner.worker", "dlbench.runner.probe", "dlbench.runner.warm", "dlbench.runner.child",
+                 "dlbench.runner.context", "dlbench.runner.fixedbatch", "dlbench.runner.parallel",
+                 "dlbench.runner.scenarios")
+
+
+def test_the_parent_imports_no_module_of_the_child():
+    code = (
+        "import sys, json\n"
+        "import dlbench.cli.main, dlbench.runner.executor, dlbench.runner.verdicts, dlbench.runner.executors\n"
+        f"print(json.dumps([m for m in {CHILD_MODULES!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
