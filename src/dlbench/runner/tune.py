@@ -23,9 +23,8 @@ from dlbench.analysis.tune import Candidate, Cell, Entry, Factor, SearchState, T
 from dlbench.backends import get_backend, support
 from dlbench.monitors.nvml import device_kind
 from dlbench.results.store import Store, TrialRow
-from dlbench.runner.executor import Outcome, Progress
+from dlbench.runner.executor import Outcome, Progress, RunTrials
 from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimate_s, make_plan
-from dlbench.runner.ray_executor import RunTrials
 from dlbench.spec import MODES, SpecError, TrialSpec
 
 Clock = Callable[[], float]
