@@ -389,7 +389,7 @@ class FakeDataParallel:
 @typing.final
 class FakeBackend:
     name = "fake"
-    capabilities = Capabilities(train=True, infer=True, grads=True, generate=True)
+    capabilities = Capabilities(frozenset({"train", "infer", "generate"}))
     data_parallel = FakeDataParallel()
     precisions: Support = dict(NATIVE)
     # An option to prove options reach the worker's policy (FakeBackend.configure reads it back).

@@ -5,7 +5,9 @@ workload through the worker's own code (runner/scenarios/infer.py), in one proce
 writes OUT_DIR/FRAMEWORK-WORKLOAD.json (the TrialResult) and FRAMEWORK-WORKLOAD.parity.npz (the
 fixed-batch logits the parent judges); for onnxruntime also OUT_DIR/onnxruntime-exports.json,
 what a second build of each workload found in the export cache; for litert also
-OUT_DIR/litert-mlp-int8.json, the mlp served with the dynamic-int8 option.
+OUT_DIR/litert-mlp-int8.json, the mlp served with the dynamic-int8 option; for an exporting
+backend (onnxruntime, litert) also OUT_DIR/FRAMEWORK-protocols.json, what support.build_as says of
+its mlp program for each capability protocol.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from dlbench import workloads
-from dlbench.backends import get_backend
-from dlbench.backends.base import Backend
+from dlbench.backends import get_backend, support
+from dlbench.backends.base import Backend, Generator, Learner, Rollout, Sampler, Servable, Trainable, Unsupported
 from dlbench.monitors.memory import MemorySampler
 from dlbench.results.records import TrialResult
 from dlbench.runner.scenarios import infer
@@ -59,9 +61,25 @@ def main() -> int:
             trial = trial_for(name, mode, w)
             backend.build(trial).init(workloads.get(w).init_params(trial.workload))
         (out_dir / "onnxruntime-exports.json").write_text(json.dumps(backend.info()["onnx_exports"]))
+    if backend.capabilities.exports_from is not None:
+        facts = protocols(backend, trial_for(name, "compiled", "mlp"))
+        (out_dir / f"{name}-protocols.json").write_text(json.dumps(facts))
     if fresh_cache is not None:
         shutil.rmtree(fresh_cache, ignore_errors=True)
     return 0
+
+
+def protocols(backend: Backend, trial: TrialSpec) -> dict[str, str | None]:
+    """For each capability protocol: None where support.build_as returns the program as it,
+    else the Unsupported reason it gives (the program lacks the protocol's members)."""
+    out: dict[str, str | None] = {}
+    for protocol in (Servable, Sampler, Learner, Trainable, Rollout, Generator):
+        try:
+            support.build_as(trial, backend, protocol)
+            out[protocol.__name__] = None
+        except Unsupported as e:
+            out[protocol.__name__] = str(e)
+    return out
 
 
 def run_one(trial: TrialSpec, backend: Backend, out_dir: Path, stem: str) -> None:

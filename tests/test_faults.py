@@ -330,6 +330,30 @@ def test_no_process_of_a_worker_outlives_its_trial(tmp_path, monkeypatch, behavi
     assert r.metrics["rss_peak_bytes"]  # after a timeout, the watchdog's peak
 
 
+def test_a_child_started_in_its_starters_group_goes_with_the_group(tmp_path):
+    """What torch's DDP worker does with its ranks (processes.start_child, own_group=False): the
+    rank is in the worker's process group and carries the worker's cookie, so the parent's kill
+    of the worker takes it too; killing the rank alone leaves the worker running."""
+    leader = processes.start_child("rank_child", [str(tmp_path)], tmp_path / "leader.log")
+    try:
+        rank = int(wait_for("the rank to start", lambda: (tmp_path / "rank.pid").exists()
+                            and (tmp_path / "rank.pid").read_text(), timeout_s=30))
+        assert os.getpgid(rank) == leader.pid and sorted(group_members(leader.pid)) == sorted([leader.pid, rank])
+        assert f"{processes.COOKIE_VAR}={leader.cookie}".encode() in Path(f"/proc/{rank}/environ").read_bytes().split(b"\0")
+    finally:
+        leader.kill()
+    wait_for("the leader's group to be gone", lambda: not group_members(leader.pid), timeout_s=5)
+
+    (tmp_path / "k").mkdir()
+    starter = processes.start_child("rank_child", [str(tmp_path / "k"), "kill"], tmp_path / "starter.log")
+    try:
+        killed = wait_for("the rank to be killed", lambda: (tmp_path / "k" / "killed").exists()
+                          and (tmp_path / "k" / "killed").read_text(), timeout_s=30)
+        assert killed == str(-signal.SIGKILL) and not starter.exited()
+    finally:
+        starter.kill()
+
+
 def test_every_test_the_fault_matrix_names_exists():
     """docs/faults.md names, in each row, the tests that cover it: they must exist."""
     import re

@@ -26,3 +26,34 @@ def test_core_and_cli_import_no_framework():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_only_a_ray_sweep_loads_the_ray_executor():
+    """runner/executors.py imports the Ray executor when a sweep opens it, nowhere else: the
+    commands, the rounds and the headroom search, and a local sweep's executor never load it."""
+    code = (
+        "import sys\n"
+        "import dlbench.cli.main, dlbench.cli.suite, dlbench.runner.tune, dlbench.runner.rounds\n"
+        "from dlbench.runner import executors\n"
+        "with executors.opened('local') as run_trials: pass\n"
+        "print('dlbench.runner.ray_executor' in sys.modules, run_trials.__module__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "dlbench.runner.executor"]
+
+
+# What only a child runs (the worker, the probe, the warm import, and the modules only they
+# import): the parent reads what a child leaves through runner/protocol.py, never these.
+CHILD_MODULES = ("dlbench.runner.worker", "dlbench.runner.probe", "dlbench.runner.warm", "dlbench.runner.child",
+                 "dlbench.runner.context", "dlbench.runner.fixedbatch", "dlbench.runner.parallel",
+                 "dlbench.runner.scenarios")
+
+
+def test_the_parent_imports_no_module_of_the_child():
+    code = (
+        "import sys, json\n"
+        "import dlbench.cli.main, dlbench.runner.executor, dlbench.runner.verdicts, dlbench.runner.executors\n"
+        f"print(json.dumps([m for m in {CHILD_MODULES!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []

@@ -26,7 +26,7 @@ from dlbench.spec import TrialSpec
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = ("mlp", "cnn")
-INFER = [n for n in REGISTRY if get_backend(n).capabilities.infer]
+INFER = [n for n in REGISTRY if "infer" in get_backend(n).capabilities.provides]
 CI_PLAN = {
     "torch": "mlp=compiled,cnn=eager",
     "keras-torch": "mlp=eager,cnn=eager",
@@ -117,6 +117,18 @@ def test_litert_int8_is_judged_by_its_accuracy_change(root: Path) -> None:
     conversion = result.framework_info["conversions"][-1]
     assert conversion["quantization"] == "dynamic-int8" and conversion["served_bytes"] < conversion["fp32_bytes"]
     assert conversion["tf_logits_rel_err"] < 1e-5  # the float32 conversion is checked against TensorFlow
+
+
+@pytest.mark.parametrize("name", [n for n in INFER if get_backend(n).capabilities.exports_from is not None])
+def test_an_exporting_backends_program_implements_the_inference_protocols_only(name: str, root: Path) -> None:
+    """No training stub that only raises: build_as refuses the program for every protocol but
+    serving and sampling, with the reason (the scenario asking for one is unsupported)."""
+    out = run_framework(name, "ci", root)
+    refused = json.loads((out / f"{name}-protocols.json").read_text())
+    assert refused["Servable"] is None and refused["Sampler"] is None, refused
+    for protocol in ("Learner", "Trainable", "Rollout", "Generator"):
+        assert refused[protocol] == (f"the {name} mlp program does not implement {protocol} (backends/base.py),"
+                                     " which the infer scenario needs"), refused
 
 
 @pytest.mark.slow

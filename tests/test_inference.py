@@ -95,7 +95,7 @@ def test_spec_validation_names_the_bad_value():
 
 
 def test_capabilities_decide_the_scenarios():
-    infer_only = Capabilities(train=False, infer=True, grads=False)
+    infer_only = Capabilities(frozenset({"infer"}), grads=False)
     assert scenario_unsupported("ort", infer_only, "infer") is None
     reason = scenario_unsupported("ort", infer_only, "train")
     assert reason == "ort cannot run the train scenario: it lacks the train capability (has: infer)"

@@ -15,7 +15,7 @@ import pytest
 from dlbench.cli import run as run_command
 from dlbench.cli.main import main
 from dlbench.results.store import Store
-from dlbench.runner import ray_executor, resume
+from dlbench.runner import executors, ray_executor, resume
 from dlbench.runner.plan import PlannedTrial, workload_spec
 from dlbench.runner.ray_executor import NODE_RESOURCE, Cluster, failure_result, infeasible, task_options
 from dlbench.spec import Policy, TrialSpec
@@ -137,7 +137,7 @@ def test_a_suite_file_names_a_bad_executor(capsys, tmp_path, fake_env):
 
 
 def test_ray_not_installed_names_the_extra(capsys, tmp_path, monkeypatch, fake_env):
-    monkeypatch.setattr(ray_executor, "installed", lambda: False)
+    monkeypatch.setattr(executors, "ray_installed", lambda: False)
     assert main(["run", "-f", "fake", "--executor", "ray", "--store", str(tmp_path / "s.sqlite")]) == 2
     err = capsys.readouterr().err
     assert "--executor ray needs Ray, which is not installed: pip install 'dlbench[ray]'" in err

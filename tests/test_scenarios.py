@@ -12,6 +12,7 @@ import json
 import re
 import shutil
 import sqlite3
+import typing
 from pathlib import Path
 
 import pytest
@@ -60,8 +61,13 @@ NAME_PLACES: dict[str, set[str]] = {
                                      "generate", "solve"},
     "report/scenarios.py": {"train", "infer", "converge", "sample", "rl_rollout", "rl_train", "rl_converge",
                             "generate", "solve"},
-    # capability names that read like scenarios (base: Capabilities.covers; verdicts: parity kinds)
-    "backends/base.py": {"train", "rollout", "infer", "generate", "solve"},
+    # capability names that read like scenarios (base: PROVIDED_FOR; each backend: the
+    # capabilities it provides; verdicts: parity kinds)
+    "backends/base.py": {"train", "rollout", "infer", "sample", "generate", "solve"},
+    **{f"backends/{fw}/__init__.py": {"train", "infer", "generate", "solve"} for fw in ("torch", "tensorflow", "jax")},
+    "backends/keras/__init__.py": {"train", "infer", "generate"},
+    "backends/onnxruntime/__init__.py": {"infer"},
+    "backends/litert/__init__.py": {"infer"},
     "runner/verdicts.py": {"sample", "train", "generate"},
     "runner/protocol.py": {"sample"},
     # what is still keyed by a --scenario name
@@ -134,14 +140,31 @@ def test_every_layer_registers_exactly_the_recorded_scenarios():
         scenarios.get("gan")
 
 
-def test_each_capability_is_a_protocol_and_the_supervised_program_has_train_and_serve():
-    protocols = {"train": Trainable, "serve": Servable, "rollout": Rollout, "sample": Sampler, "generate": Generator,
+def test_each_capability_is_a_protocol_and_the_supervised_program_has_train_and_infer():
+    protocols = {"train": Trainable, "infer": Servable, "rollout": Rollout, "sample": Sampler, "generate": Generator,
                  "solve": OdeModule}
     assert set(protocols) == set(scenarios.CAPABILITIES)
     assert all(getattr(base, p.__name__) is p for p in protocols.values())
     # a supervised Program is both; a rollout program needs no compile nor inference stubs
     assert issubclass(base.Program, Trainable) and issubclass(base.Program, Servable)
     assert "compile" not in dir(Rollout) and "infer_fn" not in dir(Rollout)
+
+
+def test_a_backend_provides_capabilities_by_name_and_covers_the_scenarios_they_grant():
+    assert set(base.PROVIDED_FOR) == set(scenarios.CAPABILITIES)
+    assert set(base.PROVIDED_FOR.values()) == set(typing.get_args(base.Provided))
+    trains = base.Capabilities(frozenset({"train"}))
+    assert [c for c in scenarios.CAPABILITIES if trains.covers(c) is None] == ["train", "rollout"]
+    serves = base.Capabilities(frozenset({"infer"}), grads=False)
+    assert [c for c in scenarios.CAPABILITIES if serves.covers(c) is None] == ["infer", "sample"]
+    assert serves.covers("rollout") == "train" and serves.covers("generate") == "generate"
+    # what `dlbench list` shows, in its order whatever the set's
+    assert base.Capabilities(frozenset({"solve", "infer", "train"})).names() == ["train", "infer", "grads", "solve"]
+    assert serves.names() == ["infer"]
+    with pytest.raises(ValueError, match="frozenset of train, infer, generate, solve; got frozenset"):
+        base.Capabilities(frozenset({"serve"}))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="got {'train'}"):
+        base.Capabilities({"train"})  # type: ignore[arg-type]
 
 
 def test_options_are_frozen_dataclasses_whose_defaults_the_spec_sweep_and_cli_take():

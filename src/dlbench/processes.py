@@ -1,4 +1,23 @@
-"""Who a process is, and what is left of a worker's process group after its parent died.
+"""Starting a child process, who a process is, and what is left of a worker's process group after
+its parent died.
+
+`start_child` is the one way dlbench starts a Python child (the parent's children through
+runner/children.py, which watches and stops them; a backend's own helpers, such as torch's DDP
+ranks, directly: backends sit below the runner). Each child is `python -m MODULE ARGS`, never a
+`-c` code string, and:
+- leads a new session and process group, so its helpers (loader workers, compiler daemons) go
+  with it when the group is killed; or, asked for with own_group=False, stays in its starter's
+  group (a trial's DDP ranks: the parent kills the trial's whole group, ranks included);
+- dies with the thread that started it (PR_SET_PDEATHSIG, die_with_parent);
+- carries a cookie in its environment (`DLBENCH_CHILD=<random token>`) that every descendant
+  inherits, so one that left the group (a plugin's `setsid`, a daemon's double fork) is still
+  found and killed with it (Jenkins' ProcessTreeKiller finds a build's processes by its
+  BUILD_ID variable the same way; a process that clears its own environment escapes both); a
+  child in its starter's group keeps its starter's cookie;
+- writes stdout and stderr to a log file, of which the parent only ever reads the last
+  TAIL_CHARS characters: a worker printing a gigabyte costs disk in the scratch directory,
+  never the parent's memory (the parent is outside --memory-limit); a rank writes where its
+  worker does, so its traceback is in the trial's tail.
 
 A pid alone names a process only while it lives: after a crash or a reboot the number may
 belong to someone else. A process is identified here by (pid, creation time); the creation time
@@ -10,9 +29,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import secrets
 import signal
+import subprocess
+import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
@@ -20,6 +44,8 @@ import psutil
 # anything within a millisecond is the same process, a reused pid is at least one tick apart.
 SAME_PROCESS_TOLERANCE_S = 1e-3
 KILL_WAIT_S = 5.0
+COOKIE_VAR = "DLBENCH_CHILD"
+TAIL_CHARS = 2000
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # A terminal closed (SIGHUP) or a polite kill (SIGTERM, as `timeout` and CI runners send) stops a
 # command like Ctrl-C does.
@@ -64,6 +90,126 @@ def die_with_parent() -> Callable[[], None] | None:
             os.kill(os.getpid(), signal.SIGKILL)
 
     return preexec
+
+
+@dataclass
+class Child:
+    """A started child: its Popen, where its output goes (None: where its starter's goes), the
+    cookie its descendants carry, and whether it leads a process group of its own."""
+
+    proc: subprocess.Popen[bytes]
+    log_path: Path | None
+    cookie: str | None
+    own_group: bool = True
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    def exited(self) -> bool:
+        """Has the child exited? Checked without reaping it: while the leader is a zombie its
+        pid, and so its process group id, cannot be reused, so killing the group kills only
+        ours."""
+        if self.proc.returncode is not None:
+            return True
+        try:
+            return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:  # already reaped
+            return True
+
+    def kill(self) -> list[int]:
+        """Kill the child, its process group and every process carrying its cookie (those that
+        left the group), then reap it. Safe to call more than once; returns the cookie
+        holders killed outside the group. A child in its starter's group is killed alone: its
+        group and cookie are its starter's own."""
+        if not self.own_group or self.cookie is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            self.proc.wait()
+            return []
+        escaped = [p for p in cookie_holders(self.cookie) if p.pid != self.proc.pid]
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for p in escaped:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        self.proc.wait()
+        psutil.wait_procs(escaped, timeout=KILL_WAIT_S)
+        return [p.pid for p in escaped]
+
+    def tail(self, chars: int = TAIL_CHARS) -> str:
+        """The last `chars` characters of the child's output, read from the end of its log
+        (never the whole file); empty where it writes to its starter's output."""
+        return "" if self.log_path is None else read_tail(self.log_path, chars)
+
+
+def start_child(module: str, args: Sequence[str], log_path: Path | None, env: dict[str, str] | None = None,
+                interpreter: str | None = None, cpus: Sequence[int] | None = None, own_group: bool = True) -> Child:
+    """Start `interpreter -m module args...` (default: this Python) with `env` added to this
+    process's environment; pinned to `cpus` (before its libraries start their thread pools) when
+    given. `own_group`: in a session and process group of its own, with a cookie of its own
+    (the parent's children); else in this process's group, with this process's cookie, so that
+    whatever kills this process's group kills it too (a worker's DDP ranks). Its output is
+    appended to `log_path`, or goes where this process's goes (None)."""
+    full_env = {**os.environ, **(env or {})}
+    cookie = os.environ.get(COOKIE_VAR)
+    if own_group:
+        cookie = full_env[COOKIE_VAR] = secrets.token_hex(8)
+    die = die_with_parent()
+    pin = list(cpus) if cpus is not None else None
+
+    def preexec() -> None:
+        if die is not None:
+            die()
+        if pin is not None:
+            os.sched_setaffinity(0, pin)
+
+    cmd = [interpreter or sys.executable, "-m", module, *args]
+    log = open(log_path, "ab") if log_path is not None else None
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT if log is not None else None, env=full_env,
+                                start_new_session=own_group, preexec_fn=preexec)
+    finally:
+        if log is not None:
+            log.close()
+    return Child(proc, log_path, cookie, own_group)
+
+
+def read_tail(path: Path, chars: int = TAIL_CHARS) -> str:
+    """The last `chars` characters of a text file, reading at most 4 bytes a character from its
+    end (UTF-8), whatever its size."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(size - 4 * chars, 0))
+            data = f.read()
+    except OSError:
+        return ""
+    return data.decode(errors="replace")[-chars:].strip()
+
+
+def cookie_holders(cookie: str) -> list[psutil.Process]:
+    """The live processes whose environment carries this cookie (our child's descendants, also
+    those that left its process group). One /proc walk; processes of other users are skipped."""
+    wanted = f"{COOKIE_VAR}={cookie}".encode()
+    found = []
+    for p in psutil.process_iter():
+        try:
+            with open(f"/proc/{p.pid}/environ", "rb") as f:
+                if wanted in f.read().split(b"\0"):
+                    found.append(p)
+        except OSError:
+            continue
+    return found
 
 
 def kill_survivors(pid: int, created: float | None) -> list[int]:

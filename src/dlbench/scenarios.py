@@ -22,8 +22,9 @@ from dlbench.spec import ConvergeOptions, GenerateOptions, InferOptions, NoOptio
 
 # What a scenario needs a Program to do (backends/base.py: Trainable, Servable, Rollout, Sampler,
 # Generator); "solve": the backend's ODE solver module (backends/<framework>/ode.py: base.OdeModule).
-Capability = Literal["train", "serve", "rollout", "sample", "generate", "solve"]
-CAPABILITIES: tuple[Capability, ...] = ("train", "serve", "rollout", "sample", "generate", "solve")
+# A backend declares which of them it provides (base.Capabilities, base.PROVIDED_FOR).
+Capability = Literal["train", "infer", "rollout", "sample", "generate", "solve"]
+CAPABILITIES: tuple[Capability, ...] = ("train", "infer", "rollout", "sample", "generate", "solve")
 # How the parent judges the fixed-batch arrays a trial leaves (runner/verdicts.py: JUDGES):
 # "grads" loss and gradients, "logits" eval-mode logits, "sample" logits then a DDIM sample,
 # "generate" greedy ids and per-step logits against a float64 decoder with its own cache;
@@ -55,7 +56,7 @@ class Scenario:
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("train", "train", "grads", TRAIN_THROUGHPUT, True, NoOptions, profiled=True, data_parallel=True),
-    Scenario("infer", "serve", "logits", "infer_samples_per_s", False, InferOptions, profiled=True,
+    Scenario("infer", "infer", "logits", "infer_samples_per_s", False, InferOptions, profiled=True,
              data_parallel=False),
     Scenario("converge", "train", "grads", "time_to_target_s", True, ConvergeOptions, profiled=False,
              data_parallel=False),

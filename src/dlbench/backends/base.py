@@ -18,7 +18,7 @@ import time
 import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -42,47 +42,28 @@ class Unsupported(Exception):
     Becomes the trial status `unsupported`, never a failure."""
 
 
-class InferenceOnly:
-    """The training half of the Program interface for a backend that only serves (ONNX Runtime,
-    LiteRT): every training method is Unsupported with the backend's `not_trainable` reason."""
-
-    not_trainable: str
-
-    def batches(self, order: np.ndarray, augment: Augment | None = None) -> Iterator[Any]:
-        raise Unsupported(self.not_trainable)
-
-    def compile(self, state: Any, batch: Any) -> float | None:
-        raise Unsupported(self.not_trainable)
-
-    def train_chunk(self, state: Any, batches: Iterator[Any], n_steps: int) -> tuple[Any, Any]:
-        raise Unsupported(self.not_trainable)
-
-    def train_loop(self) -> dict[str, Any]:
-        raise Unsupported(self.not_trainable)
-
-    def loss_and_grads(self, state: Any, x: np.ndarray, y: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
-        raise Unsupported(self.not_trainable)
-
-    def canonical_batch(self, batch: Any) -> tuple[np.ndarray, np.ndarray]:
-        raise Unsupported(self.not_trainable)
-
-    def losses_to_numpy(self, losses: Any) -> np.ndarray:
-        raise Unsupported(self.not_trainable)
+# What a backend declares it provides (Capabilities.provides): fewer names than a scenario's
+# record needs (scenarios.Capability), since one capability serves several scenarios.
+Provided = Literal["train", "infer", "generate", "solve"]
+# The capability a backend provides for each capability a scenario's record needs: a rollout's
+# PPO update is a training step, and sampling serves a diffusion model's denoiser in inference
+# mode. Every scenarios.Capability is a key (a test checks it).
+PROVIDED_FOR: dict[Capability, Provided] = {"train": "train", "rollout": "train", "infer": "infer", "sample": "infer",
+                                            "generate": "generate", "solve": "solve"}
+# The order `dlbench list` and a reason's "(has: ...)" name a backend's capabilities in.
+SHOWN_ORDER = ("train", "infer", "grads", "generate", "solve")
 
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a backend can run, as data: `train` (scenarios that train), `infer` (the inference
-    scenario: Program.infer_fn/infer_input), `grads` (Program.loss_and_grads, the training-mode
-    parity probe). Planning turns a missing capability into an `unsupported` trial."""
+    """What a backend can run, as data: the capabilities its programs provide (`train`: the
+    Trainable and Rollout protocols; `infer`: Servable and Sampler; `generate`: Generator;
+    `solve`: an ODE solver module, backends/<framework>/ode.py) and `grads`
+    (Program.loss_and_grads, the training-mode parity probe). Planning turns a missing capability
+    into an `unsupported` trial."""
 
-    train: bool = True
-    infer: bool = False
+    provides: frozenset[Provided] = frozenset({"train"})
     grads: bool = True
-    # Greedy generation with a KV cache (the generate scenario: Generator.decoder).
-    generate: bool = False
-    # `solve`: the backend has an ODE solver module, backends/<framework>/ode.py (OdeSolvers).
-    solve: bool = False
     # Workloads this backend does not run, each with the reason a user reads in `dlbench list`
     # and in the trial's status: (workload, reason) pairs. The one way a backend says it lacks
     # a workload that its implementations (or, exporting, its source framework's) provide.
@@ -92,22 +73,26 @@ class Capabilities:
     # that family implements (builder_package); None for a framework with its own builders.
     exports_from: str | None = None
 
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.provides) - set(typing.get_args(Provided)))
+        if not isinstance(self.provides, frozenset) or unknown:
+            raise ValueError(f"Capabilities.provides takes a frozenset of {', '.join(typing.get_args(Provided))};"
+                             f" got {self.provides!r}")
+
     def declines(self, workload: str) -> str | None:
         """The reason this backend does not run `workload`, or None."""
         return dict(self.declined).get(workload)
 
     def names(self) -> list[str]:
-        return [name for name, has in (("train", self.train), ("infer", self.infer), ("grads", self.grads),
-                                       ("generate", self.generate), ("solve", self.solve)) if has]
+        """The capabilities provided, and `grads`, in the order `dlbench list` shows them."""
+        have = {*self.provides, *(("grads",) if self.grads else ())}
+        return [name for name in SHOWN_ORDER if name in have]
 
     def covers(self, capability: Capability) -> str | None:
         """None when this backend's programs have what a scenario's record needs, else the
-        flag it lacks: training and rollouts (with their PPO update) need `train`, serving and
-        sampling (a forward in inference mode) need `infer`, generation `generate`, the solver
-        scenario `solve`."""
-        flag = ("train" if capability in ("train", "rollout") else "generate" if capability == "generate"
-                else "solve" if capability == "solve" else "infer")
-        return None if getattr(self, flag) else flag
+        capability it lacks (PROVIDED_FOR)."""
+        needed = PROVIDED_FOR[capability]
+        return None if needed in self.provides else needed
 
 
 @dataclass(frozen=True)
@@ -396,7 +381,7 @@ class Trainable(Learner, Protocol):
 
 @runtime_checkable
 class Servable(Built, Protocol):
-    """Capability "serve": the forward pass in inference mode (scenario infer)."""
+    """Capability "infer": the forward pass in inference mode (scenario infer)."""
 
     def predict(self, state: Any, x: np.ndarray) -> np.ndarray:
         """Logits for canonical NHWC inputs, as NumPy (used for accuracy, outside the window)."""

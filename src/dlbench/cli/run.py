@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import functools
 import os
 import random
 import shlex
@@ -41,9 +40,9 @@ from dlbench.report.terminal import make_console, print_run_tables
 from dlbench.results import environment
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
 from dlbench.results.store import Store, lock_path, machine_lock
-from dlbench.runner import ray_executor, resume, rounds
-from dlbench.runner.executor import Outcome, Progress, execute, finish_run, register, warm_imports
-from dlbench.runner.ray_executor import EXECUTORS, RunTrials
+from dlbench.runner import executors, resume, rounds
+from dlbench.runner.executor import Outcome, Progress, RunTrials, finish_run, register, warm_imports
+from dlbench.runner.executors import EXECUTORS
 from dlbench.runner.protocol import CHUNK, PHASE_NAME, STEPS, event_kind
 from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, at_load, estimates, learn, make_plan
 from dlbench.spec import OPTIONS, SCENARIOS, ScenarioOptions, SolveOptions, SpecError, to_dict
@@ -450,7 +449,7 @@ def check_executor(options: dict[str, Any]) -> None:
     if options["executor"] == "local" and options["address"] is not None:
         raise UsageError(f"--address {options['address']} goes with --executor ray (the Ray cluster"
                          " to send trials to); the executor is local")
-    if options["executor"] == "ray" and not ray_executor.installed():
+    if options["executor"] == "ray" and not executors.ray_installed():
         raise UsageError("--executor ray needs Ray, which is not installed: pip install 'dlbench[ray]'")
 
 
@@ -458,14 +457,11 @@ def check_executor(options: dict[str, Any]) -> None:
 def executor(options: dict[str, Any], pending: bool) -> Iterator[RunTrials]:
     """The chosen executor's `execute`; Ray's connected to its cluster for the sweep (not when
     nothing is left to run)."""
-    if options["executor"] == "local" or not pending:
-        yield execute
-        return
-    cluster = ray_executor.Cluster(options["address"], share_nodes=bool(options["allow_concurrent"]))
+    name = options["executor"] if pending else "local"
     try:
-        with ray_executor.connected(cluster):
-            yield functools.partial(ray_executor.execute, cluster=cluster)
-    except ray_executor.ClusterError as e:
+        with executors.opened(name, options["address"], share_nodes=bool(options["allow_concurrent"])) as run_trials:
+            yield run_trials
+    except executors.ExecutorError as e:
         raise UsageError(str(e)) from None
 
 

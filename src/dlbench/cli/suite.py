@@ -23,7 +23,7 @@ from dlbench import workloads
 from dlbench.analysis import repeats
 from dlbench.backends import registered
 from dlbench.cli.common import UsageError, parse_size
-from dlbench.runner.ray_executor import EXECUTORS
+from dlbench.runner.executors import EXECUTORS
 from dlbench.spec import (
     AUGMENTATIONS,
     COMPILE_CACHES,

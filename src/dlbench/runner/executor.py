@@ -58,6 +58,11 @@ class Outcome:
         self.parity_failures += part.parity_failures
 
 
+# An executor's `execute(store, run_id, trials, progress)`, as its callers take it (this module's
+# `execute`, or the Ray executor's bound to its cluster: runner/executors.py opens either).
+RunTrials = Callable[[Store, int, list[tuple[int, PlannedTrial]], Progress], Outcome]
+
+
 def settled(trials: list[tuple[int, PlannedTrial]]) -> tuple[Outcome, list[tuple[int, PlannedTrial]]]:
     """The outcome so far (trials the plan already settled: unsupported, skipped) and the
     trials left to run: what every executor starts from."""

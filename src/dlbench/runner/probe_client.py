@@ -1,5 +1,6 @@
 """The parent side of a numerical probe (runner/probe.py): a child process per framework,
-started, watched and, whatever happens to the parent, never left behind (runner/children.py).
+started (processes.start_child), watched and, whatever happens to the parent, never left behind
+(runner/children.py).
 
 Used by the float64 parity reference (runner/reference.py) and by `dlbench check`. One process
 probes the workloads of a request in turn; its limits (ProbeLimits: a run's --timeout per
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dlbench import processes
 from dlbench.runner import children
 
 # What bounds a probe when the caller states nothing (`dlbench check`): per workload probed.
@@ -71,8 +73,8 @@ def _run_once(body: dict[str, Any], indices: list[int], out_dir: Path, attempt: 
     """One probe process over `indices`; None when it exited normally, else what went wrong."""
     request = out_dir / f"request-{attempt}.json"
     request.write_text(json.dumps({**body, "indices": indices}))
-    child = children.start_child("dlbench.runner.probe", [str(request), str(out_dir)],
-                                 out_dir / f"probe-{attempt}.log", env=env)
+    child = processes.start_child("dlbench.runner.probe", [str(request), str(out_dir)],
+                                  out_dir / f"probe-{attempt}.log", env=env)
     watched = children.Watched()
     seen = {i for i in indices if (out_dir / f"{i}.json").exists()}
 

@@ -1,4 +1,5 @@
 """The Ray executor (`dlbench run --executor ray [--address ADDR]`): each trial a Ray task.
+Opened by runner/executors.py, the one module that imports this one (and only for a Ray sweep).
 
 A task runs `spawn.run_trial` on its node, so the trial is still a fresh worker process with the
 watchdog, timeout and process-group kill of a local trial; it returns the TrialResult as JSON
@@ -27,7 +28,6 @@ What runs where, and why:
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import logging
 import os
@@ -35,7 +35,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,6 @@ from dlbench.runner.protocol import parity_path
 from dlbench.runner.verdicts import needs_reference
 from dlbench.spec import TrialSpec, to_dict, trial_from_dict
 
-EXECUTORS = ("local", "ray")
 # Every node offers one unit; a trial that must not share its node asks for it.
 NODE_RESOURCE = "dlbench_node"
 # The local instance's shared-memory object store: results and gradient files only (a full
@@ -74,8 +73,6 @@ FAILURES: tuple[tuple[str, str, str], ...] = (
 )
 
 
-# An executor's `execute(store, run_id, trials, progress)`, as the CLI calls it.
-RunTrials = Callable[[Store, int, list[tuple[int, PlannedTrial]], Progress], Outcome]
 Tasks = dict[Any, tuple[int, PlannedTrial, TrialSpec]]  # Ray ObjectRef -> the trial it runs
 
 
@@ -89,10 +86,6 @@ class Cluster:
 
     address: str | None = None  # "auto", "ray://HOST:10001", "HOST:6379"
     share_nodes: bool = False  # --allow-concurrent: trials with --threads may share a node
-
-
-def installed() -> bool:
-    return importlib.util.find_spec("ray") is not None
 
 
 def task_options(trial: TrialSpec, cluster: Cluster, cluster_gpus: float) -> dict[str, Any]:

@@ -24,9 +24,8 @@ from dlbench.analysis.interference import busy_summary
 from dlbench.analysis.summary import summarize
 from dlbench.results.store import Store, TrialRow
 from dlbench.runner import retake
-from dlbench.runner.executor import Outcome, Progress
+from dlbench.runner.executor import Outcome, Progress, RunTrials
 from dlbench.runner.plan import PlannedTrial
-from dlbench.runner.ray_executor import RunTrials
 from dlbench.spec import TrialSpec, configuration_key, trial_from_dict
 
 # Trials decided without running (the plan's): never repeated in later rounds.

@@ -2,9 +2,9 @@
 
 Whatever happens to the worker (exception, segfault, abort, hang past the timeout, memory over
 the limit) becomes the trial's status and error; every event it wrote is kept. Nothing here
-raises for a bad trial. The worker is started, watched and killed by runner/children.py (its
-own process group and session, dying with this process, its descendants killed when it ends,
-its output read only as a bounded tail).
+raises for a bad trial. The worker is started by processes.start_child, watched and killed by
+runner/children.py (its own process group and session, dying with this process, its descendants
+killed when it ends, its output read only as a bounded tail).
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ def run_trial(
         p.unlink(missing_ok=True)
     spec_path.write_text(json.dumps(to_dict(trial)))
     log_path.unlink(missing_ok=True)
-    child = children.start_child("dlbench.runner.worker", [str(spec_path), str(out_path)], log_path,
-                                 interpreter=trial.interpreter)
+    child = processes.start_child("dlbench.runner.worker", [str(spec_path), str(out_path)], log_path,
+                                  interpreter=trial.interpreter)
     watched = Watched()
     tail = EventTail(events_path(out_path))
 
@@ -167,7 +167,7 @@ class EventTail:
         return events
 
 
-def _collect(child: children.Child, watched: Watched, trial: TrialSpec, out_path: Path) -> TrialResult:
+def _collect(child: processes.Child, watched: Watched, trial: TrialSpec, out_path: Path) -> TrialResult:
     events = read_events(events_path(out_path))
     tail = child.tail()
     result = _read_result(out_path)

@@ -27,9 +27,8 @@ from dlbench.monitors.nvml import device_kind
 from dlbench.results.store import Store, TrialRow
 from dlbench.results.records import TrialResult
 from dlbench.runner import retake
-from dlbench.runner.executor import Outcome, Progress
+from dlbench.runner.executor import Outcome, Progress, RunTrials
 from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, at_load, estimate_s, make_plan
-from dlbench.runner.ray_executor import RunTrials
 from dlbench.spec import MODES, SpecError, TrialSpec
 
 Clock = Callable[[], float]

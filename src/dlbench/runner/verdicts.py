@@ -24,7 +24,7 @@ from dlbench import workloads
 from dlbench.analysis import efficiency, generate, parity
 from dlbench.backends import get_backend, precision
 from dlbench.results.records import TrialResult
-from dlbench.runner import ceiling, fixedbatch, protocol, reference
+from dlbench.runner import ceiling, protocol, reference
 from dlbench.runner.probe_client import ProbeLimits, run_probe
 from dlbench.scenarios import Parity
 from dlbench.spec import NoOptions, TrialSpec, to_dict

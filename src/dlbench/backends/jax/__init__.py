@@ -65,7 +65,7 @@ class JaxDataParallel:
 @typing.final
 class JaxBackend:
     name = "jax"
-    capabilities = base.Capabilities(train=True, infer=True, grads=True, generate=True, solve=True)
+    capabilities = base.Capabilities(frozenset({"train", "infer", "generate", "solve"}))
     data_parallel = JaxDataParallel()
     precisions: Support = {**NATIVE, ("cuda", "fp16"): (
         "JAX has no built-in dynamic loss scaling (it lives in the separate jmp library) and fp16"

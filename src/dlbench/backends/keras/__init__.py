@@ -41,7 +41,7 @@ PACKAGE = "dlbench.backends.keras"
 # PPO (workloads/ppo.py) is a loop of rollouts and updates written in a framework's own ops.
 PPO_REASON = ("Keras has no rollout API and its fit loop cannot express PPO's interleaved rollouts and"
               " updates (a Keras PPO would be the jax, torch or tensorflow loop again)")
-CAPABILITIES = Capabilities(train=True, infer=True, grads=True, generate=True, declined=(("ppo", PPO_REASON),))
+CAPABILITIES = Capabilities(frozenset({"train", "infer", "generate"}), declined=(("ppo", PPO_REASON),))
 # Keras 3's own data parallelism (keras.distribution.DataParallel) exists for the JAX backend
 # only, and a Keras-on-TF MirroredStrategy or Keras-on-torch DDP would be the native backends'
 # code again; none is wired up here.

@@ -21,7 +21,7 @@ from typing import Any
 from dlbench.backends.base import (
     Capabilities,
     CostGuess,
-    Program,
+    Sampler,
     SingleDevice,
     Unsupported,
     installed_versions,
@@ -44,7 +44,7 @@ RECORDED_ENVIRONMENT = ("TF_ENABLE_ONEDNN_OPTS", "TF_CPP_MIN_LOG_LEVEL")
 @typing.final
 class LiteRTBackend:
     name = "litert"
-    capabilities = Capabilities(train=False, infer=True, grads=False, exports_from=EXPORTS_FROM)
+    capabilities = Capabilities(frozenset({"infer"}), grads=False, exports_from=EXPORTS_FROM)
     data_parallel = SingleDevice("litert runs inference only: no data-parallel training")
     precisions: Support = fp32_only("LiteRT runs the converted float32 model (int8: --option litert.quantization=dynamic-int8)")
     options = OPTIONS
@@ -88,7 +88,7 @@ class LiteRTBackend:
     def device_kind(self) -> str:
         return "cpu"
 
-    def build(self, trial: TrialSpec) -> Program:
+    def build(self, trial: TrialSpec) -> Sampler:
         if trial.workload.numerics.dtype != "float32":
             raise Unsupported(f"litert runs float32 only, not {trial.workload.numerics.dtype!r}"
                               " (the float64 parity reference comes from the native frameworks)")

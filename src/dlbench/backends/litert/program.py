@@ -30,18 +30,16 @@ from ai_edge_litert.interpreter import Interpreter
 
 from dlbench import workloads
 from dlbench.analysis import parity
-from dlbench.backends.base import BUILTIN_PACKAGES, InferenceOnly, Sampling, Unsupported, build_program, require_builder
+from dlbench.backends.base import BUILTIN_PACKAGES, Sampling, Unsupported, build_program, require_builder
 from dlbench.backends.litert.settings import EXPORTS_FROM, quantization, threads
 from dlbench.backends.tensorflow.program import TensorFlowProgram
 from dlbench.spec import PARITY_BATCH, TrialSpec
-from dlbench.workloads.data import Dataset
 
 PREDICT_CHUNK = 1024
 # The implementations that are converted (the backend's Capabilities.exports_from).
 TENSORFLOW_PACKAGE = BUILTIN_PACKAGES + EXPORTS_FROM
 # What each init() in this process did: reported by LiteRTBackend.info().
 CONVERSIONS: list[dict[str, Any]] = []
-NOT_TRAINABLE = "litert does not train: it runs converted models (capabilities: infer only)"
 NOT_JUDGED = ("dynamic-range int8 is judged by its held-out accuracy against the float32 model"
               " (infer_accuracy_change), not by the float32 parity tolerance")
 
@@ -100,9 +98,7 @@ def convert(tf_program: TensorFlowProgram, sample_shape: tuple[int, ...], x_dtyp
 
 
 @typing.final
-class LiteRTProgram(InferenceOnly, Sampling):
-    not_trainable = NOT_TRAINABLE
-
+class LiteRTProgram(Sampling):
     def __init__(self, trial: TrialSpec) -> None:
         spec = trial.workload
         self._trial = trial
@@ -113,7 +109,6 @@ class LiteRTProgram(InferenceOnly, Sampling):
         self._x_dtype = np.dtype(np.float32) if floating else np.dtype(x_dtype)
         self._int8 = quantization(trial.policy) == "dynamic-int8"
         self._numerics: dict[str, Any] | None = None
-        self._params: dict[str, np.ndarray] = {}
         self._precision: dict[str, Any] = {}
         self._opened = 0
 
@@ -147,7 +142,6 @@ class LiteRTProgram(InferenceOnly, Sampling):
         self._precision = {"graph_dtype": "float32", "weights": "int8 (dynamic range)" if self._int8 else "float32"}
         if self._int8:
             self._precision.update(self._against_fp32(fp32, served))
-        self._params = {k: np.array(v) for k, v in params.items()}
         return State(served, threads(self._trial.policy))
 
     def _against_fp32(self, fp32: bytes, served: bytes) -> dict[str, Any]:
@@ -183,9 +177,6 @@ class LiteRTProgram(InferenceOnly, Sampling):
             out.append(run(it, self.infer_input(x[rows]))[: min(size, len(x) - i)])
         return np.concatenate(out)
 
-    def params(self, state: State) -> dict[str, np.ndarray]:
-        return {k: np.array(v) for k, v in self._params.items()}
-
     def precision(self) -> dict[str, Any]:
         return dict(self._precision)
 
@@ -197,8 +188,3 @@ class LiteRTProgram(InferenceOnly, Sampling):
 
     def compilations(self) -> int:
         return self._opened  # an Interpreter allocated for a new batch size
-
-    # -- training: not an inference runtime's job ---------------------------------------------
-
-    def load(self, dataset: Dataset) -> None:
-        return None

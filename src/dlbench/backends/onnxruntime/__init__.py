@@ -16,7 +16,7 @@ from typing import Any
 from dlbench.backends.base import (
     CostGuess,
     Capabilities,
-    Program,
+    Sampler,
     SingleDevice,
     Unsupported,
     installed_versions,
@@ -43,7 +43,7 @@ RECORDED_ENVIRONMENT = ("ORT_DISABLE_ALL_OPTIMIZATION", "CUDA_MODULE_LOADING")
 @typing.final
 class OnnxRuntimeBackend:
     name = "onnxruntime"
-    capabilities = Capabilities(train=False, infer=True, grads=False, exports_from=EXPORTS_FROM)
+    capabilities = Capabilities(frozenset({"infer"}), grads=False, exports_from=EXPORTS_FROM)
     data_parallel = SingleDevice("onnxruntime runs inference only: no data-parallel training")
     precisions: Support = fp32_only("ONNX Runtime runs the exported float32 graph only")
     options = OPTIONS
@@ -91,7 +91,7 @@ class OnnxRuntimeBackend:
     def device_kind(self) -> str:
         return "cuda" if providers()[0] == "CUDAExecutionProvider" else "cpu"
 
-    def build(self, trial: TrialSpec) -> Program:
+    def build(self, trial: TrialSpec) -> Sampler:
         if trial.workload.numerics.dtype != "float32":
             raise Unsupported(f"onnxruntime runs float32 only, not {trial.workload.numerics.dtype!r}"
                               " (the float64 parity reference comes from the native frameworks)")

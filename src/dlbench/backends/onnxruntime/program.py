@@ -11,8 +11,9 @@ model's logits on the canonical fixed batch, computed with the export) and meta.
 program's numerics read back, export seconds). Every init() checks the session's logits on the
 fixed batch against those torch logits and refuses a session that differs.
 
-ONNX Runtime cannot train: the training methods raise Unsupported (planning never gets there,
-the backend's capabilities say so first).
+ONNX Runtime cannot train: its program implements the inference protocols only (Servable,
+Sampler), and a scenario that needs another is `unsupported` before anything is built (the
+backend's capabilities provide `infer` only; support.build_as checks the protocol).
 """
 
 from __future__ import annotations
@@ -35,12 +36,11 @@ import onnxruntime as ort
 
 from dlbench import workloads
 from dlbench.analysis import parity
-from dlbench.backends.base import BUILTIN_PACKAGES, InferenceOnly, Sampling, Unsupported, build_program, builder_module, require_builder
+from dlbench.backends.base import BUILTIN_PACKAGES, Sampling, Unsupported, build_program, builder_module, require_builder
 from dlbench.backends.onnxruntime.profile import opened as profiling_opened
 from dlbench.backends.onnxruntime.session import EXPORTS_FROM, providers, session_options
 from dlbench.paths import cache_base
 from dlbench.spec import PARITY_BATCH, TrialSpec, WorkloadSpec, to_dict
-from dlbench.workloads.data import Dataset
 
 # The dynamo exporter's own opset (torch.onnx's TORCHLIB_OPSET in torch 2.13): exported as is,
 # no version conversion pass.
@@ -55,7 +55,6 @@ PREDICT_CHUNK = 1024
 # What each init() in this process did (cache key, hit or miss, seconds, the torch check):
 # reported by OnnxRuntimeBackend.info().
 EXPORTS: list[dict[str, Any]] = []
-NOT_TRAINABLE = "onnxruntime does not train: it runs exported models (capabilities: infer only)"
 
 
 def build(trial: TrialSpec) -> OrtProgram:
@@ -191,9 +190,7 @@ class State:
 
 
 @typing.final
-class OrtProgram(InferenceOnly, Sampling):
-    not_trainable = NOT_TRAINABLE
-
+class OrtProgram(Sampling):
     def __init__(self, trial: TrialSpec) -> None:
         spec = trial.workload
         self._trial = trial
@@ -203,7 +200,6 @@ class OrtProgram(InferenceOnly, Sampling):
         self._images = len(shape) == 3
         self._x_dtype = np.dtype(np.float32) if np.issubdtype(np.dtype(x_dtype), np.floating) else np.dtype(np.int64)
         self._numerics: dict[str, Any] | None = None
-        self._params: dict[str, np.ndarray] = {}
 
     def init(self, params: dict[str, np.ndarray]) -> State:
         """Export (or find the cached export), open a session under the policy, check its logits
@@ -226,7 +222,6 @@ class OrtProgram(InferenceOnly, Sampling):
         if not err <= tol:
             raise RuntimeError(f"onnxruntime's logits on the fixed batch differ from torch's by {err:.2e}"
                                f" (normwise; tolerance {tol:g}): export {export.directory}")
-        self._params = {k: np.array(v) for k, v in params.items()}
         return state
 
     def infer_fn(self, state: State) -> Callable[[np.ndarray], np.ndarray]:
@@ -243,10 +238,6 @@ class OrtProgram(InferenceOnly, Sampling):
         return np.concatenate([forward(self.infer_input(x[i : i + PREDICT_CHUNK]))
                                for i in range(0, len(x), PREDICT_CHUNK)])
 
-    def params(self, state: State) -> dict[str, np.ndarray]:
-        """The canonical parameters the session's model was exported with."""
-        return {k: np.array(v) for k, v in self._params.items()}
-
     def precision(self) -> dict[str, Any]:
         return {"graph_dtype": "float32"}  # the exported float32 graph (precision.py)
 
@@ -259,8 +250,3 @@ class OrtProgram(InferenceOnly, Sampling):
 
     def compilations(self) -> int:
         return 0  # the session optimises its graph once, in init(); run() never compiles
-
-    # -- training: not an inference runtime's job ---------------------------------------------
-
-    def load(self, dataset: Dataset) -> None:
-        return None  # inference inputs come through infer_input

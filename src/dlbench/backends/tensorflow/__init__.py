@@ -55,7 +55,7 @@ class TensorFlowDataParallel:
 @typing.final
 class TensorFlowBackend:
     name = "tensorflow"
-    capabilities = Capabilities(train=True, infer=True, grads=True, generate=True, solve=True)
+    capabilities = Capabilities(frozenset({"train", "infer", "generate", "solve"}))
     data_parallel = TensorFlowDataParallel()
     precisions: Support = {**NATIVE, ("cuda", "fp16"): (
         "TensorFlow's loss scaler is Keras's LossScaleOptimizer; the raw-TF backend has none (run"

@@ -117,7 +117,7 @@ class TorchDataParallel:
 @typing.final
 class TorchBackend:
     name = "torch"
-    capabilities = Capabilities(train=True, infer=True, grads=True, generate=True, solve=True)
+    capabilities = Capabilities(frozenset({"train", "infer", "generate", "solve"}))
     data_parallel = TorchDataParallel()
     precisions: Support = dict(NATIVE)
     # Variants of memory format, compile mode and scope, optimizer, loader, oneDNN, matmul

@@ -2,9 +2,9 @@
 
 The trial's worker is rank 0. It starts ranks 1..N-1 as copies of itself (`python -m
 dlbench.runner.worker SPEC OUT` on the same trial, each with its own throwaway OUT) with
-MASTER_ADDR=127.0.0.1, a free MASTER_PORT, RANK, WORLD_SIZE and LOCAL_RANK set, in the worker's
-own process group: the parent's group kill ends them with the trial, and PR_SET_PDEATHSIG ends
-them if rank 0 dies. Every rank runs the same worker code, so every collective (DDP's parameter
+MASTER_ADDR=127.0.0.1, a free MASTER_PORT, RANK, WORLD_SIZE and LOCAL_RANK set, through
+processes.start_child in the worker's own process group and with its cookie: the parent's group
+kill ends them with the trial, and PR_SET_PDEATHSIG ends them if rank 0 dies. Every rank runs the same worker code, so every collective (DDP's parameter
 broadcast at construction, the gradient all-reduce of each backward, the loss mean of each chunk)
 is met by every rank in the same order; rank 0 alone reports. Gloo on CPU, NCCL on GPU (one GPU
 per rank); each rank gets cores/N threads.
@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -91,7 +90,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start_ranks(trial: TrialSpec, world: int, threads: int) -> list[tuple[int, subprocess.Popen[bytes], Path]]:
+def _start_ranks(trial: TrialSpec, world: int, threads: int) -> list[tuple[int, processes.Child, Path]]:
     workdir = Path(tempfile.mkdtemp(prefix="dlbench-ranks-"))
     atexit.register(shutil.rmtree, workdir, ignore_errors=True)
     spec = workdir / "spec.json"
@@ -99,24 +98,25 @@ def _start_ranks(trial: TrialSpec, world: int, threads: int) -> list[tuple[int, 
     started = []
     for rank in range(1, world):
         out = workdir / f"rank{rank}.result.json"
-        env = {**os.environ, RANK_VAR: str(rank), "RANK": str(rank), "LOCAL_RANK": str(rank),
+        env = {RANK_VAR: str(rank), "RANK": str(rank), "LOCAL_RANK": str(rank),
                **{var: str(threads) for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
-        # Same session and process group as this worker: the parent's group kill reaches them.
-        proc = subprocess.Popen([sys.executable, "-m", "dlbench.runner.worker", str(spec), str(out)],
-                                env=env, stdin=subprocess.DEVNULL, preexec_fn=processes.die_with_parent())
-        started.append((rank, proc, out))
+        # In this worker's process group, its output in the worker's log: the parent's group kill
+        # reaches them, and a rank's traceback is in the trial's error tail.
+        child = processes.start_child("dlbench.runner.worker", [str(spec), str(out)], None, env=env,
+                                      own_group=False)
+        started.append((rank, child, out))
     return started
 
 
-def _watch(ranks: list[tuple[int, subprocess.Popen[bytes], Path]]) -> None:
+def _watch(ranks: list[tuple[int, processes.Child, Path]]) -> None:
     """A rank that ends without an ok result leaves rank 0 waiting in a collective until the
     process group's timeout: end the trial at once instead, with the rank's error."""
 
     def watch() -> None:
         while ranks:
             for item in list(ranks):
-                rank, proc, out = item
-                if proc.poll() is None:
+                rank, child, out = item
+                if child.proc.poll() is None:
                     continue
                 ranks.remove(item)
                 status, error = _rank_result(out)
