@@ -143,14 +143,14 @@ def test_solve_options_outside_the_solve_scenario_are_refused() -> None:
 
 def test_a_library_error_is_a_failed_point_and_the_tighter_ones_are_skipped() -> None:
     from dlbench.runner.scenarios.solve import SweepSettings, Sweep, series_and_notes, sweep_solver
-    from dlbench.workloads import odes
+    from dlbench.problems import solve as ivp
 
     def prepare(dtype: str) -> Any:
         def solve(rtol: float, atol: float) -> Any:
             raise RuntimeError("the Newton iteration diverged")
         return solve
 
-    points = sweep_solver(odes.get("lotka-volterra"), prepare, "broken", "float64",
+    points = sweep_solver(ivp.PROBLEMS["lotka-volterra"], prepare, "broken", "float64",
                           SweepSettings(rtols=(1e-3, 1e-4), dtypes=("float64",), max_steps=10, gradient_rtols=()))
     assert [(p.status, p.rtol) for p in points] == [("failed", 1e-3), ("skipped", 1e-4)]
     series, notes = series_and_notes(Sweep("lotka-volterra", {"broken": "explicit (x)"}, {}, points, []))
@@ -167,9 +167,9 @@ def test_the_scipy_baseline_is_measured_once_per_problem_and_repeat_in_a_run(tmp
                                                 run_baseline)
     from dlbench.runner.timing import EventLog, Phases
     from dlbench.spec import TrialSpec, WorkloadSpec
-    from dlbench.workloads import odes
+    from dlbench.problems import solve as ivp
 
-    lv = odes.get("lotka-volterra")
+    lv = ivp.PROBLEMS["lotka-volterra"]
     settings = SweepSettings(rtols=(1e-3,), dtypes=("float64",), max_steps=1000, gradient_rtols=(), min_time_s=0.0)
     run_dir = tmp_path / "run"  # the executor's work directory, which its trials share
     run_dir.mkdir()

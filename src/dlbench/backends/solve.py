@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from dlbench.workloads import odes
+from dlbench.problems import solve as ivp
 
 # Statuses of one solve, beside "ok": what the library said stopped it.
 FAILURES = ("max_steps", "step_size_collapse", "nonfinite", "failed")
@@ -82,11 +82,11 @@ class OdeModule(Protocol):
     ABSENT: dict[str, str]
     GRADIENTS: dict[str, str]
 
-    def prepare(self, problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Solve: ...
+    def prepare(self, problem: ivp.Problem, solver: str, dtype: str, max_steps: int) -> Solve: ...
 
-    def prepare_count(self, problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Count | None: ...
+    def prepare_count(self, problem: ivp.Problem, solver: str, dtype: str, max_steps: int) -> Count | None: ...
 
-    def prepare_gradient(self, problem: odes.Problem, solver: str, method: str, dtype: str, rtol: float,
+    def prepare_gradient(self, problem: ivp.Problem, solver: str, method: str, dtype: str, rtol: float,
                          atol: float) -> Gradient: ...
 
 
@@ -102,7 +102,7 @@ def classify(message: str) -> str:
     return "failed"
 
 
-def checked(y: np.ndarray, problem: odes.Problem) -> Solved:
+def checked(y: np.ndarray, problem: ivp.Problem) -> Solved:
     """An apparently successful solve's output, marked nonfinite when it holds a NaN or inf."""
     y64 = np.asarray(y, dtype=np.float64).reshape(len(problem.times), problem.dimension)
     if not np.all(np.isfinite(y64)):
@@ -133,10 +133,10 @@ class _EvaluationCap(Exception):
     pass
 
 
-def scipy_prepare(problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Solve:
+def scipy_prepare(problem: ivp.Problem, solver: str, dtype: str, max_steps: int) -> Solve:
     from scipy.integrate import solve_ivp
 
-    f, cap = odes.numpy_field(problem), max_steps * SCIPY_EVALS_PER_STEP
+    f, cap = ivp.numpy_field(problem), max_steps * SCIPY_EVALS_PER_STEP
     calls = [0]
 
     def counted(t: float, y: np.ndarray) -> np.ndarray:
@@ -172,13 +172,13 @@ class ScipyOde:
     ABSENT = SCIPY_ABSENT
     GRADIENTS: dict[str, str] = {}
 
-    def prepare(self, problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Solve:
+    def prepare(self, problem: ivp.Problem, solver: str, dtype: str, max_steps: int) -> Solve:
         return scipy_prepare(problem, solver, dtype, max_steps)
 
-    def prepare_count(self, problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Count | None:
+    def prepare_count(self, problem: ivp.Problem, solver: str, dtype: str, max_steps: int) -> Count | None:
         return None  # the timed solve counts: a Python increment beside a NumPy field evaluation
 
-    def prepare_gradient(self, problem: odes.Problem, solver: str, method: str, dtype: str, rtol: float,
+    def prepare_gradient(self, problem: ivp.Problem, solver: str, method: str, dtype: str, rtol: float,
                          atol: float) -> Gradient:
         raise ValueError(SCIPY_ABSENT["gradient"])
 
@@ -186,7 +186,7 @@ class ScipyOde:
 SCIPY = ScipyOde()
 
 
-def ops_of(xp: Any, stack: Callable[[list[Any]], Any], total: Callable[[Any], Any]) -> odes.Ops:
+def ops_of(xp: Any, stack: Callable[[list[Any]], Any], total: Callable[[Any], Any]) -> ivp.Ops:
     """An `Ops` from a framework's array module (its tanh and reshape), `stack` along a new last
     axis (torch says dim=, the others axis=) and `total`, the sum of every element (TensorFlow's
     is reduce_sum)."""

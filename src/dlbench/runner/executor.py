@@ -15,7 +15,7 @@ from typing import Any
 
 import psutil
 
-from dlbench import backends, workloads
+from dlbench import backends, subjects
 from dlbench.backends import get_backend
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
 from dlbench.results.store import Store
@@ -111,7 +111,7 @@ def keep_profile(store: Store, tid: int, result: TrialResult) -> None:
 def record_origins(spec: TrialSpec, result: TrialResult) -> None:
     """Where the trial's workload and framework come from (built into dlbench, or which plugin
     distribution and version), stored with the trial in its framework_info."""
-    for key, find, name in (("workload_origin", workloads.origin, spec.workload.name),
+    for key, find, name in (("workload_origin", subjects.origin, spec.workload.name),
                             ("framework_origin", backends.origin, spec.framework)):
         try:
             result.framework_info[key] = find(name).to_dict()

@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dlbench import workloads
+from dlbench import problems, subjects, workloads
 from dlbench.analysis import repeats
 from dlbench.backends import get_backend, support
 from dlbench.monitors.nvml import device_kind
@@ -36,7 +36,7 @@ from dlbench.spec import (
 )
 from dlbench.backends.base import Backend, SolveGuess
 from dlbench.workloads.base import Preset
-from dlbench.workloads.odes import Problem
+from dlbench.problems.solve import Problem
 
 DEFAULT_FRAMEWORKS = ("torch", "tensorflow", "jax")
 # A Server sweep's tests (the first, 3 probes, 4 bisection steps: runner/scenarios/served.py) and a guess
@@ -145,11 +145,8 @@ class Plan:
 
 
 def preset(w: str, name: str) -> Preset:
-    module = workloads.get(w)
-    if name not in module.PRESETS:
-        raise SpecError(f"preset {name!r} is not one of: {', '.join(module.PRESETS)} (the presets of {w})")
-    p: Preset = module.PRESETS[name]
-    return p
+    """The preset `name` of workload or problem `w` (subjects.preset: SpecError naming its presets)."""
+    return subjects.preset(w, name)
 
 
 def workload_spec(w: str, preset_name: str, seed: int = 0, batch_size: int | None = None,
@@ -157,7 +154,7 @@ def workload_spec(w: str, preset_name: str, seed: int = 0, batch_size: int | Non
     """The workload spec of a preset: its model size, sizes, the workload's numerics block and
     its class count where it fixes one."""
     p = preset(w, preset_name)
-    fixed = workloads.fixed_classes(w)
+    fixed = subjects.fixed_classes(w)
     spec = WorkloadSpec(
         name=w,
         model_size=p.model_size,
@@ -165,7 +162,7 @@ def workload_spec(w: str, preset_name: str, seed: int = 0, batch_size: int | Non
         dataset_size=dataset_size if dataset_size is not None else p.dataset_size,
         eval_size=p.eval_size,
         seed=seed,
-        numerics=workloads.get(w).NUMERICS,
+        numerics=subjects.numerics(w),
     )
     if p.num_classes is not None:
         spec = replace(spec, num_classes=p.num_classes)
@@ -175,9 +172,9 @@ def workload_spec(w: str, preset_name: str, seed: int = 0, batch_size: int | Non
 def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, prec: str,
            scen: str, dev: int, data: str, rollout: str, repeat: int) -> TrialSpec:
     """The trial of one point of the sweep; a time-to-target trial without a target gets its
-    workload's default one where it has one (lm: a perplexity)."""
-    return workloads.with_default_target(_planned_spec(sweep, w, f, mode, bs, seed, prec, scen, dev, data, rollout,
-                                                       repeat))
+    workload's default one where it has one (lm: a perplexity; a problem trains to nothing)."""
+    spec = _planned_spec(sweep, w, f, mode, bs, seed, prec, scen, dev, data, rollout, repeat)
+    return spec if subjects.is_problem(w) else workloads.with_default_target(spec)
 
 
 def _planned_spec(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, prec: str,
@@ -269,7 +266,7 @@ def make_plan(sweep: Sweep) -> Plan:
 def _profiled(spec: TrialSpec) -> bool:
     """Whether `run --profile` adds a profiled trial of this configuration (its record's)."""
     name, scenario = spec.workload.name, spec.scenario
-    return workloads.scenario_unsupported(name, scenario) is None and workloads.scenario(name, scenario).profiled
+    return subjects.scenario_unsupported(name, scenario) is None and subjects.scenario(name, scenario).profiled
 
 
 def _check_size(sweep: Sweep) -> None:
@@ -287,7 +284,7 @@ def _check_size(sweep: Sweep) -> None:
 
 def _is_rl(workload: str) -> bool:
     """A reinforcement-learning workload: one with a `rollout` scenario."""
-    return "rollout" in workloads.get(workload).SCENARIOS
+    return "rollout" in subjects.runs(workload)
 
 
 def _check_options(sweep: Sweep) -> None:
@@ -369,7 +366,7 @@ def estimate_s(trial: TrialSpec, costs: Costs) -> tuple[float, str]:
     try:
         return _rough_s(trial, samples), "rough"
     except Exception as e:  # a plugin's param_shapes or FLOPs at a preset its contract check never ran
-        origin = workloads.origin(spec.name).text()
+        origin = subjects.origin(spec.name).text()
         raise SpecError(f"workload {spec.name} ({origin}) fails at batch size {spec.batch_size}, data set size"
                         f" {spec.dataset_size}: {type(e).__name__}: {first_line(e)}") from None
 
@@ -378,14 +375,14 @@ def _rough_s(trial: TrialSpec, samples: int) -> float:
     """Start-up and compiles from the backend's cost guess (compiles scaled by the workload's
     size), compute from FLOPs; inference: two timed loops, each capped by the budget."""
     spec = trial.workload
-    module = workloads.get(spec.name)
     guess = get_backend(trial.framework).cost_guess
+    options = OPTIONS.get(trial.scenario)  # the estimate follows what the scenario's options bound
+    if options is SolveOptions:
+        return guess.startup_s + _solve_s(trial.solve_options(), problems.get(spec.name), guess.solve)
+    module = workloads.get(spec.name)
     size = math.sqrt(len(module.param_shapes(spec)) / COMPILE_REFERENCE_TENSORS)
     share = {"compiled": 1.0, "graph": TRACE_SHARE}.get(trial.policy.mode, 0.0)
     compile_ = guess.compile_s * size * share
-    options = OPTIONS.get(trial.scenario)  # the estimate follows what the scenario's options bound
-    if options is SolveOptions:
-        return guess.startup_s + _solve_s(trial.solve_options(), module.PROBLEM, guess.solve)
     if options is InferOptions:
         flops = module.flops_per_sample(spec, train=False)
         requests = trial.infer_requests + INFER_BATCHES * spec.batch_size
@@ -432,7 +429,7 @@ def estimates(trials: list[TrialSpec], costs: Costs) -> list[tuple[float, str]]:
         if trial.scenario == SolveOptions.SCENARIO:
             key = (trial.workload.name, trial.repeat, trial.solve_options())
             if source == "rough" and key not in baselines:
-                seconds += baseline_s(trial.solve_options(), workloads.get(trial.workload.name).PROBLEM)
+                seconds += baseline_s(trial.solve_options(), problems.get(trial.workload.name))
             baselines.add(key)
         out.append((seconds, source))
     return out

@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from dlbench import workloads
+from dlbench import subjects
 from dlbench.backends import support
 from dlbench.backends.base import Backend, Unsupported
 from dlbench.results.records import TrialResult
@@ -64,11 +64,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def scenario_of(trial: TrialSpec) -> Callable[[TrialContext], None]:
-    """The runner scenario the trial's workload runs its --scenario with."""
-    reason = workloads.scenario_unsupported(trial.workload.name, trial.scenario)
+    """The runner scenario the trial's subject (workload or problem) runs its --scenario with."""
+    reason = subjects.scenario_unsupported(trial.workload.name, trial.scenario)
     if reason is not None:
         raise Unsupported(reason)
-    return RUNS[workloads.scenario(trial.workload.name, trial.scenario).name]
+    return RUNS[subjects.record(trial).name]
 
 
 def run_trial(trial: TrialSpec, backend: Backend, log: EventLog, created: float, result: TrialResult,

@@ -1,4 +1,4 @@
-"""The solver scenario (on an ODE problem, workloads/odes.py), run by the
+"""The solver scenario (on an ODE problem, problems/solve.py), run by the
 worker process: a work-precision sweep of every solver the trial's framework offers
 (backends/<framework>/ode.py), in each dtype, over the tolerances, as SciMLBenchmarks draws its
 work-precision diagrams: per point the error at the output times against the float64 reference,
@@ -41,7 +41,6 @@ from pathlib import Path
 
 import numpy as np
 
-from dlbench import workloads
 from dlbench.backends import support
 from dlbench.backends.solve import FAILURES, SCIPY, Count, Gradient, OdeModule, Solve, Solved
 from dlbench.results.records import TrialResult
@@ -49,7 +48,7 @@ from dlbench.runner import protocol
 from dlbench.runner.context import TrialContext
 from dlbench.runner.timing import Phases
 from dlbench.spec import TrialSpec
-from dlbench.workloads import odes
+from dlbench.problems import solve as ivp
 
 # Status codes of the `status` series (0 ok), so failures are points of the export like the rest.
 STATUS_CODES = {"ok": 0, **{name: i + 1 for i, name in enumerate(FAILURES)}, "skipped": len(FAILURES) + 1}
@@ -107,14 +106,14 @@ def _counters(out: Solved) -> dict[str, float]:
     return {k: float(v) for k, v in found.items() if v is not None}
 
 
-def sweep_solver(problem: odes.Problem, prepare: Callable[[str], Solve], solver: str, dtype: str,
+def sweep_solver(problem: ivp.Problem, prepare: Callable[[str], Solve], solver: str, dtype: str,
                  settings: SweepSettings, prepare_count: Callable[[str], Count | None] = lambda dtype: None,
                  ) -> list[Point]:
     """One solver in one dtype over the tolerances (loosest first). An exception the library
     raises is that point's failure (`failed`, its message kept), never the trial's. Where the
     module counts apart (`prepare_count`), each solved point is solved once more, after its timed
     solves, for its nfe and njev."""
-    ref = odes.reference(problem)
+    ref = ivp.reference(problem)
     raw = prepare(dtype)
     count = prepare_count(dtype)
 
@@ -141,7 +140,7 @@ def sweep_solver(problem: odes.Problem, prepare: Callable[[str], Solve], solver:
         point = Point(solver, dtype, rtol, atol, out.status, out.message, first_s=first_s,
                       wall_s=statistics.median(times), repeats=len(times), counters=_counters(out))
         if out.y is not None:
-            point.error = odes.error(out.y, ref)
+            point.error = ivp.error(out.y, ref)
             if count is not None:
                 _count_into(point, count)
         else:
@@ -177,9 +176,9 @@ class GradientPoint:
     first_s: float | None = None
 
 
-def sweep_gradient(problem: odes.Problem, prepare: Callable[[float], Gradient], method: str, solver: str,
+def sweep_gradient(problem: ivp.Problem, prepare: Callable[[float], Gradient], method: str, solver: str,
                    dtype: str, settings: SweepSettings) -> list[GradientPoint]:
-    ref = odes.gradient_reference(problem)
+    ref = ivp.gradient_reference(problem)
     points = []
     for rtol in sorted(settings.gradient_rtols, reverse=True):
         try:
@@ -197,20 +196,20 @@ def sweep_gradient(problem: odes.Problem, prepare: Callable[[float], Gradient], 
             points.append(GradientPoint(method, solver, dtype, rtol, "failed", f"{type(e).__name__}: {e}"[:300]))
             continue
         assert g is not None
-        points.append(GradientPoint(method, solver, dtype, rtol, "ok", error=odes.relative_error(
-            odes.flat_gradient(g), ref), wall_s=statistics.median(times), first_s=first_s))
+        points.append(GradientPoint(method, solver, dtype, rtol, "ok", error=ivp.relative_error(
+            ivp.flat_gradient(g), ref), wall_s=statistics.median(times), first_s=first_s))
     return points
 
 
-def _prepare(module: OdeModule, problem: odes.Problem, solver: str, max_steps: int, dtype: str) -> Solve:
+def _prepare(module: OdeModule, problem: ivp.Problem, solver: str, max_steps: int, dtype: str) -> Solve:
     return module.prepare(problem, solver, dtype, max_steps)
 
 
-def _prepare_count(module: OdeModule, problem: odes.Problem, solver: str, max_steps: int, dtype: str) -> Count | None:
+def _prepare_count(module: OdeModule, problem: ivp.Problem, solver: str, max_steps: int, dtype: str) -> Count | None:
     return module.prepare_count(problem, solver, dtype, max_steps)
 
 
-def _prepare_gradient(module: OdeModule, problem: odes.Problem, solver: str, method: str, dtype: str,
+def _prepare_gradient(module: OdeModule, problem: ivp.Problem, solver: str, method: str, dtype: str,
                       rtol: float) -> Gradient:
     return module.prepare_gradient(problem, solver, method, dtype, rtol, rtol * problem.atol_ratio)
 
@@ -224,7 +223,7 @@ class Sweep:
     gradients: list[GradientPoint]
 
 
-def sweep(problem: odes.Problem, module: OdeModule, settings: SweepSettings,
+def sweep(problem: ivp.Problem, module: OdeModule, settings: SweepSettings,
           progress: Callable[[str], None] = lambda s: None) -> Sweep:
     """Every solver of `module` in every dtype it supports, then the gradients where the problem
     has one. A dtype a solver does not run is recorded as absent."""
@@ -302,14 +301,14 @@ def run(ctx: TrialContext) -> None:
     trial, phases, result = ctx.trial, ctx.phases, ctx.result
     m = ctx.metrics
     module = support.build_solvers(trial, ctx.backend)
-    problem: odes.Problem = workloads.get(trial.workload.name).PROBLEM
+    problem = ctx.problem
     options = trial.solve_options()
     settings = SweepSettings(rtols=options.rtols(), dtypes=DTYPES, max_steps=options.solve_max_steps,
                              gradient_rtols=GRADIENT_RTOLS)
     t = phases.start("reference")
-    odes.reference(problem)
+    ivp.reference(problem)
     if problem.has_gradient:
-        odes.gradient_reference(problem)
+        ivp.gradient_reference(problem)
     m["reference_s"] = phases.end("reference", t)
 
     t = phases.start("sweep")
@@ -324,7 +323,7 @@ def run(ctx: TrialContext) -> None:
     run_baseline(problem, settings, trial, marker, result, phases)
 
 
-def run_baseline(problem: odes.Problem, settings: SweepSettings, trial: TrialSpec, marker: Path, result: TrialResult,
+def run_baseline(problem: ivp.Problem, settings: SweepSettings, trial: TrialSpec, marker: Path, result: TrialResult,
                  phases: Phases) -> None:
     """SciPy's sweep into the result (series and notes under `scipy-` names, its seconds as
     `baseline_sweep_s`), unless `marker` says a trial of this run measured it already: then
@@ -342,11 +341,11 @@ def run_baseline(problem: odes.Problem, settings: SweepSettings, trial: TrialSpe
     result.notes[BASELINE_NOTE] = f"measured here: {claim_baseline(marker, trial)}"
 
 
-def baseline_marker_name(problem: odes.Problem, settings: SweepSettings, repeat: int) -> str:
+def baseline_marker_name(problem: ivp.Problem, settings: SweepSettings, repeat: int) -> str:
     """The file that says a problem's SciPy baseline was measured in this run, for this repeat
-    index: keyed by the problem's definition (odes.definition_digest: field, SciPy's version),
+    index: keyed by the problem's definition (ivp.definition_digest: field, SciPy's version),
     the sweep's settings and the repeat, so a run that sweeps otherwise measures again."""
-    key = hashlib.sha256(f"{odes.definition_digest()}/{problem.name}/{settings!r}/{repeat}".encode()).hexdigest()
+    key = hashlib.sha256(f"{ivp.definition_digest()}/{problem.name}/{settings!r}/{repeat}".encode()).hexdigest()
     return f"solve-baseline-{problem.name}-{key[:16]}.json"
 
 
