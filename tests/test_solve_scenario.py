@@ -5,6 +5,7 @@ JSON export; and bad tolerances refused in one line (exit 2) before anything run
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -237,3 +238,28 @@ def test_the_report_shows_the_baseline_once_per_problem_whichever_trials_measure
         assert "robertson: SciPy's sweep measured in trial 1" in table.notes  # where and when it was measured
         names = [name for _, name, *_ in solve.diagram_traces(report(trials))]
         assert names == ["jax jax-rk float64", "torch torch-rk float64", "scipy BDF float64"]
+
+
+def test_solver_modules_build_through_the_one_guarded_path_and_a_missing_library_is_unsupported(monkeypatch):
+    """A problem's builder is each backend package's `ode` module, built by support.build like a
+    workload's program (the same checks first); without its library the trial is unsupported with
+    the extra to install, not failed."""
+    import sys
+
+    from dlbench.backends import get_backend, support
+    from dlbench.backends.base import Unsupported, builder_module
+    from dlbench.runner.plan import Sweep as Planned
+    from dlbench.runner.plan import make_plan
+
+    assert builder_module("dlbench.backends.torch", "hires") == "dlbench.backends.torch.ode"
+    trial = make_plan(Planned(workloads=("hires",), frameworks=("torch",), scenarios=("solve",), repeats=1)).trials[0].spec
+    backend = get_backend("torch")
+    backend.import_framework()
+    module = support.build_solvers(trial, backend)
+    assert module.__name__ == "dlbench.backends.torch.ode" and "torchode-tsit5" in module.SOLVERS
+    with pytest.raises(Unsupported, match="hires has no train scenario"):  # build's own checks come first
+        support.build_solvers(dataclasses.replace(trial, scenario="train"), backend)
+    monkeypatch.setitem(sys.modules, "torchode", None)  # as if not installed
+    monkeypatch.delitem(sys.modules, "dlbench.backends.torch.ode")
+    with pytest.raises(Unsupported, match=r"torch has no ODE solvers here: .*torchode.*dlbench\[ode-torch\]"):
+        support.build_solvers(trial, backend)

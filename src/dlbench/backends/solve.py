@@ -27,9 +27,11 @@ Imports no framework.
 
 from __future__ import annotations
 
+import sys
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -77,6 +79,7 @@ Count = Callable[[float, float], Counts]
 Gradient = Callable[[], dict[str, np.ndarray]]
 
 
+@runtime_checkable
 class OdeModule(Protocol):
     SOLVERS: dict[str, SolverInfo]
     ABSENT: dict[str, str]
@@ -88,6 +91,12 @@ class OdeModule(Protocol):
 
     def prepare_gradient(self, problem: ivp.Problem, solver: str, method: str, dtype: str, rtol: float,
                          atol: float) -> Gradient: ...
+
+
+def built(module_name: str) -> OdeModule:
+    """What a solver module's `build(trial)` returns: the module itself, whose members are the
+    protocol (backends/base.py: builder_module names it as a problem's builder)."""
+    return typing.cast(OdeModule, sys.modules[module_name])
 
 
 def classify(message: str) -> str:

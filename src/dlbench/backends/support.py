@@ -12,9 +12,7 @@ exported model knows its numerics once it has found the export).
 
 from __future__ import annotations
 
-import importlib
 import math
-import typing
 from typing import Any
 
 from dlbench import scenarios, subjects, workloads
@@ -215,18 +213,10 @@ def build_rollout(trial: TrialSpec, backend: Backend) -> Rollout:
 
 
 def build_solvers(trial: TrialSpec, backend: Backend) -> OdeModule:
-    """Capability "solve": the backend's ODE solver module, backends/<framework>/ode.py, imported
-    in the child after the framework (Unsupported with the reason when the backend has none)."""
-    reason = unsupported(trial, backend, backend.device_kind())
-    if reason is not None:
-        raise Unsupported(reason)
-    package = type(backend).__module__
-    try:
-        module = importlib.import_module(f"{package}.ode")
-    except ImportError as e:  # the library (diffrax, torchdiffeq, tensorflow-probability) is missing
-        raise Unsupported(f"{trial.framework} has no ODE solvers here: {type(e).__name__}: {e}"
-                          " (pip install the dlbench[ode-*] extra)") from e
-    return typing.cast(OdeModule, module)  # the module is the protocol's implementation
+    """Capability "solve": the backend's ODE solver module (backends/<framework>/ode.py, the
+    problem's builder module, which builds itself), imported in the child after the framework;
+    Unsupported with the reason where its library is not installed."""
+    return build_as(trial, backend, OdeModule)
 
 
 def init(trial: TrialSpec, program: Built) -> Any:

@@ -26,6 +26,9 @@ from dlbench.spec import SpecError
 # Runner scenario -> its problems, by name (the module named for the scenario defines them).
 BY_SCENARIO: dict[str, dict[str, Problem]] = {"solve": solve.PROBLEMS}
 PROBLEMS: dict[str, Problem] = {name: p for problems in BY_SCENARIO.values() for name, p in problems.items()}
+# Runner scenario -> the module of each backend package that builds its trials
+# (backends/<framework>/ode.py; backends/base.py: builder_module).
+BUILDERS: dict[str, str] = {"solve": "ode"}
 # What a problem's trial measures per solve: its error against the reference solution (the
 # column `dlbench list` shows beside a workload's held-out quality).
 QUALITY = "error"
@@ -42,6 +45,11 @@ def get(name: str) -> Problem:
     if found is None:
         raise SpecError(f"problem {name!r} is not one of: {', '.join(PROBLEMS)}")
     return found
+
+
+def builder(name: str) -> str:
+    """The backend packages' module that builds problem `name`'s trials (BUILDERS)."""
+    return next(BUILDERS[scenario] for scenario in scenarios(name))
 
 
 def scenarios(name: str) -> dict[str, str]:

@@ -22,20 +22,28 @@ import jax
 # stay float32.
 jax.config.update("jax_enable_x64", True)
 
-import diffrax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from dlbench.backends.base import Unsupported  # noqa: E402
 from dlbench.backends.solve import (  # noqa: E402
     Count,
     Counts,
     Gradient,
+    OdeModule,
     Solve,
     Solved,
     SolverInfo,
+    built,
     checked,
     ops_of,
 )
+from dlbench.spec import TrialSpec  # noqa: E402
+
+try:
+    import diffrax
+except ImportError as e:  # a solve trial is unsupported without it
+    raise Unsupported(f"jax has no ODE solvers here: {type(e).__name__}: {e} (pip install 'dlbench[ode-jax]')") from e
 from dlbench.problems import solve as ivp  # noqa: E402
 
 _LIB = f"diffrax {importlib.metadata.version('diffrax')}"
@@ -46,6 +54,13 @@ SOLVERS = {
 }
 ABSENT: dict[str, str] = {}
 GRADIENTS = {"backprop": "tsit5", "adjoint": "tsit5"}
+
+
+
+def build(trial: TrialSpec) -> OdeModule:
+    """A solve trial's program: this module (backends/solve.py)."""
+    return built(__name__)
+
 
 OPS = ops_of(jnp, lambda xs: jnp.stack(xs, axis=-1), jnp.sum)
 _CLASSES = {"tsit5": diffrax.Tsit5, "dopri5": diffrax.Dopri5, "kvaerno5": diffrax.Kvaerno5}

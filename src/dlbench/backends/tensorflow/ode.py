@@ -17,10 +17,18 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_probability as tfp
 
-from dlbench.backends.solve import Count, Counts, Gradient, Solve, Solved, SolverInfo, checked, classify, ops_of
+from dlbench.backends.base import Unsupported
+from dlbench.backends.solve import (Count, Counts, Gradient, OdeModule, Solve, Solved, SolverInfo, built, checked,
+                                    classify, ops_of)
 from dlbench.problems import solve as ivp
+from dlbench.spec import TrialSpec
+
+try:
+    import tensorflow_probability as tfp
+except ImportError as e:  # a solve trial is unsupported without it
+    raise Unsupported(f"tensorflow has no ODE solvers here: {type(e).__name__}: {e}"
+                      " (pip install 'dlbench[ode-tensorflow]')") from e
 
 _LIB = f"tensorflow-probability {tfp.__version__}"
 SOLVERS = {
@@ -32,6 +40,13 @@ ABSENT = {
                 " solver); no backpropagation through the solver's steps",
 }
 GRADIENTS = {"adjoint": "dormand-prince"}
+
+
+
+def build(trial: TrialSpec) -> OdeModule:
+    """A solve trial's program: this module (backends/solve.py)."""
+    return built(__name__)
+
 
 OPS = ops_of(tf, lambda xs: tf.stack(xs, axis=-1), tf.reduce_sum)
 _DTYPES = {"float64": tf.float64, "float32": tf.float32}

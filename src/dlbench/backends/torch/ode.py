@@ -15,11 +15,17 @@ from typing import Any
 
 import numpy as np
 import torch
-import torchdiffeq
-import torchode
 
-from dlbench.backends.solve import Count, Gradient, Solve, Solved, SolverInfo, checked, classify, ops_of
+from dlbench.backends.base import Unsupported
+from dlbench.backends.solve import Count, Gradient, OdeModule, Solve, Solved, SolverInfo, built, checked, classify, ops_of
 from dlbench.problems import solve as ivp
+from dlbench.spec import TrialSpec
+
+try:
+    import torchdiffeq
+    import torchode
+except ImportError as e:  # a solve trial is unsupported without them
+    raise Unsupported(f"torch has no ODE solvers here: {type(e).__name__}: {e} (pip install 'dlbench[ode-torch]')") from e
 
 _DIFFEQ = f"torchdiffeq {torchdiffeq.__version__}"
 _ODE = f"torchode {torchode.__version__}"
@@ -33,6 +39,13 @@ ABSENT = {
 }
 GRADIENTS = {"backprop": "torchdiffeq-dopri5", "adjoint": "torchdiffeq-dopri5",
              "torchode-backprop": "torchode-tsit5"}
+
+
+
+def build(trial: TrialSpec) -> OdeModule:
+    """A solve trial's program: this module (backends/solve.py)."""
+    return built(__name__)
+
 
 OPS = ops_of(torch, lambda xs: torch.stack(xs, dim=-1), torch.sum)
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
