@@ -233,3 +233,24 @@ def test_a_run_finishes_in_the_parent_with_its_scaling_annotated_then_its_status
         assert executor.finish_run(store, run_id, interrupted=False) == "ok"
         assert store.run(run_id)["status"] == "ok"
     assert steps == [f"annotate {run_id}", f"annotate {run_id}"]
+
+
+def test_the_parent_computes_references_for_the_subjects_that_have_one(monkeypatch):
+    """One path for every executor (executor.references): the trials whose record's subject has
+    a parent reference (a workload's fixed batch) get one; a problem's trials none (each measures
+    against its problem's reference solution), and their verdict says so."""
+    from dlbench.results.records import TrialResult
+    from dlbench.runner import executor, reference
+    from dlbench.runner.verdicts import judge_parity
+
+    asked: list[list[str]] = []
+    monkeypatch.setattr(reference, "ensure", lambda specs, *a: asked.append([s.name for s in specs]) or {"k": "r"})
+    cnn = TrialSpec(workload=WorkloadSpec(name="cnn"), framework="torch")
+    hires = TrialSpec(workload=WorkloadSpec(name="hires", batch_size=8, dataset_size=8, eval_size=8),
+                      framework="torch", scenario="solve")
+    assert scenarios.get("train").parent_reference and not scenarios.get("solve").parent_reference
+    assert executor.references([hires], print) == {} and asked == []
+    assert executor.references([cnn, hires], print) == {"k": "r"} and asked == [["cnn"]]
+    result = TrialResult(status="ok")
+    judge_parity(hires, result, Path("/nonexistent"), {})
+    assert result.parity["verdict"] == "n/a" and "float64 reference" in result.parity["reason"]

@@ -22,7 +22,7 @@ from dlbench.results.store import Store
 from dlbench.runner import annotate, children, protocol, reference, spawn
 from dlbench.runner.plan import Plan, PlannedTrial, with_ids
 from dlbench.runner.probe_client import PROBE_TIMEOUT_S, ProbeLimits
-from dlbench.runner.verdicts import Ceilings, ceilings, judge_efficiency, judge_parity, needs_reference
+from dlbench.runner.verdicts import Ceilings, ceilings, judge_efficiency, judge_parity
 from dlbench.spec import Policy, SpecError, TrialSpec
 
 WARM_IMPORT_TIMEOUT_S = 600
@@ -119,6 +119,17 @@ def record_origins(spec: TrialSpec, result: TrialResult) -> None:
             result.framework_info[key] = {"source": "unknown", "error": str(e)}
 
 
+def references(trials: list[TrialSpec], on_message: Callable[[str], None]) -> dict[str, reference.Reference | str]:
+    """The float64 fixed-batch references the trials' judges compare with, computed (or read from
+    the cache) once before any trial runs, for every executor: one per workload spec of the
+    trials whose record has a parent reference (Scenario.parent_reference: a workload's; a
+    problem's trial measures against the problem's own reference solution)."""
+    judged = [t for t in trials if subjects.record(t).parent_reference]
+    if not judged:
+        return {}
+    return reference.ensure([t.workload for t in judged], 0, on_message, probe_limits(judged))
+
+
 def probe_limits(specs: list[TrialSpec]) -> ProbeLimits:
     """The parity reference's probe is bound like the trials it serves: each workload by the
     longest --timeout and the largest --memory-limit among them (none if any trial has none)."""
@@ -171,8 +182,7 @@ def register(store: Store, run_id: int, plan: Plan) -> list[tuple[int, PlannedTr
 def execute(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]],
             progress: Progress, workdir: Path | None = None) -> Outcome:
     outcome, pending = settled(trials)
-    judged = [p.spec for _, p in pending if needs_reference(p.spec)]
-    refs = reference.ensure([s.workload for s in judged], 0, progress.message, probe_limits(judged)) if judged else {}
+    refs = references([p.spec for _, p in pending], progress.message)
     limits = ceilings([p.spec for _, p in pending], progress.message)
     tmp = workdir or Path(tempfile.mkdtemp(prefix="dlbench-run-"))
     try:
