@@ -12,7 +12,6 @@ from dlbench.cli.main import main
 from dlbench.results.store import Store
 from dlbench.runner.plan import Costs, Sweep, baseline_s, estimate_s, estimates, learn, make_plan
 from dlbench.spec import SolveOptions, TrialSpec, to_dict
-from dlbench.problems import solve as ivp
 
 
 def _trial(framework: str = "torch", workload: str = "cnn", preset: str = "cpu", mode: str = "compiled") -> TrialSpec:
@@ -48,8 +47,9 @@ def test_a_first_estimate_of_a_solve_run_follows_what_its_trials_do():
     assert 6 < sum(s for s, _ in found.values()) / 60 < 13
     # SciPy's baseline on the first trial of each problem only, which measures it
     first, then = found[("robertson", "jax")][0], found[("robertson", "torch")][0]
-    assert first - solve_s("robertson", "jax") == pytest.approx(baseline_s(SolveOptions(), ivp.PROBLEMS["robertson"]))
-    assert then == solve_s("robertson", "torch") and baseline_s(SolveOptions(), ivp.PROBLEMS["robertson"]) > 5
+    robertson = next(s for s in specs if s.workload.name == "robertson")
+    assert first - solve_s("robertson", "jax") == pytest.approx(baseline_s(robertson))
+    assert then == solve_s("robertson", "torch") and baseline_s(robertson) > 5
     # torch's explicit solvers run to the step cap on a stiff problem: a lower cap costs less there,
     # not on a non-stiff one; the neural ODE adds its gradients; two tolerances cost less than eight
     capped = SolveOptions(solve_max_steps=500)

@@ -13,16 +13,15 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dlbench import problems, subjects, workloads
+from dlbench import subjects, workloads
 from dlbench.analysis import repeats
 from dlbench.backends import get_backend, support
 from dlbench.monitors.nvml import device_kind
 from dlbench.plugins import first_line
-from dlbench.runner.protocol import INFER_BATCHES
+from dlbench.runner.scenarios.registry import ESTIMATES
+from dlbench.runner.scenarios.solve import baseline_s
 from dlbench.spec import (
     OPTIONS,
-    ConvergeOptions,
-    InferOptions,
     NoOptions,
     Policy,
     ScenarioOptions,
@@ -34,41 +33,10 @@ from dlbench.spec import (
     option_fields,
     to_dict,
 )
-from dlbench.backends.base import Backend, SolveGuess
+from dlbench.backends.base import Backend
 from dlbench.workloads.base import Preset
-from dlbench.problems.solve import Problem
 
 DEFAULT_FRAMEWORKS = ("torch", "tensorflow", "jax")
-# A Server sweep's tests (the first, 3 probes, 4 bisection steps: runner/scenarios/served.py) and a guess
-# of each one's seconds (1,100 queries at a few thousand QPS, slower ones at lower rates).
-SERVER_SWEEP_TESTS = 8
-SERVER_TEST_GUESS_S = 2.0
-# Compute at this rate in a first estimate (achieved FLOP/s of the zoo on two cores spans 1-40
-# GFLOP/s; start-up dominates short trials and comes from each backend's cost_guess).
-CPU_FLOPS_GUESS = 20e9
-# A cnn-sized graph (8 parameter tensors) compiles in Backend.cost_guess.compile_s; a graph with n
-# tensors in about sqrt(n / 8) times that (fitted on the zoo: resnet's 62 tensors compile 2.5-3x
-# longer than the cnn in torch and keras-torch).
-COMPILE_REFERENCE_TENSORS = 8
-# Extra compiles besides the train step's in compiled mode: the parity probe's loss-and-gradients
-# function and the evaluation's forward (torch: 6-48 s for the probe, docs/benchmarks.md).
-EXTRA_COMPILES = 0.5
-# Seconds a graph-mode trace costs against a compile.
-TRACE_SHARE = 0.3
-# The solver scenario (runner/scenarios/solve.py): a framework's curves cost what its backend's
-# CostGuess.solve says, fitted on the quiet run of docs/benchmarks.md "ODE solvers" (4 problems x
-# 3 frameworks in 9.7 min, which the estimate before this one put at 16.6 min; the development
-# run took 33 min at load 13-15, what `busy_machine`'s factor is for). SciPy's baseline (2
-# explicit and 3 implicit solvers, float64) runs once per problem and repeat: a point about 0.3 s
-# (a stiff problem's Radau at 1e-10 a second, LSODA's some ms), an explicit curve to the step cap
-# 1.5 s. A backend without a SolveGuess gets GENERIC_SOLVE_GUESS.
-SOLVE_CAP_REFERENCE_STEPS = 5000  # the step cap at which capped_curve_s were measured (the default)
-SCIPY_EXPLICIT_CURVES, SCIPY_IMPLICIT_CURVES = 2, 3
-SCIPY_POINT_S, SCIPY_CAPPED_CURVE_S = 0.3, 1.5
-# runner/scenarios/solve.py's dtypes and gradient tolerances, counted
-SOLVE_DTYPES, SOLVE_GRADIENT_RTOLS = 2, 3
-GENERIC_SOLVE_GUESS = SolveGuess(explicit_curves=4, implicit_curves=2, point_s=0.5, capped_curve_s=10.0,
-                                 compile_s=2.0, gradient_methods=2, gradient_point_s=5.0)
 # More fresh processes per configuration than any CI spread needs; a typo such as 1000000 would
 # otherwise plan a million trials before anything says no (one limit with --repeats auto's).
 MAX_REPEATS = repeats.MAX_REPEATS
@@ -372,51 +340,9 @@ def estimate_s(trial: TrialSpec, costs: Costs) -> tuple[float, str]:
 
 
 def _rough_s(trial: TrialSpec, samples: int) -> float:
-    """Start-up and compiles from the backend's cost guess (compiles scaled by the workload's
-    size), compute from FLOPs; inference: two timed loops, each capped by the budget."""
-    spec = trial.workload
-    guess = get_backend(trial.framework).cost_guess
-    options = OPTIONS.get(trial.scenario)  # the estimate follows what the scenario's options bound
-    if options is SolveOptions:
-        return guess.startup_s + _solve_s(trial.solve_options(), problems.get(spec.name), guess.solve)
-    module = workloads.get(spec.name)
-    size = math.sqrt(len(module.param_shapes(spec)) / COMPILE_REFERENCE_TENSORS)
-    share = {"compiled": 1.0, "graph": TRACE_SHARE}.get(trial.policy.mode, 0.0)
-    compile_ = guess.compile_s * size * share
-    if options is InferOptions:
-        flops = module.flops_per_sample(spec, train=False)
-        requests = trial.infer_requests + INFER_BATCHES * spec.batch_size
-        compute = min(requests * flops / CPU_FLOPS_GUESS, 2 * trial.infer_budget_s)
-        if trial.infer_load == "server":  # each Server test: its minimum duration or ~1,100 queries
-            compute += trial.infer_budget_s if trial.server_qps else SERVER_TEST_GUESS_S * SERVER_SWEEP_TESTS
-        return guess.startup_s + 2 * compile_ + compute
-    if options is ConvergeOptions:  # the presets reach their targets in a few hundred steps
-        samples = min(trial.max_steps, 8 * trial.eval_every) * spec.batch_size
-    compute = samples * module.flops_per_sample(spec) / CPU_FLOPS_GUESS
-    if options is ConvergeOptions:
-        compute = min(compute, trial.max_time_s)
-    return guess.startup_s + compile_ * (1 + EXTRA_COMPILES) + compute
-
-
-def _solve_s(options: SolveOptions, problem: Problem, guess: SolveGuess | None) -> float:
-    """A solve trial's own sweeps (SciPy's baseline apart: `baseline_s`): per solver curve its
-    compiles and its tolerance points, except an explicit curve on a stiff problem, which runs to
-    the step cap once and skips the rest; then the neural ODE's gradient points."""
-    g = guess or GENERIC_SOLVE_GUESS
-    points = len(options.rtols())
-    capped_s = g.capped_curve_s * options.solve_max_steps / SOLVE_CAP_REFERENCE_STEPS
-    explicit_s = capped_s if problem.stiff else points * g.point_s
-    curves_s = g.explicit_curves * (g.compile_s + explicit_s) + g.implicit_curves * (g.compile_s + points * g.point_s)
-    gradients = g.gradient_methods * SOLVE_DTYPES * SOLVE_GRADIENT_RTOLS if problem.has_gradient else 0
-    return curves_s + gradients * g.gradient_point_s
-
-
-def baseline_s(options: SolveOptions, problem: Problem) -> float:
-    """SciPy's sweep, which one trial per problem and repeat runs (runner/scenarios/solve.py)."""
-    points = len(options.rtols())
-    capped_s = SCIPY_CAPPED_CURVE_S * options.solve_max_steps / SOLVE_CAP_REFERENCE_STEPS
-    explicit_s = capped_s if problem.stiff else points * SCIPY_POINT_S
-    return SCIPY_EXPLICIT_CURVES * explicit_s + SCIPY_IMPLICIT_CURVES * points * SCIPY_POINT_S
+    """The first estimate its runner scenario registers (runner/scenarios/registry.py:
+    ESTIMATES), from the backend's cost guess."""
+    return ESTIMATES[subjects.record(trial).name](trial, get_backend(trial.framework).cost_guess, samples)
 
 
 def estimates(trials: list[TrialSpec], costs: Costs) -> list[tuple[float, str]]:
@@ -429,7 +355,7 @@ def estimates(trials: list[TrialSpec], costs: Costs) -> list[tuple[float, str]]:
         if trial.scenario == SolveOptions.SCENARIO:
             key = (trial.workload.name, trial.repeat, trial.solve_options())
             if source == "rough" and key not in baselines:
-                seconds += baseline_s(trial.solve_options(), problems.get(trial.workload.name))
+                seconds += baseline_s(trial)
             baselines.add(key)
         out.append((seconds, source))
     return out

@@ -32,7 +32,7 @@ import numpy as np
 
 from dlbench import workloads
 from dlbench.backends import support
-from dlbench.backends.base import Backend, Trainable
+from dlbench.backends.base import Backend, CostGuess, Trainable
 from dlbench.results.records import TrialResult
 from dlbench.runner import fixedbatch, protocol
 from dlbench.runner.scenarios import train
@@ -264,3 +264,13 @@ def converge_metrics(trial: TrialSpec, curve: Curve, result: TrialResult) -> Non
     if curve.recompiles:
         result.warnings.append(f"recompiled {curve.recompiles} time(s) after the first step:"
                                " the time to target includes those compiles")
+
+
+def estimate_s(trial: TrialSpec, guess: CostGuess, samples: int) -> float:
+    """The planner's first estimate (registry.ESTIMATES): as a training trial's, over the steps
+    the presets take to their targets (a few hundred: eight evaluations' worth, at most
+    max_steps) and at most the time budget."""
+    spec = trial.workload
+    trained = min(trial.max_steps, 8 * trial.eval_every) * spec.batch_size
+    compute = min(trained * workloads.get(spec.name).flops_per_sample(spec) / train.CPU_FLOPS_GUESS, trial.max_time_s)
+    return guess.startup_s + train.compile_s(trial, guess) * (1 + train.EXTRA_COMPILES) + compute

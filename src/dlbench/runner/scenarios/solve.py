@@ -42,12 +42,14 @@ from pathlib import Path
 import numpy as np
 
 from dlbench.backends import support
+from dlbench.backends.base import CostGuess, SolveGuess
 from dlbench.backends.solve import FAILURES, SCIPY, Count, Gradient, OdeModule, Solve, Solved
 from dlbench.results.records import TrialResult
 from dlbench.runner import protocol
 from dlbench.runner.context import TrialContext
 from dlbench.runner.timing import Phases
 from dlbench.spec import TrialSpec
+from dlbench import problems
 from dlbench.problems import solve as ivp
 
 # Status codes of the `status` series (0 ok), so failures are points of the export like the rest.
@@ -378,3 +380,42 @@ def _prefixed(s: Sweep) -> Sweep:
     points = [Point(**{**vars(p), "solver": SCIPY_PREFIX + p.solver}) for p in s.points]
     return Sweep(s.problem, {SCIPY_PREFIX + k: v for k, v in s.kinds.items()},
                  {f"{name}-{k}": v for k, v in s.absent.items()}, points, [])
+
+
+# ---- the planner's first estimate of a solve trial, before the store knows better (runner/plan.py:
+# estimate_s calls registry.ESTIMATES): its curves cost what its backend's CostGuess.solve says,
+# fitted on the quiet run of docs/benchmarks.md "ODE solvers" (4 problems x 3 frameworks in 9.7 min,
+# which the estimate before this one put at 16.6 min; the development run took 33 min at load
+# 13-15, what `busy_machine`'s factor is for). A backend without a SolveGuess gets
+# GENERIC_SOLVE_GUESS.
+SOLVE_CAP_REFERENCE_STEPS = 5000  # the step cap at which capped_curve_s were measured (the default)
+GENERIC_SOLVE_GUESS = SolveGuess(explicit_curves=4, implicit_curves=2, point_s=0.5, capped_curve_s=10.0,
+                                 compile_s=2.0, gradient_methods=2, gradient_point_s=5.0)
+# SciPy's baseline (2 explicit and 3 implicit solvers, float64), once per problem and repeat: a
+# point about 0.3 s (a stiff problem's Radau at 1e-10 a second, LSODA's some ms), an explicit curve
+# to the step cap 1.5 s.
+SCIPY_EXPLICIT_CURVES, SCIPY_IMPLICIT_CURVES = 2, 3
+SCIPY_POINT_S, SCIPY_CAPPED_CURVE_S = 0.3, 1.5
+
+
+def estimate_s(trial: TrialSpec, guess: CostGuess, samples: int) -> float:
+    """Start-up, then the trial's own sweeps (SciPy's baseline apart: `baseline_s`): per solver
+    curve its compiles and its tolerance points, except an explicit curve on a stiff problem,
+    which runs to the step cap once and skips the rest; then the neural ODE's gradient points."""
+    options, problem = trial.solve_options(), problems.get(trial.workload.name)
+    g = guess.solve or GENERIC_SOLVE_GUESS
+    points = len(options.rtols())
+    capped_s = g.capped_curve_s * options.solve_max_steps / SOLVE_CAP_REFERENCE_STEPS
+    explicit_s = capped_s if problem.stiff else points * g.point_s
+    curves_s = g.explicit_curves * (g.compile_s + explicit_s) + g.implicit_curves * (g.compile_s + points * g.point_s)
+    gradients = g.gradient_methods * len(DTYPES) * len(GRADIENT_RTOLS) if problem.has_gradient else 0
+    return guess.startup_s + curves_s + gradients * g.gradient_point_s
+
+
+def baseline_s(trial: TrialSpec) -> float:
+    """SciPy's sweep, which one trial per problem and repeat runs."""
+    options, problem = trial.solve_options(), problems.get(trial.workload.name)
+    points = len(options.rtols())
+    capped_s = SCIPY_CAPPED_CURVE_S * options.solve_max_steps / SOLVE_CAP_REFERENCE_STEPS
+    explicit_s = capped_s if problem.stiff else points * SCIPY_POINT_S
+    return SCIPY_EXPLICIT_CURVES * explicit_s + SCIPY_IMPLICIT_CURVES * points * SCIPY_POINT_S
