@@ -19,13 +19,11 @@ from dlbench.backends import get_backend, support
 from dlbench.monitors.nvml import device_kind
 from dlbench.plugins import first_line
 from dlbench.runner.scenarios.registry import ESTIMATES
-from dlbench.runner.scenarios.solve import baseline_s
 from dlbench.spec import (
     OPTIONS,
     NoOptions,
     Policy,
     ScenarioOptions,
-    SolveOptions,
     SpecError,
     TrialSpec,
     WorkloadSpec,
@@ -217,18 +215,38 @@ def make_plan(sweep: Sweep) -> Plan:
     axes = [a for a in axes if _is_rl(a[0]) or a[-1] == sweep.rollouts[0]]
     rng = random.Random(sweep.order_seed)
     for repeat in range(sweep.repeats):
-        round_ = [_trial(sweep, *a, repeat=repeat) for a in axes]
+        round_ = [_planned(spec, support.validate(spec), missing[spec.framework])
+                  for spec in (_trial(sweep, *a, repeat=repeat) for a in axes)]
+        round_ += _baselines(round_, missing, plan.notes)
         if sweep.repeats > 1:
             rng.shuffle(round_)
-        for spec in round_:
-            backend = support.validate(spec)
-            plan.trials.append(_planned(spec, backend, missing[spec.framework]))
+        plan.trials += round_
     if sweep.profile:
         for spec in (_trial(sweep, *a, repeat=0) for a in axes):
             if _profiled(spec):
                 profiled = replace(spec, profile=True)
                 plan.trials.append(_planned(profiled, support.validate(profiled), missing[spec.framework]))
     return plan
+
+
+def _baselines(round_: list[PlannedTrial], missing: dict[str, str | None], notes: list[str]) -> list[PlannedTrial]:
+    """The round's baseline trials: where a pending trial's record names a framework-neutral
+    baseline (Scenario.baseline: the solver scenario's SciPy), one trial of it per subject (and
+    any other setting but the framework and its options), with the first such trial's mode, so
+    the report shows it beside them. Planned like the others, as trials of their own; none
+    where no framework's trial of the subject is pending."""
+    found: dict[str, PlannedTrial] = {}
+    for planned in round_:
+        record = subjects.record(planned.spec) if planned.status == "pending" else None
+        if record is None or record.baseline is None:
+            continue
+        spec = replace(planned.spec, framework=record.baseline, policy=replace(planned.spec.policy, options={}))
+        key = configuration_key(to_dict(spec), drop_policy=("mode",))
+        if key not in found:
+            if record.baseline not in missing:
+                missing[record.baseline] = _framework_status(record.baseline, False, notes)
+            found[key] = _planned(spec, support.validate(spec), missing[record.baseline])
+    return list(found.values())
 
 
 def _profiled(spec: TrialSpec) -> bool:
@@ -346,19 +364,8 @@ def _rough_s(trial: TrialSpec, samples: int) -> float:
 
 
 def estimates(trials: list[TrialSpec], costs: Costs) -> list[tuple[float, str]]:
-    """estimate_s of each trial, and where it is a first guess, SciPy's baseline on the first
-    solve trial of each problem, repeat and sweep: the one that measures it (the store's times
-    hold it already where they come from)."""
-    out, baselines = [], set()
-    for trial in trials:
-        seconds, source = estimate_s(trial, costs)
-        if trial.scenario == SolveOptions.SCENARIO:
-            key = (trial.workload.name, trial.repeat, trial.solve_options())
-            if source == "rough" and key not in baselines:
-                seconds += baseline_s(trial)
-            baselines.add(key)
-        out.append((seconds, source))
-    return out
+    """estimate_s of each trial (a baseline trial's too: it is planned as one)."""
+    return [estimate_s(trial, costs) for trial in trials]
 
 
 def with_ids(trial: TrialSpec, run_id: int, trial_id: int) -> TrialSpec:

@@ -12,42 +12,33 @@ A solver that fails at a tolerance is not retried at the tighter ones: those poi
 as `skipped`, naming the failure (an explicit solver on a stiff problem fails at every tolerance,
 each attempt running to the step cap).
 
-SciPy's solvers, the framework-neutral float64 baseline, run once per problem and repeat index in
-a run: in the first solve trial of the problem in that repeat (after its own sweep, in its
-process), which leaves a marker in the run's work directory (runner/protocol.py run_shared_path);
-the repeat's later trials of the problem read it and skip the baseline, saying where it was
-measured (note `solve.baseline`). An executor that gives each trial a directory of its own (Ray)
-measures it in every trial; the report takes the median over the trials that measured it.
+SciPy's solvers, the framework-neutral float64 baseline, are a trial of their own: the record's
+`baseline` framework "scipy" (backends/scipy/ode.py), which the plan adds once per problem and
+repeat and which runs this same sweep (runner/plan.py: _baselines; the report shows its rows as
+the baseline, report/solve.py). Stores from before it hold SciPy's curves inside a framework's
+trial, under `scipy-` names with a note `solve.baseline`; the report reads both.
 
 Everything lands in the trial's series (t = rtol; exports keep every point) and notes:
 `solve.<solver>.<dtype>.<quantity>` for quantity in POINT_SERIES, `gradient.<method>.<dtype>.*`,
 `solve.<solver>.kind`, `solve.<solver>.<dtype>.failures` (`.counting` where an untimed counting solve
-failed), `solve.absent.<what>` and `solve.baseline`.
+failed) and `solve.absent.<what>`.
 """
 
 from __future__ import annotations
 
-import datetime
 import functools
-import hashlib
-import json
 import math
-import os
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from dlbench.backends import support
 from dlbench.backends.base import CostGuess, SolveGuess
-from dlbench.backends.solve import FAILURES, SCIPY, Count, Gradient, OdeModule, Solve, Solved
-from dlbench.results.records import TrialResult
-from dlbench.runner import protocol
+from dlbench.backends.solve import FAILURES, Count, Gradient, OdeModule, Solve, Solved
 from dlbench.runner.context import TrialContext
-from dlbench.runner.timing import Phases
 from dlbench.spec import TrialSpec
 from dlbench import problems
 from dlbench.problems import solve as ivp
@@ -59,10 +50,6 @@ HEADLINE_RTOL = 1e-6
 # The neural ODE's gradients at these tolerances (rtol; atol = rtol x the problem's scale).
 GRADIENT_RTOLS = (1e-4, 1e-6, 1e-8)
 DTYPES = ("float64", "float32")
-# SciPy's solvers (the baseline, once per problem and repeat in a run) are named with this prefix.
-SCIPY_PREFIX = "scipy-"
-# The note that says where the trial's SciPy baseline was measured (report/solve.py reads it).
-BASELINE_NOTE = "solve.baseline"
 
 
 @dataclass(frozen=True)
@@ -298,8 +285,8 @@ def headline(s: Sweep) -> dict[str, float | None]:
 
 
 def run(ctx: TrialContext) -> None:
-    """The trial: the float64 references (cached), the framework's solvers, then SciPy's where no
-    trial of this problem and repeat has measured them yet in this run (`claim_baseline`)."""
+    """The trial: the float64 references (cached), then the sweep of the framework's solvers
+    (SciPy's in the baseline's trial: they are its framework's)."""
     trial, phases, result = ctx.trial, ctx.phases, ctx.result
     m = ctx.metrics
     module = support.build_solvers(trial, ctx.backend)
@@ -321,87 +308,22 @@ def run(ctx: TrialContext) -> None:
     result.notes.update(notes)
     m.update(headline(own))
 
-    marker = protocol.run_shared_path(ctx.parity_file, baseline_marker_name(problem, settings, trial.repeat))
-    run_baseline(problem, settings, trial, marker, result, phases)
-
-
-def run_baseline(problem: ivp.Problem, settings: SweepSettings, trial: TrialSpec, marker: Path, result: TrialResult,
-                 phases: Phases) -> None:
-    """SciPy's sweep into the result (series and notes under `scipy-` names, its seconds as
-    `baseline_sweep_s`), unless `marker` says a trial of this run measured it already: then
-    only the note that says where."""
-    measured = measured_baseline(marker)
-    if measured is not None:
-        result.notes[BASELINE_NOTE] = f"not repeated here: {measured}"
-        return
-    t = phases.start("baseline")
-    base = sweep(problem, SCIPY, settings)
-    result.metrics["baseline_sweep_s"] = phases.end("baseline", t)
-    base_series, base_notes = series_and_notes(_prefixed(base))
-    result.series.update(base_series)
-    result.notes.update(base_notes)
-    result.notes[BASELINE_NOTE] = f"measured here: {claim_baseline(marker, trial)}"
-
-
-def baseline_marker_name(problem: ivp.Problem, settings: SweepSettings, repeat: int) -> str:
-    """The file that says a problem's SciPy baseline was measured in this run, for this repeat
-    index: keyed by the problem's definition (ivp.definition_digest: field, SciPy's version),
-    the sweep's settings and the repeat, so a run that sweeps otherwise measures again."""
-    key = hashlib.sha256(f"{ivp.definition_digest()}/{problem.name}/{settings!r}/{repeat}".encode()).hexdigest()
-    return f"solve-baseline-{problem.name}-{key[:16]}.json"
-
-
-def measured_baseline(marker: Path) -> str | None:
-    """Where and when this run measured the baseline already (the marker's line), else None."""
-    try:
-        said = json.loads(marker.read_text())["said"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return str(said)
-
-
-def claim_baseline(marker: Path, trial: TrialSpec) -> str:
-    """Mark the baseline measured by this trial, after it was (a trial that fails before leaves
-    no marker, and the next trial of the problem measures it), and return the line that says
-    where, when and under what load."""
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    said = (f"SciPy's sweep measured in trial {trial.trial_id} ({trial.framework}, repeat {trial.repeat}) at {when},"
-            f" load average {load:.2f}")
-    tmp = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"said": said}))
-    tmp.replace(marker)  # atomic: a trial starting now reads a whole marker or none
-    return said
-
-
-def _prefixed(s: Sweep) -> Sweep:
-    """SciPy's sweep under `scipy-` names, so its rows sit beside the framework's."""
-    name = SCIPY_PREFIX.rstrip("-")
-    points = [Point(**{**vars(p), "solver": SCIPY_PREFIX + p.solver}) for p in s.points]
-    return Sweep(s.problem, {SCIPY_PREFIX + k: v for k, v in s.kinds.items()},
-                 {f"{name}-{k}": v for k, v in s.absent.items()}, points, [])
-
 
 # ---- the planner's first estimate of a solve trial, before the store knows better (runner/plan.py:
 # estimate_s calls registry.ESTIMATES): its curves cost what its backend's CostGuess.solve says,
 # fitted on the quiet run of docs/benchmarks.md "ODE solvers" (4 problems x 3 frameworks in 9.7 min,
 # which the estimate before this one put at 16.6 min; the development run took 33 min at load
-# 13-15, what `busy_machine`'s factor is for). A backend without a SolveGuess gets
-# GENERIC_SOLVE_GUESS.
+# 13-15, what `busy_machine`'s factor is for); SciPy's baseline trial by its own (backends/scipy).
+# A backend without a SolveGuess gets GENERIC_SOLVE_GUESS.
 SOLVE_CAP_REFERENCE_STEPS = 5000  # the step cap at which capped_curve_s were measured (the default)
 GENERIC_SOLVE_GUESS = SolveGuess(explicit_curves=4, implicit_curves=2, point_s=0.5, capped_curve_s=10.0,
                                  compile_s=2.0, gradient_methods=2, gradient_point_s=5.0)
-# SciPy's baseline (2 explicit and 3 implicit solvers, float64), once per problem and repeat: a
-# point about 0.3 s (a stiff problem's Radau at 1e-10 a second, LSODA's some ms), an explicit curve
-# to the step cap 1.5 s.
-SCIPY_EXPLICIT_CURVES, SCIPY_IMPLICIT_CURVES = 2, 3
-SCIPY_POINT_S, SCIPY_CAPPED_CURVE_S = 0.3, 1.5
 
 
 def estimate_s(trial: TrialSpec, guess: CostGuess, samples: int) -> float:
-    """Start-up, then the trial's own sweeps (SciPy's baseline apart: `baseline_s`): per solver
-    curve its compiles and its tolerance points, except an explicit curve on a stiff problem,
-    which runs to the step cap once and skips the rest; then the neural ODE's gradient points."""
+    """Start-up, then the trial's sweep: per solver curve its compiles and its tolerance points,
+    except an explicit curve on a stiff problem, which runs to the step cap once and skips the
+    rest; then the neural ODE's gradient points."""
     options, problem = trial.solve_options(), problems.get(trial.workload.name)
     g = guess.solve or GENERIC_SOLVE_GUESS
     points = len(options.rtols())
@@ -411,11 +333,3 @@ def estimate_s(trial: TrialSpec, guess: CostGuess, samples: int) -> float:
     gradients = g.gradient_methods * len(DTYPES) * len(GRADIENT_RTOLS) if problem.has_gradient else 0
     return guess.startup_s + curves_s + gradients * g.gradient_point_s
 
-
-def baseline_s(trial: TrialSpec) -> float:
-    """SciPy's sweep, which one trial per problem and repeat runs."""
-    options, problem = trial.solve_options(), problems.get(trial.workload.name)
-    points = len(options.rtols())
-    capped_s = SCIPY_CAPPED_CURVE_S * options.solve_max_steps / SOLVE_CAP_REFERENCE_STEPS
-    explicit_s = capped_s if problem.stiff else points * SCIPY_POINT_S
-    return SCIPY_EXPLICIT_CURVES * explicit_s + SCIPY_IMPLICIT_CURVES * points * SCIPY_POINT_S
