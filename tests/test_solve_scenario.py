@@ -283,3 +283,26 @@ def test_solver_modules_build_through_the_one_guarded_path_and_a_missing_library
     monkeypatch.delitem(sys.modules, "dlbench.backends.torch.ode")
     with pytest.raises(Unsupported, match=r"torch has no ODE solvers here: .*torchode.*dlbench\[ode-torch\]"):
         support.build_solvers(trial, backend)
+
+
+def test_auto_repeats_decide_the_frameworks_comparisons_without_the_baseline(tmp_path: Path) -> None:
+    """`--repeats auto` narrows every configuration's interval, the baseline's too, but decides
+    only the frameworks' comparisons: SciPy beside them is not ranked, so an undecided SciPy
+    against JAX asks for no more rounds."""
+    from dlbench.analysis import repeats
+    from dlbench.results.records import TrialResult
+    from dlbench.runner import rounds
+    from dlbench.runner.plan import Sweep as Planned
+    from dlbench.runner.plan import make_plan
+
+    rule = repeats.parse("auto:50%,max=10")
+    store = Store(tmp_path / "auto.sqlite")
+    run = store.create_run("dlbench run", {}, False, order_seed=1, repeats={"rule": rule.text})
+    plan = make_plan(Planned(workloads=("robertson",), frameworks=("jax", "torch"), scenarios=("solve",), repeats=4))
+    values = {"jax": [1.0, 1.01, 0.99, 1.0], "torch": [2.0, 2.02, 1.98, 2.01], "scipy": [1.0, 1.02, 0.98, 0.995]}
+    for seq, planned in enumerate(plan.trials):
+        tid = store.add_trial(run, seq, planned.spec)
+        value = values[planned.spec.framework][planned.spec.repeat]
+        store.finish_trial(tid, TrialResult(status="ok", metrics={"solve_1e-6_s": value}))
+    judgement = rounds.evaluate(store, run, rule, rounds.AutoState(rule.text))
+    assert judgement.stop == "decided", judgement.text  # jax vs torch decided; scipy is not compared

@@ -81,12 +81,15 @@ def evaluate(store: Store, run_id: int, rule: repeats.RepeatRule, state: AutoSta
     groups: dict[str, tuple[str, list[tuple[str, list[float]]]]] = {}
     for trials in configs.values():
         spec = trials[0].spec
-        metric = workloads.stored_scenario(spec).headline
+        record = workloads.stored_scenario(spec)
+        metric = record.headline
         values = [v for t in trials if t.status == "ok" and (v := t.metrics.get(metric)) is not None]
         if not values:
             continue  # every trial failed: nothing to narrow (the failures are in the table)
         s = summarize(values)
         intervals.append(repeats.Interval(compare.label(spec), s.n, s.rel_half_width, s.level))
+        if spec.get("framework") == record.baseline:
+            continue  # the record's baseline (SciPy beside the solvers) is no framework to rank
         group = configuration_key(spec, drop=("framework",), drop_policy=("options",))
         groups.setdefault(group, (metric, []))[1].append((compare.label(spec), values))
     comparisons = []
