@@ -306,3 +306,18 @@ def test_auto_repeats_decide_the_frameworks_comparisons_without_the_baseline(tmp
         store.finish_trial(tid, TrialResult(status="ok", metrics={"solve_1e-6_s": value}))
     judgement = rounds.evaluate(store, run, rule, rounds.AutoState(rule.text))
     assert judgement.stop == "decided", judgement.text  # jax vs torch decided; scipy is not compared
+
+
+def test_a_store_from_before_the_baseline_trial_reports_as_that_release_did(tmp_path: Path, capsys, monkeypatch) -> None:
+    """tests/fixtures/solve-before-44.sqlite holds SciPy's curves inside each repeat's first torch
+    trial of a problem (tests/fixtures/make_previous_release.sh says how it was written); its
+    report is what that release printed, to the character."""
+    import shutil
+
+    fixtures = Path(__file__).parent / "fixtures"
+    store = tmp_path / "before.sqlite"
+    shutil.copy(fixtures / "solve-before-44.sqlite", store)
+    monkeypatch.delenv("COLUMNS", raising=False)  # a pipe's width, as it was printed
+    capsys.readouterr()
+    assert main(["report", "--store", str(store)]) == 0
+    assert capsys.readouterr().out == (fixtures / "solve-before-44-report.txt").read_text()
