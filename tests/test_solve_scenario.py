@@ -203,6 +203,7 @@ def test_the_report_shows_the_baseline_once_per_problem_from_its_own_trials_and_
     (a trial per repeat, today) or held inside the frameworks' trials (stores from before: in
     the first trial of the problem, or under Ray in every one); never ranked as a framework."""
     from dlbench.report.model import AXES, Config, Report, Run, Trial
+    from dlbench.report.overview import best_by_framework
     from dlbench.report.ranking import ranking_table
     from dlbench.runner.plan import Sweep as Planned
     from dlbench.runner.plan import make_plan
@@ -258,6 +259,7 @@ def test_the_report_shows_the_baseline_once_per_problem_from_its_own_trials_and_
         assert ranking is not None
         framework = [c.header for c in ranking.columns].index("framework")
         assert {r[framework].text for r in ranking.rows} == {"jax", "torch"}  # scipy is no competitor
+        assert set(best_by_framework(list(report(trials).configs))[1]) == {"jax", "torch"}  # nor in the overview
 
 
 def test_solver_modules_build_through_the_one_guarded_path_and_a_missing_library_is_unsupported(monkeypatch):
