@@ -13,8 +13,11 @@ still ask of dlbench.workloads, for the trials of a workload-subject record.
 
 from __future__ import annotations
 
+from types import ModuleType
+
 from dlbench import problems, scenarios, workloads
 from dlbench.plugins import BUILTIN, Origin
+from dlbench.problems import Problem
 from dlbench.spec import Numerics, SpecError, TrialSpec, WorkloadSpec
 from dlbench.workloads.base import Preset
 
@@ -23,6 +26,15 @@ from dlbench.workloads.base import Preset
 # what every stored solve trial carries, so its configuration key stays what it was.
 PROBLEM_PRESET = Preset(model_size="default", dataset_size=8, batch_size=8, epochs=1, warmup_epochs=0, eval_size=8)
 PROBLEM_PRESETS = {name: PROBLEM_PRESET for name in ("tiny", "cpu", "gpu")}
+
+
+# What a name resolves to: a workload's module, or a problem.
+Subject = ModuleType | Problem
+
+
+def lookup(name: str) -> Subject:
+    """The workload module (workloads.get: a plugin's held to its contract) or the problem."""
+    return problems.get(name) if is_problem(name) else workloads.get(name)
 
 
 def is_problem(name: str) -> bool:

@@ -360,7 +360,8 @@ def estimate_s(trial: TrialSpec, costs: Costs) -> tuple[float, str]:
 def _rough_s(trial: TrialSpec, samples: int) -> float:
     """The first estimate its runner scenario registers (runner/scenarios/registry.py:
     ESTIMATES), from the backend's cost guess."""
-    return ESTIMATES[subjects.record(trial).name](trial, get_backend(trial.framework).cost_guess, samples)
+    subject = subjects.lookup(trial.workload.name)
+    return ESTIMATES[subjects.record(trial).name](trial, subject, get_backend(trial.framework).cost_guess, samples)
 
 
 def estimates(trials: list[TrialSpec], costs: Costs) -> list[tuple[float, str]]:

@@ -26,6 +26,7 @@ import time
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,7 @@ from dlbench.runner.scenarios import train
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.runner.timing import EventLog, split_steps
 from dlbench.spec import TrialSpec
+from dlbench.subjects import Subject
 from dlbench.workloads.base import Target
 from dlbench.workloads.data import Dataset
 
@@ -266,11 +268,12 @@ def converge_metrics(trial: TrialSpec, curve: Curve, result: TrialResult) -> Non
                                " the time to target includes those compiles")
 
 
-def estimate_s(trial: TrialSpec, guess: CostGuess, samples: int) -> float:
+def estimate_s(trial: TrialSpec, subject: Subject, guess: CostGuess, samples: int) -> float:
     """The planner's first estimate (registry.ESTIMATES): as a training trial's, over the steps
     the presets take to their targets (a few hundred: eight evaluations' worth, at most
     max_steps) and at most the time budget."""
+    assert isinstance(subject, ModuleType)  # a workload-subject record's trial
     spec = trial.workload
     trained = min(trial.max_steps, 8 * trial.eval_every) * spec.batch_size
-    compute = min(trained * workloads.get(spec.name).flops_per_sample(spec) / train.CPU_FLOPS_GUESS, trial.max_time_s)
-    return guess.startup_s + train.compile_s(trial, guess) * (1 + train.EXTRA_COMPILES) + compute
+    compute = min(trained * subject.flops_per_sample(spec) / train.CPU_FLOPS_GUESS, trial.max_time_s)
+    return guess.startup_s + train.compile_s(trial, subject, guess) * (1 + train.EXTRA_COMPILES) + compute

@@ -27,6 +27,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
 import numpy as np
@@ -42,6 +43,7 @@ from dlbench.runner.scenarios import profiled, served, train
 from dlbench.runner.context import TrialContext, allocator_metrics, record_options
 from dlbench.runner.timing import Phases
 from dlbench.spec import PARITY_BATCH, TrialSpec
+from dlbench.subjects import Subject
 
 # Large-batch calls timed for throughput (fewer when the budget runs out first).
 # Warm-up calls per batch size after its first (compiling) call: batch 1, then the large batch.
@@ -280,14 +282,15 @@ SERVER_SWEEP_TESTS = 8
 SERVER_TEST_GUESS_S = 2.0
 
 
-def estimate_s(trial: TrialSpec, guess: CostGuess, samples: int) -> float:
+def estimate_s(trial: TrialSpec, subject: Subject, guess: CostGuess, samples: int) -> float:
     """The planner's first estimate (registry.ESTIMATES; infer and sample): start-up, two
     compiles (batch 1 and the spec's batch), two timed loops each capped by the budget, and a
     Server sweep's tests."""
+    assert isinstance(subject, ModuleType)  # a workload-subject record's trial
     spec = trial.workload
-    flops = workloads.get(spec.name).flops_per_sample(spec, train=False)
+    flops = subject.flops_per_sample(spec, train=False)
     requests = trial.infer_requests + protocol.INFER_BATCHES * spec.batch_size
     compute = min(requests * flops / train.CPU_FLOPS_GUESS, 2 * trial.infer_budget_s)
     if trial.infer_load == "server":  # each Server test: its minimum duration or ~1,100 queries
         compute += trial.infer_budget_s if trial.server_qps else SERVER_TEST_GUESS_S * SERVER_SWEEP_TESTS
-    return guess.startup_s + 2 * train.compile_s(trial, guess) + compute
+    return guess.startup_s + 2 * train.compile_s(trial, subject, guess) + compute

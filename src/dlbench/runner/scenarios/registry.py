@@ -2,7 +2,7 @@
 SCENARIOS): `RUNS`, the function that runs a trial of it over a TrialContext in the worker
 process; `ESTIMATES`, the planner's first estimate of a trial's seconds in the parent
 (runner/plan.py: estimate_s, before the store knows better), from the trial, its backend's cost
-guess and the samples it trains. How the parent judges a trial's parity arrays follows the
+subject (subjects.lookup: its workload module or problem), its backend's cost guess and the samples it trains. How the parent judges a trial's parity arrays follows the
 record's `parity` kind (runner/verdicts.py: JUDGES), so a new scenario adds a line to each table
 here and none there.
 """
@@ -15,6 +15,7 @@ from dlbench.runner.scenarios import converge, generate, infer, rl, sample, solv
 from dlbench.backends.base import CostGuess
 from dlbench.runner.context import TrialContext
 from dlbench.spec import TrialSpec
+from dlbench.subjects import Subject
 
 RUNS: dict[str, Callable[[TrialContext], None]] = {
     "train": train.run,
@@ -28,7 +29,7 @@ RUNS: dict[str, Callable[[TrialContext], None]] = {
     "solve": solve.run,
 }
 
-Estimate = Callable[[TrialSpec, CostGuess, int], float]
+Estimate = Callable[[TrialSpec, Subject, CostGuess, int], float]
 ESTIMATES: dict[str, Estimate] = {
     "train": train.estimate_s,
     "infer": infer.estimate_s,

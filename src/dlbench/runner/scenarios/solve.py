@@ -40,7 +40,7 @@ from dlbench.backends.base import CostGuess, SolveGuess
 from dlbench.backends.solve import FAILURES, Count, Gradient, OdeModule, Solve, Solved
 from dlbench.runner.context import TrialContext
 from dlbench.spec import TrialSpec
-from dlbench import problems
+from dlbench.subjects import Subject
 from dlbench.problems import solve as ivp
 
 # Status codes of the `status` series (0 ok), so failures are points of the export like the rest.
@@ -320,11 +320,12 @@ GENERIC_SOLVE_GUESS = SolveGuess(explicit_curves=4, implicit_curves=2, point_s=0
                                  compile_s=2.0, gradient_methods=2, gradient_point_s=5.0)
 
 
-def estimate_s(trial: TrialSpec, guess: CostGuess, samples: int) -> float:
+def estimate_s(trial: TrialSpec, subject: Subject, guess: CostGuess, samples: int) -> float:
     """Start-up, then the trial's sweep: per solver curve its compiles and its tolerance points,
     except an explicit curve on a stiff problem, which runs to the step cap once and skips the
     rest; then the neural ODE's gradient points."""
-    options, problem = trial.solve_options(), problems.get(trial.workload.name)
+    assert isinstance(subject, ivp.Problem)  # a problem-subject record's trial
+    options, problem = trial.solve_options(), subject
     g = guess.solve or GENERIC_SOLVE_GUESS
     points = len(options.rtols())
     capped_s = g.capped_curve_s * options.solve_max_steps / SOLVE_CAP_REFERENCE_STEPS

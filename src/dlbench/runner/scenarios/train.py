@@ -14,6 +14,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
+from types import ModuleType
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -29,6 +30,7 @@ from dlbench.runner.scenarios import profiled
 from dlbench.runner.context import TrialContext, allocator_metrics, record_options
 from dlbench.runner.timing import split_steps
 from dlbench.spec import TrialSpec, WorkloadSpec
+from dlbench.subjects import Subject
 from dlbench.workloads.data import Dataset, epoch_augment
 
 
@@ -328,17 +330,18 @@ EXTRA_COMPILES = 0.5
 TRACE_SHARE = 0.3
 
 
-def compile_s(trial: TrialSpec, guess: CostGuess) -> float:
+def compile_s(trial: TrialSpec, module: ModuleType, guess: CostGuess) -> float:
     """One compile of the trial's step: the backend's guess for a cnn-sized step, scaled by the
-    workload's size, in full for compiled mode and in part for a graph-mode trace."""
-    spec = trial.workload
-    size = math.sqrt(len(workloads.get(spec.name).param_shapes(spec)) / COMPILE_REFERENCE_TENSORS)
+    size of the workload `module`, in full for compiled mode and in part for a graph-mode trace."""
+    size = math.sqrt(len(module.param_shapes(trial.workload)) / COMPILE_REFERENCE_TENSORS)
     share = {"compiled": 1.0, "graph": TRACE_SHARE}.get(trial.policy.mode, 0.0)
     return guess.compile_s * size * share
 
 
-def estimate_s(trial: TrialSpec, guess: CostGuess, samples: int) -> float:
-    """A training trial (train, rl_rollout, rl_train, generate): start-up, the step's compiles
-    and the parity probe's and evaluation's, and `samples` trained samples at CPU_FLOPS_GUESS."""
-    compute = samples * workloads.get(trial.workload.name).flops_per_sample(trial.workload) / CPU_FLOPS_GUESS
-    return guess.startup_s + compile_s(trial, guess) * (1 + EXTRA_COMPILES) + compute
+def estimate_s(trial: TrialSpec, subject: Subject, guess: CostGuess, samples: int) -> float:
+    """A training trial (train, rl_rollout, rl_train, generate) of the workload module
+    `subject`: start-up, the step's compiles and the parity probe's and evaluation's, and
+    `samples` trained samples at CPU_FLOPS_GUESS."""
+    assert isinstance(subject, ModuleType)  # a workload-subject record's trial
+    compute = samples * subject.flops_per_sample(trial.workload) / CPU_FLOPS_GUESS
+    return guess.startup_s + compile_s(trial, subject, guess) * (1 + EXTRA_COMPILES) + compute
