@@ -254,3 +254,32 @@ def test_the_parent_computes_references_for_the_subjects_that_have_one(monkeypat
     result = TrialResult(status="ok")
     judge_parity(hires, result, Path("/nonexistent"), {})
     assert result.parity["verdict"] == "n/a" and "float64 reference" in result.parity["reason"]
+
+
+def test_a_problem_name_resolves_in_the_problem_registry_not_as_a_workload():
+    """`-w hires` names a problem of the problem registry (dlbench/problems), looked up by
+    dlbench/subjects.py: never a workload module, its record's subject "problem"; each record
+    over problems has its problems and its builder module there, and none over workloads."""
+    from dlbench import problems, subjects
+    from dlbench.spec import SpecError
+
+    assert set(problems.names()) == {"lotka-volterra", "robertson", "hires", "node-ode"}
+    assert {n for n, r in scenarios.SCENARIOS.items() if r.subject == "problem"} == set(problems.BY_SCENARIO) \
+        == set(problems.BUILDERS)
+    with pytest.raises(SpecError, match="workload 'hires' is not one of: mlp"):
+        workloads.get("hires")
+    assert not set(problems.names()) & set(workloads.names())
+    subjects.check("hires")
+    with pytest.raises(SpecError, match=r"workload 'nope' is not one of: mlp, .* \(the solver scenario's:"
+                                        r" lotka-volterra, robertson, hires, node-ode\)"):
+        subjects.check("nope")
+    assert isinstance(subjects.lookup("hires"), problems.Problem) and subjects.scenario("hires", "solve").subject == "problem"
+    assert subjects.scenario_unsupported("hires", "train") == "hires has no train scenario (it runs: solve)"
+    assert scenarios.unsupported("mlp", {"train": "solve"}, "train", "workload") == (
+        "mlp is a workload, and the runner scenario 'solve' runs over a problem (runner scenarios over a workload:"
+        " train, infer, converge, sample, rl_rollout, rl_train, rl_converge, generate)")
+    assert subjects.preset("hires", "tiny") == subjects.PROBLEM_PRESET
+    with pytest.raises(SpecError, match=r"preset 'published' is not one of: tiny, cpu, gpu \(the presets of hires\)"):
+        subjects.preset("hires", "published")
+    with pytest.raises(SpecError, match="augment 'crop_flip' does not fit hires"):
+        subjects.validate(WorkloadSpec(name="hires", augment="crop_flip", batch_size=8, dataset_size=8))
