@@ -17,18 +17,18 @@ import json
 import sys
 
 from dlbench.backends.solve import OdeModule
-from dlbench.workloads import odes
+from dlbench.problems import solve as ivp
 
 
 def main(framework: str, out: str) -> None:
     ode: OdeModule = importlib.import_module(f"dlbench.backends.{framework}.ode")  # type: ignore[assignment]
-    lv, rober, node = odes.get("lotka-volterra"), odes.get("robertson"), odes.get("node-ode")
+    lv, rober, node = ivp.PROBLEMS["lotka-volterra"], ivp.PROBLEMS["robertson"], ivp.PROBLEMS["node-ode"]
     result: dict[str, object] = {"absent": ode.ABSENT, "kinds": {s: i.kind for s, i in ode.SOLVERS.items()}}
     errors = {}
     for solver in ode.SOLVERS:
         for dtype in ("float64", "float32"):
             solved = ode.prepare(lv, solver, dtype, 10_000)(1e-6, 1e-9)
-            errors[f"{solver}/{dtype}"] = (solved.status, None if solved.y is None else odes.error(solved.y, odes.reference(lv)),
+            errors[f"{solver}/{dtype}"] = (solved.status, None if solved.y is None else ivp.error(solved.y, ivp.reference(lv)),
                                            solved.nfe, solved.steps)
     result["lotka"] = errors
     # the counting solve (where the module counts apart) beside the timed solve's own counters
@@ -46,9 +46,9 @@ def main(framework: str, out: str) -> None:
     capped = ode.prepare(rober, explicit, "float64", 200)(1e-6, 1e-12)
     result["robertson_capped"] = {k: v for k, v in dataclasses.asdict(capped).items() if k != "y"}
     result["robertson_capped"]["y_is_none"] = capped.y is None  # type: ignore[index]
-    ref = odes.gradient_reference(node)
+    ref = ivp.gradient_reference(node)
     result["gradients"] = {
-        m: odes.relative_error(odes.flat_gradient(ode.prepare_gradient(node, s, m, "float64", 1e-9, 1e-12)()), ref)
+        m: ivp.relative_error(ivp.flat_gradient(ode.prepare_gradient(node, s, m, "float64", 1e-9, 1e-12)()), ref)
         for m, s in ode.GRADIENTS.items()}
     with open(out, "w") as f:
         json.dump(result, f)

@@ -22,10 +22,10 @@ import jax
 import jax.numpy as jnp
 
 from dlbench.backends.jax import ode
-from dlbench.workloads import odes
+from dlbench.problems import solve as ivp
 
 
-def fixed_steps(problem: odes.Problem, steps: int) -> dict[str, int]:
+def fixed_steps(problem: ivp.Problem, steps: int) -> dict[str, int]:
     calls = ode.Calls()
     term = ode.counted_term(problem, calls)
 
@@ -40,14 +40,14 @@ def fixed_steps(problem: odes.Problem, steps: int) -> dict[str, int]:
     return {"nfe": calls.field, "njev": calls.jacobians, "steps": int(stats["num_steps"])}
 
 
-def counted(problem: odes.Problem, solver: str, rtol: float) -> dict[str, Any]:
+def counted(problem: ivp.Problem, solver: str, rtol: float) -> dict[str, Any]:
     """The counting solve, twice."""
     count = ode.prepare_count(problem, solver, "float64", 10_000)
     first, second = count(rtol, rtol * problem.atol_ratio), count(rtol, rtol * problem.atol_ratio)
     return {"nfe": [first.nfe, second.nfe], "njev": [first.njev, second.njev], "steps": [first.steps, second.steps]}
 
 
-def timed_and_counted(problem: odes.Problem, solver: str, rtol: float) -> dict[str, Any]:
+def timed_and_counted(problem: ivp.Problem, solver: str, rtol: float) -> dict[str, Any]:
     """The timed solve's statistics beside the counting solve's counts."""
     solved = ode.prepare(problem, solver, "float64", 10_000)(rtol, rtol * problem.atol_ratio)
     return {"status": solved.status, "timed_steps": solved.steps, "rejected": solved.rejected,
@@ -55,7 +55,7 @@ def timed_and_counted(problem: odes.Problem, solver: str, rtol: float) -> dict[s
 
 
 def main(out: str) -> None:
-    lv, rober = odes.get("lotka-volterra"), odes.get("robertson")
+    lv, rober = ivp.PROBLEMS["lotka-volterra"], ivp.PROBLEMS["robertson"]
     result = {"fixed": fixed_steps(lv, 50), "tsit5": timed_and_counted(lv, "tsit5", 1e-6),
               "kvaerno5": counted(rober, "kvaerno5", 1e-4)}
     with open(out, "w") as f:

@@ -38,7 +38,7 @@ import zoo_matrix
 from dlbench import workloads
 from dlbench.backends import get_backend, support
 from dlbench.backends.base import Unsupported
-from dlbench.spec import Numerics, Policy, TrialSpec, WorkloadSpec
+from dlbench.spec import Policy, TrialSpec, WorkloadSpec
 from dlbench.workloads.base import numerics_readback
 from dlbench.workloads.data import batch_indices, epoch_order
 

@@ -15,7 +15,7 @@ import pytest
 
 from dlbench.backends import get_backend
 from dlbench.backends import solve as solvers
-from dlbench.workloads import odes
+from dlbench.problems import solve as ivp
 
 HERE = Path(__file__).parent
 
@@ -66,18 +66,20 @@ def test_framework_solvers_meet_the_reference(framework: str, tmp_path: Path) ->
 
 
 def test_scipy_baseline_solves_and_records_a_capped_failure() -> None:
-    lv, rober = odes.get("lotka-volterra"), odes.get("robertson")
-    solved = solvers.scipy_prepare(lv, "DOP853", "float64", 10_000)(1e-8, 1e-11)
+    from dlbench.backends.scipy import ode as scipy_ode
+
+    lv, rober = ivp.PROBLEMS["lotka-volterra"], ivp.PROBLEMS["robertson"]
+    solved = scipy_ode.prepare(lv, "DOP853", "float64", 10_000)(1e-8, 1e-11)
     assert solved.status == "ok" and solved.y is not None
-    assert odes.error(solved.y, odes.reference(lv)) < 1e-5
-    stiff = solvers.scipy_prepare(rober, "BDF", "float64", 10_000)(1e-6, 1e-12)
+    assert ivp.error(solved.y, ivp.reference(lv)) < 1e-5
+    stiff = scipy_ode.prepare(rober, "BDF", "float64", 10_000)(1e-6, 1e-12)
     assert stiff.status == "ok" and stiff.njev is not None and stiff.njev > 0
     # nfe counts every call of the field: each finite-difference Jacobian's columns too (SciPy's own
     # nfev leaves them out)
     assert stiff.nfe is not None and stiff.nfe > stiff.njev * rober.dimension
-    capped = solvers.scipy_prepare(rober, "RK45", "float64", 50)(1e-6, 1e-12)
+    capped = scipy_ode.prepare(rober, "RK45", "float64", 50)(1e-6, 1e-12)
     assert (capped.status, capped.y) == ("max_steps", None)
-    assert capped.nfe == 50 * solvers.SCIPY_EVALS_PER_STEP + 1
+    assert capped.nfe == 50 * scipy_ode.SCIPY_EVALS_PER_STEP + 1
 
 
 def test_failure_messages_are_classified() -> None:

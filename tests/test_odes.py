@@ -1,4 +1,4 @@
-"""The solver scenario's problems (workloads/odes.py): float64 reference solutions checked
+"""The solver scenario's problems (problems/solve.py): float64 reference solutions checked
 against invariants and published values, the gradient reference against finite differences,
 and the error metric."""
 
@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pytest
 
-from dlbench.workloads import odes
+from dlbench.problems import solve as ivp
 
 
 def test_robertson_reference_conserves_mass() -> None:
-    y = odes.reference(odes.get("robertson"))
+    y = ivp.reference(ivp.PROBLEMS["robertson"])
     assert np.max(np.abs(y.sum(axis=1) - 1.0)) < 1e-10
     assert np.all(y >= -1e-14)
     assert 0 < np.max(y[:, 1]) < 4e-5  # y2's peak, 3.6e-5 at t ~ 1e-2 (not an output time)
@@ -24,7 +24,7 @@ def test_hires_reference_matches_the_published_final_state() -> None:
     published = np.array([0.7371312573325668e-3, 0.1442485726316185e-3, 0.5888729740967575e-4,
                           0.1175651343283149e-2, 0.2386356198831331e-2, 0.6238968252742796e-2,
                           0.2849998395185769e-2, 0.2850001604814231e-2])
-    y = odes.reference(odes.get("hires"))[-1]
+    y = ivp.reference(ivp.PROBLEMS["hires"])[-1]
     assert np.max(np.abs(y - published) / published) < 1e-8
 
 
@@ -33,15 +33,15 @@ def test_lotka_volterra_reference_keeps_its_first_integral() -> None:
     def v(x: np.ndarray, z: np.ndarray) -> np.ndarray:
         return 1.0 * x - 3.0 * np.log(x) + 1.0 * z - 1.5 * np.log(z)
 
-    y = odes.reference(odes.get("lotka-volterra"))
+    y = ivp.reference(ivp.PROBLEMS["lotka-volterra"])
     assert np.max(np.abs(v(y[:, 0], y[:, 1]) - v(np.float64(1.0), np.float64(1.0)))) < 1e-10
 
 
 def test_node_reference_agrees_with_the_node_workloads_field() -> None:
     """The neural ODE's field is node's: a fine fixed-step RK4 of reference_loss's field lands
     on the adaptive reference."""
-    p = odes.get("node-ode")
-    f = odes.numpy_field(p)
+    p = ivp.PROBLEMS["node-ode"]
+    f = ivp.numpy_field(p)
     h, steps = np.array(p.y0), 2000
     dt = p.t1 / steps
     for i in range(steps):
@@ -49,26 +49,26 @@ def test_node_reference_agrees_with_the_node_workloads_field() -> None:
         k2 = f(0, h + dt / 2 * k1)
         k3 = f(0, h + dt / 2 * k2)
         h = h + dt / 6 * (k1 + 2 * k2 + 2 * k3 + f(0, h + dt * k3))
-    assert odes.error(h[None, :], odes.reference(p)[-1:]) < 1e-10
+    assert ivp.error(h[None, :], ivp.reference(p)[-1:]) < 1e-10
 
 
 def test_node_gradient_reference_matches_central_differences() -> None:
     from scipy.integrate import solve_ivp
 
-    p = odes.get("node-ode")
-    g = odes.gradient_reference(p)
+    p = ivp.PROBLEMS["node-ode"]
+    g = ivp.gradient_reference(p)
     rng = np.random.default_rng(0)
     direction = rng.normal(size=g.shape)
 
     def loss(step: float) -> float:
         params, offset = dict(p.params), 0
-        for k in odes.NODE_GRAD_PARAMS:
+        for k in ivp.NODE_GRAD_PARAMS:
             n = params[k].size
             params[k] = params[k] + step * direction[offset:offset + n].reshape(params[k].shape)
             offset += n
-        sol = solve_ivp(lambda t, y: odes.node_field(t, y, params, odes.NUMPY), (0, p.t1), np.array(p.y0),
+        sol = solve_ivp(lambda t, y: ivp.node_field(t, y, params, ivp.NUMPY), (0, p.t1), np.array(p.y0),
                         method="DOP853", rtol=1e-12, atol=1e-14)
-        return float(odes.node_loss(sol.y[:, -1], params, odes.NUMPY))
+        return float(ivp.node_loss(sol.y[:, -1], params, ivp.NUMPY))
 
     eps = 1e-5
     fd = (loss(eps) - loss(-eps)) / (2 * eps)
@@ -77,16 +77,16 @@ def test_node_gradient_reference_matches_central_differences() -> None:
 
 def test_error_metric_scales_each_component_by_its_peak() -> None:
     ref = np.array([[1.0, 1e-5], [0.5, 2e-5]])
-    assert odes.error(ref, ref) == 0.0
+    assert ivp.error(ref, ref) == 0.0
     # 1e-6 off in the small component is 5 % of its peak, though nothing beside the large one.
     off = ref + np.array([[0.0, 1e-6], [0.0, 0.0]])
-    assert odes.error(off, ref) == pytest.approx(0.05)
+    assert ivp.error(off, ref) == pytest.approx(0.05)
     off = ref + np.array([[0.0, 0.0], [-0.1, 0.0]])
-    assert odes.error(off, ref) == pytest.approx(0.1)
-    assert odes.error(np.array([[1.0, np.nan], [0.5, 2e-5]]), ref) == math.inf
+    assert ivp.error(off, ref) == pytest.approx(0.1)
+    assert ivp.error(np.array([[1.0, np.nan], [0.5, 2e-5]]), ref) == math.inf
 
 
 def test_relative_error_is_normwise() -> None:
     ref = np.array([3.0, 4.0])
-    assert odes.relative_error(np.array([3.0, 4.5]), ref) == pytest.approx(0.1)
-    assert odes.relative_error(np.array([np.inf, 4.0]), ref) == math.inf
+    assert ivp.relative_error(np.array([3.0, 4.5]), ref) == pytest.approx(0.1)
+    assert ivp.relative_error(np.array([np.inf, 4.0]), ref) == math.inf

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from dlbench.cli import run as run_command
 from dlbench.cli.main import main
 from dlbench.results.store import Store
 from dlbench.runner import executors, ray_executor, resume

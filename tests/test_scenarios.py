@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
-import re
 import shutil
 import sqlite3
 import typing
@@ -50,7 +49,8 @@ NAME_PLACES: dict[str, set[str]] = {
     "scenarios.py": {"train", "infer", "converge", "sample", "rollout", "rl_rollout", "rl_train", "rl_converge",
                      "generate", "solve"},
     "spec.py": {"train", "infer", "converge", "rollout", "generate", "solve"},
-    "workloads/odes.py": {"solve"},
+    # the problem registry: its module per runner scenario over problems
+    "problems/__init__.py": {"solve"},
     "workloads/base.py": {"train", "infer", "converge"},
     "workloads/ppo.py": {"train", "converge", "rollout", "rl_rollout", "rl_train", "rl_converge"},
     "workloads/ddpm.py": {"train", "infer", "sample"},
@@ -111,7 +111,7 @@ def test_the_places_that_know_scenario_names_are_these():
 
 # Module names a scenario no longer goes by (one name per scenario in every layer, issue 44): the
 # record's name finds its modules (runner/scenarios/infer.py, report/infer.py ...).
-RETIRED_MODULE_NAMES = {"inference", "generation", "convergence", "time_to_target", "odesolve", "headroom"}
+RETIRED_MODULE_NAMES = {"inference", "generation", "convergence", "time_to_target", "odesolve", "headroom", "odes"}
 
 
 def test_each_scenarios_modules_carry_its_records_name():
@@ -304,3 +304,53 @@ def test_the_child_asks_once_whether_a_trial_can_run(tmp_path, fake_env, monkeyp
     assert result.metrics["build_s"] is not None and parity_path(out).exists()
     if scenario == "infer":
         assert result.metrics["infer_requests"] == 100  # the options reached the scenario
+
+
+def test_the_parent_computes_references_for_the_subjects_that_have_one(monkeypatch):
+    """One path for every executor (executor.references): the trials whose record's subject has
+    a parent reference (a workload's fixed batch) get one; a problem's trials none (each measures
+    against its problem's reference solution), and their verdict says so."""
+    from dlbench.results.records import TrialResult
+    from dlbench.runner import executor, reference
+    from dlbench.runner.verdicts import judge_parity
+
+    asked: list[list[str]] = []
+    monkeypatch.setattr(reference, "ensure", lambda specs, *a: asked.append([s.name for s in specs]) or {"k": "r"})
+    cnn = TrialSpec(workload=WorkloadSpec(name="cnn"), framework="torch")
+    hires = TrialSpec(workload=WorkloadSpec(name="hires", batch_size=8, dataset_size=8, eval_size=8),
+                      framework="torch", scenario="solve")
+    assert scenarios.get("train").parent_reference and not scenarios.get("solve").parent_reference
+    assert executor.references([hires], print) == {} and asked == []
+    assert executor.references([cnn, hires], print) == {"k": "r"} and asked == [["cnn"]]
+    result = TrialResult(status="ok")
+    judge_parity(hires, result, Path("/nonexistent"), {})
+    assert result.parity["verdict"] == "n/a" and "float64 reference" in result.parity["reason"]
+
+
+def test_a_problem_name_resolves_in_the_problem_registry_not_as_a_workload():
+    """`-w hires` names a problem of the problem registry (dlbench/problems), looked up by
+    dlbench/subjects.py: never a workload module, its record's subject "problem"; each record
+    over problems has its problems and its builder module there, and none over workloads."""
+    from dlbench import problems, subjects
+    from dlbench.spec import SpecError
+
+    assert set(problems.names()) == {"lotka-volterra", "robertson", "hires", "node-ode"}
+    assert {n for n, r in scenarios.SCENARIOS.items() if r.subject == "problem"} == set(problems.BY_SCENARIO) \
+        == set(problems.BUILDERS)
+    with pytest.raises(SpecError, match="workload 'hires' is not one of: mlp"):
+        workloads.get("hires")
+    assert not set(problems.names()) & set(workloads.names())
+    subjects.check("hires")
+    with pytest.raises(SpecError, match=r"workload 'nope' is not one of: mlp, .* \(the solver scenario's:"
+                                        r" lotka-volterra, robertson, hires, node-ode\)"):
+        subjects.check("nope")
+    assert isinstance(subjects.lookup("hires"), problems.Problem) and subjects.scenario("hires", "solve").subject == "problem"
+    assert subjects.scenario_unsupported("hires", "train") == "hires has no train scenario (it runs: solve)"
+    assert scenarios.unsupported("mlp", {"train": "solve"}, "train", "workload") == (
+        "mlp is a workload, and the runner scenario 'solve' runs over a problem (runner scenarios over a workload:"
+        " train, infer, converge, sample, rl_rollout, rl_train, rl_converge, generate)")
+    assert subjects.preset("hires", "tiny") == subjects.PROBLEM_PRESET
+    with pytest.raises(SpecError, match=r"preset 'published' is not one of: tiny, cpu, gpu \(the presets of hires\)"):
+        subjects.preset("hires", "published")
+    with pytest.raises(SpecError, match="augment 'crop_flip' does not fit hires"):
+        subjects.validate(WorkloadSpec(name="hires", augment="crop_flip", batch_size=8, dataset_size=8))

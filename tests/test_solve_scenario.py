@@ -1,10 +1,13 @@
 """`dlbench run --scenario solve` end to end (runner/scenarios/solve.py, report/solve.py): one torch
-run of a stiff and a neural-ODE problem over two tolerances, its failures stored as data, its
-work-precision and gradient tables, its diagram rendered in headless Chromium, every point in the
-JSON export; and bad tolerances refused in one line (exit 2) before anything runs."""
+run of a stiff and a neural-ODE problem over two tolerances, beside SciPy's baseline trial of
+each, its failures stored as data, its work-precision and gradient tables, its diagram rendered in
+headless Chromium, every point in the JSON export; the baseline planned as trials of its own and
+reported from them as from the stores before them; and bad tolerances refused in one line (exit
+2) before anything runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -33,14 +36,15 @@ def solved(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return store
 
 
-def _trial(store: Path, workload: str) -> model.Trial:
+def _trial(store: Path, workload: str, framework: str = "torch") -> model.Trial:
     report = model.load(Store(store), [1])
-    return next(t for c, t in report.trials() if c.axes["workload"] == workload)
+    return next(t for c, t in report.trials() if c.axes["workload"] == workload and c.axes["framework"] == framework)
 
 
 def test_a_stiff_problem_records_explicit_failures_and_implicit_successes(solved: Path) -> None:
     t = _trial(solved, "robertson")
     assert t.status == "ok"
+    assert not any("scipy" in name for name in t.series)  # SciPy's sweep is its own trial's
     # torch's solvers are explicit: each stops at the step cap, the tighter tolerance is not tried
     for solver in ("torchdiffeq-dopri5", "torchode-tsit5", "torchode-dopri5"):
         for dtype in ("float64", "float32"):
@@ -48,13 +52,13 @@ def test_a_stiff_problem_records_explicit_failures_and_implicit_successes(solved
             assert status == {1e-3: STATUS_CODES["max_steps"], 1e-4: STATUS_CODES["skipped"]}, (solver, dtype)
             assert "max" in t.data["notes"][f"solve.{solver}.{dtype}.failures"]
     assert "implicit" in t.data["notes"]["solve.absent.implicit"]
-    # SciPy's BDF meets the stiff problem, its error computed against the reference
-    errors = dict(t.series["solve.scipy-BDF.float64.error"])
+    # SciPy's BDF meets the stiff problem in the baseline's own trial, its error against the reference
+    base = _trial(solved, "robertson", "scipy")
+    assert base.status == "ok" and base.spec["policy"]["mode"] == t.spec["policy"]["mode"]
+    errors = dict(base.series["solve.BDF.float64.error"])
     assert set(errors) == {1e-3, 1e-4} and all(0 < e < 1e-2 for e in errors.values())
-    assert dict(t.series["solve.scipy-BDF.float64.njev"])[1e-4] >= 1
-    # the problem's only trial in the run measured the baseline, and says when and under what load
-    assert t.data["notes"]["solve.baseline"].startswith("measured here: SciPy's sweep measured in trial")
-    assert "load average" in t.data["notes"]["solve.baseline"]
+    assert dict(base.series["solve.BDF.float64.njev"])[1e-4] >= 1
+    assert base.data["notes"]["solve.absent.float32"] == "SciPy's solve_ivp computes in float64 only"
 
 
 def test_the_neural_ode_solves_and_its_gradients_meet_the_reference(solved: Path) -> None:
@@ -94,9 +98,11 @@ def test_export_keeps_every_point(solved: Path, tmp_path: Path, capsys: pytest.C
     out = tmp_path / "e.json"
     assert main(["export", "1", "--format", "json", "-o", str(out), "--store", str(solved)]) == 0
     trials: list[dict[str, Any]] = json.loads(out.read_text())["runs"][0]["trials"]
-    rober = next(t for t in trials if t["spec"]["workload"]["name"] == "robertson")
-    statuses = [k for k in rober["series"] if k.endswith(".status")]
-    assert len(statuses) == 3 * 2 + 5 and all(len(rober["series"][k]) == 2 for k in statuses)
+    for framework, curves in (("torch", 3 * 2), ("scipy", 5)):
+        rober = next(t for t in trials if t["spec"]["workload"]["name"] == "robertson"
+                     and t["spec"]["framework"] == framework)
+        statuses = [k for k in rober["series"] if k.endswith(".status")]
+        assert len(statuses) == curves and all(len(rober["series"][k]) == 2 for k in statuses)
 
 
 def test_work_precision_diagram_in_headless_chromium(solved: Path, tmp_path: Path) -> None:
@@ -143,14 +149,14 @@ def test_solve_options_outside_the_solve_scenario_are_refused() -> None:
 
 def test_a_library_error_is_a_failed_point_and_the_tighter_ones_are_skipped() -> None:
     from dlbench.runner.scenarios.solve import SweepSettings, Sweep, series_and_notes, sweep_solver
-    from dlbench.workloads import odes
+    from dlbench.problems import solve as ivp
 
     def prepare(dtype: str) -> Any:
         def solve(rtol: float, atol: float) -> Any:
             raise RuntimeError("the Newton iteration diverged")
         return solve
 
-    points = sweep_solver(odes.get("lotka-volterra"), prepare, "broken", "float64",
+    points = sweep_solver(ivp.PROBLEMS["lotka-volterra"], prepare, "broken", "float64",
                           SweepSettings(rtols=(1e-3, 1e-4), dtypes=("float64",), max_steps=10, gradient_rtols=()))
     assert [(p.status, p.rtol) for p in points] == [("failed", 1e-3), ("skipped", 1e-4)]
     series, notes = series_and_notes(Sweep("lotka-volterra", {"broken": "explicit (x)"}, {}, points, []))
@@ -159,74 +165,82 @@ def test_a_library_error_is_a_failed_point_and_the_tighter_ones_are_skipped() ->
     assert notes["solve.broken.float64.failures"] == "rtol 0.001: failed: RuntimeError: the Newton iteration diverged"
 
 
-def test_the_scipy_baseline_is_measured_once_per_problem_and_repeat_in_a_run(tmp_path: Path) -> None:
-    from dlbench.backends import solve as solvers
-    from dlbench.results.records import TrialResult
-    from dlbench.runner import protocol
-    from dlbench.runner.scenarios.solve import (BASELINE_NOTE, SweepSettings, baseline_marker_name,
-                                                run_baseline)
-    from dlbench.runner.timing import EventLog, Phases
-    from dlbench.spec import TrialSpec, WorkloadSpec
-    from dlbench.workloads import odes
-
-    lv = odes.get("lotka-volterra")
-    settings = SweepSettings(rtols=(1e-3,), dtypes=("float64",), max_steps=1000, gradient_rtols=(), min_time_s=0.0)
-    run_dir = tmp_path / "run"  # the executor's work directory, which its trials share
-    run_dir.mkdir()
-
-    def trial(framework: str, trial_id: int, repeat: int = 0) -> TrialResult:
-        spec = TrialSpec(WorkloadSpec(name="lotka-volterra"), framework, scenario="solve", repeat=repeat,
-                         trial_id=trial_id)
-        out = run_dir / f"trial-{trial_id}.result.json"
-        marker = protocol.run_shared_path(protocol.parity_path(out), baseline_marker_name(lv, settings, repeat))
-        result = TrialResult(status="ok")
-        run_baseline(lv, settings, spec, marker, result, Phases(EventLog(protocol.events_path(out))))
-        return result
-
-    first, second, again = trial("jax", 1), trial("torch", 2), trial("jax", 3, repeat=1)
-    assert {k for k in first.series if k.endswith(".status")} == {f"solve.scipy-{s}.float64.status" for s in
-                                                                  solvers.SCIPY_SOLVERS}
-    assert first.notes[BASELINE_NOTE].startswith("measured here: SciPy's sweep measured in trial 1 (jax, repeat 0)")
-    assert first.metrics["baseline_sweep_s"] is not None
-    # the repeat's next trial of the problem does not measure it again, and says where it was
-    assert second.series == {} and "baseline_sweep_s" not in second.metrics
-    assert second.notes[BASELINE_NOTE].startswith("not repeated here: SciPy's sweep measured in trial 1 (jax")
-    # the next repeat measures its own
-    assert again.notes[BASELINE_NOTE].startswith("measured here:") and again.series
-
-
-def test_the_report_shows_the_baseline_once_per_problem_whichever_trials_measured_it() -> None:
-    """One run, two frameworks on one problem: SciPy's rows once (framework `scipy`), each point
-    the median over the trials that measured it (a store from before the baseline ran once has
-    it in every framework's trial)."""
-    from dlbench.report.model import AXES, Config, Report, Run, Trial
+def test_the_scipy_baseline_is_a_planned_trial_once_per_problem_and_repeat() -> None:
+    """The record's baseline (scipy) is planned like any trial: one per problem and repeat,
+    shuffled into its round, with the mode of the frameworks' trials beside it; none where no
+    framework's trial of the problem can run, none for another scenario; its estimate is its
+    own (SciPy's sweep), so a solve run's total stays what it was."""
+    from dlbench import scenarios
+    from dlbench.runner.plan import Costs, estimates
     from dlbench.runner.plan import Sweep as Planned
     from dlbench.runner.plan import make_plan
-    from dlbench.runner.scenarios import solve as runner_solve
+
+    assert scenarios.get("solve").baseline == "scipy" and scenarios.get("train").baseline is None
+    plan = make_plan(Planned(workloads=("robertson", "hires"), frameworks=("jax", "torch"), scenarios=("solve",),
+                             repeats=2, order_seed=3))
+    base = [t.spec for t in plan.trials if t.spec.framework == "scipy"]
+    assert sorted((s.workload.name, s.repeat) for s in base) == [("hires", 0), ("hires", 1), ("robertson", 0),
+                                                                   ("robertson", 1)]
+    assert all(t.status == "pending" for t in plan.trials) and {s.policy.mode for s in base} == {"compiled"}
+    rounds = [[t.spec.repeat for t in plan.trials[i:i + 6]] for i in (0, 6)]
+    assert rounds == [[0] * 6, [1] * 6]  # each round: 4 framework trials and its 2 baseline trials, shuffled
+    assert [t.spec.framework for t in plan.trials[:6]] != ["jax", "jax", "torch", "torch", "scipy", "scipy"]
+    seconds = dict(zip([(s.workload.name, s.framework, s.repeat) for s in (t.spec for t in plan.trials)],
+                       estimates([t.spec for t in plan.trials], Costs())))
+    # SciPy's sweep on a stiff problem: 2 explicit curves to the step cap (1.5 s) and 3 implicit
+    # ones of 8 points (0.3 s), as the estimate counted it when it ran inside the first trial
+    assert seconds[("robertson", "scipy", 0)] == (pytest.approx(2 * 1.5 + 3 * 8 * 0.3), "rough")
+    # no framework's trial of the problem runs: no baseline; nor for a scenario without one
+    none = make_plan(Planned(workloads=("robertson",), frameworks=("onnxruntime",), scenarios=("solve",), repeats=1))
+    assert [t.spec.framework for t in none.trials] == ["onnxruntime"] and none.trials[0].status == "unsupported"
+    assert all(t.spec.framework != "scipy" for t in make_plan(Planned(workloads=("mlp",), frameworks=("torch",),
+                                                                      preset="tiny", repeats=1)).trials)
+
+
+def test_the_report_shows_the_baseline_once_per_problem_from_its_own_trials_and_from_stores_before_them() -> None:
+    """One run, two frameworks on one problem: SciPy's rows once (framework `scipy`), each point
+    the median over the trials that measured it, whether the baseline is its own configuration
+    (a trial per repeat, today) or held inside the frameworks' trials (stores from before: in
+    the first trial of the problem, or under Ray in every one); never ranked as a framework."""
+    from dlbench.report.model import AXES, Config, Report, Run, Trial
+    from dlbench.report.overview import best_by_framework
+    from dlbench.report.ranking import ranking_table
+    from dlbench.runner.plan import Sweep as Planned
+    from dlbench.runner.plan import make_plan
     from dlbench.spec import to_dict
 
-    assert (solve.BASELINE_PREFIX, solve.BASELINE_NOTE) == (runner_solve.SCIPY_PREFIX, runner_solve.BASELINE_NOTE)
-    plan = make_plan(Planned(workloads=("robertson",), frameworks=("jax", "torch"), scenarios=("solve",), repeats=1))
-    specs = {p.spec.framework: to_dict(p.spec) for p in plan.trials}
+    plan = make_plan(Planned(workloads=("robertson",), frameworks=("jax", "torch"), scenarios=("solve",), repeats=2))
+    specs = {(p.spec.framework, p.spec.repeat): to_dict(p.spec) for p in plan.trials}
+    bdf = (("wall_s", 0.1), ("nfe", 50.0), ("njev", 5.0), ("status", 0.0))
 
-    def trial(tid: int, framework: str, scipy_error: float | None) -> Trial:
+    def trial(tid: int, framework: str, scipy_error: float | None, repeat: int = 0) -> Trial:
         series = {f"solve.{framework}-rk.float64.{q}": [(1e-6, v)] for q, v in
                   (("error", 1e-5), ("wall_s", 0.01), ("nfe", 100.0), ("status", 0.0))}
         notes = {f"solve.{framework}-rk.kind": f"explicit ({framework}lib)"}
-        if scipy_error is not None:
-            series.update({f"solve.scipy-BDF.float64.{q}": [(1e-6, v)] for q, v in
-                           (("error", scipy_error), ("wall_s", 0.1), ("nfe", 50.0), ("njev", 5.0), ("status", 0.0))})
+        if scipy_error is not None:  # the form of stores from before the baseline's own trial
+            series.update({f"solve.{solve.BASELINE_PREFIX}BDF.float64.{q}": [(1e-6, v)] for q, v in
+                           (("error", scipy_error), *bdf)})
             notes.update({"solve.scipy-BDF.kind": "implicit (scipy)", "solve.absent.scipy-float32": "float64 only",
-                          runner_solve.BASELINE_NOTE: f"measured here: SciPy's sweep measured in trial {tid}"})
-        spec = specs[framework]
-        return Trial(tid, 1, spec, "ok", None, {}, series, [], {"notes": notes})
+                          solve.BASELINE_NOTE: f"measured here: SciPy's sweep measured in trial {tid}"})
+        return Trial(tid, 1, specs[(framework, repeat)], "ok", None, {"solve_1e-6_s": 0.01 * tid}, series, [],
+                     {"notes": notes})
+
+    def baseline(tid: int, error: float, repeat: int) -> Trial:  # the baseline's own trial
+        series = {f"solve.BDF.float64.{q}": [(1e-6, v)] for q, v in (("error", error), *bdf)}
+        notes = {"solve.BDF.kind": "implicit (scipy)", "solve.absent.float32": "float64 only"}
+        return Trial(tid, 1, specs[("scipy", repeat)], "ok", None, {"solve_1e-6_s": 0.001}, series, [],
+                     {"notes": notes})
 
     def report(trials: list[Trial]) -> Report:
-        configs = tuple(Config(1, t.spec["framework"], {a: f(t.spec) for a, f in AXES.items()}, (t,)) for t in trials)
+        by: dict[str, list[Trial]] = {}
+        for t in trials:
+            by.setdefault(t.spec["framework"], []).append(t)
+        configs = tuple(Config(1, name, {a: f(ts[0].spec) for a, f in AXES.items()}, tuple(ts)) for name, ts in by.items())
         return Report((Run(1, {}, tuple(trials)),), configs, ())
 
-    for trials, error in (([trial(1, "jax", 1e-3), trial(2, "torch", None)], "-3.0"),
-                          ([trial(1, "jax", 1e-3), trial(2, "torch", 3e-3)], "-2.7")):
+    inside = [trial(1, "jax", 1e-3), trial(2, "torch", None)], [trial(1, "jax", 1e-3), trial(2, "torch", 3e-3)]
+    own = [trial(1, "jax", None), trial(2, "torch", None), baseline(3, 1e-3, 0), baseline(4, 3e-3, 1)]
+    for trials, error, held in ((inside[0], "-3.0", True), (inside[1], "-2.7", True), (own, "-2.7", False)):
         table = solve.work_precision_table(report(trials))
         assert table is not None
         rows = [[c.text for c in row] for row in table.rows]
@@ -234,6 +248,78 @@ def test_the_report_shows_the_baseline_once_per_problem_whichever_trials_measure
                                          ["robertson", "scipy", "BDF"]], rows
         assert rows[2][5] == error  # log10 of the median error over the trials that measured it
         assert table.notes.count("scipy: float64 only") == 1  # said once, whichever trials say it
-        assert "robertson: SciPy's sweep measured in trial 1" in table.notes  # where and when it was measured
+        # where and when it was measured: the measuring trial's note, or a trial of its own
+        assert ("robertson: SciPy's sweep measured in trial 1" in table.notes) is held
+        [said] = [n for n in table.notes if n.startswith("scipy: SciPy's solve_ivp in float64")]
+        assert ("in the process of the repeat's first solve trial" in said) is held
+        assert ("in a trial of its own" in said) is not held
         names = [name for _, name, *_ in solve.diagram_traces(report(trials))]
         assert names == ["jax jax-rk float64", "torch torch-rk float64", "scipy BDF float64"]
+        ranking = ranking_table(report(trials))
+        assert ranking is not None
+        framework = [c.header for c in ranking.columns].index("framework")
+        assert {r[framework].text for r in ranking.rows} == {"jax", "torch"}  # scipy is no competitor
+        assert set(best_by_framework(list(report(trials).configs))[1]) == {"jax", "torch"}  # nor in the overview
+
+
+def test_solver_modules_build_through_the_one_guarded_path_and_a_missing_library_is_unsupported(monkeypatch):
+    """A problem's builder is each backend package's `ode` module, built by support.build like a
+    workload's program (the same checks first); without its library the trial is unsupported with
+    the extra to install, not failed."""
+    import sys
+
+    from dlbench.backends import get_backend, support
+    from dlbench.backends.base import Unsupported, builder_module
+    from dlbench.runner.plan import Sweep as Planned
+    from dlbench.runner.plan import make_plan
+
+    assert builder_module("dlbench.backends.torch", "hires") == "dlbench.backends.torch.ode"
+    trial = make_plan(Planned(workloads=("hires",), frameworks=("torch",), scenarios=("solve",), repeats=1)).trials[0].spec
+    backend = get_backend("torch")
+    backend.import_framework()
+    module = support.build_solvers(trial, backend)
+    assert module.__name__ == "dlbench.backends.torch.ode" and "torchode-tsit5" in module.SOLVERS
+    with pytest.raises(Unsupported, match="hires has no train scenario"):  # build's own checks come first
+        support.build_solvers(dataclasses.replace(trial, scenario="train"), backend)
+    monkeypatch.setitem(sys.modules, "torchode", None)  # as if not installed
+    monkeypatch.delitem(sys.modules, "dlbench.backends.torch.ode")
+    with pytest.raises(Unsupported, match=r"torch has no ODE solvers here: .*torchode.*dlbench\[ode-torch\]"):
+        support.build_solvers(trial, backend)
+
+
+def test_auto_repeats_decide_the_frameworks_comparisons_without_the_baseline(tmp_path: Path) -> None:
+    """`--repeats auto` narrows every configuration's interval, the baseline's too, but decides
+    only the frameworks' comparisons: SciPy beside them is not ranked, so an undecided SciPy
+    against JAX asks for no more rounds."""
+    from dlbench.analysis import repeats
+    from dlbench.results.records import TrialResult
+    from dlbench.runner import rounds
+    from dlbench.runner.plan import Sweep as Planned
+    from dlbench.runner.plan import make_plan
+
+    rule = repeats.parse("auto:50%,max=10")
+    store = Store(tmp_path / "auto.sqlite")
+    run = store.create_run("dlbench run", {}, False, order_seed=1, repeats={"rule": rule.text})
+    plan = make_plan(Planned(workloads=("robertson",), frameworks=("jax", "torch"), scenarios=("solve",), repeats=4))
+    values = {"jax": [1.0, 1.01, 0.99, 1.0], "torch": [2.0, 2.02, 1.98, 2.01], "scipy": [1.0, 1.02, 0.98, 0.995]}
+    for seq, planned in enumerate(plan.trials):
+        tid = store.add_trial(run, seq, planned.spec)
+        value = values[planned.spec.framework][planned.spec.repeat]
+        store.finish_trial(tid, TrialResult(status="ok", metrics={"solve_1e-6_s": value}))
+    judgement = rounds.evaluate(store, run, rule, rounds.AutoState(rule.text))
+    assert judgement.stop == "decided", judgement.text  # jax vs torch decided; scipy is not compared
+
+
+def test_a_store_from_before_the_baseline_trial_reports_as_that_release_did(tmp_path: Path, capsys, monkeypatch) -> None:
+    """tests/fixtures/solve-before-44.sqlite holds SciPy's curves inside each repeat's first torch
+    trial of a problem (tests/fixtures/make_previous_release.sh says how it was written); its
+    report is what that release printed, to the character."""
+    import shutil
+
+    fixtures = Path(__file__).parent / "fixtures"
+    store = tmp_path / "before.sqlite"
+    shutil.copy(fixtures / "solve-before-44.sqlite", store)
+    monkeypatch.delenv("COLUMNS", raising=False)  # a pipe's width, as it was printed
+    capsys.readouterr()
+    assert main(["report", "--store", str(store)]) == 0
+    assert capsys.readouterr().out == (fixtures / "solve-before-44-report.txt").read_text()

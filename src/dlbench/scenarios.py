@@ -1,10 +1,11 @@
 """One record per runner scenario, on the spec floor: what each layer needs to know about a
 scenario, said once. Imports only the spec.
 
-A user asks for a `--scenario` (spec.SCENARIOS: train, infer, converge, rollout); the trial's
-workload maps it to the runner scenario that runs it (workloads: SCENARIOS, e.g. ddpm's infer is
-`sample`, ppo's train is `rl_train`), and `workloads.scenario(workload, name)` returns that
-runner scenario's record. Each layer then registers its behaviour for a record once:
+A user asks for a `--scenario` (spec.SCENARIOS: train, infer, converge, rollout, generate,
+solve); the trial's subject (a workload, or a problem of the problem registry) maps it to the
+runner scenario that runs it (workloads: SCENARIOS, e.g. ddpm's infer is `sample`, ppo's train
+is `rl_train`; a problem runs `solve` as `solve`), and `subjects.scenario(name, scenario)` returns
+that runner scenario's record. Each layer then registers its behaviour for a record once:
 - runner: its entry (runner/scenarios/__init__.py: RUNS); its parity arrays are judged by the
   record's `parity` kind (runner/verdicts.py: JUDGES);
 - report: its table and its progress line (report/scenarios.py);
@@ -31,6 +32,13 @@ CAPABILITIES: tuple[Capability, ...] = ("train", "infer", "rollout", "sample", "
 # "none": the trial judges its own numbers against its float64 reference (the solver scenario's
 # error per point), the parent has nothing to judge.
 Parity = Literal["grads", "logits", "sample", "generate", "none"]
+# What a scenario's trials run over (TrialSpec.workload.name names it), and so where their float64
+# reference comes from: "workload", a model of the workload registry (dlbench/workloads), whose
+# fixed-batch reference the parent computes before the trials (runner/reference.py) for the
+# record's judge; "problem", an initial value problem of the problem registry (dlbench/problems),
+# whose reference solution each trial reads from that registry's cache and measures every solve
+# against. dlbench/subjects.py resolves a name in the registry of its kind.
+Subject = Literal["workload", "problem"]
 # The headline of the scenarios that time training steps (the report compares them by it).
 TRAIN_THROUGHPUT = "samples_per_s"
 
@@ -42,7 +50,11 @@ class Scenario:
     every framework's float32 graph); `options` is the options dataclass its trials carry;
     `profiled`: `run --profile` adds a trial of it whose timed window runs under the framework's
     profiler (runner/scenarios/profiled.py); `data_parallel`: `--devices N` shards its training
-    step (a workload's own loop to a target or a rollout does not shard)."""
+    step (a workload's own loop to a target or a rollout does not shard); `subject`: what its
+    trials run over (Subject above); `baseline`: the framework of a framework-neutral
+    implementation that the plan runs as a trial of its own, once per subject and repeat, beside
+    the frameworks' trials (solve: "scipy", SciPy's solve_ivp, backends/scipy/): the report shows
+    its rows as the reference and never ranks it against the frameworks."""
 
     name: str
     capability: Capability
@@ -52,6 +64,15 @@ class Scenario:
     options: type[ScenarioOptions]
     profiled: bool
     data_parallel: bool
+    subject: Subject = "workload"
+    baseline: str | None = None
+
+    @property
+    def parent_reference(self) -> bool:
+        """Whether the parent computes the float64 fixed-batch reference its trials are judged
+        against before they run (runner/reference.py): a workload's trials; a problem's trials
+        measure each solve against the problem's own reference solution."""
+        return self.subject == "workload"
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
@@ -69,8 +90,25 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              data_parallel=False),
     Scenario("generate", "generate", "generate", "output_tokens_per_s", False, GenerateOptions, profiled=False,
              data_parallel=False),
-    Scenario("solve", "solve", "none", "solve_1e-6_s", False, SolveOptions, profiled=False, data_parallel=False),
+    Scenario("solve", "solve", "none", "solve_1e-6_s", False, SolveOptions, profiled=False, data_parallel=False,
+             subject="problem", baseline="scipy"),
 )}
+
+
+def unsupported(name: str, runs: dict[str, str], scenario: str, subject: Subject) -> str | None:
+    """None when `name`, a `subject` that maps each --scenario it runs to a runner scenario
+    (`runs`: a workload's SCENARIOS, a problem's), runs `scenario` with a runner scenario this
+    dlbench has and whose trials run over that kind of subject; else the reason (one line)."""
+    if scenario not in runs:
+        return f"{name} has no {scenario} scenario (it runs: {', '.join(runs)})"
+    record = SCENARIOS.get(runs[scenario])
+    if record is None:
+        return (f"{name} runs {scenario} with the runner scenario {runs[scenario]!r}, which this dlbench does"
+                f" not have (it has: {', '.join(SCENARIOS)})")
+    if record.subject != subject:
+        return (f"{name} is a {subject}, and the runner scenario {record.name!r} runs over a {record.subject}"
+                f" (runner scenarios over a {subject}: {', '.join(n for n, r in SCENARIOS.items() if r.subject == subject)})")
+    return None
 
 
 def get(name: str) -> Scenario:

@@ -27,6 +27,12 @@ REGISTRY: dict[str, str] = {
     "onnxruntime": "dlbench.backends.onnxruntime:OnnxRuntimeBackend",
     "litert": "dlbench.backends.litert:LiteRTBackend",
 }
+# Framework-neutral baselines a scenario's record names (dlbench/scenarios.py: Scenario.baseline):
+# backends like the others for the trials the plan adds for them, but no framework a user picks,
+# so `-f`, `-f all` and `dlbench list` (which read `registered()`) leave them out.
+BASELINES: dict[str, str] = {
+    "scipy": "dlbench.backends.scipy:ScipyBackend",
+}
 # Frameworks that can compute the float64 parity reference, in order of preference: JAX's
 # implementations use the canonical layouts natively (nothing permuted), torch's need conversions.
 # DLBENCH_REFERENCE_FRAMEWORK names another (it must implement float64).
@@ -56,12 +62,13 @@ def _environment_backends() -> dict[str, str]:
 def get_backend(name: str) -> Backend:
     """The backend registered as `name` (a built-in one wins over a plugin of the same name:
     `check` refuses that name, `dlbench list` shows the clash)."""
-    if name in _plugin_names() and name not in _environment_backends() and name not in REGISTRY:
+    if name in _plugin_names() and name not in _environment_backends() and name not in REGISTRY \
+            and name not in BASELINES:
         checked: Backend = type(_plugin_backend(name))()  # a fresh instance, as for the others
         return checked
     known = registered()
     try:
-        target = known[name]
+        target = known[name] if name in known else BASELINES[name]
     except KeyError:
         raise SpecError(f"framework {name!r} is not one of: {', '.join(known)}") from None
     module_name, cls_name = target.split(":")
@@ -73,7 +80,8 @@ def origin(name: str) -> Origin:
     """Built into dlbench (or named by DLBENCH_BACKENDS), or the plugin distribution that
     registers the framework."""
     found = plugins.named(BACKEND_GROUP, name)
-    return found[0].origin if found and name not in REGISTRY and name not in _environment_backends() else BUILTIN
+    builtin = name in REGISTRY or name in BASELINES or name in _environment_backends()
+    return found[0].origin if found and not builtin else BUILTIN
 
 
 def check(name: str) -> None:

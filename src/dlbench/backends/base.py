@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-from dlbench import workloads
+from dlbench import problems, subjects, workloads
 from dlbench.backends.generate import Decoder
 from dlbench.backends.solve import OdeModule  # noqa: F401 (capability "solve": backends/<framework>/ode.py)
 from dlbench.backends.precision import Support
@@ -98,7 +98,7 @@ class Capabilities:
 @dataclass(frozen=True)
 class SolveGuess:
     """What a solve trial (runner/scenarios/solve.py) of this framework costs, before the store
-    knows better (runner/plan.py: estimate_s): its solver curves (solvers x dtypes of
+    knows better (runner/scenarios/solve.py: estimate_s): its solver curves (solvers x dtypes of
     backends/<framework>/ode.py, the explicit ones apart: on a stiff problem each runs to the step
     cap once and skips its tighter tolerances), the seconds of one tolerance point of a curve
     that solves (warm solves until 0.2 s and three, and the counting solve), of one curve that
@@ -119,7 +119,7 @@ class SolveGuess:
 @dataclass(frozen=True)
 class CostGuess:
     """What a trial of this framework costs besides its compute, before the store knows better
-    (runner/plan.py: estimate_s): seconds from process start to a built program (import, build,
+    (runner/scenarios/registry.py: ESTIMATES): seconds from process start to a built program (import, build,
     data), and seconds to compile a cnn-sized train step (8 parameter tensors) in compiled mode,
     which the planner scales with the workload's size. Measured on the project's 2-core machines
     (docs/benchmarks.md, the whole zoo); only a first estimate. `solve`: the solver scenario's
@@ -608,7 +608,11 @@ def builder_package(package: str, capabilities: Capabilities) -> str:
 def builder_module(package: str, workload: str) -> str | None:
     """The module whose `build(trial)` makes `workload`'s Program for the backend package
     `package`: `<package>.<workload>` for a built-in workload (e.g. dlbench.backends.jax.cnn),
-    the plugin's BUILDERS entry for the package's family otherwise; None where there is none."""
+    the plugin's BUILDERS entry for the package's family otherwise; for a problem of the
+    problem registry, the package's module for the problem's scenario (`<package>.ode`, whose
+    build returns the solver module itself: backends/solve.py); None where there is none."""
+    if workload in problems.PROBLEMS:
+        return f"{package}.{problems.builder(workload)}"
     declared = workloads.builders(workload)
     if declared is None:
         return f"{package}.{workload}"
@@ -625,13 +629,17 @@ def require_builder(package: str, workload: str) -> str:
 
 def build_program(package: str, trial: TrialSpec) -> Program:
     """Import the workload's builder module for `package` (builder_module) and call its
-    `build`. A plugin's builder that fails to import or lacks `build` is one line naming it."""
+    `build`. A plugin's builder that fails to import or lacks `build` is one line naming it; a
+    builder that raises Unsupported at import (a solver library that is not installed) makes
+    the trial unsupported with its reason."""
     workload = trial.workload.name
     name = require_builder(package, workload)
     try:
         build = importlib.import_module(name).build
+    except Unsupported:
+        raise
     except Exception as e:
-        raise RuntimeError(f"{workload}'s {family(package)} builder {name} ({workloads.origin(workload).text()})"
+        raise RuntimeError(f"{workload}'s {family(package)} builder {name} ({subjects.origin(workload).text()})"
                            f" failed to import: {type(e).__name__}: {e}") from e
     program: Program = build(trial)
     return program

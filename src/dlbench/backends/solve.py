@@ -1,5 +1,5 @@
-"""The solver scenario's seam to each framework's ODE library, and SciPy's solvers as the
-float64 baseline (no framework: SciPy is a core dependency).
+"""The solver scenario's seam to each framework's ODE library (and to SciPy's, the float64
+baseline: backends/scipy/ode.py).
 
 Each framework package has an `ode` module (backends/<framework>/ode.py) that exports:
 - `SOLVERS`: solver name -> `SolverInfo` (library, explicit or implicit, the dtypes it runs);
@@ -27,13 +27,15 @@ Imports no framework.
 
 from __future__ import annotations
 
+import sys
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from dlbench.workloads import odes
+from dlbench.problems import solve as ivp
 
 # Statuses of one solve, beside "ok": what the library said stopped it.
 FAILURES = ("max_steps", "step_size_collapse", "nonfinite", "failed")
@@ -77,17 +79,24 @@ Count = Callable[[float, float], Counts]
 Gradient = Callable[[], dict[str, np.ndarray]]
 
 
+@runtime_checkable
 class OdeModule(Protocol):
     SOLVERS: dict[str, SolverInfo]
     ABSENT: dict[str, str]
     GRADIENTS: dict[str, str]
 
-    def prepare(self, problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Solve: ...
+    def prepare(self, problem: ivp.Problem, solver: str, dtype: str, max_steps: int) -> Solve: ...
 
-    def prepare_count(self, problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Count | None: ...
+    def prepare_count(self, problem: ivp.Problem, solver: str, dtype: str, max_steps: int) -> Count | None: ...
 
-    def prepare_gradient(self, problem: odes.Problem, solver: str, method: str, dtype: str, rtol: float,
+    def prepare_gradient(self, problem: ivp.Problem, solver: str, method: str, dtype: str, rtol: float,
                          atol: float) -> Gradient: ...
+
+
+def built(module_name: str) -> OdeModule:
+    """What a solver module's `build(trial)` returns: the module itself, whose members are the
+    protocol (backends/base.py: builder_module names it as a problem's builder)."""
+    return typing.cast(OdeModule, sys.modules[module_name])
 
 
 def classify(message: str) -> str:
@@ -102,7 +111,7 @@ def classify(message: str) -> str:
     return "failed"
 
 
-def checked(y: np.ndarray, problem: odes.Problem) -> Solved:
+def checked(y: np.ndarray, problem: ivp.Problem) -> Solved:
     """An apparently successful solve's output, marked nonfinite when it holds a NaN or inf."""
     y64 = np.asarray(y, dtype=np.float64).reshape(len(problem.times), problem.dimension)
     if not np.all(np.isfinite(y64)):
@@ -110,83 +119,7 @@ def checked(y: np.ndarray, problem: odes.Problem) -> Solved:
     return Solved(y64)
 
 
-# ---- SciPy: solve_ivp, float64 only.
-
-SCIPY_SOLVERS: dict[str, SolverInfo] = {
-    "RK45": SolverInfo("scipy", "explicit", ("float64",)),
-    "DOP853": SolverInfo("scipy", "explicit", ("float64",)),
-    "BDF": SolverInfo("scipy", "implicit", ("float64",)),
-    "Radau": SolverInfo("scipy", "implicit", ("float64",)),
-    "LSODA": SolverInfo("scipy", "implicit", ("float64",)),  # switches between Adams and BDF
-}
-SCIPY_ABSENT: dict[str, str] = {
-    "float32": "SciPy's solve_ivp computes in float64 only",
-    "gradient": "SciPy's solve_ivp offers no gradient (no backpropagation, no adjoint)",
-}
-
-# SciPy has no step cap; its solves stop after this many field evaluations per allowed step
-# (Dormand-Prince takes 6 a step, Radau about 3 Newton iterations of 3 stages).
-SCIPY_EVALS_PER_STEP = 12
-
-
-class _EvaluationCap(Exception):
-    pass
-
-
-def scipy_prepare(problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Solve:
-    from scipy.integrate import solve_ivp
-
-    f, cap = odes.numpy_field(problem), max_steps * SCIPY_EVALS_PER_STEP
-    calls = [0]
-
-    def counted(t: float, y: np.ndarray) -> np.ndarray:
-        calls[0] += 1
-        if calls[0] > cap:
-            raise _EvaluationCap(f"max steps: over {cap} field evaluations ({max_steps} steps x"
-                                 f" {SCIPY_EVALS_PER_STEP})")
-        return f(t, y)
-
-    def solve(rtol: float, atol: float) -> Solved:
-        calls[0] = 0
-        try:
-            sol = solve_ivp(counted, (0.0, problem.t1), np.array(problem.y0), method=solver,
-                            t_eval=np.array(problem.times), rtol=rtol, atol=atol)
-        except _EvaluationCap as e:
-            return Solved(None, "max_steps", str(e), nfe=calls[0])
-        # nfe: every call of the field, the finite-difference Jacobian's columns included (SciPy's
-        # own nfev leaves those out for Radau and BDF, by its convention in _ivp/base.py).
-        if sol.status != 0:
-            return Solved(None, classify(sol.message), str(sol.message), nfe=calls[0])
-        out = checked(sol.y.T, problem)
-        out.nfe, out.njev = calls[0], int(sol.njev)
-        out.extra["lu_decompositions"] = float(sol.nlu)
-        return out
-
-    return solve
-
-
-class ScipyOde:
-    """SciPy's solve_ivp as an `OdeModule`: the non-framework float64 baseline."""
-
-    SOLVERS = SCIPY_SOLVERS
-    ABSENT = SCIPY_ABSENT
-    GRADIENTS: dict[str, str] = {}
-
-    def prepare(self, problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Solve:
-        return scipy_prepare(problem, solver, dtype, max_steps)
-
-    def prepare_count(self, problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Count | None:
-        return None  # the timed solve counts: a Python increment beside a NumPy field evaluation
-
-    def prepare_gradient(self, problem: odes.Problem, solver: str, method: str, dtype: str, rtol: float,
-                         atol: float) -> Gradient:
-        raise ValueError(SCIPY_ABSENT["gradient"])
-
-
-SCIPY = ScipyOde()
-
-
-def ops_of(xp: Any, stack: Callable[[list[Any]], Any], total: Callable[[Any], Any]) -> odes.Ops:
+def ops_of(xp: Any, stack: Callable[[list[Any]], Any], total: Callable[[Any], Any]) -> ivp.Ops:
     """An `Ops` from a framework's array module (its tanh and reshape), `stack` along a new last
     axis (torch says dim=, the others axis=) and `total`, the sum of every element (TensorFlow's
     is reduce_sum)."""

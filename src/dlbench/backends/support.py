@@ -13,13 +13,11 @@ knows its numerics once it has found the export).
 
 from __future__ import annotations
 
-import importlib
 import math
-import typing
 from types import ModuleType
 from typing import Any
 
-from dlbench import scenarios, workloads
+from dlbench import scenarios, subjects, workloads
 from dlbench.backends import get_backend
 from dlbench.backends import precision as precisions
 from dlbench.backends.solve import OdeModule
@@ -45,9 +43,9 @@ from dlbench.workloads.base import numerics_readback
 
 
 def validate(trial: TrialSpec) -> Backend:
-    """The trial's own checks, its workload's, then its framework's (known, options valid).
-    Returns the backend; raises SpecError with one line."""
-    workloads.validate(trial.workload)
+    """The trial's own checks, its subject's (workload or problem), then its framework's (known,
+    options valid). Returns the backend; raises SpecError with one line."""
+    subjects.validate(trial.workload)
     trial.validate()
     record = _record(trial)
     if trial.profile and record is not None and not record.profiled:
@@ -68,11 +66,11 @@ def validate(trial: TrialSpec) -> Backend:
 
 
 def _record(trial: TrialSpec) -> scenarios.Scenario | None:
-    """The record of the runner scenario that runs `trial`, None where its workload has none
+    """The record of the runner scenario that runs `trial`, None where its subject has none
     (unsupported says why)."""
-    if workloads.scenario_unsupported(trial.workload.name, trial.scenario) is not None:
+    if subjects.scenario_unsupported(trial.workload.name, trial.scenario) is not None:
         return None
-    return workloads.scenario(trial.workload.name, trial.scenario)
+    return subjects.record(trial)
 
 
 def scenario_unsupported(framework: str, capabilities: Capabilities, scenario: str,
@@ -149,10 +147,10 @@ def unsupported(trial: TrialSpec, backend: Backend, device: str) -> str | None:
     declined = backend.capabilities.declines(trial.workload.name)
     if declined is not None:
         return f"{trial.framework} does not run {trial.workload.name}: {declined}"
-    reason = workloads.scenario_unsupported(trial.workload.name, trial.scenario)
+    reason = subjects.scenario_unsupported(trial.workload.name, trial.scenario)
     if reason is not None:
         return reason
-    record = workloads.scenario(trial.workload.name, trial.scenario)
+    record = subjects.record(trial)
     reason = scenario_unsupported(trial.framework, backend.capabilities, trial.scenario, record)
     if reason is None:
         reason = backend.modes().get(trial.policy.mode, f"unknown mode {trial.policy.mode!r}")
@@ -224,16 +222,10 @@ def build_rollout(trial: TrialSpec, backend: Backend) -> Rollout:
 
 
 def build_solvers(trial: TrialSpec, backend: Backend) -> OdeModule:
-    """Capability "solve": the backend's ODE solver module, backends/<framework>/ode.py, imported
-    in the child after the framework, once `require` has said yes (Unsupported with the reason
-    when the library is missing)."""
-    package = type(backend).__module__
-    try:
-        module = importlib.import_module(f"{package}.ode")
-    except ImportError as e:  # the library (diffrax, torchdiffeq, tensorflow-probability) is missing
-        raise Unsupported(f"{trial.framework} has no ODE solvers here: {type(e).__name__}: {e}"
-                          " (pip install the dlbench[ode-*] extra)") from e
-    return typing.cast(OdeModule, module)  # the module is the protocol's implementation
+    """Capability "solve": the backend's ODE solver module (backends/<framework>/ode.py, the
+    problem's builder module, which builds itself), imported in the child after the framework;
+    Unsupported with the reason where its library is not installed."""
+    return build_as(trial, backend, OdeModule)
 
 
 def init(trial: TrialSpec, workload: ModuleType, program: Built) -> Any:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from dlbench import workloads
+from dlbench import subjects, workloads
 from dlbench.results.store import RUN_ID, Store, StoreError, parse_run_selector
 from dlbench.text import printable, shown
 
@@ -171,7 +171,8 @@ def writing(path: Path | str) -> Iterator[None]:
 def workload_names(requested: tuple[str, ...]) -> tuple[str, ...]:
     """`all`: the built-in workloads and every plugin's that passes its contract (a broken
     plugin is left out with one warning line, so it never stops the others); else each name
-    as given, checked (workloads.check: SpecError or PluginError, one line, exit 2)."""
+    as given, checked (subjects.check: a problem of the solver scenario, or a workload that
+    passes workloads.check; SpecError or PluginError, one line, exit 2)."""
     if requested == ("all",):
         for name, origin, reason in workloads.plugin_status():
             if reason is not None:
@@ -179,5 +180,5 @@ def workload_names(requested: tuple[str, ...]) -> tuple[str, ...]:
                 print(f"dlbench: warning: {printable(warning)}", file=sys.stderr)
         return workloads.usable()
     for name in requested:
-        workloads.check(name)
+        subjects.check(name)
     return requested

@@ -14,9 +14,8 @@ import dataclasses
 import json
 import re
 from dataclasses import dataclass
-from types import ModuleType
 
-from dlbench import backends, scenarios, workloads
+from dlbench import backends, problems, scenarios, subjects, workloads
 from dlbench.backends import get_backend, precision, registered
 from dlbench.backends.base import Option, Variant
 from dlbench.backends.support import scenario_unsupported, workload_unsupported
@@ -27,6 +26,7 @@ from dlbench.report.tabledata import MISSING, Cell, Column, Table
 from dlbench.report.terminal import make_console, print_table
 from dlbench.spec import MODES, PRECISIONS, SCENARIOS
 from dlbench.text import printable
+from dlbench.workloads.base import Preset
 
 from rich.text import Text
 
@@ -135,17 +135,23 @@ def _allowed(choices: dict[str, str | None], codes: dict[str, str]) -> str:
 DEVICE_PRESETS = ("tiny", "cpu", "gpu")
 
 
-def other_presets(module: ModuleType) -> str:
+def other_presets(presets: dict[str, Preset]) -> str:
     """A workload's presets beyond tiny/cpu/gpu and the model size each runs (the published
     architectures: `published=resnet50, published-tiny=resnet50-tiny`), or "–"."""
-    named = [f"{p}={v.model_size}" for p, v in module.PRESETS.items() if p not in DEVICE_PRESETS]
+    named = [f"{p}={v.model_size}" for p, v in presets.items() if p not in DEVICE_PRESETS]
     return ", ".join(named) or MISSING
 
 
 def _builtin_workloads() -> tuple[str, ...]:
-    """The built-in workloads: the training suite's, then the solver scenario's ODE problems
-    (which the frameworks x workloads matrix leaves out: a line below it says who runs them)."""
-    return (*workloads.WORKLOADS, *workloads.ODE_WORKLOADS)
+    """The built-in workloads: the training suite's, then the problem registry's (the solver
+    scenario's ODE problems, which the frameworks x workloads matrix leaves out: a line below it
+    says who runs them)."""
+    return (*workloads.WORKLOADS, *problems.names())
+
+
+def _described(name: str) -> tuple[str, str, str]:
+    """A built-in workload's or problem's scenarios, quality and presets beyond tiny/cpu/gpu."""
+    return ", ".join(subjects.runs(name)), subjects.quality(name), other_presets(subjects.presets(name))
 
 
 def workload_table() -> Table:
@@ -154,13 +160,12 @@ def workload_table() -> Table:
     cannot be used."""
     body = []
     for name in _builtin_workloads():
-        module = workloads.get(name)
-        body.append((name, "built-in", ", ".join(module.SCENARIOS), module.QUALITY, other_presets(module), "yes"))
+        body.append((name, "built-in", *_described(name), "yes"))
     for name, origin, reason in workloads.plugin_status():
         if reason is None:
             module = workloads.get(name)
-            body.append((name, origin.text(), ", ".join(module.SCENARIOS), module.QUALITY, other_presets(module),
-                         "yes"))
+            body.append((name, origin.text(), ", ".join(module.SCENARIOS), module.QUALITY,
+                         other_presets(module.PRESETS), "yes"))
         else:
             body.append((name, origin.text(), MISSING, MISSING, MISSING, f"no: {reason}"))
     # "name", not "workload": a column of that header splits a table into one per workload.
@@ -178,8 +183,8 @@ def compact_workload_table() -> Table:
     groups: dict[tuple[str, str], list[str]] = {}
     notes = []
     for name in _builtin_workloads():
-        module = workloads.get(name)
-        groups.setdefault((", ".join(module.SCENARIOS), module.QUALITY), []).append(name)
+        scenarios_run, quality, _ = _described(name)
+        groups.setdefault((scenarios_run, quality), []).append(name)
     for name, origin, reason in workloads.plugin_status():
         if reason is None:
             module = workloads.get(name)

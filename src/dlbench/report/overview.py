@@ -53,8 +53,10 @@ def _startup_s(config: Config) -> float | None:
 
 def best_by_framework(configs: list[Config]) -> tuple[str, dict[str, Best]]:
     """(the metric compared, framework -> its best configuration) for one workload's
-    configurations with an ok trial and no failed parity."""
-    usable = [c for c in configs if c.ok and model.parity(c.trials).verdict != "fail"]
+    configurations with an ok trial and no failed parity; a record's baseline (the solver
+    scenario's SciPy) is no framework to compare."""
+    usable = [c for c in configs if c.ok and model.parity(c.trials).verdict != "fail"
+              and c.axes["framework"] != c.record.baseline]
     if not usable:
         return "", {}
     scenario = _scenario(usable)

@@ -35,11 +35,12 @@ DESCRIPTION = ("Frameworks ordered by each workload's headline metric (median ov
 
 def _groups(report: Report) -> tuple[dict[tuple[int, str], list[Config]], list[str]]:
     """Configurations with an ok trial by (run, key without the framework); the notes of those
-    left out because their parity failed (a wrong result's speed is not ranked)."""
+    left out because their parity failed (a wrong result's speed is not ranked). A record's
+    baseline (the solver scenario's SciPy) is the reference its table shows, not a competitor."""
     groups: dict[tuple[int, str], list[Config]] = {}
     notes = []
     for c in report.configs:
-        if not c.ok:
+        if not c.ok or c.axes["framework"] == c.record.baseline:
             continue
         if model.parity(c.trials).verdict == "fail":
             notes.append(f"not ranked: {report.label(c)} (parity FAIL)")

@@ -8,7 +8,10 @@
 - the diagram: per problem log10 error against log10 warm seconds, one curve per framework x
   solver x dtype, as SciMLBenchmarks draws them (report/figures.py places it per workload).
 A value of several repeats is the median over the processes. SciPy's baseline is one set of rows
-and curves per run and problem (framework `scipy`), whichever trials measured it.
+and curves per run and problem (framework `scipy`, the record's `baseline`), never a framework's
+row: a trial of its own (framework `scipy`, its solvers under their own names) since issue 44, in
+the trials of the frameworks before (under `scipy-` names, with a note saying which trial
+measured it); both forms read alike.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dlbench.report.cells import label_cells, label_columns
 from dlbench.report.model import Config, Report, Trial
@@ -30,9 +33,9 @@ AXES = ("workload", "framework")
 # The namespaces of the series and notes runner/scenarios/solve.py writes: a solver's points, a
 # gradient method's points.
 SOLVER_SERIES, GRADIENT_SERIES = "solve.", "gradient."
-# SciPy's baseline: its solvers' prefix (runner/scenarios/solve.py SCIPY_PREFIX), the note that says where
-# a trial's baseline was measured (BASELINE_NOTE there), and the framework column's word for its rows.
-BASELINE_PREFIX, BASELINE_NOTE, BASELINE_FRAMEWORK = "scipy-", "solve.baseline", "scipy"
+# SciPy's baseline as stores from before its own trial hold it, inside a framework's trial: its
+# solvers' prefix and the note that says which trial measured it.
+BASELINE_PREFIX, BASELINE_NOTE = "scipy-", "solve.baseline"
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,26 @@ def _solve_configs(report: Report, table: str = SOLVE_TABLE) -> list[Config]:
 
 
 def is_baseline(solver: str) -> bool:
-    """Whether a curve is SciPy's baseline (runner/scenarios/solve.py SCIPY_PREFIX)."""
+    """Whether a curve of a framework's trial is SciPy's baseline (stores from before its own
+    trial: the prefix)."""
     return solver.startswith(BASELINE_PREFIX)
+
+
+def is_baseline_config(config: Config) -> bool:
+    """Whether a configuration is its record's baseline trial (framework `scipy`), no framework."""
+    return config.axes["framework"] == config.record.baseline
+
+
+def baseline_word(configs: list[Config]) -> str:
+    """The framework column's word for the baseline's rows: the record's baseline (`scipy`)."""
+    return next((c.record.baseline for c in configs if c.record.baseline), "baseline")
+
+
+def _held_inside(configs: list[Config]) -> bool:
+    """Whether the baseline is held inside the frameworks' trials (a store from before its own
+    trial), which the table's note then describes as it did."""
+    return any(name.startswith(SOLVER_SERIES + BASELINE_PREFIX) for c in configs if not is_baseline_config(c)
+               for t in c.ok for name in t.series)
 
 
 def _gather(trials: list[Trial], prefix: str, keep: Callable[[str], bool]) -> list[Curve]:
@@ -83,14 +104,21 @@ def curves(config: Config, prefix: str = SOLVER_SERIES) -> list[Curve]:
 
 def baseline_groups(configs: list[Config]) -> list[tuple[list[Config], list[Curve]]]:
     """SciPy's baseline once per run and problem (and any other axis but the framework): the
-    configurations of each group (in their order) and its curves, each point the median over
-    every trial of the group that measured it (one per repeat in a run; each framework's trial
-    in stores from before the baseline ran once)."""
+    configurations of each group (in their order; its baseline configuration among them, whose
+    rows are the curves) and its curves under their solvers' names, each point the median over
+    every trial of the group that measured it: the baseline's own trials (one per repeat), or in
+    stores from before those the frameworks' trials that hold it (one per repeat in a run; each
+    framework's trial in older stores and under Ray)."""
     groups: dict[tuple[object, ...], list[Config]] = {}
     for c in configs:
         key = (c.run_id, *(v for a, v in sorted(c.axes.items()) if a != "framework"))
         groups.setdefault(key, []).append(c)
-    return [(cs, _gather([t for c in cs for t in c.ok], SOLVER_SERIES, is_baseline)) for cs in groups.values()]
+    out = []
+    for cs in groups.values():
+        inside = _gather([t for c in cs if not is_baseline_config(c) for t in c.ok], SOLVER_SERIES, is_baseline)
+        own = _gather([t for c in cs if is_baseline_config(c) for t in c.ok], SOLVER_SERIES, lambda solver: True)
+        out.append((cs, [replace(cv, solver=cv.solver.removeprefix(BASELINE_PREFIX)) for cv in inside] + own))
+    return out
 
 
 def _error_cell(point: dict[str, float] | None) -> Cell:
@@ -134,12 +162,14 @@ def work_precision_table(report: Report) -> Table | None:
                 _number(at.get("njev") if ok else None))
 
     rows = []
+    word = baseline_word(configs)
     for group, baseline in groups:
         for c in group:
-            rows += [row(label_cells(report, c, axes), cv.solver, cv) for cv in curves(c)]
-        labels = [Cell(BASELINE_FRAMEWORK) if a == "framework" else cell
+            if not is_baseline_config(c):  # the baseline's rows follow the frameworks'
+                rows += [row(label_cells(report, c, axes), cv.solver, cv) for cv in curves(c)]
+        labels = [Cell(word) if a == "framework" else cell
                   for a, cell in zip(_label_names(report, axes), label_cells(report, group[0], axes))]
-        rows += [row(labels, cv.solver.removeprefix(BASELINE_PREFIX), cv) for cv in baseline]
+        rows += [row(labels, cv.solver, cv) for cv in baseline]
     notes = ["per rtol: log10 of the error at the output times (per component the largest deviation over"
              " the times over that component's peak, the largest over components) against the float64 SciPy"
              " reference at rtol 1e-12; atol = rtol x the problem's scale; max: the step cap, dt: the step size"
@@ -151,9 +181,12 @@ def work_precision_table(report: Report) -> Table | None:
              " SciPy's include its finite-difference Jacobian's columns, diffrax's and TFP's Jacobians are by"
              " automatic differentiation and cost tangents, not evaluations; njev: Jacobians (SciPy's and TFP's"
              " own counts, diffrax's linearisations of the field); docs/benchmarks.md#how-nfe-is-counted",
-             f"{BASELINE_FRAMEWORK}: SciPy's solve_ivp in float64, the framework-neutral baseline, measured once per"
-             " problem and repeat in a run (in the process of the repeat's first solve trial of the problem, on the"
-             " run's machine), the median over the trials that measured it"]
+             f"{word}: SciPy's solve_ivp in float64, the framework-neutral baseline, measured once per problem and"
+             " repeat in a run"
+             + (" (in the process of the repeat's first solve trial of the problem, on the run's machine), the median"
+                " over the trials that measured it" if _held_inside(configs) else
+                f", in a trial of its own (framework {word}, planned and run like the frameworks' trials), the"
+                " median over its repeats")]
     notes += _baseline_notes(groups)
     notes += _absences(configs)
     return Table(SOLVE_TABLE, "Work precision", "ODE solvers: achieved error per tolerance (log10) and cost at 1e-6",
@@ -181,17 +214,17 @@ def _baseline_notes(groups: list[tuple[list[Config], list[Curve]]]) -> list[str]
 
 def _absences(configs: list[Config]) -> list[str]:
     said: dict[str, None] = {}
-    for c in configs:
+    word = baseline_word(configs)
+    for c in sorted(configs, key=is_baseline_config):  # the baseline's own trials after the frameworks'
         for t in c.ok:  # every repeat: the baseline's notes are where it was measured
             notes = t.data.get("notes") or {}
             for key, why in notes.items():
                 if key.startswith(f"{SOLVER_SERIES}absent."):
-                    who = BASELINE_FRAMEWORK if key.startswith(f"{SOLVER_SERIES}absent.{BASELINE_FRAMEWORK}-") \
-                        else c.axes["framework"]
+                    who = word if key.startswith(f"{SOLVER_SERIES}absent.{word}-") else c.axes["framework"]
                     said[f"{who}: {why}"] = None
                 elif key.startswith(SOLVER_SERIES) and key.endswith((".failures", ".counting")):
                     solver, dtype = key.split(".")[1], key.split(".")[2]
-                    who = BASELINE_FRAMEWORK if is_baseline(solver) else c.axes["framework"]
+                    who = word if is_baseline(solver) else c.axes["framework"]
                     said[f"{c.axes['workload']} {who} {solver.removeprefix(BASELINE_PREFIX)} {dtype}: {why}"] = None
     return list(said)
 
@@ -228,10 +261,12 @@ def diagram_traces(report: Report) -> list[tuple[str, str, list[float], list[flo
     """(problem, curve name, log10 warm seconds, log10 error, hover text) per curve with an ok
     point: what the work-precision chart plots; SciPy's baseline once per problem."""
     out = []
-    for group, baseline in baseline_groups(_solve_configs(report)):
-        named = [(c, f"{c.axes['framework']} {cv.solver} {cv.dtype}", cv) for c in group for cv in curves(c)]
-        named += [(group[0], f"{BASELINE_FRAMEWORK} {cv.solver.removeprefix(BASELINE_PREFIX)} {cv.dtype}", cv)
-                  for cv in baseline]
+    configs = _solve_configs(report)
+    word = baseline_word(configs)
+    for group, baseline in baseline_groups(configs):
+        named = [(c, f"{c.axes['framework']} {cv.solver} {cv.dtype}", cv) for c in group if not is_baseline_config(c)
+                 for cv in curves(c)]
+        named += [(group[0], f"{word} {cv.solver} {cv.dtype}", cv) for cv in baseline]
         for c, name, cv in named:
             ok = [(r, p) for r, p in cv.points.items() if p.get("status", 1) == 0 and p.get("error", 0) > 0
                   and p.get("wall_s", 0) > 0]

@@ -10,15 +10,16 @@ it goes, so that a failure keeps every metric measured before it.
 
 from __future__ import annotations
 
+import functools
 import os
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 import psutil
 
-from dlbench import workloads
+from dlbench import problems, workloads
 from dlbench.analysis import interference
 from dlbench.backends.base import Backend, Built, OptionsReadBack
 from dlbench.monitors.interference import InterferenceMonitor
@@ -28,6 +29,7 @@ from dlbench.monitors.power import PowerMonitor
 from dlbench.monitors.rapl import Rapl
 from dlbench.results.records import TrialResult
 from dlbench.runner.timing import EventLog, Phases
+from dlbench.problems import Problem
 from dlbench.spec import TrialSpec
 
 Metrics = dict[str, float | None]
@@ -44,12 +46,17 @@ class TrialContext:
     created: float  # the worker process's creation, on the monotonic clock (time to first step)
     result: TrialResult
     parity_file: Path  # where the scenario's parity phase writes its arrays (runner/fixedbatch.py)
-    # The trial's workload module, looked up once per trial (a plugin's goes through its
-    # contract checks on that lookup).
-    workload: ModuleType = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.workload = workloads.get(self.trial.workload.name)
+    @functools.cached_property
+    def workload(self) -> ModuleType:
+        """The trial's workload module, looked up once per trial (a plugin's goes through its
+        contract checks on that lookup); a trial of a workload-subject record only."""
+        return workloads.get(self.trial.workload.name)
+
+    @functools.cached_property
+    def problem(self) -> Problem:
+        """The trial's problem (dlbench/problems); a trial of a problem-subject record only."""
+        return problems.get(self.trial.workload.name)
 
     @property
     def metrics(self) -> Metrics:

@@ -15,14 +15,14 @@ from typing import Any
 
 import psutil
 
-from dlbench import backends, workloads
+from dlbench import backends, subjects
 from dlbench.backends import get_backend
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
 from dlbench.results.store import Store
 from dlbench.runner import annotate, children, protocol, reference, spawn
 from dlbench.runner.plan import Plan, PlannedTrial, with_ids
 from dlbench.runner.probe_client import PROBE_TIMEOUT_S, ProbeLimits
-from dlbench.runner.verdicts import Ceilings, ceilings, judge_efficiency, judge_parity, needs_reference
+from dlbench.runner.verdicts import Ceilings, ceilings, judge_efficiency, judge_parity
 from dlbench.spec import Policy, SpecError, TrialSpec
 
 WARM_IMPORT_TIMEOUT_S = 600
@@ -116,12 +116,23 @@ def keep_profile(store: Store, tid: int, result: TrialResult) -> None:
 def record_origins(spec: TrialSpec, result: TrialResult) -> None:
     """Where the trial's workload and framework come from (built into dlbench, or which plugin
     distribution and version), stored with the trial in its framework_info."""
-    for key, find, name in (("workload_origin", workloads.origin, spec.workload.name),
+    for key, find, name in (("workload_origin", subjects.origin, spec.workload.name),
                             ("framework_origin", backends.origin, spec.framework)):
         try:
             result.framework_info[key] = find(name).to_dict()
         except SpecError as e:  # a plugin uninstalled since the plan (a resumed run)
             result.framework_info[key] = {"source": "unknown", "error": str(e)}
+
+
+def references(trials: list[TrialSpec], on_message: Callable[[str], None]) -> dict[str, reference.Reference | str]:
+    """The float64 fixed-batch references the trials' judges compare with, computed (or read from
+    the cache) once before any trial runs, for every executor: one per workload spec of the
+    trials whose record has a parent reference (Scenario.parent_reference: a workload's; a
+    problem's trial measures against the problem's own reference solution)."""
+    judged = [t for t in trials if subjects.record(t).parent_reference]
+    if not judged:
+        return {}
+    return reference.ensure([t.workload for t in judged], 0, on_message, probe_limits(judged))
 
 
 def probe_limits(specs: list[TrialSpec]) -> ProbeLimits:
@@ -176,8 +187,7 @@ def register(store: Store, run_id: int, plan: Plan) -> list[tuple[int, PlannedTr
 def execute(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]],
             progress: Progress, workdir: Path | None = None) -> Outcome:
     outcome, pending = settled(trials)
-    judged = [p.spec for _, p in pending if needs_reference(p.spec)]
-    refs = reference.ensure([s.workload for s in judged], 0, progress.message, probe_limits(judged)) if judged else {}
+    refs = references([p.spec for _, p in pending], progress.message)
     limits = ceilings([p.spec for _, p in pending], progress.message)
     tmp = workdir or Path(tempfile.mkdtemp(prefix="dlbench-run-"))
     try:

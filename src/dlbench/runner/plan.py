@@ -13,18 +13,15 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dlbench import workloads
+from dlbench import subjects, workloads
 from dlbench.analysis import repeats
 from dlbench.backends import get_backend, support
 from dlbench.monitors.nvml import device_kind
 from dlbench.plugins import first_line
-from dlbench.runner.protocol import INFER_BATCHES
+from dlbench.runner.scenarios.registry import ESTIMATES
 from dlbench.spec import (
-    ConvergeOptions,
-    InferOptions,
     Policy,
     ScenarioOptions,
-    SolveOptions,
     SpecError,
     TrialSpec,
     WorkloadSpec,
@@ -32,41 +29,10 @@ from dlbench.spec import (
     options_type,
     to_dict,
 )
-from dlbench.backends.base import Backend, SolveGuess
+from dlbench.backends.base import Backend
 from dlbench.workloads.base import Preset
-from dlbench.workloads.odes import Problem
 
 DEFAULT_FRAMEWORKS = ("torch", "tensorflow", "jax")
-# A Server sweep's tests (the first, 3 probes, 4 bisection steps: runner/scenarios/served.py) and a guess
-# of each one's seconds (1,100 queries at a few thousand QPS, slower ones at lower rates).
-SERVER_SWEEP_TESTS = 8
-SERVER_TEST_GUESS_S = 2.0
-# Compute at this rate in a first estimate (achieved FLOP/s of the zoo on two cores spans 1-40
-# GFLOP/s; start-up dominates short trials and comes from each backend's cost_guess).
-CPU_FLOPS_GUESS = 20e9
-# A cnn-sized graph (8 parameter tensors) compiles in Backend.cost_guess.compile_s; a graph with n
-# tensors in about sqrt(n / 8) times that (fitted on the zoo: resnet's 62 tensors compile 2.5-3x
-# longer than the cnn in torch and keras-torch).
-COMPILE_REFERENCE_TENSORS = 8
-# Extra compiles besides the train step's in compiled mode: the parity probe's loss-and-gradients
-# function and the evaluation's forward (torch: 6-48 s for the probe, docs/benchmarks.md).
-EXTRA_COMPILES = 0.5
-# Seconds a graph-mode trace costs against a compile.
-TRACE_SHARE = 0.3
-# The solver scenario (runner/scenarios/solve.py): a framework's curves cost what its backend's
-# CostGuess.solve says, fitted on the quiet run of docs/benchmarks.md "ODE solvers" (4 problems x
-# 3 frameworks in 9.7 min, which the estimate before this one put at 16.6 min; the development
-# run took 33 min at load 13-15, what `busy_machine`'s factor is for). SciPy's baseline (2
-# explicit and 3 implicit solvers, float64) runs once per problem and repeat: a point about 0.3 s
-# (a stiff problem's Radau at 1e-10 a second, LSODA's some ms), an explicit curve to the step cap
-# 1.5 s. A backend without a SolveGuess gets GENERIC_SOLVE_GUESS.
-SOLVE_CAP_REFERENCE_STEPS = 5000  # the step cap at which capped_curve_s were measured (the default)
-SCIPY_EXPLICIT_CURVES, SCIPY_IMPLICIT_CURVES = 2, 3
-SCIPY_POINT_S, SCIPY_CAPPED_CURVE_S = 0.3, 1.5
-# runner/scenarios/solve.py's dtypes and gradient tolerances, counted
-SOLVE_DTYPES, SOLVE_GRADIENT_RTOLS = 2, 3
-GENERIC_SOLVE_GUESS = SolveGuess(explicit_curves=4, implicit_curves=2, point_s=0.5, capped_curve_s=10.0,
-                                 compile_s=2.0, gradient_methods=2, gradient_point_s=5.0)
 # More fresh processes per configuration than any CI spread needs; a typo such as 1000000 would
 # otherwise plan a million trials before anything says no (one limit with --repeats auto's).
 MAX_REPEATS = repeats.MAX_REPEATS
@@ -144,11 +110,8 @@ class Plan:
 
 
 def preset(w: str, name: str) -> Preset:
-    module = workloads.get(w)
-    if name not in module.PRESETS:
-        raise SpecError(f"preset {name!r} is not one of: {', '.join(module.PRESETS)} (the presets of {w})")
-    p: Preset = module.PRESETS[name]
-    return p
+    """The preset `name` of workload or problem `w` (subjects.preset: SpecError naming its presets)."""
+    return subjects.preset(w, name)
 
 
 def workload_spec(w: str, preset_name: str, seed: int = 0, batch_size: int | None = None,
@@ -156,7 +119,7 @@ def workload_spec(w: str, preset_name: str, seed: int = 0, batch_size: int | Non
     """The workload spec of a preset: its model size, sizes, the workload's numerics block and
     its class count where it fixes one."""
     p = preset(w, preset_name)
-    fixed = workloads.fixed_classes(w)
+    fixed = subjects.fixed_classes(w)
     spec = WorkloadSpec(
         name=w,
         model_size=p.model_size,
@@ -164,7 +127,7 @@ def workload_spec(w: str, preset_name: str, seed: int = 0, batch_size: int | Non
         dataset_size=dataset_size if dataset_size is not None else p.dataset_size,
         eval_size=p.eval_size,
         seed=seed,
-        numerics=workloads.get(w).NUMERICS,
+        numerics=subjects.numerics(w),
     )
     if p.num_classes is not None:
         spec = replace(spec, num_classes=p.num_classes)
@@ -174,9 +137,9 @@ def workload_spec(w: str, preset_name: str, seed: int = 0, batch_size: int | Non
 def _trial(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, prec: str,
            scen: str, dev: int, data: str, rollout: str, repeat: int) -> TrialSpec:
     """The trial of one point of the sweep; a time-to-target trial without a target gets its
-    workload's default one where it has one (lm: a perplexity)."""
-    return workloads.with_default_target(_planned_spec(sweep, w, f, mode, bs, seed, prec, scen, dev, data, rollout,
-                                                       repeat))
+    workload's default one where it has one (lm: a perplexity; a problem trains to nothing)."""
+    spec = _planned_spec(sweep, w, f, mode, bs, seed, prec, scen, dev, data, rollout, repeat)
+    return spec if subjects.is_problem(w) else workloads.with_default_target(spec)
 
 
 def _planned_spec(sweep: Sweep, w: str, f: str, mode: str, bs: int | None, seed: int, prec: str,
@@ -252,12 +215,12 @@ def make_plan(sweep: Sweep) -> Plan:
     axes = [a for a in axes if _is_rl(a[0]) or a[-1] == sweep.rollouts[0]]
     rng = random.Random(sweep.order_seed)
     for repeat in range(sweep.repeats):
-        round_ = [_trial(sweep, *a, repeat=repeat) for a in axes]
+        round_ = [_planned(spec, support.validate(spec), missing[spec.framework])
+                  for spec in (_trial(sweep, *a, repeat=repeat) for a in axes)]
+        round_ += _baselines(round_, missing, plan.notes)
         if sweep.repeats > 1:
             rng.shuffle(round_)
-        for spec in round_:
-            backend = support.validate(spec)
-            plan.trials.append(_planned(spec, backend, missing[spec.framework]))
+        plan.trials += round_
     if sweep.profile:
         for spec in (_trial(sweep, *a, repeat=0) for a in axes):
             if _profiled(spec):
@@ -266,10 +229,30 @@ def make_plan(sweep: Sweep) -> Plan:
     return plan
 
 
+def _baselines(round_: list[PlannedTrial], missing: dict[str, str | None], notes: list[str]) -> list[PlannedTrial]:
+    """The round's baseline trials: where a pending trial's record names a framework-neutral
+    baseline (Scenario.baseline: the solver scenario's SciPy), one trial of it per subject (and
+    any other setting but the framework and its options), with the first such trial's mode, so
+    the report shows it beside them. Planned like the others, as trials of their own; none
+    where no framework's trial of the subject is pending."""
+    found: dict[str, PlannedTrial] = {}
+    for planned in round_:
+        record = subjects.record(planned.spec) if planned.status == "pending" else None
+        if record is None or record.baseline is None:
+            continue
+        spec = replace(planned.spec, framework=record.baseline, policy=replace(planned.spec.policy, options={}))
+        key = configuration_key(to_dict(spec), drop_policy=("mode",))
+        if key not in found:
+            if record.baseline not in missing:
+                missing[record.baseline] = _framework_status(record.baseline, False, notes)
+            found[key] = _planned(spec, support.validate(spec), missing[record.baseline])
+    return list(found.values())
+
+
 def _profiled(spec: TrialSpec) -> bool:
     """Whether `run --profile` adds a profiled trial of this configuration (its record's)."""
     name, scenario = spec.workload.name, spec.scenario
-    return workloads.scenario_unsupported(name, scenario) is None and workloads.scenario(name, scenario).profiled
+    return subjects.scenario_unsupported(name, scenario) is None and subjects.scenario(name, scenario).profiled
 
 
 def _check_size(sweep: Sweep) -> None:
@@ -287,7 +270,7 @@ def _check_size(sweep: Sweep) -> None:
 
 def _is_rl(workload: str) -> bool:
     """A reinforcement-learning workload: one with a `rollout` scenario."""
-    return "rollout" in workloads.get(workload).SCENARIOS
+    return "rollout" in subjects.runs(workload)
 
 
 def _check_options(sweep: Sweep) -> None:
@@ -369,57 +352,16 @@ def estimate_s(trial: TrialSpec, costs: Costs) -> tuple[float, str]:
     try:
         return _rough_s(trial, samples), "rough"
     except Exception as e:  # a plugin's param_shapes or FLOPs at a preset its contract check never ran
-        origin = workloads.origin(spec.name).text()
+        origin = subjects.origin(spec.name).text()
         raise SpecError(f"workload {spec.name} ({origin}) fails at batch size {spec.batch_size}, data set size"
                         f" {spec.dataset_size}: {type(e).__name__}: {first_line(e)}") from None
 
 
 def _rough_s(trial: TrialSpec, samples: int) -> float:
-    """Start-up and compiles from the backend's cost guess (compiles scaled by the workload's
-    size), compute from FLOPs; inference: two timed loops, each capped by the budget."""
-    spec = trial.workload
-    module = workloads.get(spec.name)
-    guess = get_backend(trial.framework).cost_guess
-    size = math.sqrt(len(module.param_shapes(spec)) / COMPILE_REFERENCE_TENSORS)
-    share = {"compiled": 1.0, "graph": TRACE_SHARE}.get(trial.policy.mode, 0.0)
-    compile_ = guess.compile_s * size * share
-    options = trial.options  # the estimate follows what the scenario's options bound
-    if isinstance(options, SolveOptions):
-        return guess.startup_s + _solve_s(options, module.PROBLEM, guess.solve)
-    if isinstance(options, InferOptions):
-        flops = module.flops_per_sample(spec, train=False)
-        requests = options.infer_requests + INFER_BATCHES * spec.batch_size
-        compute = min(requests * flops / CPU_FLOPS_GUESS, 2 * options.infer_budget_s)
-        if options.infer_load == "server":  # each Server test: its minimum duration or ~1,100 queries
-            compute += options.infer_budget_s if options.server_qps else SERVER_TEST_GUESS_S * SERVER_SWEEP_TESTS
-        return guess.startup_s + 2 * compile_ + compute
-    if isinstance(options, ConvergeOptions):  # the presets reach their targets in a few hundred steps
-        samples = min(options.max_steps, 8 * options.eval_every) * spec.batch_size
-    compute = samples * module.flops_per_sample(spec) / CPU_FLOPS_GUESS
-    if isinstance(options, ConvergeOptions):
-        compute = min(compute, options.max_time_s)
-    return guess.startup_s + compile_ * (1 + EXTRA_COMPILES) + compute
-
-
-def _solve_s(options: SolveOptions, problem: Problem, guess: SolveGuess | None) -> float:
-    """A solve trial's own sweeps (SciPy's baseline apart: `baseline_s`): per solver curve its
-    compiles and its tolerance points, except an explicit curve on a stiff problem, which runs to
-    the step cap once and skips the rest; then the neural ODE's gradient points."""
-    g = guess or GENERIC_SOLVE_GUESS
-    points = len(options.rtols())
-    capped_s = g.capped_curve_s * options.solve_max_steps / SOLVE_CAP_REFERENCE_STEPS
-    explicit_s = capped_s if problem.stiff else points * g.point_s
-    curves_s = g.explicit_curves * (g.compile_s + explicit_s) + g.implicit_curves * (g.compile_s + points * g.point_s)
-    gradients = g.gradient_methods * SOLVE_DTYPES * SOLVE_GRADIENT_RTOLS if problem.has_gradient else 0
-    return curves_s + gradients * g.gradient_point_s
-
-
-def baseline_s(options: SolveOptions, problem: Problem) -> float:
-    """SciPy's sweep, which one trial per problem and repeat runs (runner/scenarios/solve.py)."""
-    points = len(options.rtols())
-    capped_s = SCIPY_CAPPED_CURVE_S * options.solve_max_steps / SOLVE_CAP_REFERENCE_STEPS
-    explicit_s = capped_s if problem.stiff else points * SCIPY_POINT_S
-    return SCIPY_EXPLICIT_CURVES * explicit_s + SCIPY_IMPLICIT_CURVES * points * SCIPY_POINT_S
+    """The first estimate its runner scenario registers (runner/scenarios/registry.py:
+    ESTIMATES), from the backend's cost guess."""
+    subject = subjects.lookup(trial.workload.name)
+    return ESTIMATES[subjects.record(trial).name](trial, subject, get_backend(trial.framework).cost_guess, samples)
 
 
 def at_load(seconds: float, source: str, load: float) -> float:
@@ -432,19 +374,8 @@ def at_load(seconds: float, source: str, load: float) -> float:
 
 
 def estimates(trials: list[TrialSpec], costs: Costs) -> list[tuple[float, str]]:
-    """estimate_s of each trial, and where it is a first guess, SciPy's baseline on the first
-    solve trial of each problem, repeat and sweep: the one that measures it (the store's times
-    hold it already where they come from)."""
-    out, baselines = [], set()
-    for trial in trials:
-        seconds, source = estimate_s(trial, costs)
-        if trial.scenario == SolveOptions.SCENARIO:
-            key = (trial.workload.name, trial.repeat, trial.options)
-            if source == "rough" and key not in baselines:
-                seconds += baseline_s(trial.options_of(SolveOptions), workloads.get(trial.workload.name).PROBLEM)
-            baselines.add(key)
-        out.append((seconds, source))
-    return out
+    """estimate_s of each trial (a baseline trial's too: it is planned as one)."""
+    return [estimate_s(trial, costs) for trial in trials]
 
 
 def with_ids(trial: TrialSpec, run_id: int, trial_id: int) -> TrialSpec:

@@ -57,14 +57,6 @@ def interference_path(out: Path) -> Path:
     return out.with_name(out.name + ".interference.json")
 
 
-def run_shared_path(beside: Path, name: str) -> Path:
-    """A file the trials of one executor pass share, `name` beside any file of a worker's OUT
-    path: the sequential executor gives every trial of a pass one work directory (the solver
-    scenario's SciPy baseline marker lives there); Ray gives each trial its own, so nothing is
-    shared there."""
-    return beside.with_name(name)
-
-
 def trace_dir_for(result_path: Path) -> Path:
     """Where a profiled worker whose result goes to `result_path` writes its trace."""
     return result_path.with_name(result_path.name.split(".", 1)[0] + ".profile")

@@ -42,11 +42,10 @@ from typing import Any
 
 from dlbench.results.records import TrialResult
 from dlbench.results.store import Store
-from dlbench.runner import ceiling, reference, spawn
-from dlbench.runner.executor import Outcome, Progress, finish, probe_limits, settled, warm_import, warm_marker
+from dlbench.runner import ceiling, spawn
+from dlbench.runner.executor import Outcome, Progress, finish, references, settled, warm_import, warm_marker
 from dlbench.runner.plan import PlannedTrial, with_ids
 from dlbench.runner.protocol import parity_path
-from dlbench.runner.verdicts import needs_reference
 from dlbench.spec import TrialSpec, to_dict, trial_from_dict
 
 # Every node offers one unit; a trial that must not share its node asks for it.
@@ -205,8 +204,7 @@ def execute(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]],
     outcome, pending = settled(trials)
     if not pending:
         return outcome
-    judged = [p.spec for _, p in pending if needs_reference(p.spec)]
-    refs = reference.ensure([s.workload for s in judged], 0, progress.message, probe_limits(judged)) if judged else {}
+    refs = references([p.spec for _, p in pending], progress.message)
     tasks = _submit(store, run_id, pending, cluster, progress, outcome)
     tmp = Path(tempfile.mkdtemp(prefix="dlbench-run-"))
     done = 0

@@ -91,7 +91,8 @@ def evaluate(store: Store, run_id: int, rule: repeats.RepeatRule, state: AutoSta
     held_back = False  # an interval or a comparison that busy trials left without a value or undecided
     for trials in configs.values():
         spec = trials[0].spec
-        metric = workloads.stored_scenario(spec).headline
+        record = workloads.stored_scenario(spec)
+        metric = record.headline
         found = [(v, busy.record(t.metrics)) for t in trials if t.status == "ok" and (v := t.metrics.get(metric)) is not None]
         if not found:
             continue  # every trial failed: nothing to narrow (the failures are in the table)
@@ -99,6 +100,8 @@ def evaluate(store: Store, run_id: int, rule: repeats.RepeatRule, state: AutoSta
         s = summarize(sample.counted)  # no interval of a configuration rests on a busy trial
         held_back |= sample.all_busy
         intervals.append(repeats.Interval(compare.label(spec), s.n, s.rel_half_width, s.level))
+        if spec.get("framework") == record.baseline:
+            continue  # the record's baseline (SciPy beside the solvers) is no framework to rank
         group = configuration_key(spec, drop=("framework",), drop_policy=("options",))
         groups.setdefault(group, (metric, []))[1].append((compare.label(spec), sample))
     comparisons = []

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from dlbench import workloads
+from dlbench import subjects, workloads
 from dlbench.analysis import efficiency, generate, parity
 from dlbench.backends import get_backend, precision
 from dlbench.results.records import TrialResult
@@ -109,15 +109,13 @@ JUDGES: dict[Parity, Judge] = {"grads": grads_verdict, "logits": logits_verdict,
                                "generate": generate_verdict, "none": no_verdict}
 
 
-def needs_reference(trial: TrialSpec) -> bool:
-    """Whether the parent computes the float64 fixed-batch reference for this trial."""
-    return workloads.scenario(trial.workload.name, trial.scenario).parity != "none"
-
-
 def judge_parity(trial: TrialSpec, result: TrialResult, path: Path, refs: dict[str, reference.Reference | str]) -> None:
     """The trial's fixed-batch loss and gradients (an inference trial's logits) against the
-    float64 reference: the verdict goes into result.parity, the worst numbers into its metrics."""
-    if not needs_reference(trial):
+    float64 reference: the verdict goes into result.parity, the worst numbers into its metrics.
+    A trial whose record has no parent reference (Scenario.parent_reference: a problem's)
+    judged itself: its verdict says where."""
+    record = subjects.record(trial)
+    if not record.parent_reference:
         result.parity = no_verdict(trial, path, None).to_dict()
         return
     ref = refs.get(reference.key(trial.workload, 0), "no reference was computed for this workload")
@@ -129,7 +127,7 @@ def judge_parity(trial: TrialSpec, result: TrialResult, path: Path, refs: dict[s
     elif not path.exists():
         verdict = parity.not_available("the worker wrote no fixed-batch arrays")
     else:
-        verdict = JUDGES[workloads.scenario(trial.workload.name, trial.scenario).parity](trial, path, ref)
+        verdict = JUDGES[record.parity](trial, path, ref)
         if verdict.verdict == "fail":
             verdict = diagnose(trial, verdict, ref, k_steps=0)
     result.parity = verdict.to_dict()
@@ -161,7 +159,7 @@ def diagnose(trial: TrialSpec, verdict: parity.Verdict, ref: reference.Reference
 def _judged_by_grads(trial: TrialSpec) -> bool:
     """Whether the trial's parity is its loss and gradients (else eval-mode logits, probed
     through a train-scenario probe)."""
-    return workloads.scenario(trial.workload.name, trial.scenario).parity == "grads"
+    return subjects.record(trial).parity == "grads"
 
 
 def alternative_arrays(trial: TrialSpec, env: dict[str, str], k_steps: int) -> dict[str, Any] | str:

@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from dlbench import workloads
+from dlbench import subjects
 from dlbench.backends import support
 from dlbench.backends.base import Backend, Unsupported
 from dlbench.results.records import TrialResult
@@ -64,9 +64,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def scenario_of(trial: TrialSpec) -> Callable[[TrialContext], None]:
-    """The runner scenario the trial's workload runs its --scenario with (asked after
-    support.require has said the workload has it)."""
-    return RUNS[workloads.scenario(trial.workload.name, trial.scenario).name]
+    """The runner scenario the trial's subject (workload or problem) runs its --scenario with
+    (asked after support.require has said the subject has it)."""
+    return RUNS[subjects.record(trial).name]
 
 
 def run_trial(trial: TrialSpec, backend: Backend, log: EventLog, created: float, result: TrialResult,

@@ -28,10 +28,6 @@ from dlbench.workloads import (
     lm,
     mlp,
     node,
-    ode_hires,
-    ode_lotka_volterra,
-    ode_node_ode,
-    ode_robertson,
     params,
     ppo,
     resnet,
@@ -46,18 +42,11 @@ WORKLOADS: dict[str, ModuleType] = {
     "detect": detect, "ppo": ppo, "ddpm": ddpm, "lm": lm, "vit": vit,
 }
 
-# The solver scenario's initial value problems (workloads/odes.py; that scenario only): built
-# in, named explicitly with -w, not part of `-w all` (the training suite).
-ODE_WORKLOADS: dict[str, ModuleType] = {
-    "lotka-volterra": ode_lotka_volterra, "robertson": ode_robertson, "hires": ode_hires, "node-ode": ode_node_ode,
-}
-_BUILTIN = {**WORKLOADS, **ODE_WORKLOADS}
-
 
 def get(name: str) -> ModuleType:
     """The workload module: a built-in one, else the plugin's, imported on first use and held to
     the interface (SpecError for an unknown name, PluginError for a broken plugin)."""
-    module = _BUILTIN.get(name)
+    module = WORKLOADS.get(name)
     return module if module is not None else _load_plugin(name)
 
 
@@ -72,21 +61,21 @@ def check(name: str) -> ModuleType:
     """`get`, plus for a name a plugin registers: no clash with a built-in or another plugin,
     and the parameter shapes of the contract on the tiny preset (what the CLI asks of a name
     before planning anything). Raises SpecError or PluginError with one line."""
-    if name in _BUILTIN and not plugins.named(WORKLOAD_GROUP, name):
-        return _BUILTIN[name]
+    if name in WORKLOADS and not plugins.named(WORKLOAD_GROUP, name):
+        return WORKLOADS[name]
     return _checked_plugin(name)
 
 
 def origin(name: str) -> Origin:
     """Built into dlbench, or the plugin distribution (and version) that registers `name`."""
-    return BUILTIN if name in _BUILTIN else _plugin_entry(name).origin
+    return BUILTIN if name in WORKLOADS else _plugin_entry(name).origin
 
 
 def builders(name: str) -> dict[str, str] | None:
     """A plugin's builder modules by backend family (its BUILDERS); None for a built-in
     workload, whose builder of a backend package `p` is the module `p.<name>`
     (backends/base.py: build_program)."""
-    if name in _BUILTIN:
+    if name in WORKLOADS:
         return None
     declared: dict[str, str] = get(name).BUILDERS
     return declared
@@ -109,8 +98,7 @@ def _plugin_entry(name: str) -> Entry:
     """The one entry point that registers `name`, or why there is none."""
     found = plugins.named(WORKLOAD_GROUP, name)
     if not found:
-        raise SpecError(f"workload {name!r} is not one of: {', '.join(names())} (the solver scenario's:"
-                        f" {', '.join(ODE_WORKLOADS)})")
+        raise SpecError(f"workload {name!r} is not one of: {', '.join(names())}")
     if name in WORKLOADS:
         raise PluginError(f"{found[0].describe()} clashes with the built-in workload {name!r}: rename its entry point")
     if len(found) > 1:
@@ -232,13 +220,7 @@ def postprocess(name: str) -> Callable[[WorkloadSpec, np.ndarray], Any] | None:
 def scenario_unsupported(name: str, scenario: str) -> str | None:
     """None when the workload runs `scenario` with a runner scenario this dlbench has, else the
     reason (one line)."""
-    runs = get(name).SCENARIOS
-    if scenario not in runs:
-        return f"{name} has no {scenario} scenario (it runs: {', '.join(runs)})"
-    if runs[scenario] not in scenarios.SCENARIOS:
-        return (f"{name} runs {scenario} with the runner scenario {runs[scenario]!r}, which this dlbench does"
-                f" not have (it has: {', '.join(scenarios.SCENARIOS)})")
-    return None
+    return scenarios.unsupported(name, get(name).SCENARIOS, scenario, "workload")
 
 
 def scenario(name: str, user_scenario: str) -> scenarios.Scenario:

@@ -22,21 +22,29 @@ import jax
 # stay float32.
 jax.config.update("jax_enable_x64", True)
 
-import diffrax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from dlbench.backends.base import Unsupported  # noqa: E402
 from dlbench.backends.solve import (  # noqa: E402
     Count,
     Counts,
     Gradient,
+    OdeModule,
     Solve,
     Solved,
     SolverInfo,
+    built,
     checked,
     ops_of,
 )
-from dlbench.workloads import odes  # noqa: E402
+from dlbench.spec import TrialSpec  # noqa: E402
+
+try:
+    import diffrax
+except ImportError as e:  # a solve trial is unsupported without it
+    raise Unsupported(f"jax has no ODE solvers here: {type(e).__name__}: {e} (pip install 'dlbench[ode-jax]')") from e
+from dlbench.problems import solve as ivp  # noqa: E402
 
 _LIB = f"diffrax {importlib.metadata.version('diffrax')}"
 SOLVERS = {
@@ -47,11 +55,18 @@ SOLVERS = {
 ABSENT: dict[str, str] = {}
 GRADIENTS = {"backprop": "tsit5", "adjoint": "tsit5"}
 
+
+
+def build(trial: TrialSpec) -> OdeModule:
+    """A solve trial's program: this module (backends/solve.py)."""
+    return built(__name__)
+
+
 OPS = ops_of(jnp, lambda xs: jnp.stack(xs, axis=-1), jnp.sum)
 _CLASSES = {"tsit5": diffrax.Tsit5, "dopri5": diffrax.Dopri5, "kvaerno5": diffrax.Kvaerno5}
 
 
-def _term(problem: odes.Problem) -> diffrax.ODETerm:
+def _term(problem: ivp.Problem) -> diffrax.ODETerm:
     return diffrax.ODETerm(lambda t, y, args: problem.rhs(t, y, args, OPS))
 
 
@@ -78,7 +93,7 @@ class Calls:
             self.jacobians += 1
 
 
-def counted_term(problem: odes.Problem, calls: Calls) -> diffrax.ODETerm:
+def counted_term(problem: ivp.Problem, calls: Calls) -> diffrax.ODETerm:
     """The problem's field, counting each evaluation of it (its primal) and each linearisation
     (a JVP of it: how Kvaerno5's Newton iteration takes its Jacobian, lineax linearising the
     field once and pushing one tangent per state component through the linear map, which is
@@ -102,11 +117,11 @@ def counted_term(problem: odes.Problem, calls: Calls) -> diffrax.ODETerm:
     return diffrax.ODETerm(field)
 
 
-def _params(problem: odes.Problem, dtype: str) -> dict[str, Any]:
+def _params(problem: ivp.Problem, dtype: str) -> dict[str, Any]:
     return {k: jnp.asarray(v, dtype=dtype) for k, v in problem.params.items()}
 
 
-def _diffeqsolve(problem: odes.Problem, solver: str, dtype: str, max_steps: int, y0: Any, params: Any,
+def _diffeqsolve(problem: ivp.Problem, solver: str, dtype: str, max_steps: int, y0: Any, params: Any,
                  rtol: Any, atol: Any, adjoint: Any = None, term: diffrax.ODETerm | None = None) -> Any:
     return diffrax.diffeqsolve(
         _term(problem) if term is None else term, _CLASSES[solver](), t0=jnp.asarray(0.0, dtype),
@@ -116,7 +131,7 @@ def _diffeqsolve(problem: odes.Problem, solver: str, dtype: str, max_steps: int,
         adjoint=diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint)
 
 
-def prepare(problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Solve:
+def prepare(problem: ivp.Problem, solver: str, dtype: str, max_steps: int) -> Solve:
     y0, params = jnp.asarray(problem.y0, dtype=dtype), _params(problem, dtype)
 
     @jax.jit
@@ -140,7 +155,7 @@ def prepare(problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> S
     return solve
 
 
-def prepare_count(problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Count:
+def prepare_count(problem: ivp.Problem, solver: str, dtype: str, max_steps: int) -> Count:
     """The same solve compiled again with a counting field (`counted_term`), run untimed: diffrax
     counts steps, not evaluations, and a callback in the timed solve would cost a host round trip
     per evaluation. One compile serves the sweep, as for the timed solve."""
@@ -162,10 +177,10 @@ def prepare_count(problem: odes.Problem, solver: str, dtype: str, max_steps: int
     return count
 
 
-def prepare_gradient(problem: odes.Problem, solver: str, method: str, dtype: str, rtol: float,
+def prepare_gradient(problem: ivp.Problem, solver: str, method: str, dtype: str, rtol: float,
                      atol: float) -> Gradient:
     y0, params = jnp.asarray(problem.y0, dtype=dtype), _params(problem, dtype)
-    trained = {k: params[k] for k in odes.NODE_GRAD_PARAMS}
+    trained = {k: params[k] for k in ivp.NODE_GRAD_PARAMS}
     adjoint = diffrax.BacksolveAdjoint() if method == "adjoint" else diffrax.RecursiveCheckpointAdjoint()
     tol = (jnp.asarray(rtol, dtype=dtype), jnp.asarray(atol, dtype=dtype))
 
@@ -174,7 +189,7 @@ def prepare_gradient(problem: odes.Problem, solver: str, method: str, dtype: str
         def loss(trained: Any) -> Any:
             p = {**params, **trained}
             sol = _diffeqsolve(problem, solver, dtype, 100_000, y0, p, *tol, adjoint=adjoint)
-            return odes.node_loss(sol.ys[-1], p, OPS)
+            return ivp.node_loss(sol.ys[-1], p, OPS)
 
         return jax.grad(loss)(trained)
 

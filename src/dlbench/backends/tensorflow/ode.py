@@ -17,10 +17,18 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_probability as tfp
 
-from dlbench.backends.solve import Count, Counts, Gradient, Solve, Solved, SolverInfo, checked, classify, ops_of
-from dlbench.workloads import odes
+from dlbench.backends.base import Unsupported
+from dlbench.backends.solve import (Count, Counts, Gradient, OdeModule, Solve, Solved, SolverInfo, built, checked,
+                                    classify, ops_of)
+from dlbench.problems import solve as ivp
+from dlbench.spec import TrialSpec
+
+try:
+    import tensorflow_probability as tfp
+except ImportError as e:  # a solve trial is unsupported without it
+    raise Unsupported(f"tensorflow has no ODE solvers here: {type(e).__name__}: {e}"
+                      " (pip install 'dlbench[ode-tensorflow]')") from e
 
 _LIB = f"tensorflow-probability {tfp.__version__}"
 SOLVERS = {
@@ -32,6 +40,13 @@ ABSENT = {
                 " solver); no backpropagation through the solver's steps",
 }
 GRADIENTS = {"adjoint": "dormand-prince"}
+
+
+
+def build(trial: TrialSpec) -> OdeModule:
+    """A solve trial's program: this module (backends/solve.py)."""
+    return built(__name__)
+
 
 OPS = ops_of(tf, lambda xs: tf.stack(xs, axis=-1), tf.reduce_sum)
 _DTYPES = {"float64": tf.float64, "float32": tf.float32}
@@ -45,7 +60,7 @@ def _solver(name: str, rtol: Any, atol: Any, max_steps: int) -> Any:
     return cls(rtol=rtol, atol=atol, max_num_steps=max_steps)
 
 
-def prepare(problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Solve:
+def prepare(problem: ivp.Problem, solver: str, dtype: str, max_steps: int) -> Solve:
     tdtype = _DTYPES[dtype]
     params = {k: tf.constant(v, dtype=tdtype) for k, v in problem.params.items()}
     y0 = tf.constant(problem.y0, dtype=tdtype)
@@ -78,7 +93,7 @@ def prepare(problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> S
     return solve
 
 
-def prepare_count(problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Count:
+def prepare_count(problem: ivp.Problem, solver: str, dtype: str, max_steps: int) -> Count:
     """The same solve traced again with a field that counts its evaluations in a variable, run
     untimed. TFP's own num_ode_fn_evaluations leaves out evaluations that BDF makes outside its
     Newton iterations (the initial state's, each Jacobian's point) and is kept for nothing
@@ -105,11 +120,11 @@ def prepare_count(problem: odes.Problem, solver: str, dtype: str, max_steps: int
     return count
 
 
-def prepare_gradient(problem: odes.Problem, solver: str, method: str, dtype: str, rtol: float,
+def prepare_gradient(problem: ivp.Problem, solver: str, method: str, dtype: str, rtol: float,
                      atol: float) -> Gradient:
     tdtype = _DTYPES[dtype]
-    fixed = {k: tf.constant(v, dtype=tdtype) for k, v in problem.params.items() if k not in odes.NODE_GRAD_PARAMS}
-    trained = {k: tf.Variable(problem.params[k], dtype=tdtype) for k in odes.NODE_GRAD_PARAMS}
+    fixed = {k: tf.constant(v, dtype=tdtype) for k, v in problem.params.items() if k not in ivp.NODE_GRAD_PARAMS}
+    trained = {k: tf.Variable(problem.params[k], dtype=tdtype) for k in ivp.NODE_GRAD_PARAMS}
     y0, times = tf.constant(problem.y0, dtype=tdtype), tf.constant(problem.times, dtype=tdtype)
 
     @tf.function
@@ -123,7 +138,7 @@ def prepare_gradient(problem: odes.Problem, solver: str, method: str, dtype: str
                                                 OPS),
                 tf.constant(0.0, tdtype), y0, solution_times=times,
                 constants={k.replace(".", "_"): v for k, v in values.items()})
-            loss = odes.node_loss(res.states[-1], {**fixed, **values}, OPS)
+            loss = ivp.node_loss(res.states[-1], {**fixed, **values}, OPS)
         return tape.gradient(loss, values)
 
     def run() -> dict[str, np.ndarray]:

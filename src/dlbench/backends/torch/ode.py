@@ -15,11 +15,17 @@ from typing import Any
 
 import numpy as np
 import torch
-import torchdiffeq
-import torchode
 
-from dlbench.backends.solve import Count, Gradient, Solve, Solved, SolverInfo, checked, classify, ops_of
-from dlbench.workloads import odes
+from dlbench.backends.base import Unsupported
+from dlbench.backends.solve import Count, Gradient, OdeModule, Solve, Solved, SolverInfo, built, checked, classify, ops_of
+from dlbench.problems import solve as ivp
+from dlbench.spec import TrialSpec
+
+try:
+    import torchdiffeq
+    import torchode
+except ImportError as e:  # a solve trial is unsupported without them
+    raise Unsupported(f"torch has no ODE solvers here: {type(e).__name__}: {e} (pip install 'dlbench[ode-torch]')") from e
 
 _DIFFEQ = f"torchdiffeq {torchdiffeq.__version__}"
 _ODE = f"torchode {torchode.__version__}"
@@ -34,6 +40,13 @@ ABSENT = {
 GRADIENTS = {"backprop": "torchdiffeq-dopri5", "adjoint": "torchdiffeq-dopri5",
              "torchode-backprop": "torchode-tsit5"}
 
+
+
+def build(trial: TrialSpec) -> OdeModule:
+    """A solve trial's program: this module (backends/solve.py)."""
+    return built(__name__)
+
+
 OPS = ops_of(torch, lambda xs: torch.stack(xs, dim=-1), torch.sum)
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
@@ -42,7 +55,7 @@ class _Field(torch.nn.Module):
     """The problem's field as a Module (odeint_adjoint needs the parameters as its own), counting
     its evaluations."""
 
-    def __init__(self, problem: odes.Problem, dtype: torch.dtype, trained: tuple[str, ...] = ()) -> None:
+    def __init__(self, problem: ivp.Problem, dtype: torch.dtype, trained: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.problem, self.calls = problem, 0
         self.trained = torch.nn.ParameterDict(
@@ -51,7 +64,7 @@ class _Field(torch.nn.Module):
         self.fixed = {k: torch.as_tensor(v, dtype=dtype) for k, v in problem.params.items() if k not in trained}
 
     def params(self) -> dict[str, Any]:
-        return {**self.fixed, **{k: self.trained[k.replace(".", "_")] for k in odes.NODE_GRAD_PARAMS
+        return {**self.fixed, **{k: self.trained[k.replace(".", "_")] for k in ivp.NODE_GRAD_PARAMS
                                  if k.replace(".", "_") in self.trained}}
 
     def forward(self, t: Any, y: Any) -> Any:
@@ -59,11 +72,11 @@ class _Field(torch.nn.Module):
         return self.problem.rhs(t, y, self.params(), OPS)
 
 
-def _times(problem: odes.Problem, dtype: torch.dtype) -> torch.Tensor:
+def _times(problem: ivp.Problem, dtype: torch.dtype) -> torch.Tensor:
     return torch.tensor((0.0, *problem.times), dtype=dtype)
 
 
-def _torchode_solve(f: _Field, problem: odes.Problem, solver: str, dtype: torch.dtype, rtol: float, atol: float,
+def _torchode_solve(f: _Field, problem: ivp.Problem, solver: str, dtype: torch.dtype, rtol: float, atol: float,
                     max_steps: int) -> Any:
     term = torchode.ODETerm(lambda t, y: f(t, y[0])[None])  # torchode batches; one problem here
     step = torchode.Tsit5(term=term) if solver.endswith("tsit5") else torchode.Dopri5(term=term)
@@ -73,7 +86,7 @@ def _torchode_solve(f: _Field, problem: odes.Problem, solver: str, dtype: torch.
     return adjoint.solve(torchode.InitialValueProblem(y0=y0, t_eval=_times(problem, dtype)[None]))
 
 
-def prepare(problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Solve:
+def prepare(problem: ivp.Problem, solver: str, dtype: str, max_steps: int) -> Solve:
     tdtype = _DTYPES[dtype]
     f = _Field(problem, tdtype)
 
@@ -112,14 +125,14 @@ def prepare(problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> S
     return solve_torchdiffeq if solver.startswith("torchdiffeq") else solve_torchode
 
 
-def prepare_count(problem: odes.Problem, solver: str, dtype: str, max_steps: int) -> Count | None:
+def prepare_count(problem: ivp.Problem, solver: str, dtype: str, max_steps: int) -> Count | None:
     return None  # the eager solve counts its field's calls (a Python increment beside each evaluation)
 
 
-def prepare_gradient(problem: odes.Problem, solver: str, method: str, dtype: str, rtol: float,
+def prepare_gradient(problem: ivp.Problem, solver: str, method: str, dtype: str, rtol: float,
                      atol: float) -> Gradient:
     tdtype = _DTYPES[dtype]
-    f = _Field(problem, tdtype, trained=odes.NODE_GRAD_PARAMS)
+    f = _Field(problem, tdtype, trained=ivp.NODE_GRAD_PARAMS)
     y0, ts = torch.tensor(problem.y0, dtype=tdtype), _times(problem, tdtype)
 
     def final_state() -> Any:
@@ -130,7 +143,7 @@ def prepare_gradient(problem: odes.Problem, solver: str, method: str, dtype: str
 
     def run() -> dict[str, np.ndarray]:
         f.zero_grad()
-        odes.node_loss(final_state(), f.params(), OPS).backward()
-        return {k: f.trained[k.replace(".", "_")].grad.numpy().astype(np.float64) for k in odes.NODE_GRAD_PARAMS}
+        ivp.node_loss(final_state(), f.params(), OPS).backward()
+        return {k: f.trained[k.replace(".", "_")].grad.numpy().astype(np.float64) for k in ivp.NODE_GRAD_PARAMS}
 
     return run

@@ -1,4 +1,4 @@
-"""The solver scenario (on an ODE problem, workloads/odes.py), run by the
+"""The solver scenario (on an ODE problem, problems/solve.py), run by the
 worker process: a work-precision sweep of every solver the trial's framework offers
 (backends/<framework>/ode.py), in each dtype, over the tolerances, as SciMLBenchmarks draws its
 work-precision diagrams: per point the error at the output times against the float64 reference,
@@ -12,44 +12,36 @@ A solver that fails at a tolerance is not retried at the tighter ones: those poi
 as `skipped`, naming the failure (an explicit solver on a stiff problem fails at every tolerance,
 each attempt running to the step cap).
 
-SciPy's solvers, the framework-neutral float64 baseline, run once per problem and repeat index in
-a run: in the first solve trial of the problem in that repeat (after its own sweep, in its
-process), which leaves a marker in the run's work directory (runner/protocol.py run_shared_path);
-the repeat's later trials of the problem read it and skip the baseline, saying where it was
-measured (note `solve.baseline`). An executor that gives each trial a directory of its own (Ray)
-measures it in every trial; the report takes the median over the trials that measured it.
+SciPy's solvers, the framework-neutral float64 baseline, are a trial of their own: the record's
+`baseline` framework "scipy" (backends/scipy/ode.py), which the plan adds once per problem and
+repeat and which runs this same sweep (runner/plan.py: _baselines; the report shows its rows as
+the baseline, report/solve.py). Stores from before it hold SciPy's curves inside a framework's
+trial, under `scipy-` names with a note `solve.baseline`; the report reads both.
 
 Everything lands in the trial's series (t = rtol; exports keep every point) and notes:
 `solve.<solver>.<dtype>.<quantity>` for quantity in POINT_SERIES, `gradient.<method>.<dtype>.*`,
 `solve.<solver>.kind`, `solve.<solver>.<dtype>.failures` (`.counting` where an untimed counting solve
-failed), `solve.absent.<what>` and `solve.baseline`.
+failed) and `solve.absent.<what>`.
 """
 
 from __future__ import annotations
 
-import datetime
 import functools
-import hashlib
-import json
 import math
-import os
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from dlbench import workloads
 from dlbench.backends import support
-from dlbench.backends.solve import FAILURES, SCIPY, Count, Gradient, OdeModule, Solve, Solved
-from dlbench.results.records import TrialResult
-from dlbench.runner import protocol
+from dlbench.backends.base import CostGuess, SolveGuess
+from dlbench.backends.solve import FAILURES, Count, Gradient, OdeModule, Solve, Solved
 from dlbench.runner.context import TrialContext
-from dlbench.runner.timing import Phases
 from dlbench.spec import SolveOptions, TrialSpec
-from dlbench.workloads import odes
+from dlbench.subjects import Subject
+from dlbench.problems import solve as ivp
 
 # Status codes of the `status` series (0 ok), so failures are points of the export like the rest.
 STATUS_CODES = {"ok": 0, **{name: i + 1 for i, name in enumerate(FAILURES)}, "skipped": len(FAILURES) + 1}
@@ -58,10 +50,6 @@ HEADLINE_RTOL = 1e-6
 # The neural ODE's gradients at these tolerances (rtol; atol = rtol x the problem's scale).
 GRADIENT_RTOLS = (1e-4, 1e-6, 1e-8)
 DTYPES = ("float64", "float32")
-# SciPy's solvers (the baseline, once per problem and repeat in a run) are named with this prefix.
-SCIPY_PREFIX = "scipy-"
-# The note that says where the trial's SciPy baseline was measured (report/solve.py reads it).
-BASELINE_NOTE = "solve.baseline"
 
 
 @dataclass(frozen=True)
@@ -107,14 +95,14 @@ def _counters(out: Solved) -> dict[str, float]:
     return {k: float(v) for k, v in found.items() if v is not None}
 
 
-def sweep_solver(problem: odes.Problem, prepare: Callable[[str], Solve], solver: str, dtype: str,
+def sweep_solver(problem: ivp.Problem, prepare: Callable[[str], Solve], solver: str, dtype: str,
                  settings: SweepSettings, prepare_count: Callable[[str], Count | None] = lambda dtype: None,
                  ) -> list[Point]:
     """One solver in one dtype over the tolerances (loosest first). An exception the library
     raises is that point's failure (`failed`, its message kept), never the trial's. Where the
     module counts apart (`prepare_count`), each solved point is solved once more, after its timed
     solves, for its nfe and njev."""
-    ref = odes.reference(problem)
+    ref = ivp.reference(problem)
     raw = prepare(dtype)
     count = prepare_count(dtype)
 
@@ -141,7 +129,7 @@ def sweep_solver(problem: odes.Problem, prepare: Callable[[str], Solve], solver:
         point = Point(solver, dtype, rtol, atol, out.status, out.message, first_s=first_s,
                       wall_s=statistics.median(times), repeats=len(times), counters=_counters(out))
         if out.y is not None:
-            point.error = odes.error(out.y, ref)
+            point.error = ivp.error(out.y, ref)
             if count is not None:
                 _count_into(point, count)
         else:
@@ -177,9 +165,9 @@ class GradientPoint:
     first_s: float | None = None
 
 
-def sweep_gradient(problem: odes.Problem, prepare: Callable[[float], Gradient], method: str, solver: str,
+def sweep_gradient(problem: ivp.Problem, prepare: Callable[[float], Gradient], method: str, solver: str,
                    dtype: str, settings: SweepSettings) -> list[GradientPoint]:
-    ref = odes.gradient_reference(problem)
+    ref = ivp.gradient_reference(problem)
     points = []
     for rtol in sorted(settings.gradient_rtols, reverse=True):
         try:
@@ -197,20 +185,20 @@ def sweep_gradient(problem: odes.Problem, prepare: Callable[[float], Gradient], 
             points.append(GradientPoint(method, solver, dtype, rtol, "failed", f"{type(e).__name__}: {e}"[:300]))
             continue
         assert g is not None
-        points.append(GradientPoint(method, solver, dtype, rtol, "ok", error=odes.relative_error(
-            odes.flat_gradient(g), ref), wall_s=statistics.median(times), first_s=first_s))
+        points.append(GradientPoint(method, solver, dtype, rtol, "ok", error=ivp.relative_error(
+            ivp.flat_gradient(g), ref), wall_s=statistics.median(times), first_s=first_s))
     return points
 
 
-def _prepare(module: OdeModule, problem: odes.Problem, solver: str, max_steps: int, dtype: str) -> Solve:
+def _prepare(module: OdeModule, problem: ivp.Problem, solver: str, max_steps: int, dtype: str) -> Solve:
     return module.prepare(problem, solver, dtype, max_steps)
 
 
-def _prepare_count(module: OdeModule, problem: odes.Problem, solver: str, max_steps: int, dtype: str) -> Count | None:
+def _prepare_count(module: OdeModule, problem: ivp.Problem, solver: str, max_steps: int, dtype: str) -> Count | None:
     return module.prepare_count(problem, solver, dtype, max_steps)
 
 
-def _prepare_gradient(module: OdeModule, problem: odes.Problem, solver: str, method: str, dtype: str,
+def _prepare_gradient(module: OdeModule, problem: ivp.Problem, solver: str, method: str, dtype: str,
                       rtol: float) -> Gradient:
     return module.prepare_gradient(problem, solver, method, dtype, rtol, rtol * problem.atol_ratio)
 
@@ -224,7 +212,7 @@ class Sweep:
     gradients: list[GradientPoint]
 
 
-def sweep(problem: odes.Problem, module: OdeModule, settings: SweepSettings,
+def sweep(problem: ivp.Problem, module: OdeModule, settings: SweepSettings,
           progress: Callable[[str], None] = lambda s: None) -> Sweep:
     """Every solver of `module` in every dtype it supports, then the gradients where the problem
     has one. A dtype a solver does not run is recorded as absent."""
@@ -297,19 +285,19 @@ def headline(s: Sweep) -> dict[str, float | None]:
 
 
 def run(ctx: TrialContext) -> None:
-    """The trial: the float64 references (cached), the framework's solvers, then SciPy's where no
-    trial of this problem and repeat has measured them yet in this run (`claim_baseline`)."""
+    """The trial: the float64 references (cached), then the sweep of the framework's solvers
+    (SciPy's in the baseline's trial: they are its framework's)."""
     trial, phases, result = ctx.trial, ctx.phases, ctx.result
     m = ctx.metrics
     module = support.build_solvers(trial, ctx.backend)
-    problem: odes.Problem = workloads.get(trial.workload.name).PROBLEM
+    problem = ctx.problem
     options = trial.options_of(SolveOptions)
     settings = SweepSettings(rtols=options.rtols(), dtypes=DTYPES, max_steps=options.solve_max_steps,
                              gradient_rtols=GRADIENT_RTOLS)
     t = phases.start("reference")
-    odes.reference(problem)
+    ivp.reference(problem)
     if problem.has_gradient:
-        odes.gradient_reference(problem)
+        ivp.gradient_reference(problem)
     m["reference_s"] = phases.end("reference", t)
 
     ctx.sampler.begin_window()  # the sweep is the timed part: the monitors' window (interference, energy)
@@ -322,62 +310,29 @@ def run(ctx: TrialContext) -> None:
     result.notes.update(notes)
     m.update(headline(own))
 
-    marker = protocol.run_shared_path(ctx.parity_file, baseline_marker_name(problem, settings, trial.repeat))
-    run_baseline(problem, settings, trial, marker, result, phases)
+
+# ---- the planner's first estimate of a solve trial, before the store knows better (runner/plan.py:
+# estimate_s calls registry.ESTIMATES): its curves cost what its backend's CostGuess.solve says,
+# fitted on the quiet run of docs/benchmarks.md "ODE solvers" (4 problems x 3 frameworks in 9.7 min,
+# which the estimate before this one put at 16.6 min; the development run took 33 min at load
+# 13-15, what `busy_machine`'s factor is for); SciPy's baseline trial by its own (backends/scipy).
+# A backend without a SolveGuess gets GENERIC_SOLVE_GUESS.
+SOLVE_CAP_REFERENCE_STEPS = 5000  # the step cap at which capped_curve_s were measured (the default)
+GENERIC_SOLVE_GUESS = SolveGuess(explicit_curves=4, implicit_curves=2, point_s=0.5, capped_curve_s=10.0,
+                                 compile_s=2.0, gradient_methods=2, gradient_point_s=5.0)
 
 
-def run_baseline(problem: odes.Problem, settings: SweepSettings, trial: TrialSpec, marker: Path, result: TrialResult,
-                 phases: Phases) -> None:
-    """SciPy's sweep into the result (series and notes under `scipy-` names, its seconds as
-    `baseline_sweep_s`), unless `marker` says a trial of this run measured it already: then
-    only the note that says where."""
-    measured = measured_baseline(marker)
-    if measured is not None:
-        result.notes[BASELINE_NOTE] = f"not repeated here: {measured}"
-        return
-    t = phases.start("baseline")
-    base = sweep(problem, SCIPY, settings)
-    result.metrics["baseline_sweep_s"] = phases.end("baseline", t)
-    base_series, base_notes = series_and_notes(_prefixed(base))
-    result.series.update(base_series)
-    result.notes.update(base_notes)
-    result.notes[BASELINE_NOTE] = f"measured here: {claim_baseline(marker, trial)}"
+def estimate_s(trial: TrialSpec, subject: Subject, guess: CostGuess, samples: int) -> float:
+    """Start-up, then the trial's sweep: per solver curve its compiles and its tolerance points,
+    except an explicit curve on a stiff problem, which runs to the step cap once and skips the
+    rest; then the neural ODE's gradient points."""
+    assert isinstance(subject, ivp.Problem)  # a problem-subject record's trial
+    options, problem = trial.options_of(SolveOptions), subject
+    g = guess.solve or GENERIC_SOLVE_GUESS
+    points = len(options.rtols())
+    capped_s = g.capped_curve_s * options.solve_max_steps / SOLVE_CAP_REFERENCE_STEPS
+    explicit_s = capped_s if problem.stiff else points * g.point_s
+    curves_s = g.explicit_curves * (g.compile_s + explicit_s) + g.implicit_curves * (g.compile_s + points * g.point_s)
+    gradients = g.gradient_methods * len(DTYPES) * len(GRADIENT_RTOLS) if problem.has_gradient else 0
+    return guess.startup_s + curves_s + gradients * g.gradient_point_s
 
-
-def baseline_marker_name(problem: odes.Problem, settings: SweepSettings, repeat: int) -> str:
-    """The file that says a problem's SciPy baseline was measured in this run, for this repeat
-    index: keyed by the problem's definition (odes.definition_digest: field, SciPy's version),
-    the sweep's settings and the repeat, so a run that sweeps otherwise measures again."""
-    key = hashlib.sha256(f"{odes.definition_digest()}/{problem.name}/{settings!r}/{repeat}".encode()).hexdigest()
-    return f"solve-baseline-{problem.name}-{key[:16]}.json"
-
-
-def measured_baseline(marker: Path) -> str | None:
-    """Where and when this run measured the baseline already (the marker's line), else None."""
-    try:
-        said = json.loads(marker.read_text())["said"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return str(said)
-
-
-def claim_baseline(marker: Path, trial: TrialSpec) -> str:
-    """Mark the baseline measured by this trial, after it was (a trial that fails before leaves
-    no marker, and the next trial of the problem measures it), and return the line that says
-    where, when and under what load."""
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    said = (f"SciPy's sweep measured in trial {trial.trial_id} ({trial.framework}, repeat {trial.repeat}) at {when},"
-            f" load average {load:.2f}")
-    tmp = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"said": said}))
-    tmp.replace(marker)  # atomic: a trial starting now reads a whole marker or none
-    return said
-
-
-def _prefixed(s: Sweep) -> Sweep:
-    """SciPy's sweep under `scipy-` names, so its rows sit beside the framework's."""
-    name = SCIPY_PREFIX.rstrip("-")
-    points = [Point(**{**vars(p), "solver": SCIPY_PREFIX + p.solver}) for p in s.points]
-    return Sweep(s.problem, {SCIPY_PREFIX + k: v for k, v in s.kinds.items()},
-                 {f"{name}-{k}": v for k, v in s.absent.items()}, points, [])

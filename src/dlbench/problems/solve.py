@@ -1,4 +1,5 @@
-"""Initial value problems for the solver scenario (`--scenario solve`), framework-neutral.
+"""The solver scenario's initial value problems (`--scenario solve`), framework-neutral: the
+problem registry's (dlbench/problems/__init__.py) module for that scenario, named for it.
 
 Each problem's vector field is written once, over a small set of array operations (`Ops`) that
 NumPy, JAX, torch and TensorFlow all have under these names and signatures; each backend hands
@@ -169,10 +170,6 @@ def _problems() -> dict[str, Problem]:
 PROBLEMS: dict[str, Problem] = _problems()
 
 
-def get(name: str) -> Problem:
-    return PROBLEMS[name]
-
-
 def numpy_field(problem: Problem) -> Callable[[float, np.ndarray], np.ndarray]:
     """The field as SciPy takes it: f(t, y) on float64 arrays."""
     return lambda t, y: np.asarray(problem.rhs(t, y, problem.params, NUMPY), dtype=np.float64)
@@ -303,41 +300,3 @@ def relative_error(x: np.ndarray, ref: np.ndarray) -> float:
     if not np.all(np.isfinite(x64)):
         return math.inf
     return float(np.linalg.norm(x64 - ref) / np.linalg.norm(ref))
-
-
-# ---- each problem as a workload (`-w robertson --scenario solve`): its module under workloads/
-# takes these members. Only the solver scenario runs them; the supervised members say what the
-# problem is in the supervised seams' terms (its state, its parameters) and are not trained.
-
-def workload_members(name: str) -> dict[str, Any]:
-    from dlbench.spec import Numerics
-    from dlbench.workloads.base import COMMON_NUMERICS_FIELDS, Preset
-    from dlbench.workloads.data import Dataset
-
-    problem = PROBLEMS[name]
-    # Batch 8: the spec's parity batch must divide it; nothing is batched.
-    preset = Preset(model_size="default", dataset_size=NODE_BATCH, batch_size=NODE_BATCH, epochs=1, warmup_epochs=0,
-                    eval_size=NODE_BATCH)
-    trained = NODE_GRAD_PARAMS if problem.has_gradient else ()
-
-    def states(spec: WorkloadSpec, size: int = NODE_BATCH) -> Dataset:
-        """The initial state, once per row: what the problem starts from."""
-        return Dataset(x=np.tile(np.array(problem.y0), (size, 1)), y=np.zeros(size, dtype=np.int32))
-
-    def loss(spec: WorkloadSpec, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> float:
-        """The neural ODE's loss at its reference final state; 0 for a problem without one."""
-        return float(node_loss(reference(problem)[-1], problem.params, NUMPY)) if problem.has_gradient else 0.0
-
-    return {
-        "SCENARIOS": {"solve": "solve"}, "QUALITY": "error", "MODEL_SIZES": {"default": problem},
-        "PRESETS": {"tiny": preset, "cpu": preset, "gpu": preset}, "NUMERICS": Numerics(),
-        "NUMERICS_FIELDS": COMMON_NUMERICS_FIELDS, "PROBLEM": problem,
-        "input_spec": lambda spec: ((problem.dimension,), "float64"),
-        "param_shapes": lambda spec: {k: problem.params[k].shape for k in trained},
-        "buffer_shapes": lambda spec: {},
-        "init_params": lambda spec: {k: problem.params[k].astype(np.float32) for k in trained},
-        "make_dataset": states, "make_eval_dataset": states, "fixed_batch": states,
-        "flops_per_sample": lambda spec, train=True: 0,
-        "reference_loss": loss,
-        "score": lambda spec, outputs, data: math.nan,
-    }
