@@ -68,6 +68,7 @@ NAME_PLACES: dict[str, set[str]] = {
     "backends/keras/__init__.py": {"train", "infer", "generate"},
     "backends/onnxruntime/__init__.py": {"infer"},
     "backends/litert/__init__.py": {"infer"},
+    "backends/scipy/__init__.py": {"solve"},
     "runner/verdicts.py": {"sample", "train", "generate"},
     "runner/protocol.py": {"sample"},
     # what is still keyed by a --scenario name
