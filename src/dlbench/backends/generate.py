@@ -75,12 +75,21 @@ def greedy_run(decoder: Decoder, prompt: np.ndarray, new_tokens: int) -> tuple[n
 DecoderFactory = Callable[[Any, int, int], Decoder]
 
 
+# What an exporting runtime takes from a framework's language model (ONNX Runtime exports
+# torch's, LiteRT converts TensorFlow's): (state) -> the decoder as pure functions of the token
+# ids and the KV cache, in the form that framework's exporter takes (torch: an nn.Module of the
+# decode-with-past step; TensorFlow: an object whose tf.functions take and return the cache).
+ExportFactory = Callable[[Any], Any]
+
+
 class Generating:
     """What a framework's program class inherits to answer Generator.decoder: a language-model
     builder sets `decoder_factory` (as a diffusion builder sets its sampler); None elsewhere,
-    where no scenario asks (support checks the workload's scenarios first)."""
+    where no scenario asks (support checks the workload's scenarios first). `export_factory`:
+    set by a builder whose decoder an exporting runtime serves (ExportFactory)."""
 
     decoder_factory: DecoderFactory | None = None
+    export_factory: ExportFactory | None = None
 
     def decoder(self, state: Any, batch: int, max_len: int) -> Decoder:
         if self.decoder_factory is None:
