@@ -46,8 +46,7 @@ OUTPUTS = ("logits", "present_keys", "present_values")
 # The example the graph is traced with: every dynamic size >= 2 (torch.export specialises a
 # dimension of size 0 or 1 to that constant).
 EXAMPLE_BATCH, EXAMPLE_NEW, EXAMPLE_PAST = 2, 3, 4
-INT8_HOW = ("int8: onnxruntime.quantization.quantize_dynamic of every MatMul/Gemm with constant weights (int8"
-            " per output channel, activations quantised per call)")
+INT8_HOW = "int8: quantize_dynamic of every weight MatMul/Gemm (per-channel weights)"
 
 
 def export_past_present(trial: TrialSpec, params: dict[str, np.ndarray], out: Path, opset: int,
@@ -148,8 +147,8 @@ class OrtDecoder:
         self.binding = state.io == "binding"
         self._io = self.session.io_binding() if self.binding else None
         self._past: tuple[Any, Any] = self._empty()
-        self.how = ("one past-present graph (prefill and decode), cache " +
-                    ("in OrtValues between steps (IO binding)" if self.binding else "through NumPy (session.run)") +
+        self.how = ("one past-present graph, cache " +
+                    ("in OrtValues (IO binding)" if self.binding else "through NumPy (session.run)") +
                     (f"; {INT8_HOW}" if state.int8 else ""))
 
     def _empty(self) -> tuple[Any, Any]:

@@ -265,8 +265,7 @@ def decoder(model: nn.Module, batch: int, max_len: int, compiled: bool, int8: bo
     return found
 
 
-INT8_HOW = ("int8: every nn.Linear dynamically quantised (torch.ao quantize_dynamic, qint8 weights per output"
-            " channel, activations quantised per call)")
+INT8_HOW = "int8: torch.ao quantize_dynamic of every nn.Linear (per-channel weights)"
 
 
 def quantize_int8(model: Decoder) -> Decoder:
