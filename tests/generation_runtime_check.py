@@ -27,12 +27,10 @@ def main(framework: str, out: str, *cases: str) -> None:
     from dlbench.runner.plan import workload_spec
     from dlbench.runner.scenarios.generate import prompts
     from dlbench.spec import Policy, TrialSpec
-    from dlbench.workloads import lm
 
     backend = get_backend(framework)
     backend.import_framework()
     spec = workload_spec("lm", "tiny")
-    params = lm.init_params(spec)
     for case in cases:
         setting, _, option = case.partition(":")
         precision, _, mode = setting.partition("@")

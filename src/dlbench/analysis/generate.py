@@ -22,14 +22,19 @@ LOGITS_RTOL = 1e-4
 # The same for int8 decoding (--precision int8: int8 weights, activations quantised per call).
 # Symmetric int8 with one scale per output channel rounds each weight by at most half a step of
 # max|w| / 127; for Gaussian weights max|w| is about 3.5 sigma, so each matmul's output carries a
-# relative error of about 3.5 / 127 / sqrt(12) = 0.8 %, and quantising its input per tensor
-# adds as much again or more where activations have outliers. Measured on the lm's canonical
-# weights (docs/workloads.md#lm): 1.1e-2 (ONNX Runtime) and 1.8e-2 (torch) at the tiny preset,
-# ... at the cpu preset. The bound, 5e-2, is a few times that: a wrong scale, an unquantised
-# layer fed int8 codes, a transposed kernel err by O(1). Token ids are held to the reference up
-# to the first step whose top-2 margin is within twice this bound of a logit (the float32 rule
-# with this bound): before it, no int8 rounding of that size can flip the greedy token.
-INT8_LOGITS_RTOL = 5e-2
+# relative error of about 3.5 / 127 / sqrt(12) = 0.8 %, quantising its input per tensor adds as
+# much again (more where activations have outliers, and twice as much for torch's 7-bit
+# activations on x86), and the errors of successive blocks add up. Measured on the canonical
+# weights over the parity prompts (docs/workloads.md#lm), worst normwise error of a step: tiny
+# preset (2 blocks) 1.0e-2 ONNX Runtime, 1.4-1.8e-2 torch and LiteRT; cpu preset (10 blocks)
+# 3.2e-2 ONNX Runtime and LiteRT, 5.3e-2 torch. The bound, 0.1, is twice the worst of them;
+# what int8 gets wrong by mistake (a wrong or missing scale, a layer left in int8 codes, a
+# transposed kernel) errs by O(1). The ids are held to the reference up to the first step whose
+# top-2 margin is within twice the bound of the largest logit (the float32 rule, this bound):
+# on the untrained canonical weights the float64 decoder's margins are small (median 9 % of the
+# largest logit at the cpu preset), so that is early and the verdict rests on the logit error;
+# the token agreement is measured and shown beside it, never assumed.
+INT8_LOGITS_RTOL = 1e-1
 
 
 def logits_bound(precision: str) -> float:

@@ -60,6 +60,28 @@ def cache_bytes(depth: int, batch: int, heads: int, max_len: int, head_dim: int,
     return 2 * depth * batch * heads * max_len * head_dim * itemsize
 
 
+class HostLogits:
+    """What the decoders of the exporting runtimes share (ONNX Runtime, LiteRT: their logits come
+    back as host NumPy arrays, the host being their device on a CPU): greedy ids by NumPy's
+    argmax, the logits as they are, and the cache's size at its longest (max_len positions of
+    float32, as the static caches of the other frameworks count it). `size` is the model's
+    (depth, heads, head_dim: workloads/lm.py's Size)."""
+
+    size: Any
+    batch: int
+    max_len: int
+
+    def tokens(self, logits: np.ndarray) -> np.ndarray:
+        return np.asarray(logits.argmax(axis=-1))
+
+    def to_numpy(self, logits: np.ndarray) -> np.ndarray:
+        return np.asarray(logits, np.float32)
+
+    def cache_bytes(self) -> int:
+        s = self.size
+        return cache_bytes(s.depth, self.batch, s.heads, self.max_len, s.head_dim, 4)
+
+
 def greedy_run(decoder: Decoder, prompt: np.ndarray, new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
     """(ids (B, G), logits (G, B, V) float32) of a whole greedy generation, untimed."""
     logits = decoder.prefill(prompt)

@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
-from dlbench.backends.generate import cache_bytes
+from dlbench.backends.generate import HostLogits
 from dlbench.workloads import lm
 
-INT8_HOW = "int8: the converter's dynamic-range quantisation (int8 weights, hybrid kernels)"
+INT8_HOW = "int8: the converter's dynamic range"
 
 
 @typing.final
@@ -51,7 +51,7 @@ class Model:
 
 
 @typing.final
-class LiteRTDecoder:
+class LiteRTDecoder(HostLogits):
     """backends/generate.py's Decoder over converted prefill and decode-step models."""
 
     def __init__(self, cache_io: Any, convert: Any, threads: int, size: lm.Size, batch: int, max_len: int,
@@ -64,7 +64,7 @@ class LiteRTDecoder:
         self._keys: np.ndarray | None = None
         self._values: np.ndarray | None = None
         self._position = 0
-        self.how = ("converted prefill (one model per prompt length) and decode step, cache as inputs and outputs"
+        self.how = ("converted prefill per prompt length and decode step, cache in and out"
                     + (f"; {INT8_HOW}" if int8 else ""))
 
     def _open(self, concrete: Any) -> Any:
@@ -86,16 +86,6 @@ class LiteRTDecoder:
                                                       keys=self._keys, values=self._values)
         self._position += 1
         return logits
-
-    def tokens(self, logits: np.ndarray) -> np.ndarray:
-        return np.asarray(logits.argmax(axis=-1))
-
-    def to_numpy(self, logits: np.ndarray) -> np.ndarray:
-        return np.asarray(logits, np.float32)
-
-    def cache_bytes(self) -> int:
-        s = self.size
-        return cache_bytes(s.depth, self.batch, s.heads, self.max_len, s.head_dim, 4)
 
     def compilations(self) -> int:
         """Conversions so far: the decode step's and one per prompt length."""

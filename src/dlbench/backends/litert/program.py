@@ -36,7 +36,7 @@ from dlbench import workloads
 from dlbench.analysis import parity
 from dlbench.backends.base import BUILTIN_PACKAGES, InferenceOnly, Sampling, Unsupported, build_program, require_builder
 from dlbench.backends.generate import Generating
-from dlbench.backends.litert import generate
+import dlbench.backends.litert.generate as generate
 from dlbench.backends.litert.settings import EXPORTS_FROM, quantization, threads
 from dlbench.backends.tensorflow.program import TensorFlowProgram
 from dlbench.spec import PARITY_BATCH, TrialSpec

@@ -33,7 +33,7 @@ import numpy as np
 import onnxruntime as ort
 
 from dlbench.backends.base import Unsupported, build_program
-from dlbench.backends.generate import cache_bytes
+from dlbench.backends.generate import HostLogits
 from dlbench.backends.onnxruntime.session import GENERATE_IO, providers, session_options
 from dlbench.spec import TrialSpec
 from dlbench.workloads import lm
@@ -46,7 +46,7 @@ OUTPUTS = ("logits", "present_keys", "present_values")
 # The example the graph is traced with: every dynamic size >= 2 (torch.export specialises a
 # dimension of size 0 or 1 to that constant).
 EXAMPLE_BATCH, EXAMPLE_NEW, EXAMPLE_PAST = 2, 3, 4
-INT8_HOW = "int8: quantize_dynamic of every weight MatMul/Gemm (per-channel weights)"
+INT8_HOW = "int8: quantize_dynamic of MatMul/Gemm, per-channel"
 
 
 def export_past_present(trial: TrialSpec, params: dict[str, np.ndarray], out: Path, opset: int,
@@ -137,7 +137,7 @@ class GenState:
 
 
 @typing.final
-class OrtDecoder:
+class OrtDecoder(HostLogits):
     """backends/generate.py's Decoder over the past-present session. The cache grows by the new
     positions at every call (ONNX Runtime's Concat), as a Hugging Face ONNX export runs it;
     the argmax of the logits is taken on the host, which is ONNX Runtime's device on a CPU."""
@@ -182,17 +182,6 @@ class OrtDecoder:
 
     def decode(self, logits: np.ndarray) -> np.ndarray:
         return self._run(logits.argmax(axis=-1).astype(np.int64)[:, None])
-
-    def tokens(self, logits: np.ndarray) -> np.ndarray:
-        return np.asarray(logits.argmax(axis=-1))
-
-    def to_numpy(self, logits: np.ndarray) -> np.ndarray:
-        return np.asarray(logits, np.float32)
-
-    def cache_bytes(self) -> int:
-        """At its longest (max_len positions), as the static caches of the other frameworks."""
-        s = self.size
-        return cache_bytes(s.depth, self.batch, s.heads, self.max_len, s.head_dim, 4)
 
     def compilations(self) -> int:
         return 0  # the session optimises its graph once, at init; new shapes never recompile

@@ -40,7 +40,7 @@ from dlbench import workloads
 from dlbench.analysis import parity
 from dlbench.backends.base import BUILTIN_PACKAGES, InferenceOnly, Sampling, Unsupported, build_program, builder_module, require_builder
 from dlbench.backends.generate import Generating
-from dlbench.backends.onnxruntime import generate
+import dlbench.backends.onnxruntime.generate as generate
 from dlbench.backends.onnxruntime.profile import opened as profiling_opened
 from dlbench.backends.onnxruntime.session import EXPORTS_FROM, providers, session_options
 from dlbench.paths import cache_base

@@ -265,7 +265,7 @@ def decoder(model: nn.Module, batch: int, max_len: int, compiled: bool, int8: bo
     return found
 
 
-INT8_HOW = "int8: torch.ao quantize_dynamic of every nn.Linear (per-channel weights)"
+INT8_HOW = "int8: torch.ao quantize_dynamic of nn.Linear, per-channel"
 
 
 def quantize_int8(model: Decoder) -> Decoder:
