@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dlbench import scenarios
 from dlbench.machine import bf16_on_cpu, fp16_on_cpu
-from dlbench.spec import PRECISIONS
+from dlbench.spec import PRECISIONS, GenerateOptions
 
 DEVICES = ("cpu", "cuda")
 
@@ -46,26 +46,27 @@ NATIVE: Support = {
     ("cuda", "fp32"): None, ("cuda", "tf32"): None, ("cuda", "bf16"): None, ("cuda", "fp16"): None,
     ("cpu", "int8"): _INT8, ("cuda", "int8"): _INT8,
 }
-# int8 applies to the runner scenarios of this capability only (dlbench/scenarios.py: generate):
-# quantised decoding is an inference runtime's setting, never a training precision.
+# int8 applies to generation only (the --scenario whose options are GenerateOptions, and the
+# runner scenarios of its record's capability): quantised decoding is an inference runtime's
+# setting, never a training precision.
 INT8 = "int8"
-INT8_CAPABILITY = "generate"
+INT8_SCENARIO = GenerateOptions.SCENARIO
 
 
 def int8_refused(precision: str, capability: str) -> str | None:
     """Why `precision` cannot run in a runner scenario of `capability`: int8 anywhere but
     generation (one line naming what is allowed), else None."""
-    if precision != INT8 or capability == INT8_CAPABILITY:
+    if precision != INT8 or capability == scenarios.get(INT8_SCENARIO).capability:
         return None
     allowed = ", ".join(p for p in PRECISIONS if p != INT8)
-    return (f"precision int8 is int8 decoding, for --scenario generate only (lm); in a {capability} scenario"
-            f" the allowed precisions are {allowed}")
+    return (f"precision int8 is int8 decoding, for --scenario {INT8_SCENARIO} only (lm); in a {capability}"
+            f" scenario the allowed precisions are {allowed}")
 
 
 def scenario_of(precision: str) -> str:
-    """The runner scenario that `dlbench list` asks a precision about: generate for int8,
-    train for the others."""
-    return "generate" if precision == INT8 else "train"
+    """The runner scenario that `dlbench list` asks a precision about: generation for int8,
+    training for the others."""
+    return INT8_SCENARIO if precision == INT8 else "train"
 
 
 def fp32_only(reason: str) -> Support:

@@ -39,7 +39,7 @@ from dlbench.backends.generate import Generating
 import dlbench.backends.litert.generate as generate
 from dlbench.backends.litert.settings import EXPORTS_FROM, quantization, threads
 from dlbench.backends.tensorflow.program import TensorFlowProgram
-from dlbench.spec import PARITY_BATCH, TrialSpec
+from dlbench.spec import PARITY_BATCH, GenerateOptions, TrialSpec
 from dlbench.workloads.data import Dataset
 
 PREDICT_CHUNK = 1024
@@ -128,7 +128,8 @@ class LiteRTProgram(InferenceOnly, Sampling, Generating):
         self._params: dict[str, np.ndarray] = {}
         self._precision: dict[str, Any] = {}
         self._opened = 0
-        self._generating = workloads.scenario(spec.name, trial.scenario).capability == "generate"
+        # a generate trial (its record's options are GenerateOptions): the decoder, not the forward
+        self._generating = workloads.scenario(spec.name, trial.scenario).options is GenerateOptions
 
     def _tensorflow(self, params: dict[str, np.ndarray]) -> tuple[TensorFlowProgram, Any]:
         """TensorFlow's program of the workload (graph mode, float32) and its state."""

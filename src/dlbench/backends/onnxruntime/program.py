@@ -44,7 +44,7 @@ import dlbench.backends.onnxruntime.generate as generate
 from dlbench.backends.onnxruntime.profile import opened as profiling_opened
 from dlbench.backends.onnxruntime.session import EXPORTS_FROM, providers, session_options
 from dlbench.paths import cache_base
-from dlbench.spec import PARITY_BATCH, TrialSpec, WorkloadSpec, to_dict
+from dlbench.spec import PARITY_BATCH, GenerateOptions, TrialSpec, WorkloadSpec, to_dict
 from dlbench.workloads.data import Dataset
 
 # The dynamo exporter's own opset (torch.onnx's TORCHLIB_OPSET in torch 2.13): exported as is,
@@ -218,7 +218,8 @@ class OrtProgram(InferenceOnly, Sampling, Generating):
         self._numerics: dict[str, Any] | None = None
         self._params: dict[str, np.ndarray] = {}
         self._precision: dict[str, Any] = {"graph_dtype": "float32"}  # the exported float32 graph
-        self._generating = workloads.scenario(spec.name, trial.scenario).capability == "generate"
+        # a generate trial (its record's options are GenerateOptions): the decoder, not the forward
+        self._generating = workloads.scenario(spec.name, trial.scenario).options is GenerateOptions
         if self._generating:
             size = workloads.get(spec.name).size(spec)
             self.decoder_factory = lambda state, batch, max_len: generate.OrtDecoder(state, size, batch, max_len)
