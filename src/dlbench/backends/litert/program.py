@@ -108,7 +108,9 @@ def convert_function(concrete: Any, int8: bool) -> bytes:
     try:
         return bytes(converter.convert())
     except Exception as e:  # a model the converter cannot express with builtin ops
-        raise Unsupported(f"the TFLite converter cannot convert this model: {type(e).__name__}: {str(e)[:300]}") from e
+        # the converter's own error, on one line (its messages span several, with op locations)
+        error = " ".join(str(e).split())[:300]
+        raise Unsupported(f"the TFLite converter cannot convert this model: {type(e).__name__}: {error}") from e
 
 
 @typing.final
