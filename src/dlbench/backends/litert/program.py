@@ -131,7 +131,8 @@ class LiteRTProgram(InferenceOnly, Sampling, Generating):
         self._precision: dict[str, Any] = {}
         self._opened = 0
         # a generate trial (its record's options are GenerateOptions): the decoder, not the forward
-        self._generating = workloads.scenario(spec.name, trial.scenario).options is GenerateOptions
+        self._generating = (workloads.scenario_unsupported(spec.name, trial.scenario) is None
+                            and workloads.scenario(spec.name, trial.scenario).options is GenerateOptions)
 
     def _tensorflow(self, params: dict[str, np.ndarray]) -> tuple[TensorFlowProgram, Any]:
         """TensorFlow's program of the workload (graph mode, float32) and its state."""

@@ -219,7 +219,8 @@ class OrtProgram(InferenceOnly, Sampling, Generating):
         self._params: dict[str, np.ndarray] = {}
         self._precision: dict[str, Any] = {"graph_dtype": "float32"}  # the exported float32 graph
         # a generate trial (its record's options are GenerateOptions): the decoder, not the forward
-        self._generating = workloads.scenario(spec.name, trial.scenario).options is GenerateOptions
+        self._generating = (workloads.scenario_unsupported(spec.name, trial.scenario) is None
+                            and workloads.scenario(spec.name, trial.scenario).options is GenerateOptions)
         if self._generating:
             size = workloads.get(spec.name).size(spec)
             self.decoder_factory = lambda state, batch, max_len: generate.OrtDecoder(state, size, batch, max_len)
