@@ -50,7 +50,7 @@ def test_every_workload_of_the_source_family_is_served_or_declined_with_a_reason
         compiled = cells[w]["compiled"]
         assert (compiled is None) == served, (w, compiled)
         if w == "ppo":
-            assert compiled == "none of ppo's scenarios (rollout, train, converge) runs with infer only"
+            assert compiled == "none of ppo's scenarios (rollout, train, converge) runs with infer, generate only"
     assert {"detect", "ddpm"} <= {w for w in workloads.usable() if cells[w]["compiled"] is None}
 
 

@@ -87,7 +87,7 @@ def test_spec_validation_names_the_bad_value():
                        (replace(ort, policy=Policy(options={"optimization": "max"})),
                         "onnxruntime option optimization 'max' is not one of: disable, basic, extended, all"),
                        (replace(ort, policy=Policy(options={"level": "all"})),
-                        r"onnxruntime has no option 'level' \(its options: optimization\)"),
+                        r"onnxruntime has no option 'level' \(its options: optimization, generate_io\)"),
                        (replace(base, policy=Policy(options={"optimization": "all"})),
                         r"torch has no option 'optimization' \(its options: memory_format, optimizer, compile_scope, ")):
         with pytest.raises(SpecError, match=match):

@@ -21,7 +21,7 @@ SCHEMA_VERSION = 1
 
 MODES = ("eager", "graph", "compiled")
 # Which framework runs which on which device is data in each backend (backends/precision.py).
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "int8")
 # What a trial measures; each workload says which it runs and how (workloads: SCENARIOS).
 SCENARIOS = ("train", "infer", "converge", "rollout", "generate", "solve")
 COMPILE_CACHES = ("cold", "warm")

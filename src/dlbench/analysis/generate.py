@@ -19,6 +19,27 @@ import numpy as np
 # tiny lm's float32 error measured 2.4e-7 for every framework (loaded two-core machine): the
 # bound leaves 400x for larger models and other kernels.
 LOGITS_RTOL = 1e-4
+# The same for int8 decoding (--precision int8: int8 weights, activations quantised per call).
+# Symmetric int8 with one scale per output channel rounds each weight by at most half a step of
+# max|w| / 127; for Gaussian weights max|w| is about 3.5 sigma, so each matmul's output carries a
+# relative error of about 3.5 / 127 / sqrt(12) = 0.8 %, quantising its input per tensor adds as
+# much again (more where activations have outliers, and twice as much for torch's 7-bit
+# activations on x86), and the errors of successive blocks add up. Measured on the canonical
+# weights over the parity prompts (docs/workloads.md#lm), worst normwise error of a step: tiny
+# preset (2 blocks) 1.0e-2 ONNX Runtime, 1.4-1.8e-2 torch and LiteRT; cpu preset (10 blocks)
+# 3.2e-2 ONNX Runtime and LiteRT, 5.3e-2 torch. The bound, 0.1, is twice the worst of them;
+# what int8 gets wrong by mistake (a wrong or missing scale, a layer left in int8 codes, a
+# transposed kernel) errs by O(1). The ids are held to the reference up to the first step whose
+# top-2 margin is within twice the bound of the largest logit (the float32 rule, this bound):
+# on the untrained canonical weights the float64 decoder's margins are small (median 9 % of the
+# largest logit at the cpu preset), so that is early and the verdict rests on the logit error;
+# the token agreement is measured and shown beside it, never assumed.
+INT8_LOGITS_RTOL = 1e-1
+
+
+def logits_bound(precision: str) -> float:
+    """The normwise bound of a generation's logits against the float64 reference."""
+    return INT8_LOGITS_RTOL if precision == "int8" else LOGITS_RTOL
 
 
 def token_latencies(ttft_s: list[float], tpot_s: list[list[float]], batch: int) -> dict[str, float]:
@@ -74,6 +95,22 @@ def top2_margin(logits: np.ndarray) -> np.ndarray:
     """Largest minus second-largest logit, over the last axis."""
     top = np.sort(logits, axis=-1)
     return np.asarray(top[..., -1] - top[..., -2])
+
+
+def agreement(ids: np.ndarray, logits: np.ndarray, forced_logits: np.ndarray, free_ids: np.ndarray,
+              free_logits: np.ndarray, rtol: float) -> dict[str, float]:
+    """What a generation keeps of the reference's choices (arguments as judge_generation's):
+    `gen_token_agreement`, the share of (row, step) ids equal to the free-running reference's
+    (a sequence that diverges keeps disagreeing after it: this is what a user reads);
+    `gen_forced_agreement`, the share of steps whose greedy token equals the reference's fed the
+    same tokens (each step judged on the same context); `gen_ambiguous_share`, the share of the
+    reference's own steps whose top-2 margin is within twice the bound `rtol` of a logit (where
+    a rounding of that size may flip the token, so disagreement there is allowed)."""
+    forced_top = forced_logits.argmax(axis=-1)  # (G, B)
+    ambiguous = top2_margin(free_logits) <= 2 * margin_tolerance(free_logits, rtol)
+    return {"gen_token_agreement": float(np.mean(ids == free_ids)),
+            "gen_forced_agreement": float(np.mean(logits.argmax(axis=-1) == forced_top)),
+            "gen_ambiguous_share": float(np.mean(ambiguous))}
 
 
 def judge_generation(ids: np.ndarray, logits: np.ndarray, forced_logits: np.ndarray,

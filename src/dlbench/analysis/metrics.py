@@ -154,6 +154,11 @@ METRICS: dict[str, Metric] = {
     "sample_step_s": _s("ms/step"),
     "sample_steps": _ratio("none", "steps"),
     "time_to_first_sample_s": _s("time to first sample s"),
+    # what a generation keeps of the float64 decoder's greedy tokens (analysis/generate.py:
+    # agreement; int8 decoding's accuracy cost, shown beside float32's)
+    "gen_token_agreement": _ratio("higher", "token agreement"),
+    "gen_forced_agreement": _ratio("higher", "forced agreement"),
+    "gen_ambiguous_share": _ratio("none", "ambiguous steps"),
     # generation with a KV cache (runner/scenarios/generate.py: --scenario generate on lm)
     "ttft_p50_s": _s("TTFT p50 ms"),
     "ttft_p99_s": _s("TTFT p99 ms"),

@@ -191,6 +191,9 @@ class Verdict:
     reason: str | None = None
     per_tensor: dict[str, tuple[float, float]] | None = None  # name -> (rel_err, cosine)
     bounds: dict[str, float] | None = None  # name -> the relative error bound it was held to
+    # What a judge measured besides the worst error (generation: token agreement), stored as the
+    # trial's metrics under these names (runner/verdicts.py: judge_parity).
+    metrics: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}

@@ -60,6 +60,28 @@ def cache_bytes(depth: int, batch: int, heads: int, max_len: int, head_dim: int,
     return 2 * depth * batch * heads * max_len * head_dim * itemsize
 
 
+class HostLogits:
+    """What the decoders of the exporting runtimes share (ONNX Runtime, LiteRT: their logits come
+    back as host NumPy arrays, the host being their device on a CPU): greedy ids by NumPy's
+    argmax, the logits as they are, and the cache's size at its longest (max_len positions of
+    float32, as the static caches of the other frameworks count it). `size` is the model's
+    (depth, heads, head_dim: workloads/lm.py's Size)."""
+
+    size: Any
+    batch: int
+    max_len: int
+
+    def tokens(self, logits: np.ndarray) -> np.ndarray:
+        return np.asarray(logits.argmax(axis=-1))
+
+    def to_numpy(self, logits: np.ndarray) -> np.ndarray:
+        return np.asarray(logits, np.float32)
+
+    def cache_bytes(self) -> int:
+        s = self.size
+        return cache_bytes(s.depth, self.batch, s.heads, self.max_len, s.head_dim, 4)
+
+
 def greedy_run(decoder: Decoder, prompt: np.ndarray, new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
     """(ids (B, G), logits (G, B, V) float32) of a whole greedy generation, untimed."""
     logits = decoder.prefill(prompt)
@@ -75,12 +97,21 @@ def greedy_run(decoder: Decoder, prompt: np.ndarray, new_tokens: int) -> tuple[n
 DecoderFactory = Callable[[Any, int, int], Decoder]
 
 
+# What an exporting runtime takes from a framework's language model (ONNX Runtime exports
+# torch's, LiteRT converts TensorFlow's): (state) -> the decoder as pure functions of the token
+# ids and the KV cache, in the form that framework's exporter takes (torch: an nn.Module of the
+# decode-with-past step; TensorFlow: an object whose tf.functions take and return the cache).
+ExportFactory = Callable[[Any], Any]
+
+
 class Generating:
     """What a framework's program class inherits to answer Generator.decoder: a language-model
     builder sets `decoder_factory` (as a diffusion builder sets its sampler); None elsewhere,
-    where no scenario asks (support checks the workload's scenarios first)."""
+    where no scenario asks (support checks the workload's scenarios first). `export_factory`:
+    set by a builder whose decoder an exporting runtime serves (ExportFactory)."""
 
     decoder_factory: DecoderFactory | None = None
+    export_factory: ExportFactory | None = None
 
     def decoder(self, state: Any, batch: int, max_len: int) -> Decoder:
         if self.decoder_factory is None:

@@ -12,6 +12,11 @@ Precisions (`--precision`):
   autocast, Keras "mixed_bfloat16", JAX/TF casting parameters and inputs in the model's apply).
 - fp16: as bf16 with float16 compute and dynamic loss scaling (torch GradScaler, Keras
   LossScaleOptimizer).
+- int8: int8 decoding (the generate scenario only): the matmul weights quantised to int8 the way
+  each runtime quantises a model for CPU inference (torch's dynamic quantisation of nn.Linear,
+  ONNX Runtime's quantize_dynamic, the TFLite converter's dynamic-range quantisation), float
+  everything else. Judged by its agreement with the float decoder under a stated bound
+  (analysis/generate.py: INT8_LOGITS_RTOL), not by the float32 one.
 
 Devices are "cpu" and "cuda" (an NVIDIA GPU the framework runs on).
 """
@@ -20,11 +25,13 @@ from __future__ import annotations
 
 from dlbench import scenarios
 from dlbench.machine import bf16_on_cpu, fp16_on_cpu
-from dlbench.spec import PRECISIONS
+from dlbench.spec import PRECISIONS, GenerateOptions
 
 DEVICES = ("cpu", "cuda")
 
 _TF32_CPU = "TF32 is an NVIDIA tensor-core format (Ampere and later); a CPU computes float32 matmuls in fp32"
+_INT8 = ("no int8 decoding path: int8 (--precision int8, the generate scenario) runs where a runtime"
+         " quantises a model's matmuls itself: torch, onnxruntime, litert")
 _FP16_CPU = (f"fp16 training on a CPU is not run: it needs dynamic loss scaling, and this CPU's float16"
              f" arithmetic is {fp16_on_cpu()}; use bf16 (on this CPU {bf16_on_cpu()}) or a GPU")
 # A framework's row: (device, precision) -> None when supported, else the reason.
@@ -37,7 +44,29 @@ Support = dict[tuple[str, str], str | None]
 NATIVE: Support = {
     ("cpu", "fp32"): None, ("cpu", "tf32"): _TF32_CPU, ("cpu", "bf16"): None, ("cpu", "fp16"): _FP16_CPU,
     ("cuda", "fp32"): None, ("cuda", "tf32"): None, ("cuda", "bf16"): None, ("cuda", "fp16"): None,
+    ("cpu", "int8"): _INT8, ("cuda", "int8"): _INT8,
 }
+# int8 applies to generation only (the --scenario whose options are GenerateOptions, and the
+# runner scenarios of its record's capability): quantised decoding is an inference runtime's
+# setting, never a training precision.
+INT8 = "int8"
+INT8_SCENARIO = GenerateOptions.SCENARIO
+
+
+def int8_refused(precision: str, capability: str) -> str | None:
+    """Why `precision` cannot run in a runner scenario of `capability`: int8 anywhere but
+    generation (one line naming what is allowed), else None."""
+    if precision != INT8 or capability == scenarios.get(INT8_SCENARIO).capability:
+        return None
+    allowed = ", ".join(p for p in PRECISIONS if p != INT8)
+    return (f"precision int8 is int8 decoding, for --scenario {INT8_SCENARIO} only (lm); in a {capability}"
+            f" scenario the allowed precisions are {allowed}")
+
+
+def scenario_of(precision: str) -> str:
+    """The runner scenario that `dlbench list` asks a precision about: generation for int8,
+    training for the others."""
+    return INT8_SCENARIO if precision == INT8 else "train"
 
 
 def fp32_only(reason: str) -> Support:
@@ -46,16 +75,21 @@ def fp32_only(reason: str) -> Support:
 
 
 def unsupported(row: Support, device: str, precision: str, scenario: str = "train",
-                reduced_precision: bool | None = None) -> str | None:
+                reduced_precision: bool | None = None, capability: str | None = None) -> str | None:
     """None when a backend with precision row `row` runs `precision` on `device` in `scenario`,
-    else the reason. Whether a reduced precision applies is the runner scenario's record's
-    (dlbench/scenarios.py): `reduced_precision`, or where not given that of the record named
-    `scenario`."""
+    else the reason. Whether a reduced precision applies, and int8 (generation only), are the
+    runner scenario's record's (dlbench/scenarios.py): `reduced_precision` and `capability`, or
+    where not given those of the record named `scenario`."""
     if precision not in PRECISIONS:
         return f"precision {precision!r} is not one of: {', '.join(PRECISIONS)}"
-    if reduced_precision is None:
-        reduced_precision = scenarios.get(scenario).reduced_precision
-    if precision != "fp32" and not reduced_precision:
+    if reduced_precision is None or capability is None:
+        record = scenarios.get(scenario)
+        reduced_precision = record.reduced_precision if reduced_precision is None else reduced_precision
+        capability = record.capability if capability is None else capability
+    refused = int8_refused(precision, capability)
+    if refused is not None:
+        return refused
+    if precision not in ("fp32", INT8) and not reduced_precision:
         training = ", ".join(n for n, r in scenarios.SCENARIOS.items() if r.reduced_precision)
         return f"the {scenario} scenario runs fp32 only (reduced precision covers training: {training})"
     return row.get((device, precision), f"unknown device {device!r}")

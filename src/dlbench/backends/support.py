@@ -52,6 +52,9 @@ def validate(trial: TrialSpec) -> Backend:
         profiled = ", ".join(n for n, r in scenarios.SCENARIOS.items() if r.profiled)
         raise SpecError(f"profile applies to the runner scenarios {profiled} only, not {record.name!r}"
                         f" ({trial.workload.name} --scenario {trial.scenario})")
+    refused = None if record is None else precisions.int8_refused(trial.precision, record.capability)
+    if refused is not None:  # int8 decoding asked of training or serving: the user's mistake
+        raise SpecError(f"{trial.workload.name} --scenario {trial.scenario}: {refused}")
     if record is not None and record.options is ConvergeOptions:
         workloads.target(trial)  # a target the workload cannot score (a perplexity for cnn): one line
     backend = get_backend(trial.framework)
@@ -156,7 +159,7 @@ def unsupported(trial: TrialSpec, backend: Backend, device: str) -> str | None:
         reason = backend.modes().get(trial.policy.mode, f"unknown mode {trial.policy.mode!r}")
     if reason is None:
         why = precisions.unsupported(backend.precisions, device, trial.precision, trial.scenario,
-                                     record.reduced_precision)
+                                     record.reduced_precision, record.capability)
         reason = None if why is None else f"{trial.framework} {trial.precision} on {device}: {why}"
     if reason is None:
         reason = option_unsupported(trial.framework, backend.options, trial.policy, device)

@@ -80,7 +80,9 @@ def support(name: str) -> Support:
                 reason = f"not installed: pip install 'dlbench[{name}]'"
             table.setdefault(w, {})[mode] = reason
     row = backend.precisions
-    precisions = {d: {p: precision.unsupported(row, d, p) for p in PRECISIONS} for d in precision.DEVICES}
+    # Each precision asked of the scenario it applies to: int8 of generation, the others of training.
+    precisions = {d: {p: precision.unsupported(row, d, p, precision.scenario_of(p)) for p in PRECISIONS}
+                  for d in precision.DEVICES}
     return Support(name, ok, detail, backend.distributions() if ok else {},
                    {s: scenario_unsupported(name, backend.capabilities, s, _first_record(s)) for s in SCENARIOS},
                    table, modes,
@@ -333,7 +335,7 @@ def precision_lines(rows: list[Support]) -> list[str]:
             groups.setdefault(_allowed(s.precisions[d], {p: p for p in PRECISIONS}), []).append(s.framework)
         where = f"{d} (here; bf16 {bf16_on_cpu()})" if d == here else d
         out.append(f"{where}: " + "; ".join(f"{k}: {', '.join(_keras_star(v))}" for k, v in groups.items()))
-    return [f"precisions for training (--precision; why not: --long) on {' · on '.join(out)}"]
+    return [f"precisions for training, int8 for generation (--precision; why not: --long) on {' · on '.join(out)}"]
 
 
 def modes_table(rows: list[Support]) -> Table:
@@ -365,7 +367,7 @@ def precision_table(rows: list[Support]) -> Table:
             cells.append(Cell(" ".join([_allowed(s.precisions[d], {p: p for p in PRECISIONS}), *refs])))
         body.append((Cell(s.framework), *cells))
     columns = (Column("framework", key=True), *(Column(d + (" (here)" if d == here else "")) for d in devices))
-    return Table("precisions", "Precisions", f"precisions for training (--precision); this machine: {here}",
+    return Table("precisions", "Precisions", f"precisions for training, int8 for generation (--precision); this machine: {here}",
                  columns, tuple(body), ("[n]: why not, below", f"bf16 on this CPU: {bf16_on_cpu()}", *reasons.notes()))
 
 

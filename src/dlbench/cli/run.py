@@ -107,7 +107,8 @@ def _add_sweep_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-b", "--batch-size", type=int_list("batch size"), help="default: the preset's")
     p.add_argument("--mode", type=comma_list("mode"), help="eager, graph, compiled (default: compiled)")
     p.add_argument("--precision", type=comma_list("precision"),
-                   help="fp32, tf32, bf16, fp16 (comma list; default fp32; dlbench list shows what runs here)")
+                   help="fp32, tf32, bf16, fp16, int8 (generate only) (comma list; default fp32; dlbench list shows"
+                        " what runs here)")
     p.add_argument("--scenario", type=comma_list("scenario"), help=f"{', '.join(SCENARIOS)} (rollout: RL"
                    f" workloads; {SolveOptions.SCENARIO}: ODE problems) (default: train)")
     p.add_argument("--devices", type=int_list("devices"),

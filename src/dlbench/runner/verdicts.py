@@ -88,13 +88,15 @@ def generate_verdict(trial: TrialSpec, path: Path, ref: reference.Reference) -> 
     params = module.init_params(trial.workload)
     free_ids, free_logits = module.reference_generate(trial.workload, params, prompt, ids.shape[1])
     forced = module.reference_forced(trial.workload, params, prompt, ids)
-    v = generate.judge_generation(ids, logits, forced, free_ids, free_logits)
+    bound = generate.logits_bound(trial.precision)  # int8 decoding has its own (analysis/generate.py)
+    v = generate.judge_generation(ids, logits, forced, free_ids, free_logits, bound)
     steps = (f"first ambiguous step {v.ambiguous_step}, first divergence step {v.divergence_step}"
              f" of {ids.shape[1]} (-1: none)")
     return parity.Verdict("pass" if v.ok else "fail", worst_rel_err=v.logits_error, worst_tensor="logits",
-                          tolerance={"logits_rel_err": generate.LOGITS_RTOL},
+                          tolerance={"logits_rel_err": bound},
                           reference="float64 NumPy decoder with its own cache",
-                          reason=f"{v.reason}; {steps}" if not v.ok else steps)
+                          reason=f"{v.reason}; {steps}" if not v.ok else steps,
+                          metrics=generate.agreement(ids, logits, forced, free_ids, free_logits, bound))
 
 
 # A scenario record's parity kind (dlbench/scenarios.py: Parity) -> how its arrays are judged.
@@ -133,6 +135,7 @@ def judge_parity(trial: TrialSpec, result: TrialResult, path: Path, refs: dict[s
     result.parity = verdict.to_dict()
     result.metrics["parity_rel_err"] = verdict.worst_rel_err
     result.metrics["parity_min_cosine"] = verdict.min_cosine
+    result.metrics.update(verdict.metrics or {})
     if verdict.verdict == "fail":
         result.warnings.append(f"parity FAILED: {verdict.reason}")
 

@@ -69,7 +69,10 @@ class JaxBackend:
     data_parallel = JaxDataParallel()
     precisions: Support = {**NATIVE, ("cuda", "fp16"): (
         "JAX has no built-in dynamic loss scaling (it lives in the separate jmp library) and fp16"
-        " without it underflows gradients; use bf16")}
+        " without it underflows gradients; use bf16"),
+        **dict.fromkeys((("cpu", "int8"), ("cuda", "int8")), (
+            "JAX has no int8 quantisation of its own: it lives in separate libraries (AQT, qwix) that dlbench"
+            " does not depend on"))}
     # Steps per jitted call and their loop (backends/multistep.py), the cnn's max-pool, the matmul
     # precision: variants (settings.py; docs/variants.md).
     options: dict[str, base.Option] = settings.OPTIONS

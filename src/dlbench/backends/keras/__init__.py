@@ -127,7 +127,9 @@ class _Keras(abc.ABC):
     name: str
     capabilities = CAPABILITIES
     data_parallel = DATA_PARALLEL
-    precisions: Support = dict(NATIVE)
+    precisions: Support = {**NATIVE, **dict.fromkeys((("cpu", "int8"), ("cuda", "int8")), (
+        "not wired here: Keras 3's Model.quantize('int8') (int8 Dense kernels, inputs quantised per call)"
+        " would be its path, and dlbench's Keras decoder does not call it yet"))}
     options: dict[str, Option] = {}
     cost_guess: CostGuess
     _native: Backend

@@ -14,6 +14,10 @@ quantised on the fly). Its logits are not held to the float32 parity tolerance (
 model is not meant to reproduce float32 logits to 1e-3): init() measures the float32 model's
 held-out accuracy and the share of samples where both models' top-1 agree, precision() names
 them, and the inference scenario reports the served model's accuracy change against float32.
+
+A generate trial (lm) converts the decoder with the KV cache as inputs and outputs instead
+(generate.py), float32 or (--precision int8) dynamic-range int8, judged by the parent's
+generation parity like every framework's.
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ from ai_edge_litert.interpreter import Interpreter
 from dlbench import workloads
 from dlbench.analysis import parity
 from dlbench.backends.base import BUILTIN_PACKAGES, Sampling, Unsupported, build_program, require_builder
+from dlbench.backends.generate import Generating
+import dlbench.backends.litert.generate as generate
 from dlbench.backends.litert.settings import EXPORTS_FROM, quantization, threads
 from dlbench.backends.tensorflow.program import TensorFlowProgram
-from dlbench.spec import PARITY_BATCH, TrialSpec
+from dlbench.spec import PARITY_BATCH, GenerateOptions, TrialSpec
 
 PREDICT_CHUNK = 1024
 # The implementations that are converted (the backend's Capabilities.exports_from).
@@ -87,18 +93,26 @@ def run(it: Any, x: np.ndarray) -> np.ndarray:
 def convert(tf_program: TensorFlowProgram, sample_shape: tuple[int, ...], x_dtype: tf.DType, int8: bool) -> bytes:
     """The eval-mode forward traced with a dynamic batch axis, converted (builtin ops only)."""
     fn = tf.function(tf_program.eval_forward(), input_signature=[tf.TensorSpec((None, *sample_shape), x_dtype)])
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([fn.get_concrete_function()])
+    return convert_function(fn.get_concrete_function(), int8)
+
+
+def convert_function(concrete: Any, int8: bool) -> bytes:
+    """A concrete tf.function converted with builtin ops only (int8: dynamic-range quantised);
+    Unsupported with the converter's own error where it cannot express the function."""
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete])
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     if int8:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     try:
         return bytes(converter.convert())
     except Exception as e:  # a model the converter cannot express with builtin ops
-        raise Unsupported(f"the TFLite converter cannot convert this model: {type(e).__name__}: {str(e)[:300]}") from e
+        # the converter's own error, on one line (its messages span several, with op locations)
+        error = " ".join(str(e).split())[:300]
+        raise Unsupported(f"the TFLite converter cannot convert this model: {type(e).__name__}: {error}") from e
 
 
 @typing.final
-class LiteRTProgram(Sampling):
+class LiteRTProgram(Sampling, Generating):
     def __init__(self, trial: TrialSpec) -> None:
         spec = trial.workload
         self._trial = trial
@@ -111,19 +125,47 @@ class LiteRTProgram(Sampling):
         self._numerics: dict[str, Any] | None = None
         self._precision: dict[str, Any] = {}
         self._opened = 0
+        # a generate trial (its record's options are GenerateOptions): the decoder, not the forward
+        self._generating = (workloads.scenario_unsupported(spec.name, trial.scenario) is None
+                            and workloads.scenario(spec.name, trial.scenario).options is GenerateOptions)
 
-    def init(self, params: dict[str, np.ndarray]) -> State:
-        """Convert the TensorFlow model (float32, and int8 when asked), check the float32
-        model's logits against TensorFlow's, and (int8) measure the float32 model's accuracy."""
+    def _tensorflow(self, params: dict[str, np.ndarray]) -> tuple[TensorFlowProgram, Any]:
+        """TensorFlow's program of the workload (graph mode, float32) and its state."""
         spec = self._trial.workload
-        start = time.perf_counter()
-        tf_trial = replace(self._trial, framework="tensorflow",
+        tf_trial = replace(self._trial, framework="tensorflow", precision="fp32",
                            policy=replace(self._trial.policy, mode="graph", options={}))
         tf_program = build_program(TENSORFLOW_PACKAGE, tf_trial)
         if not isinstance(tf_program, TensorFlowProgram):
             raise RuntimeError(f"the tensorflow builder of {spec.name} made no TensorFlowProgram")
         tf_state = tf_program.init(params)
         self._numerics = tf_program.numerics()
+        return tf_program, tf_state
+
+    def _init_generate(self, params: dict[str, np.ndarray]) -> State:
+        """The decoder's cache-in, cache-out functions; conversion happens as the decoder needs
+        each fixed shape (generate.py)."""
+        if self._int8:
+            raise Unsupported("in the generate scenario int8 decoding is --precision int8 (the quantization option"
+                              " is the infer scenario's)")
+        tf_program, tf_state = self._tensorflow(params)
+        if tf_program.export_factory is None:
+            raise Unsupported(f"TensorFlow's {self._trial.workload.name} program has no cache-in, cache-out form")
+        cache_io, n, int8 = tf_program.export_factory(tf_state), threads(self._trial.policy), self._trial.precision == "int8"
+        size = workloads.get(self._trial.workload.name).size(self._trial.workload)
+        self.decoder_factory = lambda state, batch, max_len: generate.LiteRTDecoder(
+            cache_io, convert_function, n, size, batch, max_len, int8)
+        self._precision = {"graph_dtype": "float32", "weights": generate.INT8_HOW if int8 else "float32"}
+        return State(b"", n)
+
+    def init(self, params: dict[str, np.ndarray]) -> State:
+        """Convert the TensorFlow model (float32, and int8 when asked), check the float32
+        model's logits against TensorFlow's, and (int8) measure the float32 model's accuracy.
+        A generate trial converts its decoder instead (_init_generate)."""
+        if self._generating:
+            return self._init_generate(params)
+        spec = self._trial.workload
+        start = time.perf_counter()
+        tf_program, tf_state = self._tensorflow(params)
         x_dtype = tf.as_dtype(self._x_dtype)
         fp32 = convert(tf_program, self._shape, x_dtype, int8=False)
         served = convert(tf_program, self._shape, x_dtype, int8=True) if self._int8 else fp32

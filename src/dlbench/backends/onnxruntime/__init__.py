@@ -43,9 +43,12 @@ RECORDED_ENVIRONMENT = ("ORT_DISABLE_ALL_OPTIMIZATION", "CUDA_MODULE_LOADING")
 @typing.final
 class OnnxRuntimeBackend:
     name = "onnxruntime"
-    capabilities = Capabilities(frozenset({"infer"}), grads=False, exports_from=EXPORTS_FROM)
+    capabilities = Capabilities(frozenset({"infer", "generate"}), grads=False, exports_from=EXPORTS_FROM)
     data_parallel = SingleDevice("onnxruntime runs inference only: no data-parallel training")
-    precisions: Support = fp32_only("ONNX Runtime runs the exported float32 graph only")
+    # int8: the exported graph quantised by quantize_dynamic (generate.py), CPU kernels.
+    precisions: Support = {**fp32_only("ONNX Runtime runs the exported float32 graph only"), ("cpu", "int8"): None,
+                           ("cuda", "int8"): "ONNX Runtime's dynamically quantised MatMul (MatMulInteger,"
+                           " DynamicQuantizeMatMul) runs on its CPU provider only"}
     options = OPTIONS
     recorded_environment: tuple[str, ...] = RECORDED_ENVIRONMENT
     # docs/benchmarks.md, whole zoo at the cpu presets (time to first step, parity compile)

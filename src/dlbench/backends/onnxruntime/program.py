@@ -11,6 +11,9 @@ model's logits on the canonical fixed batch, computed with the export) and meta.
 program's numerics read back, export seconds). Every init() checks the session's logits on the
 fixed batch against those torch logits and refuses a session that differs.
 
+A generate trial (lm) exports the decode-with-past graph instead, under a key of its own, and
+serves it through generate.py's decoder.
+
 ONNX Runtime cannot train: its program implements the inference protocols only (Servable,
 Sampler), and a scenario that needs another is `unsupported` before anything is built (the
 backend's capabilities provide `infer` only; support.build_as checks the protocol).
@@ -37,10 +40,12 @@ import onnxruntime as ort
 from dlbench import workloads
 from dlbench.analysis import parity
 from dlbench.backends.base import BUILTIN_PACKAGES, Sampling, Unsupported, build_program, builder_module, require_builder
+from dlbench.backends.generate import Generating
+import dlbench.backends.onnxruntime.generate as generate
 from dlbench.backends.onnxruntime.profile import opened as profiling_opened
 from dlbench.backends.onnxruntime.session import EXPORTS_FROM, providers, session_options
 from dlbench.paths import cache_base
-from dlbench.spec import PARITY_BATCH, TrialSpec, WorkloadSpec, to_dict
+from dlbench.spec import PARITY_BATCH, GenerateOptions, TrialSpec, WorkloadSpec, to_dict
 
 # The dynamo exporter's own opset (torch.onnx's TORCHLIB_OPSET in torch 2.13): exported as is,
 # no version conversion pass.
@@ -49,6 +54,8 @@ OPSET = 18
 EXPORT_FORMAT = 1
 # The implementations that are exported (the backend's Capabilities.exports_from).
 TORCH_PACKAGE = BUILTIN_PACKAGES + EXPORTS_FROM
+# The whole-sequence forward every scenario but generate serves (cache_key's default graph).
+FORWARD = "forward"
 # Sizes that do not change the exported graph (dynamic batch axis).
 _SIZE_FIELDS = ("batch_size", "dataset_size", "eval_size", "labels")
 PREDICT_CHUNK = 1024
@@ -102,12 +109,16 @@ def _origin(module: str) -> str:
     return found.origin
 
 
-def cache_key(spec: WorkloadSpec, params: dict[str, np.ndarray]) -> str:
+def cache_key(spec: WorkloadSpec, params: dict[str, np.ndarray], graph: str = FORWARD) -> str:
+    """`graph`: the whole-sequence forward (infer), or generate.GRAPH (the decode-with-past
+    graph), which keys an export of its own."""
     d = to_dict(spec)
     for name in _SIZE_FIELDS:
         d.pop(name)
     blob = {"spec": d, "params": params_digest(params), "opset": OPSET, "source": exporter_digest(spec.name),
             "torch": importlib.metadata.version("torch"), "format": EXPORT_FORMAT}
+    if graph != FORWARD:  # the forward's keys stay those of stores made before other graphs
+        blob["graph"] = graph
     return f"{spec.name}-{hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:20]}"
 
 
@@ -129,17 +140,19 @@ class Export:
         return np.load(self.directory / "torch_logits.npy")
 
 
-def ensure_export(trial: TrialSpec, params: dict[str, np.ndarray]) -> Export:
-    """The cached export for these parameters, made now on a miss (in a temporary directory
-    renamed into place, so a crash or a concurrent export never leaves half a directory)."""
+def ensure_export(trial: TrialSpec, params: dict[str, np.ndarray], graph: str = FORWARD) -> Export:
+    """The cached export of `graph` for these parameters, made now on a miss (in a temporary
+    directory renamed into place, so a crash or a concurrent export never leaves half a
+    directory)."""
     root = cache_root()
-    directory = root / cache_key(trial.workload, params)
+    directory = root / cache_key(trial.workload, params, graph)
     if (directory / "meta.json").exists():
         return Export(directory, json.loads((directory / "meta.json").read_text()), hit=True)
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=root))
     try:
-        meta = export_torch(trial, params, tmp)
+        meta = (export_torch(trial, params, tmp) if graph == FORWARD
+                else generate.export_past_present(trial, params, tmp, OPSET, TORCH_PACKAGE))
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         try:
             tmp.rename(directory)
@@ -190,7 +203,7 @@ class State:
 
 
 @typing.final
-class OrtProgram(Sampling):
+class OrtProgram(Sampling, Generating):
     def __init__(self, trial: TrialSpec) -> None:
         spec = trial.workload
         self._trial = trial
@@ -200,10 +213,20 @@ class OrtProgram(Sampling):
         self._images = len(shape) == 3
         self._x_dtype = np.dtype(np.float32) if np.issubdtype(np.dtype(x_dtype), np.floating) else np.dtype(np.int64)
         self._numerics: dict[str, Any] | None = None
+        self._precision: dict[str, Any] = {"graph_dtype": "float32"}  # the exported float32 graph
+        # a generate trial (its record's options are GenerateOptions): the decoder, not the forward
+        self._generating = (workloads.scenario_unsupported(spec.name, trial.scenario) is None
+                            and workloads.scenario(spec.name, trial.scenario).options is GenerateOptions)
+        if self._generating:
+            size = workloads.get(spec.name).size(spec)
+            self.decoder_factory = lambda state, batch, max_len: generate.OrtDecoder(state, size, batch, max_len)
 
-    def init(self, params: dict[str, np.ndarray]) -> State:
+    def init(self, params: dict[str, np.ndarray]) -> State | generate.GenState:
         """Export (or find the cached export), open a session under the policy, check its logits
-        on the fixed batch against torch's."""
+        on the fixed batch against torch's (a generate trial: its decode-with-past graph's, on
+        the export's example)."""
+        if self._generating:
+            return self._init_generate(params)
         spec = self._trial.workload
         start = time.perf_counter()
         export = ensure_export(self._trial, params)
@@ -224,6 +247,29 @@ class OrtProgram(Sampling):
                                f" (normwise; tolerance {tol:g}): export {export.directory}")
         return state
 
+    def _init_generate(self, params: dict[str, np.ndarray]) -> generate.GenState:
+        """The decode-with-past export, checked in float32 against torch, then served in float32
+        or (--precision int8) quantised."""
+        trial, start = self._trial, time.perf_counter()
+        export = ensure_export(trial, params, generate.GRAPH)
+        self._numerics = {k: export.meta["numerics"].get(k) for k in self._workload.NUMERICS_FIELDS}
+        fp32 = generate.open_session(export.model, trial)
+        err = generate.check_export(fp32, trial, export.directory)
+        tol = parity.tolerance(trial.workload.numerics.dtype).infer_logits_rel_err
+        int8 = trial.precision == "int8"
+        session = generate.open_session(generate.quantized(export.directory), trial) if int8 else fp32
+        profiling_opened(session)
+        EXPORTS.append({"key": export.directory.name, "graph": generate.GRAPH, "cache": "hit" if export.hit else "miss",
+                        "opset": export.meta["opset"], "export_s": export.meta["export_s"],
+                        "init_s": time.perf_counter() - start, "torch_logits_rel_err": err, "int8": int8,
+                        "providers": session.get_providers()})
+        if not err <= tol:
+            raise RuntimeError(f"onnxruntime's decode-with-past logits differ from torch's by {err:.2e}"
+                               f" (normwise; tolerance {tol:g}): export {export.directory}")
+        if int8:
+            self._precision["weights"] = generate.INT8_HOW
+        return generate.GenState(session, generate.io_mode(trial), int8)
+
     def infer_fn(self, state: State) -> Callable[[np.ndarray], np.ndarray]:
         """InferenceSession.run: host NumPy in, host NumPy logits out."""
         run, feed, outputs = state.session.run, state.input_name, [state.output_name]
@@ -239,7 +285,7 @@ class OrtProgram(Sampling):
                                for i in range(0, len(x), PREDICT_CHUNK)])
 
     def precision(self) -> dict[str, Any]:
-        return {"graph_dtype": "float32"}  # the exported float32 graph (precision.py)
+        return dict(self._precision)  # the exported float32 graph, its weights int8 where asked
 
     def numerics(self) -> dict[str, Any]:
         """The torch program's numerics, read back when the model was exported (init; checked

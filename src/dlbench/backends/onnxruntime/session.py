@@ -17,10 +17,17 @@ OPTIMIZATION_LEVELS = {
     "extended": "ORT_ENABLE_EXTENDED",
     "all": "ORT_ENABLE_ALL",
 }
+# The generate scenario's I/O (generate.py): the KV cache kept in OrtValues between steps (IO
+# binding) or passed as NumPy arrays through session.run.
+GENERATE_IO = Option(
+    allowed=("binding", "run"), default="binding",
+    help="generate: binding keeps the KV cache in ONNX Runtime's OrtValues from step to step (IO binding);"
+         " run passes NumPy arrays through session.run, copying the cache back to NumPy every step")
 OPTIONS = {"optimization": Option(
     allowed=tuple(OPTIMIZATION_LEVELS), default="all",
     help="the session's graph optimisation level (GraphOptimizationLevel; all is ONNX Runtime's default"
-         " and what a deployment uses)")}
+         " and what a deployment uses)"),
+    "generate_io": GENERATE_IO}
 
 # The backend family whose implementations are exported and served: every workload it implements.
 EXPORTS_FROM = "torch"

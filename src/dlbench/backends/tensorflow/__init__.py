@@ -59,7 +59,10 @@ class TensorFlowBackend:
     data_parallel = TensorFlowDataParallel()
     precisions: Support = {**NATIVE, ("cuda", "fp16"): (
         "TensorFlow's loss scaler is Keras's LossScaleOptimizer; the raw-TF backend has none (run"
-        " keras-tensorflow for fp16)")}
+        " keras-tensorflow for fp16)"),
+        **dict.fromkeys((("cpu", "int8"), ("cuda", "int8")), (
+            "TensorFlow's own int8 is the TFLite converter's dynamic-range quantisation: --framework litert"
+            " --precision int8"))}
     # Steps per tf.function call (backends/multistep.py), oneDNN, the inter-op pool: variants
     # (settings.py; docs/variants.md).
     options: dict[str, Option] = settings.OPTIONS

@@ -95,6 +95,7 @@ def build(trial: TrialSpec) -> Program:
     built = program.build(trial, workload, model)
     mode = trial.policy.mode
     built.decoder_factory = lambda state, batch, max_len: VariableCacheDecoder(model, state.params, batch, max_len, mode)
+    built.export_factory = lambda state: CacheIO(model, state.params)
     return built
 
 
@@ -169,3 +170,78 @@ class VariableCacheDecoder:
         """Traces of prefill and the decode step so far (0 in eager mode)."""
         return sum(f.experimental_get_tracing_count() for f in (self._prefill, self._step)
                    if isinstance(f, tf.types.experimental.PolymorphicFunction))
+
+
+# --- the cache as inputs and outputs, for converters (LiteRT) ------------------------------------
+
+
+@typing.final
+class CacheIO:
+    """The decoder as two tf.functions of fixed shapes with the KV cache as inputs and outputs
+    (no variables: what the TFLite converter turns into a model with builtin ops), laid out
+    (depth, B, heads, max_len, dh):
+      prefill(ids (B, P)) -> logits (B, V) of the last prompt position, keys, values (the
+        prompt's at positions 0..P-1, zeros after);
+      step(ids (B, 1), position (), keys, values) -> logits (B, V), keys, values (the new
+        token's written at `position` by a one-hot select; each query sees positions <= its own).
+    Written from the same formulas and canonical variables as VariableCacheDecoder."""
+
+    def __init__(self, model: Lm, params: Tensors) -> None:
+        self.model, self.params = model, params
+
+    def _block(self, i: int, h: tf.Tensor, cos: tf.Tensor, sin: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """Block i's queries, keys and values (B, heads, t, dh) of h (B, t, D)."""
+        m, p, b = self.model, self.params, f"block{i}"
+        z = rms_norm(h, p[f"{b}.attn_norm.scale"], m.rms_eps)
+        q = apply_rope(m.split(z @ p[f"{b}.attn.query.kernel"]), cos, sin)
+        k = apply_rope(m.split(z @ p[f"{b}.attn.key.kernel"]), cos, sin)
+        return q, k, m.split(z @ p[f"{b}.attn.value.kernel"])
+
+    def _finish(self, i: int, h: tf.Tensor, q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, visible: tf.Tensor) -> tf.Tensor:
+        m, p, b = self.model, self.params, f"block{i}"
+        return m.mlp(p, b, h + m.merge(m.attend(q, k, v, visible)) @ p[f"{b}.attn.out.kernel"])
+
+    def _head(self, h: tf.Tensor) -> tf.Tensor:
+        return rms_norm(h[:, -1], self.params["final_norm.scale"], self.model.rms_eps) @ self.params["head.kernel"]
+
+    def prefill(self, batch: int, prompt_len: int, max_len: int) -> Any:
+        """The prefill's concrete function for (B, P) prompts and a cache of max_len positions."""
+        m = self.model
+
+        def prefill(ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+            h = tf.gather(self.params["embed.tokens"], ids)
+            cos, sin = rope_tables(tf.range(prompt_len), m.size.head_dim, m.rope_base, h.dtype)
+            visible = tf.cast(tf.linalg.band_part(tf.ones([prompt_len, prompt_len]), -1, 0), tf.bool)
+            pad = [[0, 0], [0, 0], [0, max_len - prompt_len], [0, 0]]
+            keys, values = [], []
+            for i in range(m.size.depth):
+                q, k, v = self._block(i, h, cos, sin)
+                keys.append(tf.pad(k, pad))
+                values.append(tf.pad(v, pad))
+                h = self._finish(i, h, q, k, v, visible)
+            return self._head(h), tf.stack(keys), tf.stack(values)
+
+        return tf.function(prefill).get_concrete_function(tf.TensorSpec((batch, prompt_len), tf.int32, name="ids"))
+
+    def step(self, batch: int, max_len: int) -> Any:
+        """The decode step's concrete function for B sequences and a cache of max_len positions."""
+        m, s = self.model, self.model.size
+        cache = tf.TensorSpec((s.depth, batch, s.heads, max_len, s.head_dim), self.params["embed.tokens"].dtype)
+
+        def step(ids: tf.Tensor, position: tf.Tensor, keys: tf.Tensor, values: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+            h = tf.gather(self.params["embed.tokens"], ids)
+            cos, sin = rope_tables(position[None], s.head_dim, m.rope_base, h.dtype)
+            visible = tf.range(max_len)[None, :] <= position  # (1, max_len)
+            here = tf.reshape(tf.one_hot(position, max_len, dtype=h.dtype), [1, 1, max_len, 1]) > 0
+            new_keys, new_values = [], []
+            for i in range(s.depth):
+                q, k, v = self._block(i, h, cos, sin)
+                k, v = tf.where(here, k, keys[i]), tf.where(here, v, values[i])
+                new_keys.append(k)
+                new_values.append(v)
+                h = self._finish(i, h, q, k, v, visible)
+            return self._head(h), tf.stack(new_keys), tf.stack(new_values)
+
+        return tf.function(step).get_concrete_function(
+            tf.TensorSpec((batch, 1), tf.int32, name="ids"), tf.TensorSpec((), tf.int32, name="position"),
+            tf.TensorSpec.from_spec(cache, name="keys"), tf.TensorSpec.from_spec(cache, name="values"))

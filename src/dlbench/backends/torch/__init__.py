@@ -119,7 +119,10 @@ class TorchBackend:
     name = "torch"
     capabilities = Capabilities(frozenset({"train", "infer", "generate", "solve"}))
     data_parallel = TorchDataParallel()
-    precisions: Support = dict(NATIVE)
+    # int8: torch.ao's dynamic quantisation of every nn.Linear, eager mode on the CPU (lm.py).
+    precisions: Support = {**NATIVE, ("cpu", "int8"): None, ("cuda", "int8"): (
+        "torch's dynamically quantised Linear (torch.ao quantize_dynamic) has CPU kernels only (fbgemm, x86,"
+        " onednn)")}
     # Variants of memory format, compile mode and scope, optimizer, loader, oneDNN, matmul
     # precision and OpenMP's wait policy (settings.py; docs/variants.md).
     options: dict[str, Option] = settings.OPTIONS

@@ -1,11 +1,19 @@
 """The lm workload in PyTorch: a Llama-style decoder with canonical module names (nn.Linear
 without bias per projection, nn.RMSNorm, an nn.Parameter embedding) and causal
-F.scaled_dot_product_attention (is_causal=True; torch picks its fused kernel)."""
+F.scaled_dot_product_attention (is_causal=True; torch picks its fused kernel).
+
+Generation (`decoder`): a static KV cache, prefill and decode step torch.compile'd in compiled
+mode; with --precision int8 every nn.Linear dynamically quantised (torch.ao's quantize_dynamic,
+eager mode only). ONNX Runtime exports `PastPresent`, the same model as a pure function of the
+token ids and the cache (the decode-with-past graph, backends/onnxruntime/generate.py).
+"""
 
 from __future__ import annotations
 
+import copy
 import math
 import typing
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from dlbench.backends.base import Unsupported
 from dlbench.backends.torch import program
 from dlbench.backends.torch.layers import one_value, pick
 from dlbench.spec import Numerics, TrialSpec
@@ -22,10 +31,21 @@ from dlbench.workloads import lm as workload
 _FIXED = {"rope_pairs": "half", "attention_mask": "causal", "mlp": "swiglu", "attention_scale": "rsqrt_head_dim"}
 
 
+# Why compiled mode has no int8 decoder (found running it: dynamo refuses the packed weights).
+INT8_NOT_COMPILED = (
+    "torch int8 decodes in eager mode only (--mode eager): torch.compile cannot trace torch.ao's dynamically"
+    " quantised Linear (dynamo: 'Failed to convert args/kwargs to proxy' on its packed-weight ScriptObject);"
+    " torch 2.13 points to torchao's quantize_ for compiled int8, which dlbench does not depend on")
+
+
 def build(trial: TrialSpec) -> program.TorchProgram:
     spec = trial.workload
     built = program.build(trial, LmModel(workload.MODEL_SIZES[spec.model_size], spec.numerics))
-    built.decoder_factory = lambda state, batch, max_len: decoder(state.model, batch, max_len, built.compiled)
+    int8 = trial.precision == "int8"
+    if int8 and built.compiled:
+        raise Unsupported(INT8_NOT_COMPILED)
+    built.decoder_factory = lambda state, batch, max_len: decoder(state.model, batch, max_len, built.compiled, int8)
+    built.export_factory = lambda state: past_present(state.model)
     return built
 
 
@@ -118,7 +138,8 @@ class Decoder(nn.Module):
         self.head = nn.Linear(s.dim, s.vocab, bias=False)
 
     def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return rope_tables(positions, self.size.head_dim, self.rope_base, self.head.weight.dtype)
+        # The embedding's dtype: a dynamically quantised head (int8 decoding) has no float weight.
+        return rope_tables(positions, self.size.head_dim, self.rope_base, self.embed.tokens.dtype)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         cos, sin = self.rope(torch.arange(ids.shape[1], device=ids.device))
@@ -234,8 +255,73 @@ class StaticCacheDecoder:
         return int(counters["stats"]["unique_graphs"]) if self.compiled else 0
 
 
-def decoder(model: nn.Module, batch: int, max_len: int, compiled: bool) -> StaticCacheDecoder:
+def decoder(model: nn.Module, batch: int, max_len: int, compiled: bool, int8: bool = False) -> StaticCacheDecoder:
     assert isinstance(model, Decoder)
     model.eval()
-    return StaticCacheDecoder(model, batch, max_len, compiled)
+    if not int8:
+        return StaticCacheDecoder(model, batch, max_len, compiled)
+    found = StaticCacheDecoder(quantize_int8(model), batch, max_len, compiled)
+    found.how = f"{found.how}; {INT8_HOW}"
+    return found
+
+
+INT8_HOW = "int8: torch.ao quantize_dynamic of nn.Linear, per-channel"
+
+
+def quantize_int8(model: Decoder) -> Decoder:
+    """A copy of `model` with every nn.Linear replaced by torch.ao's dynamically quantised one:
+    int8 weights with one scale per output channel (per_channel_dynamic_qconfig; the per-tensor
+    default loses more), activations quantised on each call, the int8 GEMM of the quantized
+    engine (x86 / fbgemm on a CPU). The embedding and the norms stay float32. torch 2.13 warns
+    that torch.ao's eager quantisation moves to torchao; the warning is silenced here and the
+    docs say so (docs/workloads.md#lm)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantized = torch.ao.quantization.quantize_dynamic(
+            copy.deepcopy(model), {nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}, dtype=torch.qint8)
+    assert isinstance(quantized, Decoder)
+    return quantized
+
+
+# --- the decode-with-past form, for exporters (ONNX Runtime) -------------------------------------
+
+
+class PastPresent(nn.Module):
+    """The decoder as a pure function, the form Hugging Face's ONNX exports take: (ids (B, t),
+    past keys and values (depth, B, heads, L, dh)) -> (logits (B, V) of the last new position,
+    present keys and values (depth, B, heads, L + t, dh)). The new tokens sit at positions
+    L..L+t-1 and each attends to the past and to the new positions up to its own; with L = 0 it
+    is the prefill, with t = 1 a decode step, so one graph with dynamic B, t and L serves both.
+    Written from the same modules (and so the same canonical weights) as `forward_cached`."""
+
+    def __init__(self, model: Decoder) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor, past_keys: torch.Tensor,
+                past_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        m = self.model
+        past, t = past_keys.shape[3], ids.shape[1]
+        positions = torch.arange(t, device=ids.device) + past
+        visible = torch.arange(past + t, device=ids.device)[None, :] <= positions[:, None]  # (t, L + t)
+        cos, sin = m.rope(positions)
+        h = m.embed(ids)
+        keys, values = [], []
+        for i, block in enumerate(m.blocks):
+            attn = block.attn
+            q, k, v = attn.qkv(block.attn_norm(h), cos, sin)
+            k, v = torch.cat([past_keys[i], k], dim=2), torch.cat([past_values[i], v], dim=2)
+            keys.append(k)
+            values.append(v)
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, dropout_p=0.0, scale=attn.scale)
+            h = h + attn.merge(o)
+            h = h + block.mlp(block.mlp_norm(h))
+        return m.head(m.final_norm(h[:, -1])), torch.stack(keys), torch.stack(values)
+
+
+def past_present(model: nn.Module) -> PastPresent:
+    """The exportable decode-with-past module of a built lm model (eval mode)."""
+    assert isinstance(model, Decoder)
+    model.eval()
+    return PastPresent(model)
 
