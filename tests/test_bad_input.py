@@ -129,7 +129,7 @@ def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         return [out_dir / "throughput.png"], None
 
     monkeypatch.setattr(run_command, "warm_imports", would_run)
-    monkeypatch.setattr(run_command, "execute", would_run)
+    monkeypatch.setattr("dlbench.runner.executors.execute", would_run)  # the local executor (runner/executors.py)
     monkeypatch.setattr(reference, "ensure", would_run)  # dlbench check's probes
     monkeypatch.setattr(report_command, "_figures", lambda: SimpleNamespace(charts=lambda report: []))
     monkeypatch.setattr("dlbench.report.html.write_report", write_html)

@@ -69,7 +69,7 @@ def test_a_train_run_of_an_exporting_backend_is_unsupported_with_the_reason(fram
                  "--store", str(tmp_path / "s.sqlite")])
     out = capsys.readouterr().out
     assert code == 0, out[-2000:]
-    assert f"unsupported: {framework} cannot run the train scenario: it lacks the train capability (has: infer)" in out
+    assert f"unsupported: {framework} cannot run the train scenario: it lacks the train capability (has: infer, generate)" in out
 
 
 def test_a_worker_given_a_train_trial_of_onnxruntime_says_unsupported(tmp_path):
@@ -81,5 +81,5 @@ def test_a_worker_given_a_train_trial_of_onnxruntime_says_unsupported(tmp_path):
                       timeout_s=120.0, trial_id=1)
     r = spawn.run_trial(trial, tmp_path)
     assert r.status == "unsupported", (r.error, r.notes.get("traceback"))
-    assert r.error == "onnxruntime cannot run the train scenario: it lacks the train capability (has: infer)"
+    assert r.error == "onnxruntime cannot run the train scenario: it lacks the train capability (has: infer, generate)"
     assert "traceback" not in r.notes

@@ -247,7 +247,8 @@ def _general(reason: str, framework: str, choice: str) -> str:
     # capability (has: infer)` and `... the generate capability ...` -> `it has infer only`.
     lacking = re.fullmatch(r"it lacks the \w+ capability \(has: (.*)\)", reason)
     if lacking:
-        return f"it has the {lacking[1]} capability only"
+        has = lacking[1].split(", ")
+        return f"it has the {' and '.join(has)} {'capability' if len(has) == 1 else 'capabilities'} only"
     # A closing aside goes to --long: `... updates (a Keras PPO would be ...)` -> `... updates`.
     return re.sub(r" \([^()]*\)$", "", reason) if not reason.endswith("(has: infer)") else reason
 
