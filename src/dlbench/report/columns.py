@@ -126,6 +126,8 @@ GENERATE = [
     _m("gen_ttft_p99", "ttft_p99_s", _ms),
     _m("gen_tpot_p50", "tpot_p50_s", _ms),
     _m("gen_tpot_p99", "tpot_p99_s", _ms),
+    # the least time a decode step can take (bytes it reads / the memory bandwidth) over the TPOT p50
+    _m("gen_bound_share", "tpot_bound_share", lambda v: f"{v:.1%}"),
     _m("gen_tokens_per_s_stream", "output_tokens_per_s_per_stream", _f(1)),
     _m("gen_tokens_per_s", "output_tokens_per_s", _f(1)),
     _m("gen_first", "first_generation_s", _f(2)),

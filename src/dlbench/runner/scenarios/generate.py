@@ -99,6 +99,7 @@ def run(ctx: TrialContext) -> None:
     ends = [a + sum(b) for a, b in zip(ttfts, tpots)]
     m["first_generation_compile_estimate_s"] = max(first_s - float(np.median(ends)), 0.0)
     m.update(prompt_len=float(o.prompt_len), new_tokens=float(o.new_tokens), gen_batch=float(o.gen_batch))
+    _decode_step_metrics(trial, o, ctx)
     result.series["ttft_s"] = [(float(i), s) for i, s in enumerate(ttfts)]
     result.series["tpot_s"] = [(float(i), s) for i, s in enumerate(x for gen in tpots for x in gen)]
     if len(ttfts) < GENERATIONS:
@@ -108,6 +109,22 @@ def run(ctx: TrialContext) -> None:
         result.warnings.append(f"recompiled {m['recompiles_in_window']:g} time(s) while generation was timed")
     m["recompiles_per_prompt_length"] = _other_lengths(trial, decoder, o)
     _parity(trial, decoder, prompt, o, ctx)
+
+
+def _decode_step_metrics(trial: TrialSpec, o: GenerateOptions, ctx: TrialContext) -> None:
+    """What one decode step must read and compute at the generation's mean position
+    (lm.decode_step; weights and cache at the workload's dtype, float32: generate runs fp32
+    only), and the FLOP/s the median TPOT achieved; the parent divides the bytes by the measured
+    memory bandwidth (runner/verdicts.py: tpot_bound_s)."""
+    m = ctx.metrics
+    itemsize = np.dtype(trial.workload.numerics.dtype).itemsize
+    step = lm.decode_step(trial.workload, o.gen_batch, o.prompt_len, o.new_tokens, itemsize, itemsize)
+    m["decode_bytes_per_step"], m["decode_flops_per_step"] = step.bytes, step.flops
+    tpot = m.get("tpot_p50_s")
+    m["decode_flops_per_s"] = step.flops / tpot if tpot else None
+    ctx.result.notes["decode_bytes"] = (f"{step.weight_bytes:,} B of weights + {step.kv_cache_bytes:,.0f} B of KV"
+                                        f" cache ({step.mean_positions:g} positions, the mean over the decode"
+                                        f" steps) at {itemsize} B a value")
 
 
 def _timed(decoder: Decoder, prompt: np.ndarray, new_tokens: int, budget_s: float) -> tuple[list[float], list[list[float]]]:
