@@ -80,3 +80,35 @@ def test_a_generate_trial_stores_the_bound_and_its_share_and_the_export_carries_
     assert "GB/s" in trial["notes"]["memory_bandwidth"] and "thread(s)" in trial["notes"]["memory_bandwidth"]
     assert "positions" in trial["notes"]["decode_bytes"]
     assert f" {m['tpot_bound_share']:.1%} " in out  # the generation table's share column
+
+
+def test_the_roofline_chart_puts_each_step_on_its_side_of_the_ridge(tmp_path):
+    pytest.importorskip("plotly")
+    from dlbench.report import figures, model
+    from dlbench.results.records import TrialResult
+    from dlbench.results.store import Store
+    from dlbench.spec import Policy, TrialSpec
+
+    ceilings = {"matmul_ceiling_flops_per_s": 200e9, "memory_bandwidth_bytes_per_s": 20e9}  # ridge 10 FLOP/B
+    store = Store(tmp_path / "s.sqlite")
+    run = store.create_run("dlbench run -w lm --scenario train,generate", {}, False)
+    trials = {
+        "generate": {"decode_flops_per_step": 1e6, "decode_bytes_per_step": 2e6, "decode_flops_per_s": 4e9},
+        "train": {"flops_per_sample": 1e6, "min_step_bytes": 4e5, "achieved_flops_per_s": 50e9},  # 8 x 1e6 / 4e5 = 20
+    }
+    for seq, (scenario, metrics) in enumerate(trials.items()):
+        spec = TrialSpec(workload=TINY, framework="alpha", policy=Policy(mode="eager"), scenario=scenario)
+        store.finish_trial(store.add_trial(run, seq, spec), TrialResult(status="ok", metrics={**metrics, **ceilings}))
+    chart = figures.roofline(model.load(store, [run]))
+    assert chart is not None and chart.id == "roofline"
+    traces = {t.name: t for t in chart.figure.data}
+    roof = next(t for name, t in traces.items() if name.startswith("roof:"))
+    assert 10.0 in roof.x and max(roof.y) == 200.0  # GFLOP/s
+    assert all(y == pytest.approx(min(200.0, x * 20.0)) for x, y in zip(roof.x, roof.y))
+    assert "ridge 10 FLOP/B" in traces
+    decode, train = traces["alpha decode steps"], traces["alpha training steps"]
+    assert decode.x == (0.5,) and decode.y == (4.0,) and decode.marker.symbol == "diamond"
+    assert "memory-bound side" in decode.hovertext and "40.0% of the roof" in decode.hovertext  # roof 10 GFLOP/s
+    assert train.x == (20.0,) and train.y == (50.0,) and train.marker.symbol == "circle"
+    assert "compute-bound side" in train.hovertext
+    assert chart.figure.layout.xaxis.type == "log" and chart.figure.layout.yaxis.type == "log"

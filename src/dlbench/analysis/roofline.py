@@ -18,6 +18,9 @@ really is.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 # Per parameter, the float32 values an optimizer's update reads and writes: Adam reads the weight,
 # its gradient and the two moments and writes the weight and the moments back.
 STATE_ACCESSES = {"adam": 7}
@@ -51,3 +54,41 @@ def memory_bound_s(step_bytes: float, bandwidth_bytes_per_s: float) -> float:
 def bound_share(bound_s: float, measured_s: float | None) -> float | None:
     """The bound over the measured time (1.0: at the limit; 0.25: four times slower than it)."""
     return None if not measured_s else bound_s / measured_s
+
+
+@dataclass(frozen=True)
+class Point:
+    """One trial on the roofline: what kind of step, its intensity and achieved FLOP/s, and the
+    two ceilings measured for its thread count (None where not measured: an accelerator)."""
+
+    kind: str
+    flops_per_byte: float
+    flops_per_s: float
+    ceiling_flops_per_s: float | None
+    bandwidth_bytes_per_s: float | None
+
+    def side(self) -> str | None:
+        """Which side of the ridge the point's intensity is on; None without both ceilings."""
+        if self.ceiling_flops_per_s is None or self.bandwidth_bytes_per_s is None:
+            return None
+        ridge = ridge_flops_per_byte(self.ceiling_flops_per_s, self.bandwidth_bytes_per_s)
+        return "memory-bound side" if self.flops_per_byte < ridge else "compute-bound side"
+
+
+TRAINING_STEP, DECODE_STEP = "training step", "decode step"
+
+
+def point(metrics: Mapping[str, float | None], batch_size: int) -> Point | None:
+    """The trial's point: a decode step (decode_flops_per_step over decode_bytes_per_step at
+    decode_flops_per_s) or a training step (flops_per_sample x the batch over min_step_bytes at
+    achieved_flops_per_s); None for a trial with neither."""
+    ceiling, bandwidth = metrics.get("matmul_ceiling_flops_per_s"), metrics.get("memory_bandwidth_bytes_per_s")
+    decode = [metrics.get(k) for k in ("decode_flops_per_step", "decode_bytes_per_step", "decode_flops_per_s")]
+    if all(decode):
+        flops, step_bytes, rate = (float(v or 0.0) for v in decode)
+        return Point(DECODE_STEP, flops / step_bytes, rate, ceiling, bandwidth)
+    train = [metrics.get(k) for k in ("flops_per_sample", "min_step_bytes", "achieved_flops_per_s")]
+    if all(train):
+        flops, step_bytes, rate = (float(v or 0.0) for v in train)
+        return Point(TRAINING_STEP, flops * batch_size / step_bytes, rate, ceiling, bandwidth)
+    return None

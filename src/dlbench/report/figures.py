@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dlbench.analysis import payback as payback_analysis
+from dlbench.analysis import roofline as roofline_analysis
 from dlbench.analysis.categories import CATEGORIES
 from dlbench.analysis.history import segments
 from dlbench.analysis.metrics import label as metrics_label
@@ -478,6 +479,73 @@ def efficiency(report: Report) -> Chart | None:
                  " colour is the framework's, the fill pattern the metric.")
 
 
+ROOFLINE_SYMBOLS = {roofline_analysis.TRAINING_STEP: "circle", roofline_analysis.DECODE_STEP: "diamond"}
+
+
+def _roofline_points(report: Report) -> list[tuple[Config, Trial, roofline_analysis.Point]]:
+    """Every ok trial with a training or decode step and both ceilings measured (CPUs)."""
+    out = []
+    for c, t in report.trials():
+        p = roofline_analysis.point(t.metrics, int(t.spec.get("workload", {}).get("batch_size", 1)))
+        if t.status == "ok" and p is not None and p.side() is not None:
+            out.append((c, t, p))
+    return out
+
+
+def _roof_traces(fig: go.Figure, roofs: list[tuple[float, float]], x_lo: float, x_hi: float, y_lo: float) -> None:
+    """Each distinct pair of ceilings as its roof, min(ceiling, x bandwidth), over [x_lo, x_hi],
+    and its ridge as a dotted vertical line (traces, not shapes: a shape on a log axis takes
+    powers of ten)."""
+    for i, (ceiling, bandwidth) in enumerate(roofs):
+        ridge = roofline_analysis.ridge_flops_per_byte(ceiling, bandwidth)
+        xs = sorted({min(x_lo, ridge / 4), ridge, max(x_hi, ridge * 4)})
+        ys = [roofline_analysis.attainable_flops_per_s(x, ceiling, bandwidth) / 1e9 for x in xs]
+        name = f"roof: matmul ceiling {ceiling / 1e9:.4g} GFLOP/s, memory {bandwidth / 1e9:.4g} GB/s"
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=_t(name), hoverinfo="name",
+                                 line={"color": "#222222" if i == 0 else "#6c757d", "width": 2}))
+        fig.add_trace(go.Scatter(x=[ridge, ridge], y=[y_lo / 1e9, ceiling / 1e9], mode="lines+text",
+                                 name=_t(f"ridge {ridge:.3g} FLOP/B"), text=["", _t(f"ridge {ridge:.3g} FLOP/B")],
+                                 textposition="top center", hoverinfo="name",
+                                 line={"color": "#6c757d", "dash": "dot", "width": 1}))
+
+
+def roofline(report: Report) -> Chart | None:
+    """Achieved FLOP/s against arithmetic intensity, log-log, one point per trial (training
+    steps and decode steps, told apart by their marker), under the roofs of the measured matmul
+    ceiling and memory bandwidth, each ridge marked (analysis/roofline.py)."""
+    found = _roofline_points(report)
+    if not found:
+        return None
+    fig = go.Figure()
+    roofs = sorted({(p.ceiling_flops_per_s or 0.0, p.bandwidth_bytes_per_s or 0.0) for _, _, p in found})
+    xs, ys = [p.flops_per_byte for _, _, p in found], [p.flops_per_s for _, _, p in found]
+    _roof_traces(fig, roofs, min(xs) / 4, max(xs) * 4, min(ys) / 4)
+    shown: set[str] = set()
+    for c, t, p in found:
+        framework = str(c.axes.get("framework"))
+        name = f"{framework} {p.kind}s"
+        roof = roofline_analysis.attainable_flops_per_s(p.flops_per_byte, p.ceiling_flops_per_s or 0.0,
+                                                         p.bandwidth_bytes_per_s or 0.0)
+        hover = (f"{_trial_name(report, c, t)}: {p.kind}<br>{p.flops_per_byte:.3g} FLOP/B, {p.flops_per_s / 1e9:.4g}"
+                 f" GFLOP/s, {p.flops_per_s / roof:.1%} of the roof there<br>{p.side()}")
+        fig.add_trace(go.Scatter(x=[p.flops_per_byte], y=[p.flops_per_s / 1e9], mode="markers", name=_t(name),
+                                 legendgroup=_t(name), showlegend=name not in shown, hovertext=_t(hover), hoverinfo="text",
+                                 marker={"color": _color(report, framework), "size": 11,
+                                         "symbol": ROOFLINE_SYMBOLS.get(p.kind, "square"),
+                                         "line": {"width": 1, "color": "#ffffff"}}))
+        shown.add(name)
+    fig.update_xaxes(title_text="arithmetic intensity (FLOP per byte moved, log scale)", type="log")
+    fig.update_yaxes(title_text="achieved GFLOP/s (log scale)", type="log")
+    return Chart("roofline", "Roofline", _layout(fig, height=480),
+                 "One point per process: circles training steps (FLOPs per step over the bytes of the optimizer state a"
+                 " step must stream once: weights, gradients and Adam's two moments, 7 x 4 B a parameter), diamonds"
+                 " decode steps (decode FLOPs over the bytes one step must read: every weight once and the KV cache at"
+                 " the generation's mean position). Both byte counts leave out activations and re-reads: lower bounds,"
+                 " so a point may sit further right than its step really is. Roofs: the measured float32 matmul"
+                 " ceiling and the measured memory bandwidth for the trial's threads; left of the dotted ridge a step"
+                 " is bound by memory, right of it by compute (docs/methodology.md).")
+
+
 def scaling(report: Report) -> Chart | None:
     """Throughput against batch size where a sweep has several, and scaling efficiency against
     devices where it was measured (each multi-device configuration with its one-device
@@ -666,7 +734,7 @@ RL_MAX_RETURN = 500.0
 
 CHARTS: tuple[Callable[[Report], Chart | None], ...] = (
     throughput, step_times, startup, memory, loss, accuracy, convergence, convergence_perplexity, returns, latency, served_load, efficiency,
-    scaling, work_precision)
+    roofline, scaling, work_precision)
 
 
 def charts(report: Report) -> list[Chart]:

@@ -235,10 +235,13 @@ def ceilings(specs: list[TrialSpec], on_message: Callable[[str], None]) -> Ceili
 
 def judge_efficiency(trial: TrialSpec, result: TrialResult, ceilings: Ceilings) -> None:
     """mfu on accelerators in the peak table; matmul_ceiling_share against the measured CPU
-    ceiling for the trial's thread count; each null with its reason otherwise. Then the memory
-    bandwidth (judge_bandwidth)."""
+    ceiling for the trial's thread count; each null with its reason otherwise. The FLOP/s are
+    the trial's achieved ones, or a generate trial's decode steps' (decode_flops_per_s). Then the
+    memory bandwidth (judge_bandwidth)."""
     judge_bandwidth(trial, result, ceilings)
     achieved = result.metrics.get("achieved_flops_per_s")
+    if achieved is None:
+        achieved = result.metrics.get("decode_flops_per_s")
     if achieved is None:
         return
     gpus = [g["name"] for g in result.framework_info.get("gpus", [])]
