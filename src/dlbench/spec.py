@@ -48,6 +48,10 @@ MIN_INFER_REQUESTS = 100
 # Server (Poisson arrivals) at `server_qps`, or a sweep for the highest QPS meeting `p99_bound_ms`;
 # "loop", the hand-written request loop LoadGen replaced.
 INFER_LOADS = ("standard", "server", "loop")
+# The generate scenario's load (runner/scenarios/generate.py): "standard", its own timed
+# generations; "server", those and then LoadGen's Server with token latencies (Poisson arrivals,
+# TTFT and TPOT p99 bounds) at `gen_qps`, or a sweep for the highest QPS meeting both bounds.
+GEN_LOADS = ("standard", "server")
 # Data parallelism (docs/methodology.md, multi-device scaling): "weak" keeps the per-device
 # batch (global batch = per-device batch x devices), "strong" keeps the global batch.
 SCALINGS = ("weak", "strong")
@@ -320,15 +324,24 @@ MAX_GENERATION_POSITIONS = 65536
 class GenerateOptions:
     """Greedy generation with a KV cache (`--scenario generate`: runner/scenarios/generate.py):
     `gen_batch` prompts of `prompt_len` tokens, `new_tokens` greedy tokens each; timed
-    generations until ten are timed or `infer_budget_s` is spent. Field names are TrialSpec's,
-    as InferOptions'."""
+    generations until ten are timed or `infer_budget_s` is spent. `gen_load` (GEN_LOADS) and, for
+    "server", the target QPS of one LoadGen test (None: the sweep) and the p99 bounds on the time
+    to first token and the time per output token that LoadGen judges each test by. Field names
+    are TrialSpec's, as InferOptions'."""
 
     prompt_len: int = 32
     new_tokens: int = 32
     gen_batch: int = 1
+    gen_load: str = "standard"
+    gen_qps: float | None = None
+    ttft_bound_ms: float | None = None
+    tpot_bound_ms: float | None = None
 
     # The --scenario these options belong to (OPTIONS).
     SCENARIO: ClassVar[str] = "generate"
+    # The options of LoadGen's Server that only a generate trial takes (check_unused).
+    BOUNDS: ClassVar[tuple[tuple[str, str], ...]] = (("TTFT bound (ms)", "ttft_bound_ms"),
+                                                     ("TPOT bound (ms)", "tpot_bound_ms"))
 
     def validate(self, scenario: str) -> None:
         for name, value in (("prompt length", self.prompt_len), ("new tokens", self.new_tokens),
@@ -339,8 +352,36 @@ class GenerateOptions:
             raise SpecError(f"prompt length + 1 + new tokens is {positions}, over the most a cache holds here:"
                             f" {MAX_GENERATION_POSITIONS}")
         if scenario != "generate" and self != GenerateOptions():
-            raise SpecError(f"prompt length, new tokens and generation batch apply to the generate scenario only,"
-                            f" not {scenario!r}")
+            raise SpecError(f"prompt length, new tokens, generation batch, load, qps and the TTFT and TPOT bounds"
+                            f" apply to the generate scenario only, not {scenario!r}")
+        self._validate_server()
+
+    def _validate_server(self) -> None:
+        _check_choice("load", self.gen_load, GEN_LOADS)
+        for name, value in (("qps", self.gen_qps), *((n, getattr(self, f)) for n, f in self.BOUNDS)):
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise SpecError(f"{name} must be a finite number > 0, got {value!r}")
+            if self.gen_load != "server":
+                raise SpecError(f"{name} {value!r} applies to --load server only, not {self.gen_load!r}")
+        if self.gen_load == "server":
+            if self.ttft_bound_ms is None or self.tpot_bound_ms is None:
+                raise SpecError("load server (the generate scenario) needs a TTFT and a TPOT p99 bound:"
+                                " --ttft-bound-ms and --tpot-bound-ms (numbers > 0)")
+            if self.new_tokens < 2:
+                raise SpecError(f"load server needs new tokens >= 2 (a time per output token follows the first),"
+                                f" got {self.new_tokens}")
+
+    def check_unused(self, scenarios: tuple[str, ...]) -> None:
+        """A sweep without the generate scenario that was given a TTFT or TPOT bound would ignore
+        it: refused, naming it (load and qps are shared with the infer scenario)."""
+        if self.SCENARIO in scenarios:
+            return
+        for name, f in self.BOUNDS:
+            if getattr(self, f) is not None:
+                raise SpecError(f"{name} {getattr(self, f)!r} applies to --scenario {self.SCENARIO} with --load server"
+                                f" only, not --scenario {','.join(scenarios)}")
 
 
 @dataclass(frozen=True)
@@ -446,6 +487,10 @@ class TrialSpec:
     prompt_len: int = field(default=_GENERATE.prompt_len, metadata=OMIT_DEFAULT)
     new_tokens: int = field(default=_GENERATE.new_tokens, metadata=OMIT_DEFAULT)
     gen_batch: int = field(default=_GENERATE.gen_batch, metadata=OMIT_DEFAULT)
+    gen_load: str = field(default=_GENERATE.gen_load, metadata=OMIT_DEFAULT)
+    gen_qps: float | None = field(default=_GENERATE.gen_qps, metadata=OMIT_DEFAULT)
+    ttft_bound_ms: float | None = field(default=_GENERATE.ttft_bound_ms, metadata=OMIT_DEFAULT)
+    tpot_bound_ms: float | None = field(default=_GENERATE.tpot_bound_ms, metadata=OMIT_DEFAULT)
     solve_rtol_loosest: float = field(default=_SOLVE.solve_rtol_loosest, metadata=OMIT_DEFAULT)
     solve_rtol_tightest: float = field(default=_SOLVE.solve_rtol_tightest, metadata=OMIT_DEFAULT)
     solve_max_steps: int = field(default=_SOLVE.solve_max_steps, metadata=OMIT_DEFAULT)
@@ -537,6 +582,7 @@ class TrialSpec:
                                       (self.precision, "fp32")) if v != default]
         extra += [f"seed{self.workload.seed}"] if self.workload.seed else []
         extra += [self.infer_load] if self.infer_load != "standard" else []
+        extra += [self.gen_load] if self.gen_load != "standard" else []
         extra += [f"{self.devices}dev-{self.scaling}"] if self.devices > 1 else []
         extra += ["profiled"] if self.profile else []
         return "/".join([self.workload.name, self.framework, self.policy.mode, *extra]) + f"#{self.repeat}"

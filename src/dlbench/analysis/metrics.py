@@ -177,6 +177,17 @@ METRICS: dict[str, Metric] = {
     "decode_flops_per_s": Metric("FLOP/s", "higher", "decode GFLOP/s"),
     "tpot_bound_s": Metric("s", "none", "TPOT bound ms"),
     "tpot_bound_share": _ratio("higher", "of bandwidth bound"),
+    # generate under LoadGen's Server with token latencies (`--load server`: runner/scenarios/generate.py);
+    # LoadGen's own percentiles of the test shown (the highest VALID), its bounds, completed tokens/s;
+    # server_max_qps, server_target_qps, server_achieved_qps and server_valid as for inference
+    "server_ttft_p50_s": _s("server TTFT p50 ms"),
+    "server_ttft_p99_s": _s("server TTFT p99 ms"),
+    "server_tpot_p50_s": _s("server TPOT p50 ms"),
+    "server_tpot_p99_s": _s("server TPOT p99 ms"),
+    "server_ttft_bound_s": Metric("s", "none", "TTFT p99 bound ms"),
+    "server_tpot_bound_s": Metric("s", "none", "TPOT p99 bound ms"),
+    "server_output_tokens_per_s": Metric("1/s", "higher", "server tokens/s"),
+    "generate_server_window_s": _s(),
     # data parallelism (runner/parallel.py)
     "grad_comm_s_per_step": _s("grad comm ms/step"),
     "grad_comm_share": _ratio("lower"),

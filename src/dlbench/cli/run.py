@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import math
 import os
 import random
+import re
 import shlex
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rich.console import Console
@@ -46,7 +48,7 @@ from dlbench.runner.protocol import CHUNK, PHASE_NAME, STEPS, event_kind
 from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, estimates, learn, make_plan
 from dlbench.spec import (SCENARIOS, ConvergeOptions, GenerateOptions, InferOptions, SolveOptions, SpecError,
                           option_fields, to_dict)
-from dlbench.text import printable
+from dlbench.text import printable, shown
 
 # The scenario options' command-line destinations -> (options dataclass, its field); their
 # defaults are the dataclass's (spec.py), declared nowhere else.
@@ -62,6 +64,13 @@ SCENARIO_OPTION_FLAGS: dict[str, tuple[ScenarioOptionsType, str]] = {
     "gen_batch": (GenerateOptions, "gen_batch"),
     "rtol_loosest": (SolveOptions, "solve_rtol_loosest"), "rtol_tightest": (SolveOptions, "solve_rtol_tightest"),
     "solve_max_steps": (SolveOptions, "solve_max_steps"),
+    # generate under LoadGen's token latencies (issue 46)
+    "ttft_bound_ms": (GenerateOptions, "ttft_bound_ms"), "tpot_bound_ms": (GenerateOptions, "tpot_bound_ms"),
+}
+# Flags two scenarios take, each into its own field (the first's default stands for both, which
+# must agree): --load and --qps drive infer's and generate's LoadGen Server alike (issue 46).
+SHARED_OPTION_FLAGS: dict[str, tuple[ScenarioOptionsType, str]] = {
+    "load": (GenerateOptions, "gen_load"), "qps": (GenerateOptions, "gen_qps"),
 }
 # Every sweep option's default. The parser's defaults are None, so that an option given on the
 # command line can be told from one left out: command line > suite file > these.
@@ -127,10 +136,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help=f"infer: seconds each timed loop (latency, throughput) may take (default {_INFER.infer_budget_s:g})")
     p.add_argument("--load", help="infer: standard (MLPerf LoadGen SingleStream and Offline, the default),"
                                   " server (SingleStream, then LoadGen's Server: Poisson arrivals), or loop"
-                                  " (the hand-written request loop)")
+                                  " (the hand-written request loop); generate: standard (its timed generations)"
+                                  " or server (then LoadGen's Server with token latencies)")
     p.add_argument("--qps", type=float,
-                   help="infer --load server: target queries per second (default: a sweep for the highest"
-                        " QPS that meets --p99-bound-ms)")
+                   help="--load server: target queries per second (default: a sweep for the highest"
+                        " QPS that meets --p99-bound-ms, or generate's --ttft-bound-ms and --tpot-bound-ms)")
+    p.add_argument("--ttft-bound-ms", type=bound_ms("--ttft-bound-ms"),
+                   help=f"{_GEN} --load server: the time-to-first-token p99 bound, ms (required)")
+    p.add_argument("--tpot-bound-ms", type=bound_ms("--tpot-bound-ms"),
+                   help=f"{_GEN} --load server: the time-per-output-token p99 bound, ms (required)")
     p.add_argument("--p99-bound-ms", type=float, help="infer --load server: the p99 latency bound, ms (required)")
     p.add_argument("--option", type=comma_list("option"), metavar="FRAMEWORK.NAME=VALUE",
                    help="a framework's own option, e.g. onnxruntime.optimization=basic (dlbench list"
@@ -220,7 +234,27 @@ def repeat_rule(o: dict[str, Any]) -> repeats.RepeatRule:
 
 def _scenario_options(o: dict[str, Any], kind: ScenarioOptionsType) -> dict[str, Any]:
     """The options of one scenario options type, by its field names."""
-    return {name: o[dest] for dest, (k, name) in SCENARIO_OPTION_FLAGS.items() if k is kind}
+    return {name: o[dest] for dest, (k, name) in (*SCENARIO_OPTION_FLAGS.items(), *SHARED_OPTION_FLAGS.items())
+            if k is kind}
+
+
+# A bound in milliseconds: ASCII decimal digits only (Python's float() reads other scripts'
+# digits and "inf"), finite and > 0.
+_BOUND = re.compile(r"\s*(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*", re.ASCII)
+
+
+def bound_ms(flag: str) -> Callable[[str], float]:
+    """An argparse type for a latency bound in ms; one line naming the flag, the value and what
+    is allowed."""
+
+    def parse(text: str) -> float:
+        value = float(text) if _BOUND.fullmatch(text) else math.nan
+        if not 0 < value < math.inf:
+            raise argparse.ArgumentTypeError(f"{shown(text)} is not a bound: allowed are numbers of milliseconds"
+                                             f" > 0 in ASCII digits, e.g. {flag} 500")
+        return value
+
+    return parse
 
 
 def sweep_from_options(o: dict[str, Any]) -> Sweep:

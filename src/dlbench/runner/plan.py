@@ -22,6 +22,7 @@ from dlbench.runner.protocol import INFER_BATCHES
 from dlbench.spec import (
     OPTIONS,
     ConvergeOptions,
+    GenerateOptions,
     InferOptions,
     NoOptions,
     Policy,
@@ -43,6 +44,8 @@ DEFAULT_FRAMEWORKS = ("torch", "tensorflow", "jax")
 # of each one's seconds (1,100 queries at a few thousand QPS, slower ones at lower rates).
 SERVER_SWEEP_TESTS = 8
 SERVER_TEST_GUESS_S = 2.0
+# A generate Server test: its ~1,100 generations of many tokens each (runner/scenarios/generate.py).
+GEN_SERVER_TEST_GUESS_S = 30.0
 # Compute at this rate in a first estimate (achieved FLOP/s of the zoo on two cores spans 1-40
 # GFLOP/s; start-up dominates short trials and comes from each backend's cost_guess).
 CPU_FLOPS_GUESS = 20e9
@@ -242,6 +245,9 @@ def make_plan(sweep: Sweep) -> Plan:
     if sweep.repeats > MAX_REPEATS:
         raise SpecError(f"repeats {sweep.repeats!r} is over the maximum of {MAX_REPEATS}")
     _check_options(sweep)
+    generate = sweep.options_for(GenerateOptions.SCENARIO)
+    if isinstance(generate, GenerateOptions):  # a bound no trial of the sweep would take
+        generate.check_unused(sweep.scenarios)
     _check_size(sweep)
     missing = {f: _framework_status(f, sweep.frameworks_explicit, plan.notes) for f in sweep.frameworks}
     batch_sizes: tuple[int | None, ...] = sweep.batch_sizes or (None,)
@@ -398,6 +404,8 @@ def _rough_s(trial: TrialSpec, samples: int) -> float:
     compute = samples * module.flops_per_sample(spec) / CPU_FLOPS_GUESS
     if options is ConvergeOptions:
         compute = min(compute, trial.max_time_s)
+    if options is GenerateOptions and trial.gen_load == "server":  # LoadGen's tests after the generations
+        compute += GEN_SERVER_TEST_GUESS_S * (1 if trial.gen_qps else SERVER_SWEEP_TESTS)
     return guess.startup_s + compile_ * (1 + EXTRA_COMPILES) + compute
 
 
