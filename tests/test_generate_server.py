@@ -116,27 +116,25 @@ def test_bad_server_settings_are_one_line(kw, message):
 BASE = ["run", "-w", "lm", "-f", "fake", "--mode", "eager", "--preset", "tiny", "--repeats", "1"]
 
 
+SERVED = ["--scenario", "generate", "--load", "server"]
+NOT_A_BOUND = "is not a bound: allowed are numbers of milliseconds > 0 in ASCII digits"
+
+
+def _bad(flag: str, value: str) -> tuple[list[str], str]:
+    """A bad value of one bound with a good other one, and the line that names it."""
+    other = "--tpot-bound-ms" if flag == "--ttft-bound-ms" else "--ttft-bound-ms"
+    return [*SERVED, flag, value, other, "5"], f"argument {flag}: {value!r} {NOT_A_BOUND}"
+
+
 @pytest.mark.usefixtures("fake_env")
 @pytest.mark.parametrize("args, message", [
-    (["--scenario", "generate", "--load", "server", "--ttft-bound-ms", "-5", "--tpot-bound-ms", "5"],
-     "argument --ttft-bound-ms: '-5' is not a bound: allowed are numbers of milliseconds > 0 in ASCII digits"),
-    (["--scenario", "generate", "--load", "server", "--ttft-bound-ms", "0", "--tpot-bound-ms", "5"],
-     "argument --ttft-bound-ms: '0' is not a bound"),
-    (["--scenario", "generate", "--load", "server", "--ttft-bound-ms", "5", "--tpot-bound-ms", "fast"],
-     "argument --tpot-bound-ms: 'fast' is not a bound"),
-    (["--scenario", "generate", "--load", "server", "--ttft-bound-ms", "inf", "--tpot-bound-ms", "5"],
-     "argument --ttft-bound-ms: 'inf' is not a bound"),
-    (["--scenario", "generate", "--load", "server", "--ttft-bound-ms", "1e999", "--tpot-bound-ms", "5"],
-     "argument --ttft-bound-ms: '1e999' is not a bound"),
-    (["--scenario", "generate", "--load", "server", "--ttft-bound-ms", "nan", "--tpot-bound-ms", "5"],
-     "argument --ttft-bound-ms: 'nan' is not a bound"),
-    (["--scenario", "generate", "--load", "server", "--ttft-bound-ms", "\u0665\u0660", "--tpot-bound-ms", "5"],
-     "argument --ttft-bound-ms: '\u0665\u0660' is not a bound: allowed are numbers of milliseconds > 0 in ASCII"),
+    *(_bad("--ttft-bound-ms", v) for v in ("-5", "0", "inf", "1e999", "nan", "\u0665\u0660", "５", "")),
+    *(_bad("--tpot-bound-ms", v) for v in ("fast", "-0.0", "1,5")),
     (["--scenario", "generate", "--ttft-bound-ms", "500", "--tpot-bound-ms", "50"],
      "TTFT bound (ms) 500.0 applies to --load server only, not 'standard'"),
     (["--scenario", "train", "--load", "server", "--ttft-bound-ms", "500", "--tpot-bound-ms", "50"],
      "TTFT bound (ms) 500.0 applies to --scenario generate with --load server only, not --scenario train"),
-    (["--scenario", "generate", "--load", "server"], "needs a TTFT and a TPOT p99 bound: --ttft-bound-ms and"),
+    (SERVED, "needs a TTFT and a TPOT p99 bound: --ttft-bound-ms and"),
 ])
 def test_bad_bounds_on_the_command_line_are_one_line_and_exit_2(tmp_path, capsys, args, message):
     code = main([*BASE, *args, "--store", str(tmp_path / "s.sqlite")])

@@ -43,7 +43,7 @@ from dlbench import paths
 from dlbench.analysis.interference import BUSY_FOREIGN_SHARE
 from dlbench.machine import cpu_model
 from dlbench.monitors import interference
-from dlbench.runner import children
+from dlbench.runner import best_cache, children
 
 LLC_FACTOR = 4  # STREAM's rule: each array at least 4 x the sum of the last-level caches
 MIN_ARRAY_BYTES = 64 * 2**20
@@ -183,21 +183,15 @@ def needs_measuring(threads: int) -> bool:
 def bandwidth(threads: int, measure_if_missing: bool = True) -> tuple[dict[str, Any] | None, str]:
     """(the cached or newly measured bandwidth, '') or (None, why). A cached one taken on a busy
     machine is measured again once the machine is quiet (module docstring)."""
-    cached = _cached(threads)
-    if cached is not None and (not measure_if_missing or not cached.get("busy") or not quiet_now()):
-        return cached, ""
-    if not measure_if_missing:
-        return None, "not measured yet on this machine (dlbench env measures it)"
-    fresh, why = _measure_in_child(threads)
-    if fresh is None:
-        return (cached, "") if cached is not None else (None, why)
-    best = fresh if cached is None or fresh["bytes_per_s"] >= cached["bytes_per_s"] else cached
-    # Final once any measurement was quiet: the higher stands (a busy machine only lowers it).
-    best = {**best, "busy": bool(fresh["busy"]) and (cached is None or bool(cached.get("busy")))}
-    path = _cache_file(threads)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(best))
-    return best, ""
+    return best_cache.refresh(_cache_file(threads), _cached(threads), lambda c: not c.get("busy") or not quiet_now(),
+                              lambda: _measure_in_child(threads), _merge, measure_if_missing)
+
+
+def _merge(cached: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
+    """The higher of the two, final once either was taken on a quiet machine (a busy machine
+    only lowers a bandwidth)."""
+    best = fresh if fresh["bytes_per_s"] >= cached["bytes_per_s"] else cached
+    return {**best, "busy": bool(fresh["busy"]) and bool(cached.get("busy"))}
 
 
 def _measure_in_child(threads: int, array_bytes: int | None = None) -> tuple[dict[str, Any] | None, str]:
