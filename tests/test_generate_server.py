@@ -177,3 +177,34 @@ def test_a_generate_trial_under_loadgen_reports_its_token_latencies(tmp_path):
     assert "first token" in r.notes["loadgen_server_summary"]
     assert [q for q, _ in r.series["server_ttft_p99_s"]] == [150.0]
     assert m["ttft_p50_s"] > 0 and m["parity_s"] > 0  # the timed generations and the parity phase still ran
+
+
+# --- the report: token latencies against offered load ------------------------------------------------
+
+
+def test_html_report_draws_token_latencies_against_offered_load(tmp_path):
+    pytest.importorskip("plotly")
+    from dlbench.results.records import TrialResult
+    from dlbench.results.store import Store
+
+    store = Store(tmp_path / "s.sqlite")
+    run = store.create_run("dlbench run --scenario generate --load server", {}, False)
+    for seq, (framework, knee) in enumerate((("alpha", 40.0), ("beta", 160.0))):
+        spec = replace(_generate(gen_load="server", ttft_bound_ms=500.0, tpot_bound_ms=50.0), framework=framework,
+                       trial_id=None)
+        offered = [knee / 4, knee, knee * 2]
+        result = TrialResult(status="ok", metrics={"ttft_p50_s": 0.01, "server_max_qps": knee, "server_valid": 1.0,
+                                                   "server_ttft_bound_s": 0.5, "server_tpot_bound_s": 0.05,
+                                                   "server_ttft_p99_s": 0.3, "server_tpot_p99_s": 0.02})
+        result.series["server_ttft_p99_s"] = list(zip(offered, [0.05, 0.3, 4.0]))
+        result.series["server_tpot_p99_s"] = list(zip(offered, [0.01, 0.02, 0.2]))
+        result.series["server_valid"] = [(q, 1.0 if q <= knee else 0.0) for q in offered]
+        store.finish_trial(store.add_trial(run, seq, spec), result)
+    out = tmp_path / "r.html"
+    assert main(["report", "--store", str(tmp_path / "s.sqlite"), "--html", str(out)]) == 0
+    html = out.read_text()
+    assert "id='chart-served-tokens'" in html and "chart-served-load" not in html
+    chart = html.split("id='chart-served-tokens'", 1)[1]
+    assert "alpha" in chart and "beta" in chart and "circle-open" in chart
+    assert "TTFT p99 bound 500 ms" in chart and "TPOT p99 bound 50 ms" in chart
+    assert "max QPS within p99 bound" in html  # the generation table's column

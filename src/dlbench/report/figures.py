@@ -419,6 +419,29 @@ def latency(report: Report) -> Chart | None:
                  "the median over processes with its interval.")
 
 
+def _offered_load_lines(fig: go.Figure, report: Report, lines: list[tuple[Config, Trial]], series: str,
+                        bound_metric: str, bound_name: str, row: int | None = None, col: int | None = None) -> None:
+    """Each process's `series` (seconds over target QPS) as a line in ms, filled markers where
+    LoadGen called the test VALID, and each bound (`bound_metric`) dotted: a trace, not a shape
+    (a shape's y on a log axis is read as a power of ten)."""
+    where = {"row": row, "col": col} if row is not None else {}
+    for c, t in lines:
+        points = t.series[series]
+        valid = dict(t.series.get("server_valid") or [])
+        fig.add_trace(go.Scatter(
+            x=[p[0] for p in points], y=[p[1] * 1e3 for p in points], mode="lines+markers",
+            name=_t(_trial_name(report, c, t)), legendgroup=_t(_trial_name(report, c, t)), showlegend=col in (None, 1),
+            line={"color": _color(report, c.axes.get("framework"))},
+            marker={"symbol": ["circle" if valid.get(p[0]) else "circle-open" for p in points], "size": 9},
+            hovertext=[_t(f"{p[0]:.1f} QPS offered: {bound_name} {p[1] * 1e3:.3f} ms, "
+                          + ("VALID" if valid.get(p[0]) else "INVALID")) for p in points], hoverinfo="text"), **where)
+    xs = [p[0] for _, t in lines for p in t.series[series]]
+    for b in sorted({b for _, t in lines if (b := t.metrics.get(bound_metric)) is not None}):
+        fig.add_trace(go.Scatter(x=[min(xs), max(xs)], y=[b * 1e3, b * 1e3], mode="lines",
+                                 name=_t(f"{bound_name} bound {b * 1e3:g} ms"), line={"dash": "dot", "color": "#6c757d"}),
+                      **where)
+
+
 def served_load(report: Report) -> Chart | None:
     """LoadGen Server tests (`--load server`): p99 latency against the offered load (target
     QPS), one line per process, filled markers where LoadGen called the test VALID; dotted: the
@@ -427,27 +450,33 @@ def served_load(report: Report) -> Chart | None:
     if not lines:
         return None
     fig = go.Figure()
-    bounds = sorted({b for _, t in lines if (b := t.metrics.get("server_p99_bound_s")) is not None})
-    for i, (c, t) in enumerate(lines):
-        points = t.series["server_latency_p99_s"]
-        valid = dict(t.series.get("server_valid") or [])
-        fig.add_trace(go.Scatter(
-            x=[p[0] for p in points], y=[p[1] * 1e3 for p in points], mode="lines+markers",
-            name=_t(_trial_name(report, c, t)), line={"color": _color(report, c.axes.get("framework"))},
-            marker={"symbol": ["circle" if valid.get(p[0]) else "circle-open" for p in points], "size": 9},
-            hovertext=[_t(f"{p[0]:.1f} QPS offered: p99 {p[1] * 1e3:.3f} ms, "
-                          + ("VALID" if valid.get(p[0]) else "INVALID")) for p in points], hoverinfo="text"))
-    # The bound as a trace, not a shape: a shape's y on a log axis is read as a power of ten.
-    xs = [p[0] for _, t in lines for p in t.series["server_latency_p99_s"]]
-    for b in bounds:
-        fig.add_trace(go.Scatter(x=[min(xs), max(xs)], y=[b * 1e3, b * 1e3], mode="lines",
-                                 name=_t(f"p99 bound {b * 1e3:g} ms"), line={"dash": "dot", "color": "#6c757d"}))
+    _offered_load_lines(fig, report, lines, "server_latency_p99_s", "server_p99_bound_s", "p99")
     fig.update_xaxes(title_text="offered load (target QPS, Poisson arrivals)", type="log")
     fig.update_yaxes(title_text="p99 latency (ms)", type="log")
     return Chart("served-load", "Latency against offered load (LoadGen Server)", _layout(fig),
                  "Each marker one LoadGen Server test of a process (the sweep's bisection, or --qps): its p99 "
                  "latency from issue to completion, queueing included; filled: LoadGen's VALID verdict against "
                  "the p99 bound (early stopping included), open: INVALID.")
+
+
+def served_tokens(report: Report) -> Chart | None:
+    """Generation under LoadGen's Server with token latencies (`--scenario generate --load
+    server`): TTFT p99 and TPOT p99 against the offered load, side by side, each with its bound."""
+    lines = [(c, t) for c in report.configs for t in c.trials if t.series.get("server_ttft_p99_s")]
+    if not lines:
+        return None
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["time to first token, p99", "time per output token, p99"])
+    for col, (series, bound, name) in enumerate((("server_ttft_p99_s", "server_ttft_bound_s", "TTFT p99"),
+                                                 ("server_tpot_p99_s", "server_tpot_bound_s", "TPOT p99")), start=1):
+        _offered_load_lines(fig, report, [(c, t) for c, t in lines if t.series.get(series)], series, bound, name,
+                            row=1, col=col)
+        fig.update_xaxes(title_text="offered load (target QPS, Poisson arrivals)", type="log", row=1, col=col)
+        fig.update_yaxes(title_text="ms", type="log", row=1, col=col)
+    return Chart("served-tokens", "Token latencies against offered load (LoadGen Server)", _layout(fig),
+                 "Each marker one LoadGen Server test of a generate process under token latencies (the sweep, or"
+                 " --qps): LoadGen's TTFT p99 (issue to the first token, queueing included) and TPOT p99 (per query,"
+                 " the rest of its generation over its tokens after the first); filled: VALID, both p99s within their"
+                 " bounds (dotted; early stopping included), open: INVALID.")
 
 
 EFFICIENCY_PATTERNS = ("", ".", "x")  # one fill per efficiency metric; the colour stays the framework's
@@ -733,8 +762,8 @@ def work_precision(report: Report) -> Chart | None:
 RL_MAX_RETURN = 500.0
 
 CHARTS: tuple[Callable[[Report], Chart | None], ...] = (
-    throughput, step_times, startup, memory, loss, accuracy, convergence, convergence_perplexity, returns, latency, served_load, efficiency,
-    roofline, scaling, work_precision)
+    throughput, step_times, startup, memory, loss, accuracy, convergence, convergence_perplexity, returns, latency, served_load, served_tokens,
+    efficiency, roofline, scaling, work_precision)
 
 
 def charts(report: Report) -> list[Chart]:
