@@ -112,3 +112,28 @@ def test_the_roofline_chart_puts_each_step_on_its_side_of_the_ridge(tmp_path):
     assert train.x == (20.0,) and train.y == (50.0,) and train.marker.symbol == "circle"
     assert "compute-bound side" in train.hovertext
     assert chart.figure.layout.xaxis.type == "log" and chart.figure.layout.yaxis.type == "log"
+
+
+def test_the_parent_divides_by_the_bandwidth_of_the_trials_threads_and_not_on_an_accelerator():
+    from dlbench.results.records import TrialResult
+    from dlbench.runner import verdicts
+    from dlbench.spec import Policy, TrialSpec
+
+    trial = TrialSpec(workload=TINY, framework="fake", policy=Policy(mode="eager", threads=2), scenario="generate")
+    measured = {"bytes_per_s": 10e9, "kernel": "read", "read_bytes_per_s": 10e9, "triad_bytes_per_s": 6e9,
+                "threads": 2, "array_bytes": 2**27, "busy": False}
+    limits = verdicts.Ceilings(bandwidth={2: (measured, ""), 1: ({**measured, "bytes_per_s": 1.0}, "")})
+    cpu = TrialResult(status="ok", metrics={"decode_bytes_per_step": 140_032.0, "tpot_p50_s": 5e-5})
+    verdicts.judge_bandwidth(trial, cpu, limits)
+    assert cpu.metrics["memory_bandwidth_bytes_per_s"] == 10e9  # the 2-thread measurement, not the 1-thread one
+    assert cpu.metrics["tpot_bound_s"] == pytest.approx(140_032 / 10e9)
+    assert cpu.metrics["tpot_bound_share"] == pytest.approx(140_032 / 10e9 / 5e-5)
+    assert "10.0 GB/s (read" in cpu.notes["memory_bandwidth"]
+    gpu = TrialResult(status="ok", metrics={"decode_bytes_per_step": 140_032.0, "tpot_p50_s": 5e-5},
+                      framework_info={"gpus": [{"name": "NVIDIA H100 80GB HBM3"}]})
+    verdicts.judge_bandwidth(trial, gpu, limits)
+    assert gpu.metrics["tpot_bound_s"] is None and gpu.metrics["tpot_bound_share"] is None
+    assert "accelerator" in gpu.notes["memory_bandwidth"]
+    untimed = TrialResult(status="ok", metrics={"samples_per_s": 1.0})  # neither FLOP/s nor decode steps
+    verdicts.judge_bandwidth(trial, untimed, limits)
+    assert "memory_bandwidth_bytes_per_s" not in untimed.metrics
