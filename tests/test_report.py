@@ -31,7 +31,7 @@ from zoo_store import FRAMEWORKS, WORKLOADS, zoo_store
 
 TINY = ["--preset", "tiny", "--dataset-size", "64", "--chunk-steps", "1", "--epochs", "2"]
 HOSTILE = "<img src=x onerror=alert(1)></script><script>alert(2)</script>"
-BASE_CHARTS = {"throughput", "step-times", "startup", "memory", "loss", "accuracy", "scaling", "efficiency"}
+BASE_CHARTS = {"throughput", "step-times", "startup", "memory", "loss", "accuracy", "scaling", "efficiency", "roofline"}
 
 
 @pytest.fixture(scope="module")

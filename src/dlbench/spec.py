@@ -49,6 +49,10 @@ MIN_INFER_REQUESTS = 100
 # Server (Poisson arrivals) at `server_qps`, or a sweep for the highest QPS meeting `p99_bound_ms`;
 # "loop", the hand-written request loop LoadGen replaced.
 INFER_LOADS = ("standard", "server", "loop")
+# The generate scenario's load (runner/scenarios/generate.py): "standard", its own timed
+# generations; "server", those and then LoadGen's Server with token latencies (Poisson arrivals,
+# TTFT and TPOT p99 bounds) at `gen_qps`, or a sweep for the highest QPS meeting both bounds.
+GEN_LOADS = ("standard", "server")
 # Data parallelism (docs/methodology.md, multi-device scaling): "weak" keeps the per-device
 # batch (global batch = per-device batch x devices), "strong" keeps the global batch.
 SCALINGS = ("weak", "strong")
@@ -229,7 +233,7 @@ class Policy:
 
 
 def option(default: Any, flag: str, help: str, *, omit_default: bool = False, value: str | None = None,
-           choices: tuple[str, ...] | None = None) -> Any:
+           choices: tuple[str, ...] | None = None, shared: bool = False) -> Any:
     """A field of a scenario's options with its command-line flag and help beside it: `run`'s
     flags, their defaults and the suite-file keys are built from these fields (cli/run.py,
     cli/suite.py), so an option is declared here once. The flag names the argparse destination
@@ -237,8 +241,12 @@ def option(default: Any, flag: str, help: str, *, omit_default: bool = False, va
     `{default}`. `omit_default`: the field came after stores existed (OMIT_DEFAULT). `value`:
     what a suite file's key takes where the field's type says too little (cli/suite.py: Key
     kinds such as "fraction"); `choices`: the names a suite key allows (the flag leaves them to
-    validation, which says them)."""
+    validation, which says them). `shared`: the flag is declared (with its help) by another
+    scenario's options, and this field takes the value given to it too (`--load` and `--qps`
+    drive infer's and generate's LoadGen Server alike); both defaults must agree."""
     metadata: dict[str, Any] = {"flag": flag, "help": help, **(OMIT_DEFAULT if omit_default else {})}
+    if shared:
+        metadata["shared"] = True
     if value is not None:
         metadata["value"] = value
     if choices is not None:
@@ -277,9 +285,11 @@ class InferOptions(ScenarioOptions):
     # Added after stores existed: left out of the serialised spec at their defaults.
     infer_load: str = option("standard", "--load", "infer: standard (MLPerf LoadGen SingleStream and Offline, the"
                              " default), server (SingleStream, then LoadGen's Server: Poisson arrivals), or loop (the"
-                             " hand-written request loop)", omit_default=True, choices=INFER_LOADS)
-    server_qps: float | None = option(None, "--qps", "infer --load server: target queries per second (default: a"
-                                      " sweep for the highest QPS that meets --p99-bound-ms)", omit_default=True)
+                             " hand-written request loop); generate: standard or server (LoadGen's Server with token"
+                             " latencies)", omit_default=True, choices=INFER_LOADS)
+    server_qps: float | None = option(None, "--qps", "--load server: target queries per second (default: a sweep"
+                                      " for the highest QPS that meets --p99-bound-ms, or for generate the TTFT and"
+                                      " TPOT bounds)", omit_default=True)
     p99_bound_ms: float | None = option(None, "--p99-bound-ms", "infer --load server: the p99 latency bound, ms"
                                         " (required)", omit_default=True)
     SCENARIO: ClassVar[str] = "infer"
@@ -369,7 +379,11 @@ class GenerateOptions(ScenarioOptions):
     """Greedy generation with a KV cache (`--scenario generate`: runner/scenarios/generate.py):
     `gen_batch` prompts of `prompt_len` tokens, `new_tokens` greedy tokens each; timed
     generations until ten are timed or `infer_budget_s` is spent (all added after stores
-    existed: left out of the serialised spec at their defaults)."""
+    existed: left out of the serialised spec at their defaults). `gen_load` (GEN_LOADS) and, for
+    "server", the target QPS of one LoadGen test (None: the sweep) and the p99 bounds on the time
+    to first token and the time per output token that LoadGen judges each test by (defaults:
+    MLPerf's own for llama2-70b's Server, loadgen/mlperf.conf: TTFT 2000 ms, TPOT 200 ms).
+    `--load` and `--qps` are infer's flags too (`shared`)."""
 
     prompt_len: int = option(32, "--prompt-len", "generate: prompt tokens per sequence (default {default})",
                              omit_default=True)
@@ -377,7 +391,18 @@ class GenerateOptions(ScenarioOptions):
                              omit_default=True)
     gen_batch: int = option(1, "--gen-batch", "generate: sequences decoded together (default {default})",
                             omit_default=True)
+    gen_load: str = option("standard", "--load", "", omit_default=True, choices=GEN_LOADS, shared=True)
+    gen_qps: float | None = option(None, "--qps", "", omit_default=True, shared=True)
+    ttft_bound_ms: float = option(2000.0, "--ttft-bound-ms", "generate --load server: the p99 bound on the time to"
+                                  " first token, ms (default {default}: MLPerf's for llama2-70b's Server)",
+                                  omit_default=True)
+    tpot_bound_ms: float = option(200.0, "--tpot-bound-ms", "generate --load server: the p99 bound on the time per"
+                                  " output token, ms (default {default}: MLPerf's for llama2-70b's Server)",
+                                  omit_default=True)
     SCENARIO: ClassVar[str] = "generate"
+    # The options of LoadGen's Server that only a generate trial takes (check_unused).
+    BOUNDS: ClassVar[tuple[tuple[str, str], ...]] = (("TTFT bound (ms)", "ttft_bound_ms"),
+                                                     ("TPOT bound (ms)", "tpot_bound_ms"))
 
     def validate(self, scenario: str) -> None:
         for name, value in (("prompt length", self.prompt_len), ("new tokens", self.new_tokens),
@@ -388,8 +413,35 @@ class GenerateOptions(ScenarioOptions):
             raise SpecError(f"prompt length + 1 + new tokens is {positions}, over the most a cache holds here:"
                             f" {MAX_GENERATION_POSITIONS}")
         if scenario != "generate" and self != GenerateOptions():
-            raise SpecError(f"prompt length, new tokens and generation batch apply to the generate scenario only,"
-                            f" not {scenario!r}")
+            raise SpecError(f"prompt length, new tokens, generation batch, load, qps and the TTFT and TPOT bounds"
+                            f" apply to the generate scenario only, not {scenario!r}")
+        self._validate_server()
+
+    def _validate_server(self) -> None:
+        _check_choice("load", self.gen_load, GEN_LOADS)
+        default = GenerateOptions()
+        for name, f in (("qps", "gen_qps"), *self.BOUNDS):
+            value = getattr(self, f)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise SpecError(f"{name} must be a finite number > 0, got {value!r}")
+            if self.gen_load != "server" and value != getattr(default, f):
+                raise SpecError(f"{name} {value!r} applies to --load server only, not {self.gen_load!r}")
+        if self.gen_load == "server" and self.new_tokens < 2:
+            raise SpecError(f"load server needs new tokens >= 2 (a time per output token follows the first),"
+                            f" got {self.new_tokens}")
+
+    def check_unused(self, scenarios: tuple[str, ...]) -> None:
+        """A sweep without the generate scenario that was given a TTFT or TPOT bound would ignore
+        it: refused, naming it (load and qps are shared with the infer scenario)."""
+        if self.SCENARIO in scenarios:
+            return
+        default = GenerateOptions()
+        for name, f in self.BOUNDS:
+            if getattr(self, f) != getattr(default, f):
+                raise SpecError(f"{name} {getattr(self, f)!r} applies to --scenario {self.SCENARIO} with --load server"
+                                f" only, not --scenario {','.join(scenarios)}")
 
 
 @typing.final
@@ -592,7 +644,8 @@ class TrialSpec:
         extra = [v for v, default in ((self.scenario, "train"), (self.policy.data, "pipeline"),
                                       (self.precision, "fp32")) if v != default]
         extra += [f"seed{self.workload.seed}"] if self.workload.seed else []
-        load = self.options.infer_load if isinstance(self.options, InferOptions) else "standard"
+        load = (self.options.infer_load if isinstance(self.options, InferOptions)
+                else self.options.gen_load if isinstance(self.options, GenerateOptions) else "standard")
         extra += [load] if load != "standard" else []
         extra += [f"{self.devices}dev-{self.scaling}"] if self.devices > 1 else []
         extra += ["profiled"] if self.profile else []

@@ -104,6 +104,10 @@ METRICS: dict[str, Metric] = {
     "mfu": _ratio("higher", "MFU"),
     "matmul_ceiling_share": _ratio("higher", "of matmul ceiling"),
     "matmul_ceiling_flops_per_s": Metric("FLOP/s"),
+    # the measured memory bandwidth for the trial's threads (runner/bandwidth.py) and the bytes a
+    # training step must move at least (analysis/roofline.py): the roofline's other ceiling and x axis
+    "memory_bandwidth_bytes_per_s": Metric("B/s", "none", "memory GB/s"),
+    "min_step_bytes": Metric("B", "none", "min MiB/step"),
     # GPU and energy (monitors/power.py, monitors/rapl.py)
     "gpu_utilization_mean": _ratio("none", "GPU util"),
     "gpu_power_mean_w": Metric("W", "lower", "power W"),
@@ -170,6 +174,25 @@ METRICS: dict[str, Metric] = {
     "first_generation_compile_estimate_s": _s("compile estimate s"),
     "kv_cache_bytes": Metric("B", "lower", "KV cache MiB"),
     "recompiles_per_prompt_length": _ratio("lower", "compiles per new prompt length"),
+    # the memory-bandwidth bound of a decode step (analysis/roofline.py, workloads/lm.py: decode_step):
+    # the bytes one step must read and its FLOPs at the generation's mean position, the FLOP/s the
+    # median TPOT achieved; bytes / the measured bandwidth, and that bound over the median TPOT
+    "decode_bytes_per_step": Metric("B", "none", "decode MiB/step"),
+    "decode_flops_per_step": Metric("FLOP", "none", "decode MFLOP/step"),
+    "decode_flops_per_s": Metric("FLOP/s", "higher", "decode GFLOP/s"),
+    "tpot_bound_s": Metric("s", "none", "TPOT bound ms"),
+    "tpot_bound_share": _ratio("higher", "of bandwidth bound"),
+    # generate under LoadGen's Server with token latencies (`--load server`: runner/scenarios/generate.py);
+    # LoadGen's own percentiles of the test shown (the highest VALID), its bounds, completed tokens/s;
+    # server_max_qps, server_target_qps, server_achieved_qps and server_valid as for inference
+    "server_ttft_p50_s": _s("server TTFT p50 ms"),
+    "server_ttft_p99_s": _s("server TTFT p99 ms"),
+    "server_tpot_p50_s": _s("server TPOT p50 ms"),
+    "server_tpot_p99_s": _s("server TPOT p99 ms"),
+    "server_ttft_bound_s": Metric("s", "none", "TTFT p99 bound ms"),
+    "server_tpot_bound_s": Metric("s", "none", "TPOT p99 bound ms"),
+    "server_output_tokens_per_s": Metric("1/s", "higher", "server tokens/s"),
+    "generate_server_window_s": _s(),
     # data parallelism (runner/parallel.py)
     "grad_comm_s_per_step": _s("grad comm ms/step"),
     "grad_comm_share": _ratio("lower"),

@@ -17,6 +17,7 @@ from dlbench.cli.common import add_store_argument
 from dlbench.monitors import preflight
 from dlbench.report.terminal import make_console
 from dlbench.results.environment import capture
+from dlbench.runner.bandwidth import bandwidth, describe
 from dlbench.runner.ceiling import ceiling
 from dlbench.text import printable
 
@@ -35,7 +36,9 @@ def _add_row(table: Table, key: str, value: str) -> None:
 def main(args: argparse.Namespace) -> int:
     measuring = preflight.Measurement()  # other processes' CPU, measured while the rest is read
     env = capture(installed())
-    env["matmul_ceiling"] = ceiling(len(os.sched_getaffinity(0)))[0]
+    threads = len(os.sched_getaffinity(0))
+    env["matmul_ceiling"] = ceiling(threads)[0]
+    env["memory_bandwidth"] = bandwidth(threads)[0]
     found = preflight.findings(measuring.finish())
     env["preflight"] = [f.to_dict() for f in found]
     if args.json:
@@ -58,9 +61,11 @@ def main(args: argparse.Namespace) -> int:
     for name, fw in env["frameworks"].items():
         dists = ", ".join(f"{k} {v}" for k, v in fw["distributions"].items())
         _add_row(table, name, dists if fw["installed"] else f"not installed ({fw['detail']})")
-    data, why = ceiling(len(os.sched_getaffinity(0)))
+    data, why = ceiling(threads)
     _add_row(table, "matmul ceiling", f"{data['flops_per_s'] / 1e9:.1f} GFLOP/s float32 ({data['library']},"
              f" {data['threads']} threads, {data['size']}^2 GEMM, cached)" if data else why)
+    measured, why = bandwidth(threads)
+    _add_row(table, "memory bandwidth", f"{describe(measured)}, cached" if measured else why)
     console = make_console()
     console.print(table)
     console.print(preflight_table(found))

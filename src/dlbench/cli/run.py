@@ -8,10 +8,11 @@ import contextlib
 import dataclasses
 import os
 import random
+import re
 import shlex
 import time
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rich.console import Console
@@ -46,14 +47,16 @@ from dlbench.runner.executors import EXECUTORS
 from dlbench.runner.protocol import CHUNK, PHASE_NAME, STEPS, event_kind
 from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, at_load, estimates, learn, make_plan
 from dlbench.spec import OPTIONS, SCENARIOS, ScenarioOptions, SolveOptions, SpecError, to_dict
-from dlbench.text import printable
+from dlbench.text import printable, shown
 
 # The scenario options' command-line destinations -> (options dataclass, its field), built from
 # the fields' own flags (spec.option): `--load` is `load`, InferOptions.infer_load. Their
-# defaults and help are the dataclasses', declared nowhere else.
+# defaults and help are the dataclasses', declared nowhere else. A field whose flag another
+# options type declares (`shared`: generate's `--load` and `--qps`) takes the same value
+# (_scenario_options) and is not listed here.
 SCENARIO_OPTION_FLAGS: dict[str, tuple[type[ScenarioOptions], str]] = {
     f.metadata["flag"].removeprefix("--").replace("-", "_"): (kind, f.name)
-    for kind in OPTIONS.values() for f in dataclasses.fields(kind)}
+    for kind in OPTIONS.values() for f in dataclasses.fields(kind) if not f.metadata.get("shared")}
 # Every sweep option's default. The parser's defaults are None, so that an option given on the
 # command line can be told from one left out: command line > suite file > these.
 SWEEP_DEFAULTS: dict[str, Any] = {
@@ -81,16 +84,39 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     for kind in OPTIONS.values():  # each scenario's options, flag and help beside their fields
         hints = typing.get_type_hints(kind)
         for f in dataclasses.fields(kind):
-            p.add_argument(f.metadata["flag"], type=_flag_type(hints[f.name]),
-                           help=f.metadata["help"].format(default=_shown(f.default)))
+            if not f.metadata.get("shared"):  # a shared flag is declared by its other options type
+                p.add_argument(f.metadata["flag"], type=_flag_type(hints[f.name]),
+                               help=f.metadata["help"].format(default=_shown(f.default)))
     _add_run_arguments(p)
     add_store_argument(p)
 
 
 def _flag_type(hint: Any) -> Any:
-    """argparse's type for an option field's annotation: its type less None (a str: none)."""
+    """argparse's type for an option field's annotation: its type less None (a str: none); a
+    number in ASCII digits only (Python's int() and float() read other scripts' digits, and
+    float() "inf" and "nan": the options' own validation says what range is allowed)."""
     kinds = [k for k in typing.get_args(hint) if k is not type(None)] or [hint]
-    return None if kinds[0] is str else kinds[0]
+    return None if kinds[0] is str else ascii_number(kinds[0])
+
+
+_INTEGER = re.compile(r"\s*[+-]?\d+\s*", re.ASCII)
+_NUMBER = re.compile(r"\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*", re.ASCII)
+
+
+def ascii_number(kind: type) -> Callable[[str], Any]:
+    """An argparse type for an int or float flag: ASCII digits only, one line naming the value
+    and what is allowed otherwise."""
+
+    def parse(text: str) -> Any:
+        if kind is int and _INTEGER.fullmatch(text):
+            return int(text)
+        if kind is float and _NUMBER.fullmatch(text):
+            return float(text)
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not {'an integer' if kind is int else 'a number'}"
+                                         " in ASCII digits")
+
+    parse.__name__ = kind.__name__  # argparse names the type in its own messages
+    return parse
 
 
 def _shown(default: Any) -> str:
@@ -201,8 +227,9 @@ def repeat_rule(o: dict[str, Any]) -> repeats.RepeatRule:
 
 
 def _scenario_options(o: dict[str, Any], kind: type[ScenarioOptions]) -> dict[str, Any]:
-    """The options of one scenario options type, by its field names."""
-    return {name: o[dest] for dest, (k, name) in SCENARIO_OPTION_FLAGS.items() if k is kind}
+    """The options of one scenario options type, by its field names: each field takes its
+    flag's value (a shared flag's too)."""
+    return {f.name: o[f.metadata["flag"].removeprefix("--").replace("-", "_")] for f in dataclasses.fields(kind)}
 
 
 def sweep_from_options(o: dict[str, Any]) -> Sweep:

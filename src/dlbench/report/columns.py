@@ -126,11 +126,17 @@ GENERATE = [
     _m("gen_ttft_p99", "ttft_p99_s", _ms),
     _m("gen_tpot_p50", "tpot_p50_s", _ms),
     _m("gen_tpot_p99", "tpot_p99_s", _ms),
+    # the least time a decode step can take (bytes it reads / the memory bandwidth) over the TPOT p50
+    _m("gen_bound_share", "tpot_bound_share", lambda v: f"{v:.1%}"),
     _m("gen_tokens_per_s_stream", "output_tokens_per_s_per_stream", _f(1)),
     _m("gen_tokens_per_s", "output_tokens_per_s", _f(1)),
     _m("gen_first", "first_generation_s", _f(2)),
     _m("gen_cache", "kv_cache_bytes", lambda v: f"{v / 2**20:.2f}"),
     _m("gen_recompiles", "recompiles_per_prompt_length", _f(1)),
+    # --load server: LoadGen's highest VALID QPS and that test's p99s (hidden where no row has them)
+    _m("gen_server_max_qps", "server_max_qps", _f(1)),
+    _m("gen_server_ttft_p99", "server_ttft_p99_s", _ms),
+    _m("gen_server_tpot_p99", "server_tpot_p99_s", _ms),
 ]
 
 

@@ -19,6 +19,7 @@ from plotly.subplots import make_subplots
 
 from dlbench.analysis import interference
 from dlbench.analysis import payback as payback_analysis
+from dlbench.analysis import roofline as roofline_analysis
 from dlbench.analysis.categories import CATEGORIES
 from dlbench.analysis.history import segments
 from dlbench.analysis.metrics import label as metrics_label
@@ -464,6 +465,29 @@ def latency(report: Report) -> Chart | None:
                  "the median over processes with its interval.")
 
 
+def _offered_load_lines(fig: go.Figure, report: Report, lines: list[tuple[Config, Trial]], series: str,
+                        bound_metric: str, bound_name: str, row: int | None = None, col: int | None = None) -> None:
+    """Each process's `series` (seconds over target QPS) as a line in ms, filled markers where
+    LoadGen called the test VALID, and each bound (`bound_metric`) dotted: a trace, not a shape
+    (a shape's y on a log axis is read as a power of ten)."""
+    where = {"row": row, "col": col} if row is not None else {}
+    for c, t in lines:
+        points = t.series[series]
+        valid = dict(t.series.get("server_valid") or [])
+        fig.add_trace(go.Scatter(
+            x=[p[0] for p in points], y=[p[1] * 1e3 for p in points], mode="lines+markers",
+            name=_t(_trial_name(report, c, t)), legendgroup=_t(_trial_name(report, c, t)), showlegend=col in (None, 1),
+            line={"color": _color(report, c.axes.get("framework"))},
+            marker={"symbol": ["circle" if valid.get(p[0]) else "circle-open" for p in points], "size": 9},
+            hovertext=[_t(f"{p[0]:.1f} QPS offered: {bound_name} {p[1] * 1e3:.3f} ms, "
+                          + ("VALID" if valid.get(p[0]) else "INVALID")) for p in points], hoverinfo="text"), **where)
+    xs = [p[0] for _, t in lines for p in t.series[series]]
+    for b in sorted({b for _, t in lines if (b := t.metrics.get(bound_metric)) is not None}):
+        fig.add_trace(go.Scatter(x=[min(xs), max(xs)], y=[b * 1e3, b * 1e3], mode="lines",
+                                 name=_t(f"{bound_name} bound {b * 1e3:g} ms"), line={"dash": "dot", "color": "#6c757d"}),
+                      **where)
+
+
 def served_load(report: Report) -> Chart | None:
     """LoadGen Server tests (`--load server`): p99 latency against the offered load (target
     QPS), one line per process, filled markers where LoadGen called the test VALID; dotted: the
@@ -472,27 +496,33 @@ def served_load(report: Report) -> Chart | None:
     if not lines:
         return None
     fig = go.Figure()
-    bounds = sorted({b for _, t in lines if (b := t.metrics.get("server_p99_bound_s")) is not None})
-    for i, (c, t) in enumerate(lines):
-        points = t.series["server_latency_p99_s"]
-        valid = dict(t.series.get("server_valid") or [])
-        fig.add_trace(go.Scatter(
-            x=[p[0] for p in points], y=[p[1] * 1e3 for p in points], mode="lines+markers",
-            name=_t(_trial_name(report, c, t)), line={"color": _color(report, c.axes.get("framework"))},
-            marker={"symbol": ["circle" if valid.get(p[0]) else "circle-open" for p in points], "size": 9},
-            hovertext=[_t(f"{p[0]:.1f} QPS offered: p99 {p[1] * 1e3:.3f} ms, "
-                          + ("VALID" if valid.get(p[0]) else "INVALID")) for p in points], hoverinfo="text"))
-    # The bound as a trace, not a shape: a shape's y on a log axis is read as a power of ten.
-    xs = [p[0] for _, t in lines for p in t.series["server_latency_p99_s"]]
-    for b in bounds:
-        fig.add_trace(go.Scatter(x=[min(xs), max(xs)], y=[b * 1e3, b * 1e3], mode="lines",
-                                 name=_t(f"p99 bound {b * 1e3:g} ms"), line={"dash": "dot", "color": "#6c757d"}))
+    _offered_load_lines(fig, report, lines, "server_latency_p99_s", "server_p99_bound_s", "p99")
     fig.update_xaxes(title_text="offered load (target QPS, Poisson arrivals)", type="log")
     fig.update_yaxes(title_text="p99 latency (ms)", type="log")
     return Chart("served-load", "Latency against offered load (LoadGen Server)", _layout(fig),
                  "Each marker one LoadGen Server test of a process (the sweep's bisection, or --qps): its p99 "
                  "latency from issue to completion, queueing included; filled: LoadGen's VALID verdict against "
                  "the p99 bound (early stopping included), open: INVALID.")
+
+
+def served_tokens(report: Report) -> Chart | None:
+    """Generation under LoadGen's Server with token latencies (`--scenario generate --load
+    server`): TTFT p99 and TPOT p99 against the offered load, side by side, each with its bound."""
+    lines = [(c, t) for c in report.configs for t in c.trials if t.series.get("server_ttft_p99_s")]
+    if not lines:
+        return None
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["time to first token, p99", "time per output token, p99"])
+    for col, (series, bound, name) in enumerate((("server_ttft_p99_s", "server_ttft_bound_s", "TTFT p99"),
+                                                 ("server_tpot_p99_s", "server_tpot_bound_s", "TPOT p99")), start=1):
+        _offered_load_lines(fig, report, [(c, t) for c, t in lines if t.series.get(series)], series, bound, name,
+                            row=1, col=col)
+        fig.update_xaxes(title_text="offered load (target QPS, Poisson arrivals)", type="log", row=1, col=col)
+        fig.update_yaxes(title_text="ms", type="log", row=1, col=col)
+    return Chart("served-tokens", "Token latencies against offered load (LoadGen Server)", _layout(fig),
+                 "Each marker one LoadGen Server test of a generate process under token latencies (the sweep, or"
+                 " --qps): LoadGen's TTFT p99 (issue to the first token, queueing included) and TPOT p99 (per query,"
+                 " the rest of its generation over its tokens after the first); filled: VALID, both p99s within their"
+                 " bounds (dotted; early stopping included), open: INVALID.")
 
 
 EFFICIENCY_PATTERNS = ("", ".", "x")  # one fill per efficiency metric; the colour stays the framework's
@@ -522,6 +552,73 @@ def efficiency(report: Report) -> Chart | None:
                  "MFU: achieved FLOP/s over the device's dense peak for the dtype (GPUs in the peak "
                  "table); on CPUs the share of a measured matmul ceiling. Medians over processes; the"
                  " colour is the framework's, the fill pattern the metric.")
+
+
+ROOFLINE_SYMBOLS = {roofline_analysis.TRAINING_STEP: "circle", roofline_analysis.DECODE_STEP: "diamond"}
+
+
+def _roofline_points(report: Report) -> list[tuple[Config, Trial, roofline_analysis.Point]]:
+    """Every ok trial with a training or decode step and both ceilings measured (CPUs)."""
+    out = []
+    for c, t in report.trials():
+        p = roofline_analysis.point(t.metrics, int(t.spec.get("workload", {}).get("batch_size", 1)))
+        if t.status == "ok" and p is not None and p.side() is not None:
+            out.append((c, t, p))
+    return out
+
+
+def _roof_traces(fig: go.Figure, roofs: list[tuple[float, float]], x_lo: float, x_hi: float, y_lo: float) -> None:
+    """Each distinct pair of ceilings as its roof, min(ceiling, x bandwidth), over [x_lo, x_hi],
+    and its ridge as a dotted vertical line (traces, not shapes: a shape on a log axis takes
+    powers of ten)."""
+    for i, (ceiling, bandwidth) in enumerate(roofs):
+        ridge = roofline_analysis.ridge_flops_per_byte(ceiling, bandwidth)
+        xs = sorted({min(x_lo, ridge / 4), ridge, max(x_hi, ridge * 4)})
+        ys = [roofline_analysis.attainable_flops_per_s(x, ceiling, bandwidth) / 1e9 for x in xs]
+        name = f"roof: matmul ceiling {ceiling / 1e9:.4g} GFLOP/s, memory {bandwidth / 1e9:.4g} GB/s"
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=_t(name), hoverinfo="name",
+                                 line={"color": "#222222" if i == 0 else "#6c757d", "width": 2}))
+        fig.add_trace(go.Scatter(x=[ridge, ridge], y=[y_lo / 1e9, ceiling / 1e9], mode="lines+text",
+                                 name=_t(f"ridge {ridge:.3g} FLOP/B"), text=["", _t(f"ridge {ridge:.3g} FLOP/B")],
+                                 textposition="top center", hoverinfo="name",
+                                 line={"color": "#6c757d", "dash": "dot", "width": 1}))
+
+
+def roofline(report: Report) -> Chart | None:
+    """Achieved FLOP/s against arithmetic intensity, log-log, one point per trial (training
+    steps and decode steps, told apart by their marker), under the roofs of the measured matmul
+    ceiling and memory bandwidth, each ridge marked (analysis/roofline.py)."""
+    found = _roofline_points(report)
+    if not found:
+        return None
+    fig = go.Figure()
+    roofs = sorted({(p.ceiling_flops_per_s or 0.0, p.bandwidth_bytes_per_s or 0.0) for _, _, p in found})
+    xs, ys = [p.flops_per_byte for _, _, p in found], [p.flops_per_s for _, _, p in found]
+    _roof_traces(fig, roofs, min(xs) / 4, max(xs) * 4, min(ys) / 4)
+    shown: set[str] = set()
+    for c, t, p in found:
+        framework = str(c.axes.get("framework"))
+        name = f"{framework} {p.kind}s"
+        roof = roofline_analysis.attainable_flops_per_s(p.flops_per_byte, p.ceiling_flops_per_s or 0.0,
+                                                         p.bandwidth_bytes_per_s or 0.0)
+        hover = (f"{_trial_name(report, c, t)}: {p.kind}<br>{p.flops_per_byte:.3g} FLOP/B, {p.flops_per_s / 1e9:.4g}"
+                 f" GFLOP/s, {p.flops_per_s / roof:.1%} of the roof there<br>{p.side()}")
+        fig.add_trace(go.Scatter(x=[p.flops_per_byte], y=[p.flops_per_s / 1e9], mode="markers", name=_t(name),
+                                 legendgroup=_t(name), showlegend=name not in shown, hovertext=_t(hover), hoverinfo="text",
+                                 marker={"color": _color(report, framework), "size": 11,
+                                         "symbol": ROOFLINE_SYMBOLS.get(p.kind, "square"),
+                                         "line": {"width": 1, "color": "#ffffff"}}))
+        shown.add(name)
+    fig.update_xaxes(title_text="arithmetic intensity (FLOP per byte moved, log scale)", type="log")
+    fig.update_yaxes(title_text="achieved GFLOP/s (log scale)", type="log")
+    return Chart("roofline", "Roofline", _layout(fig, height=480),
+                 "One point per process: circles training steps (FLOPs per step over the bytes of the optimizer state a"
+                 " step must stream once: weights, gradients and Adam's two moments, 7 x 4 B a parameter), diamonds"
+                 " decode steps (decode FLOPs over the bytes one step must read: every weight once and the KV cache at"
+                 " the generation's mean position). Both byte counts leave out activations and re-reads: lower bounds,"
+                 " so a point may sit further right than its step really is. Roofs: the measured float32 matmul"
+                 " ceiling and the measured memory bandwidth for the trial's threads; left of the dotted ridge a step"
+                 " is bound by memory, right of it by compute (docs/methodology.md).")
 
 
 def scaling(report: Report) -> Chart | None:
@@ -711,8 +808,8 @@ def work_precision(report: Report) -> Chart | None:
 RL_MAX_RETURN = 500.0
 
 CHARTS: tuple[Callable[[Report], Chart | None], ...] = (
-    throughput, step_times, startup, memory, loss, accuracy, convergence, convergence_perplexity, returns, latency, served_load, efficiency,
-    scaling, work_precision)
+    throughput, step_times, startup, memory, loss, accuracy, convergence, convergence_perplexity, returns, latency, served_load, served_tokens,
+    efficiency, roofline, scaling, work_precision)
 
 
 def charts(report: Report) -> list[Chart]:

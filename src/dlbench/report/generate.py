@@ -28,6 +28,9 @@ NOTES = ("TTFT: prefill of the prompt plus the first token's fetch; TPOT: one de
          " p99 interpolates between order statistics (few samples: near the largest); first generation: the"
          " first call, compiles included; compiles per new prompt length: measured at P - 1 and P + 1."
          " Greedy decoding, batch B, no continuous batching (a serving engine's job).",
+         "of bandwidth bound: the least time a decode step can take, the bytes it must read (every weight once,"
+         " the KV cache at the generation's mean position) over the memory bandwidth measured here with the"
+         " trial's threads (tpot_bound_s), over the TPOT p50 (100 %: at the memory's limit; docs/methodology.md)",
          "parity (generate): every step's logits against the float64 NumPy decoder fed the same tokens, and"
          " the ids against its own greedy ids up to the first step whose top-2 margin is within twice the"
          f" bound (float32 {LOGITS_RTOL:.0e}, int8 {INT8_LOGITS_RTOL:.0e}: docs/workloads.md#lm); token agree: the parity rows' ids equal to"

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dlbench.runner import children
+from dlbench.runner import best_cache, children
 from dlbench.runner.reference import cache_root
 
 SIZE = 2048  # large enough to reach the BLAS plateau on CPUs, ~0.3 s per product on 2 cores
@@ -112,19 +112,17 @@ def ceiling(threads: int, measure_if_missing: bool = True) -> tuple[dict[str, An
         data: dict[str, Any] = json.loads(path.read_text())
         if data.get("cpu_model") == _cpu_model():
             cached = data
-    if cached is not None and (not measure_if_missing or _final(cached, load_1min())):
-        return cached, ""
-    if not measure_if_missing:
-        return None, "not measured yet on this machine (dlbench env measures it)"
-    fresh, why = _measure_in_child(threads)
-    if fresh is None:
-        return (cached, "") if cached is not None else (None, why)
-    best = fresh if cached is None or fresh["flops_per_s"] >= cached["flops_per_s"] else {
-        **cached, "load_1min": min(fresh["load_1min"], cached.get("load_1min", fresh["load_1min"])),
-        "busy": fresh["busy"] and bool(cached.get("busy", True))}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(best))
-    return best, ""
+    return best_cache.refresh(path, cached, lambda c: _final(c, load_1min()), lambda: _measure_in_child(threads),
+                              _merge, measure_if_missing)
+
+
+def _merge(cached: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
+    """The higher ceiling; a lower fresh one leaves the cached, with the quieter load and final
+    once either was taken on a quiet machine."""
+    if fresh["flops_per_s"] >= cached["flops_per_s"]:
+        return fresh
+    return {**cached, "load_1min": min(fresh["load_1min"], cached.get("load_1min", fresh["load_1min"])),
+            "busy": fresh["busy"] and bool(cached.get("busy", True))}
 
 
 def _measure_in_child(threads: int) -> tuple[dict[str, Any] | None, str]:

@@ -20,6 +20,7 @@ from dlbench.monitors.nvml import device_kind
 from dlbench.plugins import first_line
 from dlbench.runner.scenarios.registry import ESTIMATES
 from dlbench.spec import (
+    GenerateOptions,
     Policy,
     ScenarioOptions,
     SpecError,
@@ -205,6 +206,9 @@ def make_plan(sweep: Sweep) -> Plan:
     if sweep.repeats > MAX_REPEATS:
         raise SpecError(f"repeats {sweep.repeats!r} is over the maximum of {MAX_REPEATS}")
     _check_options(sweep)
+    generate = sweep.options_for(GenerateOptions.SCENARIO)
+    if isinstance(generate, GenerateOptions):  # a bound no trial of the sweep would take
+        generate.check_unused(sweep.scenarios)
     _check_size(sweep)
     missing = {f: _framework_status(f, sweep.frameworks_explicit, plan.notes) for f in sweep.frameworks}
     batch_sizes: tuple[int | None, ...] = sweep.batch_sizes or (None,)

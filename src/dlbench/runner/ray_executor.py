@@ -3,9 +3,9 @@ Opened by runner/executors.py, the one module that imports this one (and only fo
 
 A task runs `spawn.run_trial` on its node, so the trial is still a fresh worker process with the
 watchdog, timeout and process-group kill of a local trial; it returns the TrialResult as JSON
-with the fixed-batch gradients file and the node's matmul ceiling. This (driver) process alone
-writes the store, one transaction per trial as each task finishes (`ray.wait`), so a long sweep
-shows progress and a driver that dies keeps every finished trial.
+with the fixed-batch gradients file and the node's matmul ceiling and memory bandwidth. This
+(driver) process alone writes the store, one transaction per trial as each task finishes
+(`ray.wait`), so a long sweep shows progress and a driver that dies keeps every finished trial.
 
 What runs where, and why:
 - Resources: a task asks for `num_cpus` = the trial's `--threads` (1 without), `num_gpus` = its
@@ -21,8 +21,9 @@ What runs where, and why:
   sweep: it does not depend on the node, and every trial is judged against the same numbers.
   The driver needs the reference framework (JAX or torch) installed; without it, parity is
   n/a with that reason, as locally.
-- The matmul ceiling is a property of a machine: each task reads its node's cache (measuring it
-  once per node and thread count) after its trial, while it still holds the node.
+- The matmul ceiling and the memory bandwidth are properties of a machine: each task reads its
+  node's cache (measuring them once per node and thread count) after its trial, while it still
+  holds the node.
 """
 
 from __future__ import annotations
@@ -42,10 +43,11 @@ from typing import Any
 
 from dlbench.results.records import TrialResult
 from dlbench.results.store import Store
-from dlbench.runner import ceiling, spawn
+from dlbench.runner import bandwidth, ceiling, spawn
 from dlbench.runner.executor import Outcome, Progress, finish, references, settled, warm_import, warm_marker
 from dlbench.runner.plan import PlannedTrial, with_ids
 from dlbench.runner.protocol import parity_path
+from dlbench.runner.verdicts import Ceilings
 from dlbench.spec import TrialSpec, to_dict, trial_from_dict
 
 # Every node offers one unit; a trial that must not share its node asks for it.
@@ -134,7 +136,7 @@ def failure_result(exc: BaseException) -> TrialResult:
 def run_on_node(trial_json: str) -> dict[str, Any]:
     """The Ray task: the trial in a fresh worker process on this node. Returns the result as
     JSON, the fixed-batch gradients file's bytes (the driver judges parity) and this node's
-    matmul ceiling for the trial's thread count."""
+    matmul ceiling and memory bandwidth for the trial's thread count."""
     trial = trial_from_dict(json.loads(trial_json))
     started_at = time.time()
     if not warm_marker(trial.framework).exists():
@@ -147,7 +149,8 @@ def run_on_node(trial_json: str) -> dict[str, Any]:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     threads = len(result.policy_effective.get("cores") or []) or len(os.sched_getaffinity(0))
-    ceilings = {threads: ceiling.ceiling(threads)} if result.status == "ok" else {}
+    ceilings = (Ceilings({threads: ceiling.ceiling(threads)}, {threads: bandwidth.bandwidth(threads)})
+                if result.status == "ok" else Ceilings())
     return {"result": result.to_json(), "grads": grads_bytes, "ceilings": ceilings,
             "host": socket.gethostname(), "node_id": _node_id(), "started_at": started_at}
 
@@ -249,7 +252,7 @@ def _submit(store: Store, run_id: int, pending: list[tuple[int, PlannedTrial]], 
     return tasks
 
 
-def _collect(store: Store, tid: int, ref: Any, tmp: Path) -> tuple[TrialResult, Path, dict[int, Any]]:
+def _collect(store: Store, tid: int, ref: Any, tmp: Path) -> tuple[TrialResult, Path, Ceilings]:
     """The finished task's result (or its failure), the gradients file written where the
     driver's parity judge reads it, the node's ceilings. The worker's pid is the node's: it goes
     into the notes with the node, never into the pid column `--resume` would kill."""
@@ -259,7 +262,7 @@ def _collect(store: Store, tid: int, ref: Any, tmp: Path) -> tuple[TrialResult, 
     try:
         out = ray.get(ref)
     except Exception as e:  # every way a task fails: mapped to the trial's status and cause
-        return failure_result(e), grads_path, {}
+        return failure_result(e), grads_path, Ceilings()
     result = TrialResult.from_dict(json.loads(out["result"]))
     address = next((n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == out["node_id"]), "?")
     result.notes["ray_node"] = f"{out['host']} ({address}, node {out['node_id'][:12]})"

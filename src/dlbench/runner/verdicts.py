@@ -1,5 +1,6 @@
 """The parent's judgement of a finished trial: its parity arrays against the float64 reference,
-and its achieved FLOP/s against the device's peak (MFU) or the CPU's measured matmul ceiling.
+its achieved FLOP/s against the device's peak (MFU) or the CPU's measured matmul ceiling, and on
+CPUs the measured memory bandwidth (a generate trial's decode steps against the bound it implies).
 Runs in the one process that writes the store (the local or Ray executor's driver); reads only
 files and NumPy arrays, never imports a framework.
 
@@ -14,23 +15,34 @@ import json
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dlbench import subjects, workloads
-from dlbench.analysis import efficiency, generate, parity
+from dlbench.analysis import efficiency, generate, parity, roofline
 from dlbench.backends import get_backend, precision
 from dlbench.results.records import TrialResult
-from dlbench.runner import ceiling, protocol, reference
+from dlbench.runner import bandwidth, ceiling, protocol, reference
 from dlbench.runner.probe_client import ProbeLimits, run_probe
 from dlbench.scenarios import Parity
 from dlbench.spec import NoOptions, TrialSpec, to_dict
 
-# threads -> (the matmul ceiling measured with that many, or None, and why)
-Ceilings = dict[int, tuple[dict[str, Any] | None, str]]
+# threads -> (the measurement with that many, or None, and why)
+Measured = dict[int, tuple[dict[str, Any] | None, str]]
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """The CPU's measured limits per thread count: the float32 matmul ceiling (runner/ceiling.py)
+    and the memory bandwidth (runner/bandwidth.py)."""
+
+    matmul: Measured = field(default_factory=dict)
+    bandwidth: Measured = field(default_factory=dict)
+
+
 Judge = Callable[[TrialSpec, Path, reference.Reference], parity.Verdict]
 
 
@@ -209,19 +221,28 @@ def alternative_verdict(trial: TrialSpec, ref: reference.Reference, env: dict[st
 
 
 def ceilings(specs: list[TrialSpec], on_message: Callable[[str], None]) -> Ceilings:
-    """The CPU matmul ceiling for every thread count in the sweep (cached per machine)."""
-    out = {}
+    """The CPU matmul ceiling and memory bandwidth for every thread count in the sweep (cached
+    per machine)."""
+    out = Ceilings()
     for threads in sorted({t.policy.threads or len(os.sched_getaffinity(0)) for t in specs}):
         if ceiling.needs_measuring(threads):
             on_message(f"measuring this machine's float32 matmul ceiling with {threads} thread(s)")
-        out[threads] = ceiling.ceiling(threads)
+        out.matmul[threads] = ceiling.ceiling(threads)
+        if bandwidth.needs_measuring(threads):
+            on_message(f"measuring this machine's memory bandwidth with {threads} thread(s)")
+        out.bandwidth[threads] = bandwidth.bandwidth(threads)
     return out
 
 
 def judge_efficiency(trial: TrialSpec, result: TrialResult, ceilings: Ceilings) -> None:
     """mfu on accelerators in the peak table; matmul_ceiling_share against the measured CPU
-    ceiling for the trial's thread count; each null with its reason otherwise."""
+    ceiling for the trial's thread count; each null with its reason otherwise. The FLOP/s are
+    the trial's achieved ones, or a generate trial's decode steps' (decode_flops_per_s). Then the
+    memory bandwidth (judge_bandwidth)."""
+    judge_bandwidth(trial, result, ceilings)
     achieved = result.metrics.get("achieved_flops_per_s")
+    if achieved is None:
+        achieved = result.metrics.get("decode_flops_per_s")
     if achieved is None:
         return
     gpus = [g["name"] for g in result.framework_info.get("gpus", [])]
@@ -232,8 +253,8 @@ def judge_efficiency(trial: TrialSpec, result: TrialResult, ceilings: Ceilings) 
     warning = efficiency.busy_but_idle(result.metrics.get("gpu_utilization_mean"), value)
     if warning is not None:
         result.warnings.append(warning)
-    threads = len(result.policy_effective.get("cores") or []) or trial.policy.threads or len(os.sched_getaffinity(0))
-    data, why = ceilings.get(threads) or ceiling.ceiling(threads)
+    threads = _threads(trial, result)
+    data, why = ceilings.matmul.get(threads) or ceiling.ceiling(threads)
     if data is None or gpus:
         result.metrics["matmul_ceiling_share"] = None
         result.notes["matmul_ceiling_share"] = why or "on an accelerator: see mfu"
@@ -241,3 +262,34 @@ def judge_efficiency(trial: TrialSpec, result: TrialResult, ceilings: Ceilings) 
     result.metrics["matmul_ceiling_share"] = achieved / data["flops_per_s"]
     result.metrics["matmul_ceiling_flops_per_s"] = data["flops_per_s"]
     result.notes["matmul_ceiling"] = ceiling.describe(data)
+
+
+def _threads(trial: TrialSpec, result: TrialResult) -> int:
+    return len(result.policy_effective.get("cores") or []) or trial.policy.threads or len(os.sched_getaffinity(0))
+
+
+def judge_bandwidth(trial: TrialSpec, result: TrialResult, ceilings: Ceilings) -> None:
+    """On CPUs, for a trial with FLOP/s or decode steps: the measured memory bandwidth for its
+    thread count (`memory_bandwidth_bytes_per_s`, the roofline's other ceiling) and, for decode
+    steps, the least time one can take (`tpot_bound_s` = bytes / bandwidth) and the median
+    TPOT's share of it (`tpot_bound_share`); nulls with the reason otherwise."""
+    m = result.metrics
+    decode_bytes = m.get("decode_bytes_per_step")
+    if m.get("achieved_flops_per_s") is None and decode_bytes is None:
+        return
+    threads = _threads(trial, result)
+    data, why = ceilings.bandwidth.get(threads) or bandwidth.bandwidth(threads)
+    if result.framework_info.get("gpus"):
+        data, why = None, "on an accelerator: the host's memory bandwidth does not bound it"
+    if data is None:
+        m["memory_bandwidth_bytes_per_s"] = None
+        result.notes["memory_bandwidth"] = why
+        if decode_bytes is not None:
+            m["tpot_bound_s"] = m["tpot_bound_share"] = None
+        return
+    m["memory_bandwidth_bytes_per_s"] = data["bytes_per_s"]
+    result.notes["memory_bandwidth"] = bandwidth.describe(data)
+    if decode_bytes is not None:
+        bound = roofline.memory_bound_s(decode_bytes, data["bytes_per_s"])
+        m["tpot_bound_s"] = bound
+        m["tpot_bound_share"] = roofline.bound_share(bound, m.get("tpot_p50_s"))

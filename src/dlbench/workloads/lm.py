@@ -274,9 +274,50 @@ def flops_per_sample(spec: WorkloadSpec, train: bool = True) -> int:
     forward (every matmul's input needs a gradient): 6N per token plus 12 depth T² D per
     sequence."""
     s = size(spec)
-    n = s.depth * (4 * s.dim**2 + 3 * s.dim * s.mlp_dim) + s.dim * s.vocab
-    fwd = 2 * s.seq_len * n + s.depth * 4 * s.seq_len**2 * s.dim
+    fwd = 2 * s.seq_len * _matmul_weights(s) + s.depth * 4 * s.seq_len**2 * s.dim
     return 3 * fwd if train else fwd
+
+
+def _matmul_weights(s: Size) -> int:
+    """N: the weights of every matmul (per block 4 D² + 3 D F, and the head's D V)."""
+    return s.depth * (4 * s.dim**2 + 3 * s.dim * s.mlp_dim) + s.dim * s.vocab
+
+
+@final
+@dataclass(frozen=True)
+class DecodeStep:
+    """What one decode step of a B x (P prompt + G new tokens) greedy generation must do, at the
+    generation's mean position: the bytes it must read (every weight once, the KV cache up to
+    that position) and its FLOPs (decode_step)."""
+
+    weight_bytes: int
+    kv_cache_bytes: float
+    flops: float
+    mean_positions: float  # cache positions a step attends to, averaged over the G - 1 steps
+
+    @property
+    def bytes(self) -> float:
+        return self.weight_bytes + self.kv_cache_bytes
+
+
+def decode_step(spec: WorkloadSpec, batch: int, prompt_len: int, new_tokens: int, weight_itemsize: int,
+                kv_itemsize: int) -> DecodeStep:
+    """One decode step, averaged over a generation's G - 1 steps (docs/methodology.md, "The
+    memory-bandwidth bound of decoding"). Step g (1..G-1) feeds the token at position P + g - 1
+    and attends to P + g cached positions; their mean is L = P + G / 2.
+
+    Bytes read: every parameter once at `weight_itemsize`, except the embedding table, of which
+    the step reads only its B rows: (depth (4 D² + 3 D F + 2 D) + D + D V + B D) x weight
+    bytes; and the keys and values of L positions in every block and row: 2 depth B L D x
+    `kv_itemsize`. Not counted (so the bytes are a lower bound): the new position's keys and
+    values written, activations, logits. FLOPs: B (2 N + 4 depth L D), N as in flops_per_sample
+    (q k^T and weights · v at 2 L D each per block)."""
+    s = size(spec)
+    mean_positions = prompt_len + new_tokens / 2
+    weights = s.depth * (4 * s.dim**2 + 3 * s.dim * s.mlp_dim + 2 * s.dim) + s.dim + s.dim * s.vocab + batch * s.dim
+    kv = 2 * s.depth * batch * mean_positions * s.dim * kv_itemsize
+    flops = batch * (2 * _matmul_weights(s) + 4 * s.depth * mean_positions * s.dim)
+    return DecodeStep(weights * weight_itemsize, kv, flops, mean_positions)
 
 
 # --- the float64 reference ---------------------------------------------------------------------

@@ -15,21 +15,33 @@ window are counted. Then, untimed: one generation at each of two other prompt le
 and P + 1 where they fit), counting the compilations they cause (`recompiles_per_prompt_length`:
 measured, not assumed), and the parity generation, whose ids and per-step logits the parent
 judges against the float64 NumPy reference (runner/verdicts.py: generate_verdict).
+
+Under `--load server`, after the timed generations: MLPerf LoadGen's Server with token latencies
+(runner/scenarios/loadgen.py: token_server; the sweep of served.run_server). The system under
+test serves one static batch at a time (up to `gen_batch` queued queries, padded to the batch the
+decoder was built for, nothing joining a generation under way); each query's first token is
+reported when it is fetched, its completion with its token count; LoadGen's own log gives the
+TTFT and TPOT percentiles and its verdict against `--ttft-bound-ms` and `--tpot-bound-ms`.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from dlbench.analysis.generate import token_latencies
 from dlbench.backends import support
+from dlbench.backends.base import CostGuess, Unsupported
 from dlbench.backends.generate import Decoder
 from dlbench.runner import protocol
 from dlbench.runner.context import TrialContext
+from dlbench.runner.scenarios import infer, loadgen, served, train
+from dlbench.runner.scenarios.served import Capacity
 from dlbench.spec import GenerateOptions, TrialSpec
+from dlbench.subjects import Subject
 from dlbench.workloads import lm
 
 GENERATIONS = 10
@@ -40,6 +52,10 @@ BUDGET_S = 30.0
 # float64 NumPy in the parent; at the gpu preset a row of logits is 32000 floats).
 PARITY_ROWS = 4
 PARITY_STEPS = 16
+# Under --load server: the prompts LoadGen's queries index, and the seconds below which a sweep
+# never tries a rate (its ~1,100 generations would take longer: served.run_server's floor).
+SERVER_PROMPTS = 64
+SERVER_BUDGET_S = 120.0
 
 
 def prompts(trial: TrialSpec, length: int, batch: int) -> np.ndarray:
@@ -48,12 +64,16 @@ def prompts(trial: TrialSpec, length: int, batch: int) -> np.ndarray:
     return lm.sequences(trial.workload, batch, length, rng)
 
 
-def generate_timed(decoder: Decoder, prompt: np.ndarray, new_tokens: int) -> tuple[float, list[float], np.ndarray]:
-    """(TTFT, TPOTs, ids (B, G)) of one greedy generation, each token ended by its fetch."""
+def generate_timed(decoder: Decoder, prompt: np.ndarray, new_tokens: int,
+                   first_token: Callable[[], None] | None = None) -> tuple[float, list[float], np.ndarray]:
+    """(TTFT, TPOTs, ids (B, G)) of one greedy generation, each token ended by its fetch;
+    `first_token()` is called once the first token is fetched (a server streams it then)."""
     t0 = time.perf_counter()
     logits = decoder.prefill(prompt)
     ids = [decoder.tokens(logits)]
     t = time.perf_counter()
+    if first_token is not None:
+        first_token()
     ttft, tpots = t - t0, []
     for _ in range(new_tokens - 1):
         logits = decoder.decode(logits)
@@ -95,10 +115,23 @@ def run(ctx: TrialContext) -> None:
     window = ctx.sampler.end_window()
     m["recompiles_in_window"] = float(decoder.compilations() - compiles)
     m["rss_window_peak_bytes"], m["vram_window_peak_bytes"] = window["rss"], window["vram"]
+    median_s = _generation_metrics(ctx, o, first_s, ttfts, tpots)
+    if o.gen_load == "server":  # after the timed generations, whose pace is the sweep's first estimate
+        _server(ctx, decoder, o, Capacity(o.gen_batch / median_s, "generation batch / the median timed generation's s"))
+    m["recompiles_per_prompt_length"] = _other_lengths(trial, decoder, o)
+    _parity(trial, decoder, prompt, o, ctx)
+
+
+def _generation_metrics(ctx: TrialContext, o: GenerateOptions, first_s: float, ttfts: list[float],
+                        tpots: list[list[float]]) -> float:
+    """The timed generations' metrics, series and warnings, and the decode step's
+    (_decode_step_metrics); returns the median generation's seconds."""
+    m, result = ctx.metrics, ctx.result
     m.update(token_latencies(ttfts, tpots, o.gen_batch))
-    ends = [a + sum(b) for a, b in zip(ttfts, tpots)]
-    m["first_generation_compile_estimate_s"] = max(first_s - float(np.median(ends)), 0.0)
+    median_s = float(np.median([a + sum(b) for a, b in zip(ttfts, tpots)]))
+    m["first_generation_compile_estimate_s"] = max(first_s - median_s, 0.0)
     m.update(prompt_len=float(o.prompt_len), new_tokens=float(o.new_tokens), gen_batch=float(o.gen_batch))
+    _decode_step_metrics(ctx.trial, o, ctx)
     result.series["ttft_s"] = [(float(i), s) for i, s in enumerate(ttfts)]
     result.series["tpot_s"] = [(float(i), s) for i, s in enumerate(x for gen in tpots for x in gen)]
     if len(ttfts) < GENERATIONS:
@@ -106,8 +139,56 @@ def run(ctx: TrialContext) -> None:
                                f" {GENERATIONS} generations")
     if m["recompiles_in_window"]:
         result.warnings.append(f"recompiled {m['recompiles_in_window']:g} time(s) while generation was timed")
-    m["recompiles_per_prompt_length"] = _other_lengths(trial, decoder, o)
-    _parity(trial, decoder, prompt, o, ctx)
+    return median_s
+
+
+def _server(ctx: TrialContext, decoder: Decoder, o: GenerateOptions, capacity: Capacity) -> None:
+    """LoadGen's Server with token latencies (loadgen.token_server) at --qps, or the sweep for the
+    highest QPS whose TTFT p99 and TPOT p99 meet their bounds (served.run_server, the inference
+    scenario's sweep). The system under test: one serving thread, static batches of up to
+    `gen_batch` queued queries (a partial batch padded with its own prompts, only its real queries
+    answered), each a greedy generation of `new_tokens` from a pool of SERVER_PROMPTS prompts."""
+    why = loadgen.missing()
+    if why is not None:
+        raise Unsupported(why)
+    pool = prompts(ctx.trial, o.prompt_len, SERVER_PROMPTS)
+    recorded: dict[str, Any] = {"version": loadgen.version(), "mode": "PerformanceOnly", "token_latencies": True}
+    ctx.result.policy_effective["loadgen"] = recorded
+
+    def generate(indices: list[int], first_token: Callable[[], None]) -> int:
+        generate_timed(decoder, pool[np.resize(np.asarray(indices), o.gen_batch)], o.new_tokens, first_token)
+        return o.new_tokens
+
+    ttft_s, tpot_s = float(o.ttft_bound_ms or 0.0) * 1e-3, float(o.tpot_bound_ms or 0.0) * 1e-3
+
+    def run_at(qps: float) -> loadgen.LoadgenRun:
+        return loadgen.token_server(generate, o.gen_batch, len(pool), qps, ttft_s, tpot_s, served.SERVER_MIN_RUN_S,
+                                    served.SERVER_MIN_QUERIES)
+
+    m = ctx.metrics
+    m["server_ttft_bound_s"], m["server_tpot_bound_s"] = ttft_s, tpot_s
+    per_test = {"server_ttft_p99_s": lambda r: r.ttft_s("99.00"), "server_tpot_p99_s": lambda r: r.tpot_s("99.00"),
+                "server_ttft_p50_s": lambda r: r.ttft_s("50.00"), "server_tpot_p50_s": lambda r: r.tpot_s("50.00"),
+                "server_output_tokens_per_s": lambda r: served.number(r.results.get("result_completed_tokens_per_second"))}
+    served.run_server(ctx, run_at, capacity, o.gen_qps, SERVER_BUDGET_S, recorded, per_test,
+                      ("generate_server_window_s",
+                       f"the TTFT p99 bound of {o.ttft_bound_ms:g} ms and the TPOT p99 bound of {o.tpot_bound_ms:g} ms"))
+
+
+def _decode_step_metrics(trial: TrialSpec, o: GenerateOptions, ctx: TrialContext) -> None:
+    """What one decode step must read and compute at the generation's mean position
+    (lm.decode_step; weights and cache at the workload's dtype, float32: generate runs fp32
+    only), and the FLOP/s the median TPOT achieved; the parent divides the bytes by the measured
+    memory bandwidth (runner/verdicts.py: tpot_bound_s)."""
+    m = ctx.metrics
+    itemsize = np.dtype(trial.workload.numerics.dtype).itemsize
+    step = lm.decode_step(trial.workload, o.gen_batch, o.prompt_len, o.new_tokens, itemsize, itemsize)
+    m["decode_bytes_per_step"], m["decode_flops_per_step"] = step.bytes, step.flops
+    tpot = m.get("tpot_p50_s")
+    m["decode_flops_per_s"] = step.flops / tpot if tpot else None
+    ctx.result.notes["decode_bytes"] = (f"{step.weight_bytes:,} B of weights + {step.kv_cache_bytes:,.0f} B of KV"
+                                        f" cache ({step.mean_positions:g} positions, the mean over the decode"
+                                        f" steps) at {itemsize} B a value")
 
 
 def _timed(decoder: Decoder, prompt: np.ndarray, new_tokens: int, budget_s: float) -> tuple[list[float], list[list[float]]]:
@@ -142,3 +223,18 @@ def _parity(trial: TrialSpec, decoder: Decoder, prompt: np.ndarray, o: GenerateO
         ids.append(decoder.tokens(logits)[:PARITY_ROWS])
     protocol.save_generation(ctx.parity_file, prompt[:PARITY_ROWS], np.stack(ids, axis=1), np.stack(steps))
     ctx.metrics["parity_s"] = ctx.phases.end("parity", t)
+
+
+# A Server test of the generate scenario: its ~1,100 generations of many tokens each.
+SERVER_TEST_GUESS_S = 30.0
+
+
+def estimate_s(trial: TrialSpec, subject: Subject, guess: CostGuess, samples: int) -> float:
+    """The planner's first estimate (registry.ESTIMATES): as a training trial's (its start-up
+    and compiles dominate), plus LoadGen's Server tests under --load server (one at a given QPS,
+    else the sweep's)."""
+    seconds = train.estimate_s(trial, subject, guess, samples)
+    options = trial.options_of(GenerateOptions)
+    if options.gen_load == "server":
+        seconds += SERVER_TEST_GUESS_S * (1 if options.gen_qps else infer.SERVER_SWEEP_TESTS)
+    return seconds

@@ -13,6 +13,11 @@ with a system under test (SUT) built from the trial's forward function.
 - Server: Poisson arrivals at a target QPS from LoadGen's issue thread; the SUT queues them and
   one serving thread answers each as a batch-1 request, so a latency includes the queueing.
   LoadGen's verdict (VALID/INVALID) holds its p99 against the stated bound.
+- Server with token latencies (`token_server`, the generate scenario): the same arrivals and
+  queue; the serving thread takes what is queued, up to a static batch, generates for it, reports
+  each query's first token (LoadGen's FirstTokenComplete) when it is fetched and its completion
+  with the number of tokens; LoadGen's verdict holds the TTFT p99 and the TPOT p99 (per query:
+  (completion - first token) / (tokens - 1)) against their bounds.
 
 Settings are a plain dict (recorded in the trial's policy); the results are the detail log's
 `result_*` values, the early-stopping estimates from the summary, and the summary text.
@@ -59,8 +64,19 @@ class LoadgenRun:
 
     def latency_s(self, percentile: str) -> float | None:
         """LoadGen's own percentile latency ("50.00", "90.00", "99.00") in seconds."""
-        ns = self.results.get(f"result_{percentile}_percentile_latency_ns")
-        return None if ns is None else float(ns) * 1e-9
+        return self._seconds(f"result_{percentile}_percentile_latency_ns")
+
+    def ttft_s(self, percentile: str) -> float | None:
+        """Under token latencies: LoadGen's percentile of the time to first token, seconds."""
+        return self._seconds(f"result_first_token_{percentile}_percentile_latency_ns")
+
+    def tpot_s(self, percentile: str) -> float | None:
+        """Under token latencies: LoadGen's percentile of the time per output token, seconds."""
+        return self._seconds(f"result_time_per_output_token_{percentile}_percentile_ns")
+
+    def _seconds(self, key: str) -> float | None:
+        ns = self.results.get(key)
+        return float(ns) * 1e-9 if isinstance(ns, (int, float)) and not isinstance(ns, bool) else None
 
 
 def missing() -> str | None:
@@ -122,14 +138,79 @@ def server(forward: Forward, sync: Callable[..., None], requests: list[Any], tar
                 "server_target_latency_ns": int(p99_bound_s * 1e9), "server_target_latency_percentile": 0.99,
                 "min_query_count": min_queries, "min_duration_ms": int(min_duration_s * 1e3),
                 "max_duration_ms": 0, **SEEDS}
+
+    def answer(lg: Any, samples: list[Any]) -> None:
+        for s in samples:
+            sync(forward(requests[s.index]))
+            lg.QuerySamplesComplete([lg.QuerySampleResponse(s.id, 0, 0)])
+
+    def release(lg: Any, samples: list[Any]) -> None:
+        lg.QuerySamplesComplete([lg.QuerySampleResponse(s.id, 0, 0) for s in samples])
+
+    return _queued(settings, len(requests), 1, answer, release)
+
+
+# generate(sample indices, first_token) -> tokens each sample got; calls first_token() once the
+# first token of every sample is fetched.
+Generate = Callable[[list[int], Callable[[], None]], int]
+
+
+def token_server(generate: Generate, batch: int, pool: int, target_qps: float, ttft_bound_s: float,
+                 tpot_bound_s: float, min_duration_s: float, min_queries: int) -> LoadgenRun:
+    """Poisson arrivals at `target_qps` under LoadGen's token latencies: the serving thread takes
+    the queued queries, up to `batch` at a time (a static batch: what is queued when it starts;
+    nothing joins a generation under way), and `generate` runs them; VALID when the TTFT p99 and
+    the TPOT p99 meet their bounds (LoadGen's early stopping included). Samples index a pool of
+    `pool` prompts."""
+    settings = {"scenario": "Server", "server_target_qps": float(target_qps), "use_token_latencies": True,
+                "ttft_latency": int(ttft_bound_s * 1e9), "tpot_latency": int(tpot_bound_s * 1e9),
+                "min_query_count": min_queries, "min_duration_ms": int(min_duration_s * 1e3),
+                "max_duration_ms": 0, **SEEDS}
+
+    def answer(lg: Any, samples: list[Any]) -> None:
+        def first_token() -> None:
+            lg.FirstTokenComplete([lg.QuerySampleResponse(s.id, 0, 0) for s in samples])
+
+        tokens = generate([s.index for s in samples], first_token)
+        lg.QuerySamplesComplete([lg.QuerySampleResponse(s.id, 0, 0, tokens) for s in samples])
+
+    def release(lg: Any, samples: list[Any]) -> None:
+        lg.FirstTokenComplete([lg.QuerySampleResponse(s.id, 0, 0) for s in samples])
+        lg.QuerySamplesComplete([lg.QuerySampleResponse(s.id, 0, 0, 2) for s in samples])
+
+    return _queued(settings, pool, batch, answer, release)
+
+
+Answer = Callable[[Any, list[Any]], None]
+
+
+def _queued(settings: dict[str, Any], pool: int, batch: int, answer: Answer, release: Answer) -> LoadgenRun:
+    """A Server test whose SUT queues LoadGen's queries; one serving thread takes the first
+    queued and whatever else is queued, up to `batch`, and `answer(lg, samples)` completes them.
+    Once an answer raises, every query left is released unanswered (`release`), so that LoadGen
+    ends its test instead of waiting for them, and the error is raised after it."""
     pending: queue.Queue[Any] = queue.Queue()
     lg_holder: list[Any] = []
+    failed: list[BaseException] = []
 
     def serve() -> None:
         lg = lg_holder[0]
-        while (s := pending.get()) is not None:
-            sync(forward(requests[s.index]))
-            lg.QuerySamplesComplete([lg.QuerySampleResponse(s.id, 0, 0)])
+        while (first := pending.get()) is not None:
+            samples = [first]
+            while len(samples) < batch:
+                try:
+                    more = pending.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:  # the end: answer these, then stop
+                    pending.put(None)
+                    break
+                samples.append(more)
+            try:
+                (release if failed else answer)(lg, samples)
+            except Exception as e:  # the framework failed: the trial's error, after LoadGen stops
+                failed.append(e)
+                release(lg, samples)
 
     def issue(lg: Any, samples: list[Any]) -> None:
         for s in samples:
@@ -145,7 +226,10 @@ def server(forward: Forward, sync: Callable[..., None], requests: list[Any], tar
         pending.put(None)
         worker.join()
 
-    return _run(settings, issue, len(requests), trace=False, around=(start, stop))
+    run = _run(settings, issue, pool, trace=False, around=(start, stop))
+    if failed:
+        raise RuntimeError(f"the system under test failed in LoadGen's Server test: {failed[0]}") from failed[0]
+    return run
 
 
 def _run(settings: dict[str, Any], issue: Callable[[Any, list[Any]], None], pool: int, trace: bool,

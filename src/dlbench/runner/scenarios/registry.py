@@ -38,6 +38,6 @@ ESTIMATES: dict[str, Estimate] = {
     "rl_rollout": train.estimate_s,
     "rl_train": train.estimate_s,
     "rl_converge": converge.estimate_s,
-    "generate": train.estimate_s,
+    "generate": generate.estimate_s,
     "solve": solve.estimate_s,
 }

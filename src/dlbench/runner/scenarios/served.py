@@ -21,6 +21,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -89,59 +90,80 @@ def standard(ctx: TrialContext, program: Servable, forward: Callable[[Any], Any]
     m["infer_throughput_window_s"] = phases.end("throughput", t)
     recorded["offline"] = off.settings
     _keep(result, off, "offline")
-    m["loadgen_offline_samples_per_s"] = _number(off.results.get("result_samples_per_second"))
+    m["loadgen_offline_samples_per_s"] = number(off.results.get("result_samples_per_second"))
     return ss.latencies_s, batch_s
 
 
 def _server(ctx: TrialContext, options: InferOptions, forward: Callable[[Any], Any], requests: list[Any],
             ss: loadgen.LoadgenRun, recorded: dict[str, Any]) -> None:
-    """One Server test at --qps, or the sweep; every test's numbers as series over target QPS."""
-    m, result = ctx.metrics, ctx.result
+    """One Server test at --qps, or the sweep from the batch-1 capacity (run_server)."""
     bound_s = float(options.p99_bound_ms or 0.0) * 1e-3
-    capacity = 1.0 / statistics.median(ss.latencies_s)
     per_run_s = options.infer_budget_s if options.server_qps else SERVER_MIN_RUN_S
 
     def run_at(qps: float) -> loadgen.LoadgenRun:
         return loadgen.server(forward, ctx.backend.sync, requests, qps, bound_s, per_run_s, SERVER_MIN_QUERIES)
 
+    ctx.metrics["server_p99_bound_s"] = bound_s
+    latencies = {"server_latency_p99_s": lambda r: r.latency_s("99.00"),
+                 "server_latency_p50_s": lambda r: r.latency_s("50.00")}
+    run_server(ctx, run_at, Capacity(1.0 / statistics.median(ss.latencies_s), "1 / SingleStream p50"),
+               options.server_qps, options.infer_budget_s, recorded, latencies,
+               ("infer_server_window_s", f"the p99 bound of {bound_s * 1e3:g} ms"))
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Queries per second the system under test can answer, estimated before the Server tests
+    (where a sweep starts), and how."""
+
+    qps: float
+    how: str
+
+
+def run_server(ctx: TrialContext, run_at: Callable[[float], loadgen.LoadgenRun], capacity: Capacity,
+               qps: float | None, budget_s: float, recorded: dict[str, Any],
+               latencies: dict[str, Callable[[loadgen.LoadgenRun], float | None]],
+               names: tuple[str, str]) -> loadgen.Sweep:
+    """LoadGen's Server at `qps`, or the sweep (loadgen.server_sweep from SWEEP_START x the
+    capacity, never below the rate at which the minimum query count would outlast `budget_s`),
+    as a phase whose seconds are metric names[0]; every test's settings into `recorded`. The
+    metrics of the highest VALID test (the last test where none was): target and achieved QPS,
+    the verdict, and `latencies` (name -> its value of a test); every test as series of those
+    over the target QPS. A warning where no test met names[1], the bounds."""
+    m, result = ctx.metrics, ctx.result
     t = ctx.phases.start("server")
-    if options.server_qps is not None:
-        only = run_at(float(options.server_qps))
+    if qps is not None:
+        only = run_at(float(qps))
         sweep = loadgen.Sweep([only], only if only.valid else None)
     else:
-        # Not below the rate at which the minimum query count would take longer than the budget.
-        floor = SERVER_MIN_QUERIES / options.infer_budget_s
-        sweep = loadgen.server_sweep(run_at, SWEEP_START * capacity, SWEEP_STEPS, SWEEP_FACTOR, SWEEP_PROBES, floor)
-        recorded["server_sweep"] = {"start_qps": SWEEP_START * capacity, "capacity": "1 / SingleStream p50",
+        floor = SERVER_MIN_QUERIES / budget_s
+        sweep = loadgen.server_sweep(run_at, SWEEP_START * capacity.qps, SWEEP_STEPS, SWEEP_FACTOR, SWEEP_PROBES, floor)
+        recorded["server_sweep"] = {"start_qps": SWEEP_START * capacity.qps, "capacity": capacity.how,
                                     "factor": SWEEP_FACTOR, "probes": SWEEP_PROBES, "steps": SWEEP_STEPS,
                                     "floor_qps": floor}
-    m["infer_server_window_s"] = ctx.phases.end("server", t)
+    m[names[0]] = ctx.phases.end("server", t)
     recorded["server"] = [r.settings for r in sweep.runs]
     shown = sweep.best or sweep.runs[-1]
     _keep(result, shown, "server")
-    m["server_p99_bound_s"] = bound_s
+    per_test = {**latencies, "server_achieved_qps": _achieved, "server_valid": lambda r: 1.0 if r.valid else 0.0}
+    m.update({name: value(shown) for name, value in per_test.items()})
     m["server_target_qps"] = shown.settings["server_target_qps"]
-    m["server_achieved_qps"] = _achieved(shown)
-    m["server_latency_p50_s"], m["server_latency_p99_s"] = shown.latency_s("50.00"), shown.latency_s("99.00")
-    m["server_valid"] = 1.0 if shown.valid else 0.0
     m["server_max_qps"] = sweep.best.settings["server_target_qps"] if sweep.best is not None else None
     m["server_tests"] = len(sweep.runs)
     ordered = sorted(sweep.runs, key=lambda r: float(r.settings["server_target_qps"]))
-    for name, value in (("server_latency_p99_s", lambda r: r.latency_s("99.00")),
-                        ("server_latency_p50_s", lambda r: r.latency_s("50.00")),
-                        ("server_achieved_qps", _achieved), ("server_valid", lambda r: 1.0 if r.valid else 0.0)):
+    for name, value in per_test.items():
         result.series[name] = [(float(r.settings["server_target_qps"]), v) for r in ordered
                                if (v := value(r)) is not None]
     if sweep.best is None:
-        result.warnings.append(f"server: no target QPS met the p99 bound of {bound_s * 1e3:g} ms"
-                               f" (LoadGen: {shown.results.get('result_validity')})")
+        result.warnings.append(f"server: no target QPS met {names[1]} (LoadGen: {shown.results.get('result_validity')})")
+    return sweep
 
 
 def _achieved(run: loadgen.LoadgenRun) -> float | None:
-    return _number(run.results.get("result_completed_samples_per_sec", run.results.get("result_scheduled_samples_per_sec")))
+    return number(run.results.get("result_completed_samples_per_sec", run.results.get("result_scheduled_samples_per_sec")))
 
 
-def _number(value: Any) -> float | None:
+def number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 

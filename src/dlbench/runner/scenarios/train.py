@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from dlbench import workloads
+from dlbench.analysis import roofline
 from dlbench.analysis.window import FLAG_METRIC, too_short
 from dlbench.backends import support
 from dlbench.backends.base import Backend, CostGuess, Learner, TimedBatches, Trainable
@@ -264,6 +265,9 @@ def _window_metrics(ctx: TrialContext, w: Window) -> None:
     flops = ctx.workload.flops_per_sample(spec)
     m["flops_per_sample"] = flops
     m["achieved_flops_per_s"] = flops * samples_per_s
+    parameters = sum(math.prod(shape) for shape in ctx.workload.param_shapes(spec).values())
+    m["min_step_bytes"] = roofline.train_step_min_bytes(parameters, np.dtype(spec.numerics.dtype).itemsize,
+                                                        spec.numerics.optimizer)
     first_step_s = m.get("first_step_s")
     if m.get("compile_s") is None and first_step_s is not None:
         m["compile_estimate_s"] = max(first_step_s - median_step_s, 0.0)
