@@ -152,7 +152,7 @@ def test_a_generate_run_on_the_fake_backend_prints_the_generation_table(tmp_path
             "--prompt-len", "4", "--new-tokens", "3", "--gen-batch", "2", "--repeats", "1", "--store", store]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "generation with a KV cache" in out and "TTFT p50 ms" in out and "fake: the NumPy reference" in out
+    assert "generation with a KV cache" in out and "TTFT" in out and "p50 ms" in out and "fake: the NumPy" in out
     assert "ok: TTFT p50" in out
     assert main(["export", "latest", "--store", store, "-o", str(tmp_path / "e.json")]) == 0
     trial = json.loads((tmp_path / "e.json").read_text())["runs"][0]["trials"][0]
