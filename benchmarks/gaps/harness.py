@@ -1,0 +1,207 @@
+"""What every gap reproducer in this folder shares: the command line, one fresh process per
+configuration (only that framework imported, pinned to its cores before the import), rounds in
+alternating order, and the one JSON line a reproducer prints. Imports no framework and nothing
+of dlbench, so that a reproducer and this file are all an upstream maintainer needs.
+
+A reproducer declares its configurations (`Config`: a label, the framework, the environment it
+sets before the import, e.g. XLA_FLAGS, and options its runner reads) and one runner per
+framework; `main` runs every configuration `--rounds` times in fresh processes, interleaved
+(round r runs them in reverse order when r is odd), and hands the medians to the reproducer's
+`summarise`, which names the `ratio` it reproduces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Result = dict[str, Any]
+Runner = Callable[[argparse.Namespace, Mapping[str, str]], Result]
+# The variables a framework's threads follow; set before its import.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+PACKAGES = {"jax": ("jax", "jaxlib"), "torch": ("torch",), "tensorflow": ("tensorflow",),
+            "keras": ("keras", "torch"), "numpy": ("numpy",)}
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration a reproducer measures: `framework` picks the runner, `env` is set in
+    the child before the framework's import (XLA_FLAGS, TF_ENABLE_ONEDNN_OPTS), `options` reach
+    the runner as strings."""
+
+    label: str
+    framework: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    options: Mapping[str, str] = field(default_factory=dict)
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--quick", action="store_true", help="small shapes and few steps: checks that it runs")
+    p.add_argument("--only", default="", help="comma list of configuration labels to run (default: all)")
+    p.add_argument("--rounds", type=int, default=1, help="fresh processes per configuration, interleaved")
+    p.add_argument("--threads", type=int, default=0, help="pin each process to N cores (default: all)")
+    p.add_argument("--steps", type=int, default=0, help="timed repetitions per process (default: the script's)")
+    p.add_argument("--list", action="store_true", help="print the configurations and exit")
+    p.add_argument("--child", default="", help=argparse.SUPPRESS)
+    return p
+
+
+def pin(threads: int) -> int:
+    """Pin this process to its first `threads` cores (all when 0) and set the thread variables;
+    before any framework is imported. Returns the thread count."""
+    cores = sorted(os.sched_getaffinity(0))
+    if threads:
+        if threads > len(cores):
+            raise SystemExit(f"--threads {threads}: only {len(cores)} cores are available to this process")
+        cores = cores[:threads]
+        os.sched_setaffinity(0, cores)
+    for var in THREAD_VARIABLES:
+        os.environ[var] = str(len(cores))
+    return len(cores)
+
+
+def timed(call: Callable[[], Any], sync: Callable[[Any], Any], steps: int, warmup: int = 1) -> Result:
+    """Median wall and CPU seconds of `steps` calls, each synced (`sync` of its result), after
+    `warmup` untimed ones. CPU seconds are the process's (every thread's, spin-waits included):
+    on a loaded machine they move less than wall seconds."""
+    for _ in range(warmup):
+        sync(call())
+    wall, cpu = [], []
+    for _ in range(steps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        sync(call())
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return {"median_s": statistics.median(wall), "min_s": min(wall), "cpu_s": statistics.median(cpu),
+            "steps": steps}
+
+
+def versions(framework: str) -> dict[str, str]:
+    from importlib import metadata
+
+    out = {}
+    for name in PACKAGES.get(framework, (framework,)):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)), "load_1m": round(os.getloadavg()[0], 2)}
+
+
+def _child(args: argparse.Namespace, configs: Sequence[Config], runners: Mapping[str, Runner]) -> int:
+    config = next(c for c in configs if c.label == args.child)
+    threads = pin(args.threads)
+    result = runners[config.framework](args, config.options)
+    result.update(threads=threads, versions=versions(config.framework), env=dict(config.env))
+    print(json.dumps(result))
+    return 0
+
+
+def _run_child(script: str, argv: Sequence[str], config: Config) -> Result:
+    env = {**os.environ, **config.env}
+    cmd = [sys.executable, script, *argv, "--child", config.label]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"exit {done.returncode}: {tail[-300:]}"}
+    result: Result = json.loads(lines[-1])
+    return result
+
+
+def _median_results(runs: Sequence[Result]) -> Result:
+    """The rounds of one configuration: numbers as their median, the rest from the first run."""
+    ok = [r for r in runs if "error" not in r]
+    if not ok:
+        return runs[0]
+    out = dict(ok[0])
+    for key, value in ok[0].items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = statistics.median(r[key] for r in ok)
+    out["rounds"] = len(ok)
+    return out
+
+
+def main(
+    script: str,
+    description: str,
+    configs: Callable[[argparse.Namespace], Sequence[Config]],
+    runners: Mapping[str, Runner],
+    summarise: Callable[[argparse.Namespace, Mapping[str, Result]], Result],
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> int:
+    p = parser(description)
+    if add_arguments:
+        add_arguments(p)
+    args = p.parse_args()
+    all_configs = list(configs(args))
+    if args.child:
+        return _child(args, all_configs, runners)
+    wanted = [x for x in args.only.split(",") if x]
+    unknown = [x for x in wanted if x not in {c.label for c in all_configs}]
+    if unknown:
+        p.error(f"--only {','.join(unknown)}: not a configuration; one of {', '.join(c.label for c in all_configs)}")
+    chosen = [c for c in all_configs if not wanted or c.label in wanted]
+    if args.list:
+        for c in chosen:
+            print(c.label, c.framework, dict(c.env), dict(c.options))
+        return 0
+    argv = _drop_values(sys.argv[1:], ("--only", "--rounds"))
+    start_load = machine()["load_1m"]
+    runs: dict[str, list[Result]] = {c.label: [] for c in chosen}
+    for r in range(max(1, args.rounds)):
+        for c in (chosen if r % 2 == 0 else chosen[::-1]):
+            runs[c.label].append(_run_child(script, argv, c))
+            print(f"# round {r + 1} {c.label}: {json.dumps(runs[c.label][-1])[:200]}", file=sys.stderr, flush=True)
+    results = {label: _median_results(rs) for label, rs in runs.items()}
+    record = summarise(args, results)
+    record.update(machine=machine(), load_1m_start=start_load, quick=args.quick, rounds=args.rounds,
+                  threads=args.threads or machine()["cores"], python=platform.python_version(),
+                  results=results)
+    print(json.dumps(record))
+    return 0
+
+
+def _drop_values(argv: list[str], options: tuple[str, ...]) -> list[str]:
+    """argv without the parent-only options, as `--opt VALUE` or `--opt=VALUE`."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a.split("=", 1)[0] in options and "=" in a:
+            continue
+        if a in options:
+            skip = True
+            continue
+        out.append(a)
+    return out
+
+
+def ratio(results: Mapping[str, Result], numerator: str, denominator: str, key: str = "median_s") -> float | None:
+    """time(denominator) / time(numerator): the speed of `numerator` relative to `denominator`
+    (below 1: slower), from the seconds under `key`; None where either failed."""
+    a, b = results.get(numerator, {}), results.get(denominator, {})
+    if key not in a or key not in b or not a[key]:
+        return None
+    return float(b[key]) / float(a[key])
