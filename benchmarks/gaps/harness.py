@@ -28,8 +28,11 @@ Result = dict[str, Any]
 Runner = Callable[[argparse.Namespace, Mapping[str, str]], Result]
 # The variables a framework's threads follow; set before its import.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-PACKAGES = {"jax": ("jax", "jaxlib"), "torch": ("torch",), "tensorflow": ("tensorflow",),
-            "keras": ("keras", "torch"), "numpy": ("numpy",)}
+# The distributions whose versions a result names (those installed).
+PACKAGES = {"jax": ("jax", "jaxlib"), "torch": ("torch",), "tensorflow": ("tensorflow", "tensorflow-cpu"),
+            "keras": ("keras", "keras-hub", "torch"), "numpy": ("numpy",)}
+# Variables that change speed, recorded with every result as the environment had them.
+RECORDED_VARIABLES = ("XLA_FLAGS", "OMP_WAIT_POLICY", "TF_ENABLE_ONEDNN_OPTS", "KERAS_BACKEND")
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,108 @@ def timed(call: Callable[[], Any], sync: Callable[[Any], Any], steps: int, warmu
             "steps": steps}
 
 
+def import_torch() -> Any:
+    """torch with one intra-op thread per core of this process (its default counts the
+    machine's cores, not the affinity mask)."""
+    import torch
+
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    return torch
+
+
+def import_tensorflow() -> Any:
+    """TensorFlow with one intra-op thread per core of this process; before any op runs (it
+    refuses the setting later)."""
+    import tensorflow as tf
+
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(len(os.sched_getaffinity(0)))
+    except RuntimeError:  # already initialised by an earlier call in this process
+        pass
+    return tf
+
+
+# --- the training step each framework's users write: Adam (torch's and optax's formula), the loss,
+# its gradients and the update in one compiled call. `loss(params, x, y)` is the framework's own.
+
+
+def time_jax_training(loss: Callable[..., Any], params: Mapping[str, Any], x: Any, y: Any, steps: int) -> Result:
+    """jax.jit of the whole step (value_and_grad, optax.adam), the state donated."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    tx = optax.adam(1e-3)
+
+    def step(state: Any, x: Any, y: Any) -> Any:
+        p, opt = state
+        value, grads = jax.value_and_grad(loss)(p, x, y)
+        updates, opt = tx.update(grads, opt, p)
+        return (optax.apply_updates(p, updates), opt), value
+
+    p = {k: jnp.asarray(v) for k, v in params.items()}
+    state = [(p, tx.init(p))]
+    t0 = time.perf_counter()
+    compiled = jax.jit(step, donate_argnums=0).lower(state[0], x, y).compile()
+    compile_s = time.perf_counter() - t0
+
+    def call() -> Any:
+        state[0], value = compiled(state[0], x, y)
+        return value
+
+    return {**timed(call, lambda v: v.block_until_ready(), steps), "compile_s": compile_s}
+
+
+def time_torch_training(loss: Callable[..., Any], params: Mapping[str, Any], x: Any, y: Any, steps: int,
+                        compiled: bool) -> Result:
+    """The step eager, or torch.compile of the whole step (loss, backward, fused Adam)."""
+    torch = import_torch()
+    p = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
+    opt = torch.optim.Adam(p.values(), lr=1e-3, fused=True)
+
+    def step(x: Any, y: Any) -> Any:
+        opt.zero_grad(set_to_none=True)
+        value = loss(p, x, y)
+        value.backward()
+        opt.step()
+        return value.detach()
+
+    if compiled:
+        step = torch.compile(step)
+    t0 = time.perf_counter()
+    step(x, y)  # the compile, where compiled
+    return {**timed(lambda: step(x, y), lambda v: v, steps), "compile_s": time.perf_counter() - t0}
+
+
+def time_tensorflow_training(loss: Callable[..., Any], params: Mapping[str, Any], x: Any, y: Any,
+                             steps: int) -> Result:
+    """tf.function(jit_compile=True) of the step: GradientTape, Adam written out (Keras's Adam
+    places eps elsewhere), variables updated in place."""
+    tf = import_tensorflow()
+    p = {k: tf.Variable(v) for k, v in params.items()}
+    m = {k: tf.Variable(tf.zeros_like(v)) for k, v in p.items()}
+    v2 = {k: tf.Variable(tf.zeros_like(v)) for k, v in p.items()}
+    t_var = tf.Variable(0.0)
+
+    @tf.function(jit_compile=True)
+    def step(x: Any, y: Any) -> Any:
+        with tf.GradientTape() as tape:
+            value = loss(p, x, y)
+        grads = tape.gradient(value, list(p.values()))
+        t = t_var.assign_add(1.0)
+        for (k, var), g in zip(p.items(), grads):
+            g = tf.convert_to_tensor(g)  # an embedding's gradient comes as IndexedSlices
+            m[k].assign(0.9 * m[k] + 0.1 * g)
+            v2[k].assign(0.999 * v2[k] + 0.001 * g * g)
+            var.assign_sub(1e-3 / (1 - 0.9**t) * m[k] / (tf.sqrt(v2[k]) / tf.sqrt(1 - 0.999**t) + 1e-8))
+        return value
+
+    x, y = tf.constant(x), tf.constant(y)
+    t0 = time.perf_counter()
+    step(x, y).numpy()  # the trace and XLA compile
+    return {**timed(lambda: step(x, y), lambda v: v.numpy(), steps), "compile_s": time.perf_counter() - t0}
+
+
 def versions(framework: str) -> dict[str, str]:
     from importlib import metadata
 
@@ -94,7 +199,7 @@ def versions(framework: str) -> dict[str, str]:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
-            out[name] = "not installed"
+            pass
     return out
 
 
@@ -105,14 +210,16 @@ def machine() -> dict[str, Any]:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     except OSError:
         pass
-    return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)), "load_1m": round(os.getloadavg()[0], 2)}
+    return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)), "load_1m": round(os.getloadavg()[0], 2),
+            "env": {v: os.environ[v] for v in RECORDED_VARIABLES if v in os.environ}}
 
 
 def _child(args: argparse.Namespace, configs: Sequence[Config], runners: Mapping[str, Runner]) -> int:
     config = next(c for c in configs if c.label == args.child)
     threads = pin(args.threads)
     result = runners[config.framework](args, config.options)
-    result.update(threads=threads, versions=versions(config.framework), env=dict(config.env))
+    result.update(threads=threads, versions=versions(config.framework), env=dict(config.env),
+                  load_1m=round(os.getloadavg()[0], 2))
     print(json.dumps(result))
     return 0
 

@@ -119,7 +119,7 @@ def run_jax(args: argparse.Namespace, options: Mapping[str, str]) -> harness.Res
             return (jax.nn.softmax(logits, axis=-1) @ v).transpose(0, 2, 1, 3)
         return jax.nn.dot_product_attention(q, k, v, scale=1 / math.sqrt(dh), is_causal=True)
 
-    def forward(p: Any, x: Any) -> Any:
+    def loss(p: Any, x: Any, y: Any) -> Any:
         b, t = x.shape
         h = jnp.take(p["embed"], x, axis=0)
         for i in range(s["depth"]):
@@ -129,36 +129,18 @@ def run_jax(args: argparse.Namespace, options: Mapping[str, str]) -> harness.Res
             h = h + attend(q, k, v).reshape(b, t, -1) @ p[f"{i}.o"]
             z = rms(h, p[f"{i}.norm2"])
             h = h + (jax.nn.silu(z @ p[f"{i}.gate"]) * (z @ p[f"{i}.up"])) @ p[f"{i}.down"]
-        return rms(h, p["final_norm"]) @ p["head"]
+        logits = rms(h, p["final_norm"]) @ p["head"]
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
-    tx = optax.adam(1e-3)
-
-    def step(state: Any, x: Any, y: Any) -> Any:
-        p, opt = state
-        loss, g = jax.value_and_grad(lambda p: optax.softmax_cross_entropy_with_integer_labels(forward(p, x), y).mean())(p)
-        updates, opt = tx.update(g, opt, p)
-        return (optax.apply_updates(p, updates), opt), loss
-
-    p = {k: jnp.asarray(v) for k, v in parameters(s).items()}
-    state = [(p, tx.init(p))]
-    x, y = batch(s)
-    compiled = jax.jit(step, donate_argnums=0).lower(state[0], x, y).compile()
-
-    def call() -> Any:
-        state[0], loss = compiled(state[0], x, y)
-        return loss
-
-    return harness.timed(call, lambda loss: loss.block_until_ready(), steps(args))
+    return harness.time_jax_training(loss, parameters(s), *batch(s), steps(args))
 
 
 def run_torch(args: argparse.Namespace, options: Mapping[str, str]) -> harness.Result:
-    import torch
-    import torch.nn.functional as F
+    torch = harness.import_torch()
+    F = torch.nn.functional
 
-    torch.set_num_threads(len(__import__("os").sched_getaffinity(0)))
     s = size(args)
     heads, dh, attention = s["heads"], s["dim"] // s["heads"], options.get("attention", "fused")
-    p = {k: torch.tensor(v, requires_grad=True) for k, v in parameters(s).items()}
     cos, sin = torch.tensor(np.cos(rope_angles(s))), torch.tensor(np.sin(rope_angles(s)))
 
     def rms(x: Any, scale: Any) -> Any:
@@ -168,7 +150,7 @@ def run_torch(args: argparse.Namespace, options: Mapping[str, str]) -> harness.R
         half = dh // 2
         return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
 
-    def forward(x: Any) -> Any:
+    def loss(p: Any, x: Any, y: Any) -> Any:
         b, t = x.shape
         h = F.embedding(x, p["embed"])
         for i in range(s["depth"]):
@@ -178,35 +160,17 @@ def run_torch(args: argparse.Namespace, options: Mapping[str, str]) -> harness.R
             h = h + o.transpose(1, 2).reshape(b, t, -1) @ p[f"{i}.o"]
             z = rms(h, p[f"{i}.norm2"])
             h = h + (F.silu(z @ p[f"{i}.gate"]) * (z @ p[f"{i}.up"])) @ p[f"{i}.down"]
-        return rms(h, p["final_norm"]) @ p["head"]
+        logits = rms(h, p["final_norm"]) @ p["head"]
+        return F.cross_entropy(logits.flatten(0, 1), y.flatten())
 
-    opt = torch.optim.Adam(p.values(), lr=1e-3, fused=True)
-
-    def step(x: Any, y: Any) -> Any:
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(forward(x).flatten(0, 1), y.flatten())
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
-    if options.get("compile"):
-        step = torch.compile(step)
     x, y = (torch.from_numpy(a).long() for a in batch(s))
-    step(x, y)  # the compile, when compiled
-    return harness.timed(lambda: step(x, y), lambda loss: loss, steps(args))
+    return harness.time_torch_training(loss, parameters(s), x, y, steps(args), bool(options.get("compile")))
 
 
 def run_tensorflow(args: argparse.Namespace, options: Mapping[str, str]) -> harness.Result:
-    import tensorflow as tf
-
-    n = len(__import__("os").sched_getaffinity(0))
-    tf.config.threading.set_intra_op_parallelism_threads(n)
+    tf = harness.import_tensorflow()
     s = size(args)
     heads, dh = s["heads"], s["dim"] // s["heads"]
-    p = {k: tf.Variable(v) for k, v in parameters(s).items()}
-    m = {k: tf.Variable(tf.zeros_like(v)) for k, v in p.items()}
-    v2 = {k: tf.Variable(tf.zeros_like(v)) for k, v in p.items()}
-    t_var = tf.Variable(0.0)
     cos, sin = tf.constant(np.cos(rope_angles(s))), tf.constant(np.sin(rope_angles(s)))
     visible = tf.cast(tf.linalg.band_part(tf.ones([s["seq"], s["seq"]]), -1, 0), tf.bool)
 
@@ -217,7 +181,7 @@ def run_tensorflow(args: argparse.Namespace, options: Mapping[str, str]) -> harn
         half = dh // 2
         return x * cos + tf.concat([-x[..., half:], x[..., :half]], -1) * sin
 
-    def forward(x: Any) -> Any:
+    def loss(p: Any, x: Any, y: Any) -> Any:
         b, t = x.shape
         h = tf.gather(p["embed"], x)
         for i in range(s["depth"]):
@@ -228,23 +192,10 @@ def run_tensorflow(args: argparse.Namespace, options: Mapping[str, str]) -> harn
             h = h + tf.reshape(tf.transpose(o, [0, 2, 1, 3]), [b, t, -1]) @ p[f"{i}.o"]
             z = rms(h, p[f"{i}.norm2"])
             h = h + (tf.nn.silu(z @ p[f"{i}.gate"]) * (z @ p[f"{i}.up"])) @ p[f"{i}.down"]
-        return rms(h, p["final_norm"]) @ p["head"]
+        logits = rms(h, p["final_norm"]) @ p["head"]
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
 
-    @tf.function(jit_compile=True)
-    def step(x: Any, y: Any) -> Any:
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, forward(x)))
-        grads = tape.gradient(loss, list(p.values()))
-        t = t_var.assign_add(1.0)
-        for (k, var), g in zip(p.items(), grads):  # Adam as torch and optax compute it
-            g = tf.convert_to_tensor(g)  # the embedding's gradient comes as IndexedSlices
-            m[k].assign(0.9 * m[k] + 0.1 * g)
-            v2[k].assign(0.999 * v2[k] + 0.001 * g * g)
-            var.assign_sub(1e-3 / (1 - 0.9**t) * m[k] / (tf.sqrt(v2[k]) / tf.sqrt(1 - 0.999**t) + 1e-8))
-        return loss
-
-    x, y = (tf.constant(a) for a in batch(s))
-    return harness.timed(lambda: step(x, y), lambda loss: loss.numpy(), steps(args))
+    return harness.time_tensorflow_training(loss, parameters(s), *batch(s), steps(args))
 
 
 def summarise(args: argparse.Namespace, r: Mapping[str, harness.Result]) -> harness.Result:
