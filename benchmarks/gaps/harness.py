@@ -31,6 +31,8 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 # The distributions whose versions a result names (those installed).
 PACKAGES = {"jax": ("jax", "jaxlib"), "torch": ("torch",), "tensorflow": ("tensorflow", "tensorflow-cpu"),
             "keras": ("keras", "keras-hub", "torch"), "numpy": ("numpy",)}
+# Where time_jax_training writes its trace (set by the child from --jax-trace).
+JAX_TRACE = "GAPS_JAX_TRACE"
 # Variables that change speed, recorded with every result as the environment had them.
 RECORDED_VARIABLES = ("XLA_FLAGS", "OMP_WAIT_POLICY", "TF_ENABLE_ONEDNN_OPTS", "KERAS_BACKEND")
 
@@ -55,6 +57,9 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=0, help="pin each process to N cores (default: all)")
     p.add_argument("--steps", type=int, default=0, help="timed repetitions per process (default: the script's)")
     p.add_argument("--list", action="store_true", help="print the configurations and exit")
+    p.add_argument("--jax-trace", default="", metavar="DIR",
+                   help="JAX configurations: write a jax.profiler trace of the timed steps and the compiled"
+                        " program's HLO under DIR/<label> (benchmarks/gaps/xla_trace.py summarises it)")
     p.add_argument("--child", default="", help=argparse.SUPPRESS)
     return p
 
@@ -138,7 +143,16 @@ def time_jax_training(loss: Callable[..., Any], params: Mapping[str, Any], x: An
         state[0], value = compiled(state[0], x, y)
         return value
 
-    return {**timed(call, lambda v: v.block_until_ready(), steps), "compile_s": compile_s}
+    trace = os.environ.get(JAX_TRACE)
+    if not trace:
+        return {**timed(call, lambda v: v.block_until_ready(), steps), "compile_s": compile_s}
+    os.makedirs(trace, exist_ok=True)
+    with open(os.path.join(trace, "step.hlo.txt"), "w") as f:
+        f.write(compiled.as_text())
+    call().block_until_ready()  # the first call outside the trace
+    with jax.profiler.trace(trace):
+        result = timed(call, lambda v: v.block_until_ready(), steps, warmup=0)
+    return {**result, "compile_s": compile_s, "trace": trace}
 
 
 def time_torch_training(loss: Callable[..., Any], params: Mapping[str, Any], x: Any, y: Any, steps: int,
@@ -217,6 +231,8 @@ def machine() -> dict[str, Any]:
 def _child(args: argparse.Namespace, configs: Sequence[Config], runners: Mapping[str, Runner]) -> int:
     config = next(c for c in configs if c.label == args.child)
     threads = pin(args.threads)
+    if args.jax_trace:
+        os.environ[JAX_TRACE] = os.path.join(args.jax_trace, config.label)
     result = runners[config.framework](args, config.options)
     result.update(threads=threads, versions=versions(config.framework), env=dict(config.env),
                   load_1m=round(os.getloadavg()[0], 2))
@@ -237,15 +253,23 @@ def _run_child(script: str, argv: Sequence[str], config: Config) -> Result:
 
 
 def _median_results(runs: Sequence[Result]) -> Result:
-    """The rounds of one configuration: numbers as their median, the rest from the first run."""
+    """The rounds of one configuration: numbers as their median (in nested dicts too), the rest
+    from the first run."""
     ok = [r for r in runs if "error" not in r]
     if not ok:
         return runs[0]
-    out = dict(ok[0])
-    for key, value in ok[0].items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[key] = statistics.median(r[key] for r in ok)
+    out = _median_of(ok)
     out["rounds"] = len(ok)
+    return out
+
+
+def _median_of(runs: Sequence[Result]) -> Result:
+    out = dict(runs[0])
+    for key, value in runs[0].items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = statistics.median(r[key] for r in runs)
+        elif isinstance(value, dict) and all(isinstance(r.get(key), dict) for r in runs):
+            out[key] = _median_of([r[key] for r in runs])
     return out
 
 

@@ -13,6 +13,15 @@ Besides each framework's step, configurations that locate the gap:
   jax-no-attention / torch-no-attention: the attention replaced by its values (o = v), so the
     difference to the full step is what the attention costs in each framework;
   jax-heads-first: the attention as TensorFlow's formula, heads-first (B, heads, T, dh);
+  jax-formula: the attention as the einsum formula (as Flax's nn.dot_product_attention writes
+    it), heads last;
+  jax-blocked: the formula by query blocks of 64, each attending to its key prefix only, so the
+    masked blocks above the diagonal are never computed (the same values);
+  jax-blocked-multi-output: jax-blocked with jax-multi-output-fusion's flag;
+  jax-multi-output-fusion: XLA_FLAGS=--xla_backend_extra_options=xla_cpu_use_multi_output_fusion
+    (XLA:CPU's instruction fusion stops duplicating a producer into each of its consumers; by
+    default the backward pass's residual-gradient chain is recomputed inside every fusion that
+    feeds a weight-gradient dot, work that grows with the square of the depth);
   jax-eigen-dots: XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-individual_dot, XLA:CPU's
     dots on Eigen instead of YNNPACK.
 
@@ -39,9 +48,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402  (beside this script)
 
 EIGEN_DOTS = "--xla_cpu_experimental_ynn_fusion_type=-individual_dot"
+# XLA:CPU's fusion without duplicating producers into several consumers (multi-output fusion
+# instead): cpu_compiler.cc runs CpuInstructionFusion with may_duplicate = !multi-output.
+MULTI_OUTPUT = "--xla_backend_extra_options=xla_cpu_use_multi_output_fusion"
+RATIO_BASE = "torch-compiled"  # dlbench's pair: torch.compile, its default mode
 FULL = {"vocab": 2048, "seq": 256, "dim": 256, "heads": 8, "depth": 10, "mlp": 768, "batch": 8}
 QUICK = {"vocab": 128, "seq": 32, "dim": 64, "heads": 4, "depth": 2, "mlp": 192, "batch": 2}
 RMS_EPS, ROPE_BASE, INIT_STD = 1e-5, 10000.0, 0.02
+BLOCK = 64  # jax-blocked's query block
 
 
 def size(args: argparse.Namespace) -> dict[str, int]:
@@ -62,6 +76,10 @@ def configs(args: argparse.Namespace) -> list[harness.Config]:
         C("jax-no-attention", "jax", options={"attention": "none"}),
         C("torch-no-attention", "torch", options={"attention": "none"}),
         C("jax-heads-first", "jax", options={"attention": "heads_first"}),
+        C("jax-formula", "jax", options={"attention": "formula"}),
+        C("jax-blocked", "jax", options={"attention": "blocked"}),
+        C("jax-blocked-multi-output", "jax", env={"XLA_FLAGS": MULTI_OUTPUT}, options={"attention": "blocked"}),
+        C("jax-multi-output-fusion", "jax", env={"XLA_FLAGS": MULTI_OUTPUT}),
         C("jax-eigen-dots", "jax", env={"XLA_FLAGS": EIGEN_DOTS}),
     ]
 
@@ -109,9 +127,20 @@ def run_jax(args: argparse.Namespace, options: Mapping[str, str]) -> harness.Res
         half = dh // 2
         return x * cos[:, None] + jnp.concatenate([-x[..., half:], x[..., :half]], -1) * sin[:, None]
 
+    def formula(q: Any, k: Any, v: Any, offset: int = 0) -> Any:  # (B, T, heads, dh), keys from 0
+        logits = jnp.einsum("btnh,bsnh->bnts", q, k) / math.sqrt(dh)
+        visible = jnp.arange(k.shape[1])[None, :] <= offset + jnp.arange(q.shape[1])[:, None]
+        logits = jnp.where(visible, logits, -jnp.inf)
+        return jnp.einsum("bnts,bsnh->btnh", jax.nn.softmax(logits, axis=-1), v)
+
     def attend(q: Any, k: Any, v: Any) -> Any:
         if attention == "none":
             return v
+        if attention == "formula":
+            return formula(q, k, v)
+        if attention == "blocked":
+            return jnp.concatenate([formula(q[:, i:i + BLOCK], k[:, :i + BLOCK], v[:, :i + BLOCK], i)
+                                    for i in range(0, s["seq"], BLOCK)], axis=1)
         if attention == "heads_first":
             q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))
             logits = (q @ k.transpose(0, 1, 3, 2)) / math.sqrt(dh)
@@ -216,7 +245,12 @@ def summarise(args: argparse.Namespace, r: Mapping[str, harness.Result]) -> harn
         "attention_share_torch": share("torch"),
         "ratio_without_attention": harness.ratio(r, "jax-no-attention", "torch-no-attention"),
         "heads_first_speedup": harness.ratio(r, "jax-heads-first", "jax"),
+        "formula_speedup": harness.ratio(r, "jax-formula", "jax"),
+        "blocked_speedup": harness.ratio(r, "jax-blocked", "jax"),
+        "ratio_blocked_multi_output": harness.ratio(r, "jax-blocked-multi-output", RATIO_BASE),
         "eigen_dots_speedup": harness.ratio(r, "jax-eigen-dots", "jax"),
+        "multi_output_fusion_speedup": harness.ratio(r, "jax-multi-output-fusion", "jax"),
+        "ratio_multi_output_fusion": harness.ratio(r, "jax-multi-output-fusion", RATIO_BASE),
         "jax_samples_per_s": s["batch"] / jax_s if jax_s else None,
         "shapes": {**s, "tokens_per_step": tokens},
     }

@@ -14,6 +14,10 @@ tf.function(jit_compile=True)). Batch 4 at 224x224x3, float32.
 Configurations besides each framework's step:
   jax-no-attention / torch-no-attention: attention replaced by its values (o = v): the rest of
     the step is the dense layers' dots, LayerNorm, GELU and the update;
+  jax-multi-output-fusion: XLA_FLAGS=--xla_backend_extra_options=xla_cpu_use_multi_output_fusion
+    (XLA:CPU's instruction fusion stops duplicating a producer into each of its consumers; by
+    default the backward pass's residual-gradient chain is recomputed inside every fusion that
+    feeds a weight-gradient dot, work that grows with the square of the depth);
   jax-eigen-dots: XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=-individual_dot (XLA:CPU's
     dots on Eigen instead of YNNPACK);
   jax-onednn-dots: the same plus --xla_cpu_use_onednn=true
@@ -43,7 +47,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402  (beside this script)
 
 EIGEN_DOTS = "--xla_cpu_experimental_ynn_fusion_type=-individual_dot"
+# XLA:CPU's fusion without duplicating producers into several consumers (multi-output fusion
+# instead): cpu_compiler.cc runs CpuInstructionFusion with may_duplicate = !multi-output.
+MULTI_OUTPUT = "--xla_backend_extra_options=xla_cpu_use_multi_output_fusion"
 ONEDNN_DOTS = f"{EIGEN_DOTS} --xla_cpu_use_onednn=true --xla_cpu_experimental_onednn_fusion_type=dot"
+RATIO_BASE = "torch"  # dlbench's quiet table: torch eager led
 FULL = {"image": 224, "patch": 16, "dim": 768, "heads": 12, "depth": 12, "mlp": 3072, "classes": 1000, "batch": 4}
 QUICK = {"image": 32, "patch": 16, "dim": 64, "heads": 4, "depth": 1, "mlp": 256, "classes": 10, "batch": 2}
 LN_EPS = 1e-6
@@ -66,6 +74,7 @@ def configs(args: argparse.Namespace) -> list[harness.Config]:
         C("torch-compiled", "torch", options={"compile": "1"}),
         C("jax-no-attention", "jax", options={"attention": "none"}),
         C("torch-no-attention", "torch", options={"attention": "none"}),
+        C("jax-multi-output-fusion", "jax", env={"XLA_FLAGS": MULTI_OUTPUT}),
         C("jax-eigen-dots", "jax", env={"XLA_FLAGS": EIGEN_DOTS}),
         C("jax-onednn-dots", "jax", env={"XLA_FLAGS": ONEDNN_DOTS}),
         C("jax-matmul-default", "jax", options={"precision": "default"}),
@@ -203,6 +212,8 @@ def summarise(args: argparse.Namespace, r: Mapping[str, harness.Result]) -> harn
         "ratio_cpu_to_torch": harness.ratio(r, "jax", "torch", "cpu_s"),
         "ratio_without_attention": harness.ratio(r, "jax-no-attention", "torch-no-attention"),
         "eigen_dots_speedup": harness.ratio(r, "jax-eigen-dots", "jax"),
+        "multi_output_fusion_speedup": harness.ratio(r, "jax-multi-output-fusion", "jax"),
+        "ratio_multi_output_fusion": harness.ratio(r, "jax-multi-output-fusion", RATIO_BASE),
         "onednn_dots_speedup": harness.ratio(r, "jax-onednn-dots", "jax"),
         "matmul_default_speedup": harness.ratio(r, "jax-matmul-default", "jax"),
         "torch_compiled_over_eager": harness.ratio(r, "torch-compiled", "torch"),

@@ -1,19 +1,27 @@
 """The JAX backend's own options (`--option jax.NAME=VALUE`, Policy.options): several steps per
-jitted call (backends/multistep.py), the cnn's max-pool, and the default matmul precision. Shared
+jitted call (backends/multistep.py), the cnn's max-pool, lm's attention, XLA:CPU's multi-output
+fusion, and the default matmul precision. Shared
 by the backend (configure applies the precision and reads it back) and the programs. Imports no
 JAX. Every option here is a variant the headroom search tries (issue 32; docs/variants.md).
 """
 
 from __future__ import annotations
 
+import os
+
 from dlbench.backends import multistep
 from dlbench.backends.base import Option, Variant, option_value
 from dlbench.spec import Policy
 
+# XLA:CPU makes this many host devices (one otherwise); they share the process's thread pool.
+HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
 # Policy.matmul_precision -> jax_default_matmul_precision.
 MATMUL_PRECISION = {"highest": "highest", "tf32": "tensorfloat32"}
 # The workloads whose models have a non-overlapping 2x2/2 max-pool (resnet's is 3x3/2).
 POOL_WORKLOADS = ("cnn",)
+# XLA:CPU's instruction fusion without duplicating a producer into each consumer: a backend
+# option (xla_backend_extra_options), read from XLA_FLAGS when XLA starts (no jax.config switch).
+MULTI_OUTPUT_FUSION_FLAG = "--xla_backend_extra_options=xla_cpu_use_multi_output_fusion"
 
 OPTIONS: dict[str, Option] = {
     # Declared in the order the headroom search tries them (a budget admits a prefix): the
@@ -28,6 +36,34 @@ OPTIONS: dict[str, Option] = {
                 " in the pool's gradient, same values",
             source="issue 32; Flax's pooling: https://github.com/google/flax/blob/main/flax/linen/pooling.py",
             tried=("reshape",), workloads=POOL_WORKLOADS, addresses=("pooling",))),
+    # Issue 50 (docs/gaps.md): the lm training gap's two parts, the attention and XLA:CPU's
+    # fusion duplication, declared before the rest so that a budget admits them first.
+    "attention": Option(
+        allowed=("fused", "formula", "blocked"), default="fused",
+        help="lm's causal attention in training: fused (jax.nn.dot_product_attention, XLA's composite on a"
+             " CPU), formula (softmax(q k^T) v as einsums, as Flax's nn.dot_product_attention writes it) or"
+             " blocked (the formula by four query blocks, each over its key prefix: the masked blocks above"
+             " the diagonal are never computed)",
+        variant=Variant(
+            why="on XLA:CPU jax.nn.dot_product_attention(is_causal=True) lowers to a composite that ran"
+                " single-threaded at 3.9x torch's flash-attention kernel's time (lm's shape, 2 cores); the"
+                " einsum formula ran 1.45x faster, the blocked formula 2.7x",
+            source="docs/gaps.md (lm-train-jax), benchmarks/gaps/attention.py",
+            tried=("blocked", "formula"), workloads=("lm",),
+            addresses=("matmul", "loss and reductions", "elementwise and activation"))),
+    "multi_output_fusion": Option(
+        allowed=("off", "on"), default="off",
+        help="XLA:CPU's instruction fusion: off (XLA's default: a producer is duplicated into each"
+             " consumer's fusion) or on (multi-output fusion instead; appends"
+             f" {MULTI_OUTPUT_FUSION_FLAG} to XLA_FLAGS before the import)",
+        variant=Variant(
+            why="XLA:CPU duplicates the backward pass's residual-gradient chain into every fusion that"
+                " feeds a weight-gradient dot, work that grows with the square of the depth (26 % of"
+                " ViT-B/16's step on one core); multi-output fusion computes it once",
+            source="docs/gaps.md (vit-published-jax), benchmarks/gaps/vit_train.py; XLA's"
+                   " cpu_compiler.cc runs CpuInstructionFusion with may_duplicate = !multi-output fusion",
+            tried=("on",), devices=("cpu",),
+            addresses=("copies and layout", "elementwise and activation", "matmul"))),
     # Several train steps per jitted call (backends/multistep.py): unrolled, or a lax.scan.
     **multistep.options(("unroll", "scan"), "jax.jit", multistep.JAX_AUTO_STEPS, tried_steps=("8",)),
     "matmul_precision": Option(
@@ -53,6 +89,18 @@ OPTIONS: dict[str, Option] = {
 def value(policy: Policy, name: str) -> str:
     """The policy's value of the JAX option `name` (its default where unset)."""
     return option_value(OPTIONS, policy, name)
+
+
+def xla_flags(policy: Policy, host_devices: int = 1) -> str | None:
+    """XLA_FLAGS as the trial needs them, the environment's own first: the host platform's device
+    count where data parallelism asks for more than one, the multi-output fusion option's flag.
+    None where the trial adds nothing."""
+    added = [f"{HOST_DEVICES_FLAG}={host_devices}"] if host_devices > 1 else []
+    if value(policy, "multi_output_fusion") == "on":
+        added.append(MULTI_OUTPUT_FUSION_FLAG)
+    if not added:
+        return None
+    return " ".join([os.environ.get("XLA_FLAGS", ""), *added]).strip()
 
 
 def matmul_precision(policy: Policy) -> str:
