@@ -45,8 +45,10 @@ def _dense(rows: int, k: int, n: int, count: int) -> list[Op]:
     return [("nn", (rows, k, n), count), ("nt", (rows, n, k), count), ("tn", (k, rows, n), count)]
 
 
-def _conv(b: int, h: int, cin: int, cout: int, k: int, stride: int, count: int, first: bool = False) -> list[Op]:
-    shape = (b, h, cin, cout, k, stride)
+def _conv(b: int, h: int, cin: int, cout: int, k: int, stride: int, count: int, first: bool = False,
+          same: bool = True) -> list[Op]:
+    """A convolution's three ops; `same` pads k // 2 (ResNet's), else none (VALID, the cnn's)."""
+    shape = (b, h, cin, cout, k, stride, int(same))
     grads = [("conv_dw", shape, count)] if first else [("conv_dx", shape, count), ("conv_dw", shape, count)]
     return [("conv", shape, count), *grads]
 
@@ -72,9 +74,9 @@ CASES: dict[str, list[Op]] = {
     "lm": _dense(2048, 256, 256, 40) + _dense(2048, 256, 768, 20) + _dense(2048, 768, 256, 10)
     + _dense(2048, 256, 2048, 1),
     "resnet50": _resnet50(4),
-    "cnn": _conv(128, 32, 3, 32, 3, 1, 1, first=True) + _conv(128, 15, 32, 64, 3, 1, 1),
+    "cnn": _conv(128, 32, 3, 32, 3, 1, 1, first=True, same=False) + _conv(128, 15, 32, 64, 3, 1, 1, same=False),
 }
-QUICK = _dense(64, 32, 48, 2) + _conv(2, 8, 4, 8, 3, 1, 1)
+QUICK = _dense(64, 32, 48, 2) + _conv(2, 8, 4, 8, 3, 1, 1) + _conv(2, 9, 4, 8, 3, 1, 1, same=False)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -94,9 +96,21 @@ def flops(kind: str, shape: tuple[int, ...]) -> float:
     if kind in ("nn", "nt", "tn"):
         m, k, n = shape
         return 2.0 * m * k * n
-    b, h, cin, cout, k, stride = shape
-    out = (h + stride - 1) // stride
+    b, h, cin, cout, k, stride, _ = shape
+    out = out_size(shape)
     return 2.0 * b * out * out * cin * cout * k * k
+
+
+def out_size(shape: tuple[int, ...]) -> int:
+    _, h, _, _, k, stride, same = shape
+    return (h + 2 * (k // 2) * same - k) // stride + 1
+
+
+def padding(shape: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Explicit (low, high) padding per spatial axis: k // 2 each side where `same`, as torch
+    pads (so every framework computes the same output size)."""
+    pad = (shape[4] // 2) * shape[6]
+    return [(pad, pad), (pad, pad)]
 
 
 def operands(kind: str, shape: tuple[int, ...]) -> tuple[Any, Any]:
@@ -111,8 +125,8 @@ def operands(kind: str, shape: tuple[int, ...]) -> tuple[Any, Any]:
         lhs = {"nn": (m, k), "nt": (m, k), "tn": (k, m)}[kind]
         rhs = {"nn": (k, n), "nt": (n, k), "tn": (k, n)}[kind]
         return rng.normal(0, 1, lhs).astype(np.float32), rng.normal(0, 1, rhs).astype(np.float32)
-    b, h, cin, cout, k, stride = shape
-    out = (h + stride - 1) // stride
+    b, h, cin, cout, k, stride, _ = shape
+    out = out_size(shape)
     x = rng.normal(0, 1, (b, h, h, cin)).astype(np.float32)
     w = rng.normal(0, 0.1, (k, k, cin, cout)).astype(np.float32)
     if kind == "conv_dx":
@@ -123,18 +137,16 @@ def operands(kind: str, shape: tuple[int, ...]) -> tuple[Any, Any]:
 def _per_op(args: argparse.Namespace, build: Any, sync: Any) -> harness.Result:
     """Each distinct op timed alone: seconds per call and GFLOP/s, and the weighted sum."""
     steps = args.steps or (3 if args.quick else 10)
-    total, out = 0.0, {}
+    total, total_cpu, out = 0.0, 0.0, {}
     for kind, shape, count in ops(args):
         call = build(kind, shape)
         t = harness.timed(call, sync, steps, warmup=2)
         total += count * t["median_s"]
+        total_cpu += count * t["cpu_s"]
         out[f"{kind} {'x'.join(map(str, shape))}"] = {"ms": round(1e3 * t["median_s"], 3), "count": count,
+                                                       "cpu_ms": round(1e3 * t["cpu_s"], 3),
                                                        "gflops": round(flops(kind, shape) / t["median_s"] / 1e9, 1)}
-    return {"median_s": total, "ops": out}
-
-
-def _same_padding(k: int) -> Any:
-    return "SAME" if k > 1 else "VALID"
+    return {"median_s": total, "cpu_s": total_cpu, "ops": out}
 
 
 def run_jax(args: argparse.Namespace, options: Mapping[str, str]) -> harness.Result:
@@ -145,8 +157,8 @@ def run_jax(args: argparse.Namespace, options: Mapping[str, str]) -> harness.Res
     jax.config.update("jax_default_matmul_precision", "highest")
 
     def conv_fn(shape: tuple[int, ...]) -> Any:
-        *_, k, stride = shape
-        return lambda x, w: lax.conv_general_dilated(x, w, (stride, stride), _same_padding(k),
+        stride = shape[5]
+        return lambda x, w: lax.conv_general_dilated(x, w, (stride, stride), padding(shape),
                                                      dimension_numbers=("NHWC", "HWIO", "NHWC"))
 
     def build(kind: str, shape: tuple[int, ...]) -> Any:
@@ -156,12 +168,11 @@ def run_jax(args: argparse.Namespace, options: Mapping[str, str]) -> harness.Res
         elif kind == "conv":
             f = conv_fn(shape)
         elif kind == "conv_dw":  # the weight's cotangent of the forward, as the backward pass runs it
-            x_shape, conv = a.shape, conv_fn(shape)
+            conv = conv_fn(shape)
             dy = jnp.ones(jax.eval_shape(conv, a, b).shape, a.dtype)
             f = lambda x, w: jax.vjp(lambda w: conv(x, w), w)[1](dy)[0]  # noqa: E731
-            del x_shape
         else:  # conv_dx: the input's cotangent, from the output's cotangent `a`
-            bsz, h, cin, *_ = shape
+            bsz, h, cin = shape[:3]
             x = jnp.zeros((bsz, h, h, cin), a.dtype)
             conv = conv_fn(shape)
             f = lambda dy, w: jax.vjp(lambda x: conv(x, w), x)[1](dy)[0]  # noqa: E731
@@ -180,15 +191,16 @@ def run_torch(args: argparse.Namespace, options: Mapping[str, str]) -> harness.R
         a, b = (torch.from_numpy(v) for v in operands(kind, shape))
         if kind in ("nn", "nt", "tn"):
             return {"nn": lambda: a @ b, "nt": lambda: a @ b.T, "tn": lambda: a.T @ b}[kind]
-        bsz, h, cin, cout, k, stride = shape
+        bsz, h, cin, cout, k, stride, same = shape
+        pad = (k // 2) * same
         w = b.permute(3, 2, 0, 1).contiguous(memory_format=cl)  # OIHW, channels_last as dlbench runs it
         t = a.permute(0, 3, 1, 2).contiguous(memory_format=cl)
         if kind == "conv":
-            return lambda: F.conv2d(t, w, stride=stride, padding=k // 2)
+            return lambda: F.conv2d(t, w, stride=stride, padding=pad)
         if kind == "conv_dw":
-            dy = torch.ones_like(F.conv2d(t, w, stride=stride, padding=k // 2))
-            return lambda: grad.conv2d_weight(t, w.shape, dy, stride=stride, padding=k // 2)
-        return lambda: grad.conv2d_input((bsz, cin, h, h), w, t, stride=stride, padding=k // 2)
+            dy = torch.ones_like(F.conv2d(t, w, stride=stride, padding=pad))
+            return lambda: grad.conv2d_weight(t, w.shape, dy, stride=stride, padding=pad)
+        return lambda: grad.conv2d_input((bsz, cin, h, h), w, t, stride=stride, padding=pad)
 
     with torch.no_grad():
         return _per_op(args, build, lambda y: y)
@@ -203,8 +215,8 @@ def run_tensorflow(args: argparse.Namespace, options: Mapping[str, str]) -> harn
             ta, tb = kind == "tn", kind == "nt"
             f = tf.function(lambda a, b: tf.matmul(a, b, transpose_a=ta, transpose_b=tb), jit_compile=True)
             return lambda: f(a, b)
-        bsz, h, cin, cout, k, stride = shape
-        pad = _same_padding(k)
+        bsz, h, cin, cout, k, stride, _ = shape
+        pad = [[0, 0], *padding(shape), [0, 0]]  # explicit, NHWC
         if kind == "conv":
             f = tf.function(lambda x, w: tf.nn.conv2d(x, w, stride, pad), jit_compile=True)
         elif kind == "conv_dw":
@@ -226,6 +238,7 @@ def summarise(args: argparse.Namespace, r: Mapping[str, harness.Result]) -> harn
         "ratio": harness.ratio(r, "jax", "torch"),
         "ratio_to_tensorflow_xla": harness.ratio(r, "jax", "tensorflow"),
         "tensorflow_to_torch": harness.ratio(r, "tensorflow", "torch"),
+        "ratio_cpu": harness.ratio(r, "jax", "torch", "cpu_s"),
         "ops_per_step": sum(c for _, _, c in ops(args)),
         "gflop_per_step": sum(c * flops(k, s) for k, s, c in ops(args)) / 1e9,
     }
