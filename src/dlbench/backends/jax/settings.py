@@ -17,11 +17,18 @@ from dlbench.spec import Policy
 HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
 # Policy.matmul_precision -> jax_default_matmul_precision.
 MATMUL_PRECISION = {"highest": "highest", "tf32": "tensorfloat32"}
+# The workloads whose steps are mostly convolutions (vit's one patch convolution is 1 % of its step).
+CONV_WORKLOADS = ("cnn", "resnet", "detect", "ddpm")
 # The workloads whose models have a non-overlapping 2x2/2 max-pool (resnet's is 3x3/2).
 POOL_WORKLOADS = ("cnn",)
 # XLA:CPU's instruction fusion without duplicating a producer into each consumer: a backend
 # option (xla_backend_extra_options), read from XLA_FLAGS when XLA starts (no jax.config switch).
 MULTI_OUTPUT_FUSION_FLAG = "--xla_backend_extra_options=xla_cpu_use_multi_output_fusion"
+# jaxlib 0.10.2's XLA:CPU hands each dot and convolution to YNNPACK (an `individual_dot` /
+# `individual_convolution` YNN fusion); removing a type from the flag's default list leaves that
+# op to XLA's own Eigen-based kernels (TensorFlow 2.21's XLA runs those).
+YNN_FLAG = "--xla_cpu_experimental_ynn_fusion_type"
+YNN_TYPES = {"dot_library": "individual_dot", "conv_library": "individual_convolution"}
 
 OPTIONS: dict[str, Option] = {
     # Declared in the order the headroom search tries them (a budget admits a prefix): the
@@ -64,6 +71,25 @@ OPTIONS: dict[str, Option] = {
                    " cpu_compiler.cc runs CpuInstructionFusion with may_duplicate = !multi-output fusion",
             tried=("on",), devices=("cpu",),
             addresses=("copies and layout", "elementwise and activation", "matmul"))),
+    "conv_library": Option(
+        allowed=("ynnpack", "eigen"), default="ynnpack",
+        help="XLA:CPU's convolutions: ynnpack (jaxlib's default) or eigen (XLA's own; appends"
+             f" {YNN_FLAG}=-individual_convolution to XLA_FLAGS before the import)",
+        variant=Variant(
+            why="YNNPACK's convolutions ran the cnn's at 7-57 GFLOP/s on one core (the 3-channel first"
+                " convolution's forward and weight gradient at 7-11); with XLA's Eigen convolutions the"
+                " cnn's step ran 1.9x faster",
+            source="docs/gaps.md (cnn-jax-tensorflow), benchmarks/gaps/kernels.py --case cnn",
+            tried=("eigen",), workloads=CONV_WORKLOADS, devices=("cpu",), addresses=("convolution",))),
+    "dot_library": Option(
+        allowed=("ynnpack", "eigen"), default="ynnpack",
+        help="XLA:CPU's matrix products: ynnpack (jaxlib's default for the forward and input-gradient"
+             f" forms) or eigen (XLA's own; appends {YNN_FLAG}=-individual_dot to XLA_FLAGS)",
+        variant=Variant(
+            why="with XLA's Eigen dots lm's causal attention ran 1.65x faster on two cores and the ViT-B/16"
+                " step 1.09x on one",
+            source="docs/gaps.md (lm-train-jax, vit-published-jax), benchmarks/gaps/attention.py",
+            tried=("eigen",), devices=("cpu",), addresses=("matmul",))),
     "conv1x1": Option(
         allowed=("conv", "dot"), default="conv",
         help="resnet's 1x1 convolutions: conv (lax.conv_general_dilated) or dot (the strided pixels times"
@@ -104,11 +130,14 @@ def value(policy: Policy, name: str) -> str:
 
 def xla_flags(policy: Policy, host_devices: int = 1) -> str | None:
     """XLA_FLAGS as the trial needs them, the environment's own first: the host platform's device
-    count where data parallelism asks for more than one, the multi-output fusion option's flag.
-    None where the trial adds nothing."""
+    count where data parallelism asks for more than one, the flags of the multi-output fusion and
+    dot and convolution library options. None where the trial adds nothing."""
     added = [f"{HOST_DEVICES_FLAG}={host_devices}"] if host_devices > 1 else []
     if value(policy, "multi_output_fusion") == "on":
         added.append(MULTI_OUTPUT_FUSION_FLAG)
+    removed = [f"-{ynn}" for name, ynn in YNN_TYPES.items() if value(policy, name) == "eigen"]
+    if removed:  # one flag: XLA keeps the last of a repeated one
+        added.append(f"{YNN_FLAG}={','.join(removed)}")
     if not added:
         return None
     return " ".join([os.environ.get("XLA_FLAGS", ""), *added]).strip()
