@@ -55,19 +55,20 @@ GAP = 1 / 1.5
 
 LEDGER: tuple[Gap, ...] = (
     Gap("lm-train-jax", ("lm",), "train", Side(("jax", "keras-jax")), Side(("torch", "tensorflow")), 0.15, GAP,
-        "XLA:CPU has no fused attention: jax.nn.dot_product_attention lowers to materialised logits,"
-        " a float32 softmax and a select, about 2.5x torch's flash-attention kernel; without attention"
-        " JAX's step is at torch's", ATTRIBUTED, ("small",)),
+        "XLA:CPU has no fused attention: jax.nn.dot_product_attention(is_causal=True) lowers to a"
+        " composite that runs single-threaded at about 4x torch's flash-attention kernel; variants"
+        " jax.attention=blocked|formula and jax.multi_output_fusion=on", ATTRIBUTED, ("small",)),
     Gap("vit-published-jax", ("vit",), "train", Side(("jax", "keras-jax")), Side(("torch", "tensorflow")), 0.25, GAP,
-        "XLA:CPU's dots and their gradients at 788 rows; single-threaded at torch's speed, so the"
-        " loss is in how the step uses the second core", ATTRIBUTED, ("b16",)),
+        "XLA:CPU's fusion duplicates the residual-gradient chain into every weight-gradient fusion"
+        " (26 % of the step on one core); variant jax.multi_output_fusion=on", ATTRIBUTED, ("b16",)),
     Gap("resnet50-published-xla", ("resnet",), "train", Side(("jax", "tensorflow", "keras-jax", "keras-tensorflow")),
         Side(("torch",)), 0.2, GAP,
-        "XLA:CPU's convolutions and their gradients (TensorFlow's XLA too) against torch's oneDNN",
+        "XLA:CPU's convolution weight gradients (over transposed activations; 1x1 ones at 10-40"
+        " GFLOP/s a core against oneDNN's 45-90); variants jax.conv1x1=dot, jax.multi_output_fusion=on",
         ATTRIBUTED, ("resnet50",)),
     Gap("cnn-jax-tensorflow", ("cnn",), "train", Side(("jax", "keras-jax")), Side(("tensorflow", "torch")), 0.25, GAP,
-        "max-pool's gradient as XLA:CPU expands lax.reduce_window (closed in part by jax.pool=reshape),"
-        " then XLA:CPU's small convolutions against TensorFlow's oneDNN ones", CLOSED_VARIANT),
+        "max-pool's gradient as XLA:CPU expands lax.reduce_window, then YNNPACK's convolutions at 3-64"
+        " channels; variants jax.pool=reshape and jax.conv_library=eigen", CLOSED_VARIANT),
     Gap("lm-generate-keras-torch", ("lm",), "generate", Side(("keras-torch",)), Side(("torch",)), 0.02, GAP,
         "Keras on torch decodes eagerly, op by op through Keras's dispatch, as keras-hub's torch"
         " generation does; torch's decoder is one compiled step", ATTRIBUTED),
