@@ -47,13 +47,14 @@ def test_a_side_with_a_mode_holds_for_that_mode_only():
 def test_gap_finding_names_the_row_once_against_the_fastest():
     measured = [findings.Measured("jax", "jax", "compiled", 4.5), findings.Measured("torch", "torch", "compiled", 12.8),
                 findings.Measured("tensorflow", "tensorflow", "compiled", 8.5)]
-    [made] = findings.gap_findings("lm", "small", "train", measured)
+    [made] = findings.gap_findings("lm", "small", "train", measured, LEDGER)
     assert made.rule == "ledgered gap" and made.subject == "jax"
     assert "0.35x the speed of torch" in made.text and "docs/gaps.md#lm-train-jax" in made.text
     assert _row("lm-train-jax").status in made.text
     # TensorFlow at 0.66x torch is no ledgered gap (no row has TensorFlow slower on lm)
-    assert findings.gap_findings("lm", "small", "train", measured[1:]) == []
-    assert findings.gap_findings("lm", "small", "train", [*measured[:2], findings.Measured("x", "x", "eager", 0.0)])
+    assert findings.gap_findings("lm", "small", "train", measured[1:], LEDGER) == []
+    zero = findings.Measured("x", "x", "eager", 0.0)  # a speed of 0 compares with nothing
+    assert findings.gap_findings("lm", "small", "train", [*measured[:2], zero], LEDGER)
 
 
 def _store(path: Path, speeds: dict[tuple[str, str], float], workload: str = "lm", preset: str = "cpu") -> None:

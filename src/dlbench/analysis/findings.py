@@ -148,7 +148,7 @@ class Measured:
 
 
 def gap_findings(workload: str, model_size: str | None, scenario: str, measured: Sequence[Measured],
-                 ledger: Sequence[gaps.Gap] = gaps.LEDGER) -> list[Finding]:
+                 ledger: Sequence[gaps.Gap]) -> list[Finding]:
     """Ledgered gap: for each slower configuration, the ledger row its ratio to a faster one
     shows (against the fastest such configuration, once per row)."""
     found: dict[tuple[str, str], tuple[float, Finding]] = {}

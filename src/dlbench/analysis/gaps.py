@@ -1,5 +1,5 @@
-"""The gap ledger (docs/gaps.md) as data: the cross-framework gaps of 1.5x and more that were
-traced to their cause, each with the workload and frameworks it holds for, the range of ratios a
+"""The gap ledger's rows (docs/gaps.md): the cross-framework gaps of 1.5x and more that were
+traced to their cause, each with the workloads and frameworks it holds for, the range of ratios a
 trial pair must show to be that gap, and its row in docs/gaps.md. `match` says which row a pair
 of measured configurations shows; the report's findings ("why is it slower") point to it. Pure.
 
@@ -53,6 +53,8 @@ class Gap:
 # A gap of 1.5x or more is a ratio of at most 1 / 1.5.
 GAP = 1 / 1.5
 
+# The rows. They name frameworks, as data: which frameworks a gap holds for (no code here branches
+# on a framework; layers-check lists this file among those naming frameworks outside backends/).
 LEDGER: tuple[Gap, ...] = (
     Gap("lm-train-jax", ("lm",), "train", Side(("jax", "keras-jax")), Side(("torch", "tensorflow")), 0.15, GAP,
         "XLA:CPU has no fused attention: jax.nn.dot_product_attention(is_causal=True) lowers to a"

@@ -178,7 +178,7 @@ def gap_findings(report: Report) -> list[tuple[str, findings.Finding]]:
                                                             value if speed[1] else 1.0 / value))
     return [(str(key[0]), f) for key, measured in groups.items()
             for f in findings.gap_findings(str(key[0]), key[1] if key[1] is None else str(key[1]), str(key[2]),
-                                           measured)]
+                                           measured, gaps.LEDGER)]
 
 
 def findings_table(report: Report) -> Table | None:
