@@ -71,6 +71,17 @@ OPTIONS: dict[str, Option] = {
                    " cpu_compiler.cc runs CpuInstructionFusion with may_duplicate = !multi-output fusion",
             tried=("on",), devices=("cpu",),
             addresses=("copies and layout", "elementwise and activation", "matmul"))),
+    "conv1x1": Option(
+        allowed=("conv", "dot"), default="conv",
+        help="resnet's 1x1 convolutions: conv (lax.conv_general_dilated) or dot (the strided pixels times"
+             " the (in, out) kernel: the same product)",
+        variant=Variant(
+            why="XLA:CPU runs a convolution's weight gradient as a convolution over the batch on"
+                " transposed activations: ResNet-50's 1x1 weight gradients ran at 10-40 GFLOP/s on one core"
+                " where oneDNN's reach 45-90; as a dot the gradient is a matrix product (1.1-1.9x the 1x1"
+                " convolution's forward and backward)",
+            source="docs/gaps.md (resnet50-published-xla), benchmarks/gaps/kernels.py --case resnet50",
+            tried=("dot",), workloads=("resnet",), addresses=("convolution", "copies and layout"))),
     "conv_library": Option(
         allowed=("ynnpack", "eigen"), default="ynnpack",
         help="XLA:CPU's convolutions: ynnpack (jaxlib's default) or eigen (XLA's own; appends"
@@ -90,17 +101,6 @@ OPTIONS: dict[str, Option] = {
                 " step 1.09x on one",
             source="docs/gaps.md (lm-train-jax, vit-published-jax), benchmarks/gaps/attention.py",
             tried=("eigen",), devices=("cpu",), addresses=("matmul",))),
-    "conv1x1": Option(
-        allowed=("conv", "dot"), default="conv",
-        help="resnet's 1x1 convolutions: conv (lax.conv_general_dilated) or dot (the strided pixels times"
-             " the (in, out) kernel: the same product)",
-        variant=Variant(
-            why="XLA:CPU runs a convolution's weight gradient as a convolution over the batch on"
-                " transposed activations: ResNet-50's 1x1 weight gradients ran at 10-40 GFLOP/s on one core"
-                " where oneDNN's reach 45-90; as a dot the gradient is a matrix product (1.1-1.9x the 1x1"
-                " convolution's forward and backward)",
-            source="docs/gaps.md (resnet50-published-xla), benchmarks/gaps/kernels.py --case resnet50",
-            tried=("dot",), workloads=("resnet",), addresses=("convolution", "copies and layout"))),
     # Several train steps per jitted call (backends/multistep.py): unrolled, or a lax.scan.
     **multistep.options(("unroll", "scan"), "jax.jit", multistep.JAX_AUTO_STEPS, tried_steps=("8",)),
     "matmul_precision": Option(
