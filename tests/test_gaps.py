@@ -57,15 +57,19 @@ def test_gap_finding_names_the_row_once_against_the_fastest():
     assert findings.gap_findings("lm", "small", "train", [*measured[:2], zero], LEDGER)
 
 
-def _store(path: Path, speeds: dict[tuple[str, str], float], workload: str = "lm", preset: str = "cpu") -> None:
+def _store(path: Path, speeds: dict[tuple[str, str], float], workload: str = "lm", preset: str = "cpu",
+           scenario: str = "train") -> None:
+    """Three repeats of each (framework, mode): samples/s for training; for generation `speed` is
+    the time per output token in seconds."""
     store = Store(path)
     run = store.create_run("dlbench run", {}, False)
     seq = 0
+    metric = "samples_per_s" if scenario == "train" else "tpot_p50_s"
     for repeat in range(3):
         for (framework, mode), speed in speeds.items():
             spec = TrialSpec(workload=workload_spec(workload, preset), framework=framework,
-                             policy=Policy(mode=mode), repeat=repeat)
-            result = TrialResult(status="ok", metrics={"samples_per_s": speed * (1 + 0.01 * repeat)})
+                             policy=Policy(mode=mode), repeat=repeat, scenario=scenario)
+            result = TrialResult(status="ok", metrics={metric: speed * (1 + 0.01 * repeat)})
             store.finish_trial(store.add_trial(run, seq, spec), result)
             seq += 1
     store.close()
@@ -77,6 +81,14 @@ def test_report_points_a_ledgered_pair_to_its_row(tmp_path, capsys):
     assert main(["report", "--store", str(path)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "ledgered gap" in out and "docs/gaps.md#lm-train-jax" in out
+
+
+def test_report_points_a_slow_decoder_by_its_time_per_token(tmp_path, capsys):
+    path = tmp_path / "s.sqlite"
+    _store(path, {("keras-torch", "eager"): 0.026, ("torch", "compiled"): 0.0027}, scenario="generate")
+    assert main(["report", "--store", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "docs/gaps.md#lm-generate-keras-torch" in out and "0.10x the speed of torch" in out
 
 
 def test_report_of_a_pair_outside_every_row_has_no_gap_finding(tmp_path, capsys):
