@@ -1,8 +1,9 @@
 """Every gap reproducer of docs/gaps.md and dlbench's overhead against the plain tutorial loops,
 one after another, for the quiet window: each reproducer's JSON line appended to OUT.jsonl, a
-markdown table of the ratios to OUT.md. About 20 minutes on 2 quiet cores (the estimate of each
-step is printed before it runs); `--quick` runs every script at its tiny size (about 5 minutes):
-a check that everything runs, no measurement.
+markdown table of the ratios to OUT.md. About 17 minutes for the reproducers and 12 for the
+overhead comparison (18 fresh trials, torch's compiling) on 2 quiet cores, the estimate of each step
+printed before it runs; `--only` runs a subset. `--quick` runs every script at its tiny size
+(about 6 minutes): a check that everything runs, no measurement.
 
     python benchmarks/gaps/run_all.py --out gaps-quiet
     python benchmarks/gaps/run_all.py --quick --out /tmp/gaps-check
@@ -49,7 +50,7 @@ STEPS = (
     Step("kernels_cnn", ("gaps/kernels.py", "--case", "cnn"), 0.5),
     Step("keras_decode", ("gaps/keras_decode.py",), 1.0),
     Step("overhead", ("overhead.py", "--frameworks", "torch,tensorflow,jax", "--modes", "compiled", "--plain",
-                      "--repeats", "2", "--epochs", "2", "--threads", "2"), 7.0,
+                      "--repeats", "2", "--epochs", "2", "--threads", "2"), 12.0,
          quick=("--repeats", "1", "--epochs", "1", "--dataset-size", "512")),
 )
 
