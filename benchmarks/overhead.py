@@ -6,12 +6,16 @@ process, and prints the throughput ratio dlbench / hand-written per framework an
 
     python benchmarks/overhead.py --frameworks torch,tensorflow,jax --modes compiled,eager \
         --repeats 3 --epochs 3 --threads 2 --json docs/overhead.json
+
+`--plain` adds each framework's plainest tutorial loop (reference/*_cnn.py --plain; issue 50,
+point 4) and prints dlbench / plain beside dlbench / hand-written.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -27,8 +31,10 @@ from dlbench.spec import Policy, TrialSpec, WorkloadSpec
 HERE = Path(__file__).resolve().parent
 
 
-def reference(framework: str, mode: str, args: argparse.Namespace) -> float:
-    cmd = [sys.executable, str(HERE / "reference" / f"{framework}_cnn.py"), "--mode", mode,
+def reference(framework: str, mode: str, args: argparse.Namespace, plain: bool = False) -> float:
+    """The hand-written loop's samples/s: sharing dlbench's choices, or (`plain`) the plainest
+    idiom a tutorial writes, its own data loading included."""
+    cmd = [sys.executable, str(HERE / "reference" / f"{framework}_cnn.py"), "--mode", mode, *(["--plain"] if plain else []),
            "--batch-size", str(args.batch_size), "--dataset-size", str(args.dataset_size),
            "--epochs", str(args.epochs), "--warmup-epochs", str(args.warmup_epochs),
            "--threads", str(args.threads), "--seed", "0"]
@@ -64,6 +70,10 @@ def main() -> int:
     p.add_argument("--data", default="pipeline",
                    help="dlbench's data placements to run (pipeline, device or both, comma-separated): "
                         "the hand-written loops index a tensor in memory, like --data device")
+    p.add_argument("--plain", action="store_true",
+                   help="also run each framework's plainest tutorial loop (reference/*_cnn.py --plain: a"
+                        " DataLoader over a TensorDataset, tf.data from tensor slices, a NumPy loop for JAX) and"
+                        " print dlbench / plain")
     p.add_argument("--seed", type=int, default=0, help="seed of the interleaving order")
     p.add_argument("--json", help="also write the raw numbers here")
     args = p.parse_args()
@@ -71,26 +81,31 @@ def main() -> int:
              if get_backend(f).modes().get(m) is None]
     rng = random.Random(args.seed)
     # "dlbench" is the default pipeline (the key older JSON files have), "dlbench-device" --data device
-    kinds = ["reference", *("dlbench" if d == "pipeline" else f"dlbench-{d}" for d in args.data.split(","))]
+    kinds = ["reference", *("dlbench" if d == "pipeline" else f"dlbench-{d}" for d in args.data.split(",")),
+             *(["plain"] if args.plain else [])]
     raw: dict[str, dict[str, list[float]]] = {f"{f}/{m}": {k: [] for k in kinds} for f, m in pairs}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
             jobs = [(f, m, kind) for f, m in pairs for kind in kinds]
             rng.shuffle(jobs)
             for f, m, kind in jobs:
-                value = (reference(f, m, args) if kind == "reference"
+                value = (reference(f, m, args, plain=kind == "plain") if kind in ("reference", "plain")
                          else dlbench_trial(f, m, args, Path(tmp), kind.partition("-")[2] or "pipeline"))
                 raw[f"{f}/{m}"][kind].append(value)
                 print(f"round {r + 1}/{args.repeats} {f}/{m} {kind}: {value:.1f} samples/s", flush=True)
-    summary: dict[str, Any] = {}
+    summary: dict[str, Any] = {"load_1m_end": os.getloadavg()[0]}
     print(f"\n{'framework/mode':24} {'dlbench kind':16} {'hand-written':>14} {'dlbench':>10} {'ratio':>7}  (median samples/s)")
     for key, v in raw.items():
         ref = statistics.median(v["reference"])
         summary[key] = dict(v)
-        for kind in kinds[1:]:
+        for kind in (k for k in kinds[1:] if k != "plain"):
             dlb = statistics.median(v[kind])
             summary[key]["ratio" if kind == "dlbench" else f"ratio-{kind}"] = dlb / ref
             print(f"{key:24} {kind:16} {ref:14.1f} {dlb:10.1f} {dlb / ref:7.3f}")
+        if args.plain:  # dlbench's default trial against the tutorial's loop
+            plain, dlb = statistics.median(v["plain"]), statistics.median(v["dlbench"])
+            summary[key]["ratio-to-plain"] = dlb / plain
+            print(f"{key:24} {'vs plain loop':16} {plain:14.1f} {dlb:10.1f} {dlb / plain:7.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "results": summary}, indent=1))
     return 0

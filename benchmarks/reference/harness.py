@@ -16,17 +16,22 @@ def parse_args(description: str, modes: tuple[str, ...]) -> argparse.Namespace:
     p.add_argument("--warmup-epochs", type=int, default=1)
     p.add_argument("--threads", type=int, default=None, help="pin to N cores (default: all)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--plain", action="store_true",
+                   help="the plainest idiom a tutorial writes instead of dlbench's choices: the framework's own"
+                        " data loading and shuffling (its own order, not the spec's), default optimizer flags and"
+                        " layouts (issue 50, point 4)")
     args = p.parse_args()
     if args.epochs < 1 or args.warmup_epochs < 0 or args.dataset_size < args.batch_size:
         p.error("need --epochs >= 1, --warmup-epochs >= 0 and --dataset-size >= --batch-size")
     return args
 
 
-def report(framework: str, mode: str, samples: int, train_s: float, final_loss: float) -> None:
+def report(framework: str, mode: str, samples: int, train_s: float, final_loss: float, plain: bool = False) -> None:
     """One JSON line on stdout, the only line overhead.py reads."""
     print(json.dumps({
         "framework": framework,
         "mode": mode,
+        "plain": plain,
         "samples_per_s": samples / train_s,
         "train_s": train_s,
         "final_loss": final_loss,

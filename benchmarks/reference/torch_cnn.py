@@ -70,14 +70,26 @@ def load_canonical(model: torch.nn.Sequential, p: dict[str, np.ndarray]) -> None
     model.load_state_dict({k: torch.tensor(np.ascontiguousarray(v)) for k, v in state.items()})
 
 
-def make_step(model: torch.nn.Sequential, spec: WorkloadSpec, mode: str) -> Step:
+def make_step(model: torch.nn.Sequential, spec: WorkloadSpec, mode: str, plain: bool = False) -> Step:
     import torch
 
     n = spec.numerics
     opt = torch.optim.Adam(
         model.parameters(), lr=n.learning_rate, betas=(n.beta1, n.beta2), eps=n.eps,
-        weight_decay=n.weight_decay, fused=True,
+        weight_decay=n.weight_decay, **({} if plain else {"fused": True}),
     )  # fmt: skip
+    if plain:  # the tutorial's torch.compile(model), the step around it eager
+        compiled = torch.compile(model) if mode == "compiled" else model
+        loss_fn = torch.nn.CrossEntropyLoss()
+
+        def plain_step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            opt.zero_grad()
+            loss = loss_fn(compiled(x), y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        return plain_step
     loss_fn = torch.nn.CrossEntropyLoss()
 
     def train_step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -95,6 +107,12 @@ def run_epoch(step: Step, x: torch.Tensor, y: torch.Tensor, spec: WorkloadSpec, 
 
     rows = batch_indices(epoch_order(spec.seed, epoch, spec.dataset_size), spec.batch_size)
     return torch.stack([step(x[r], y[r]) for r in torch.from_numpy(rows)])
+
+
+def run_plain_epoch(step: Step, loader: torch.utils.data.DataLoader) -> torch.Tensor:
+    import torch
+
+    return torch.stack([step(x, y) for x, y in loader])
 
 
 def sync() -> None:
@@ -115,26 +133,39 @@ def main() -> None:
     torch.set_float32_matmul_precision("highest")
 
     spec = WorkloadSpec(batch_size=args.batch_size, dataset_size=args.dataset_size, seed=args.seed)
-    # channels_last (NHWC in memory) is faster for these convolutions and pools on CPU.
     model = make_model(spec)
     load_canonical(model, cnn.init_params(spec))
-    model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-    step = make_step(model, spec, args.mode)
     data = cnn.make_dataset(spec)
-    x = torch.from_numpy(data.x).permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
     y = torch.from_numpy(data.y).long()
+    if args.plain:  # a tutorial's loop: NCHW, a DataLoader shuffling a TensorDataset
+        x = torch.from_numpy(data.x).permute(0, 3, 1, 2).contiguous()
+        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=spec.batch_size,
+                                             shuffle=True, drop_last=True,
+                                             generator=torch.Generator().manual_seed(args.seed))
+        step = make_step(model, spec, args.mode, plain=True)
+
+        def one_epoch(epoch: int) -> torch.Tensor:
+            return run_plain_epoch(step, loader)
+    else:
+        # channels_last (NHWC in memory) is faster for these convolutions and pools on CPU.
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        step = make_step(model, spec, args.mode)
+        x = torch.from_numpy(data.x).permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
+
+        def one_epoch(epoch: int) -> torch.Tensor:
+            return run_epoch(step, x, y, spec, epoch)
 
     for epoch in range(args.warmup_epochs):
-        run_epoch(step, x, y, spec, epoch)
+        one_epoch(epoch)
     sync()
     start = time.perf_counter()
     for epoch in range(args.warmup_epochs, args.warmup_epochs + args.epochs):
-        losses = run_epoch(step, x, y, spec, epoch)
+        losses = one_epoch(epoch)
     sync()
     train_s = time.perf_counter() - start
 
     samples = args.epochs * spec.steps_per_epoch * spec.batch_size
-    harness.report("torch", args.mode, samples, train_s, float(losses[-1]))
+    harness.report("torch", args.mode, samples, train_s, float(losses[-1]), args.plain)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,9 @@ Rules (docs/methodology.md, findings):
     incomplete, and says so);
   - profiler overhead: the profiled trial's median step is at least OVERHEAD slower than the
     timed trials' (its shares, not its milliseconds, are the evidence);
+  - ledgered gap: two measured configurations of one workload whose speed ratio lies in the range
+    of a row of the gap ledger (analysis/gaps.py, docs/gaps.md) for their frameworks and modes:
+    the finding points to that row (its cause and status), profiled or not;
   - memory-bound hint: the compiled program that took most of the profiled window does fewer
     than INTENSITY flops per byte it accesses (XLA's cost analysis: JAX, Keras on JAX). A CPU
     core's roofline ridge lies near there (AVX-512: 64 fp32 flops a cycle against roughly 8
@@ -27,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from dlbench.analysis import gaps
 from dlbench.analysis.categories import HOST, INPUT, OTHER
 from dlbench.analysis.tune import MeasuredVariant
 
@@ -43,7 +47,7 @@ INTENSITY = 8.0  # flops per byte accessed
 
 @dataclass(frozen=True)
 class Finding:
-    rule: str  # ratio, input-bound, host-bound, recompiles, unmapped, profiler-overhead, memory-bound
+    rule: str  # ratio, input-bound, host-bound, recompiles, unmapped, profiler-overhead, memory-bound, ledgered gap
     subject: str  # the framework (configuration label) it is about
     text: str
     category: str | None = None  # the profile category a ratio finding is about
@@ -130,6 +134,37 @@ def memory_finding(name: str, flops: float | None, accessed: float | None) -> li
     return [Finding("memory-bound", name, f"{name}: memory-bound hint: the compiled step does {flops / accessed:.2g}"
                     f" flops per byte it accesses ({flops / 1e9:.3g} GFLOP, {accessed / 1e6:.4g} MB per call, XLA's"
                     f" cost analysis; rule: < {INTENSITY:g} flop/B)")]
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One side of a pair the gap rule compares: its label in the report, framework, mode and
+    speed (samples/s, or tokens per second of decode for generation)."""
+
+    label: str
+    framework: str
+    mode: str
+    speed: float
+
+
+def gap_findings(workload: str, model_size: str | None, scenario: str, measured: Sequence[Measured],
+                 ledger: Sequence[gaps.Gap]) -> list[Finding]:
+    """Ledgered gap: for each slower configuration, the ledger row its ratio to a faster one
+    shows (against the fastest such configuration, once per row)."""
+    found: dict[tuple[str, str], tuple[float, Finding]] = {}
+    for slow in measured:
+        for fast in measured:
+            if slow is fast or not 0 < slow.speed < fast.speed:
+                continue
+            ratio = slow.speed / fast.speed
+            row = gaps.match(ledger, workload, model_size, scenario, (slow.framework, slow.mode),
+                             (fast.framework, fast.mode), ratio)
+            if row is None or found.get((row.anchor, slow.label), (2.0,))[0] <= ratio:
+                continue
+            text = (f"{slow.label}: {ratio:.2f}x the speed of {fast.label}, a ledgered gap ({row.status}; the"
+                    f" row's range {row.low:.2f}-{row.high:.2f}): {row.cause} ({row.link()})")
+            found[(row.anchor, slow.label)] = (ratio, Finding("ledgered gap", slow.label, text))
+    return [f for _, f in found.values()]
 
 
 def with_variant(finding: Finding, workload: str, framework: str, measured: Sequence[MeasuredVariant]) -> Finding:

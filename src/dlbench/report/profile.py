@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from dlbench.analysis import findings
+from dlbench.analysis import findings, gaps
 from dlbench.analysis.categories import (
     BYTES_METRIC,
     CATEGORIES,
@@ -158,17 +158,41 @@ def report_findings(report: Report) -> list[tuple[str, findings.Finding]]:
     return out
 
 
+# What the gap rule compares per scenario: the headline metric and whether higher is faster.
+GAP_SPEED = {"train": ("samples_per_s", True), "generate": ("tpot_p50_s", False)}
+
+
+def gap_findings(report: Report) -> list[tuple[str, findings.Finding]]:
+    """(workload, finding) for the timed configurations whose speed ratio is a row of the gap
+    ledger (analysis/gaps.py), compared within one workload, model size, scenario and batch."""
+    groups: dict[tuple[object, ...], list[findings.Measured]] = {}
+    for config in report.configs:
+        speed = GAP_SPEED.get(config.scenario)
+        value = config.summary(speed[0]).median if speed else None
+        if speed is None or not value:
+            continue
+        spec = config.spec
+        key = (spec["workload"]["name"], spec["workload"].get("model_size"), config.scenario, spec["workload"]["batch_size"])
+        label = local(report, str(key[0])).short_label(config)
+        groups.setdefault(key, []).append(findings.Measured(label, str(spec["framework"]), str(spec["policy"]["mode"]),
+                                                            value if speed[1] else 1.0 / value))
+    return [(str(key[0]), f) for key, measured in groups.items()
+            for f in findings.gap_findings(str(key[0]), key[1] if key[1] is None else str(key[1]), str(key[2]),
+                                           measured, gaps.LEDGER)]
+
+
 def findings_table(report: Report) -> Table | None:
-    made = report_findings(report)
+    made = report_findings(report) + gap_findings(report)
     if not made:
         return None
     rules = (f"ratio: a category >= {findings.RATIO:g}x the cheapest other framework's, >= {findings.MIN_SHARE:.0%}"
              f" of the step and >= {findings.MIN_GAP_S * 1e3:g} ms more; input-bound: input >= {findings.INPUT_SHARE:.0%};"
              f" host-bound: host and idle >= {findings.HOST_SHARE:.0%}; unmapped: other >= {findings.UNMAPPED_SHARE:.0%};"
              f" profiler overhead: profiled step >= +{findings.OVERHEAD:.0%}; memory-bound hint: compiled step"
-             f" < {findings.INTENSITY:g} flop per byte accessed (docs/methodology.md)")
+             f" < {findings.INTENSITY:g} flop per byte accessed; ledgered gap: a speed ratio in a row's range of"
+             f" the gap ledger (docs/methodology.md, {gaps.LEDGER_DOC})")
     no_bytes = no_bytes_note(report)
-    return Table("findings", "Findings", "findings: what the profiles say, each from a stated rule",
+    return Table("findings", "Findings", "findings: what the profiles and the ledger of known gaps say, each from a stated rule",
                  (Column("workload", key=True, lift=True), Column("rule"), Column("finding")),
                  tuple(tuple(cells(w, f.rule, f.text)) for w, f in made), (rules, *no_bytes))
 

@@ -28,8 +28,6 @@ RECORDED_ENVIRONMENT = ("XLA_FLAGS", "JAX_PLATFORMS", "JAX_ENABLE_X64", "XLA_PYT
                         "JAX_ENABLE_COMPILATION_CACHE", "JAX_COMPILATION_CACHE_DIR")
 # The BFC allocator's counters of a GPU device (Device.memory_stats), recorded as jax_<key>.
 _ALLOCATOR_KEYS = ("peak_bytes_in_use", "bytes_in_use", "bytes_limit", "pool_bytes", "peak_pool_bytes")
-# XLA:CPU makes this many host devices (one otherwise); they share the process's thread pool.
-HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
 
 
 @typing.final
@@ -43,9 +41,10 @@ class JaxDataParallel:
     def environment(self, trial: TrialSpec) -> dict[str, str]:
         if trial.devices == 1:
             return {}
-        # Only the host platform reads it: on a GPU machine the mesh takes the GPUs.
-        flags = os.environ.get("XLA_FLAGS", "")
-        return {"XLA_FLAGS": f"{flags} {HOST_DEVICES_FLAG}={trial.devices}".strip()}
+        # Only the host platform reads the device count: on a GPU machine the mesh takes the
+        # GPUs. The whole XLA_FLAGS (the option's flag too): this dict replaces the backend's.
+        flags = settings.xla_flags(trial.policy, trial.devices)
+        return {"XLA_FLAGS": flags} if flags else {}
 
     def setup(self, trial: TrialSpec) -> dict[str, Any]:
         import jax
@@ -106,6 +105,8 @@ class JaxBackend:
         # and TF's (with memory growth) do. The persistent compilation cache is switched on only
         # for the warm policy (configure); its directory must be known before the first compile.
         env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+        if flags := settings.xla_flags(policy):  # the multi_output_fusion option's flag
+            env["XLA_FLAGS"] = flags
         if policy.compile_cache == "warm":
             env["JAX_COMPILATION_CACHE_DIR"] = cache_dir
         return env

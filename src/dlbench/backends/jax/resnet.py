@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from dlbench.backends.jax import program
+from dlbench.backends.jax import program, settings
 from dlbench.backends.jax.layers import Params, conv, dense
 from dlbench.spec import Numerics, TrialSpec
 from dlbench.workloads import resnet
@@ -45,6 +45,8 @@ class ResnetModel:
         self.ddof = RUNNING_VAR_DDOF[numerics.bn_running_var]
         # Padding per kernel size, passed to XLA as given (read back by numerics()).
         self.pads = {k: symmetric_pads(k) for k in (1, 3, 7)}
+        # The `jax.conv1x1` option (settings.py): the 1x1 convolutions as convolutions or as dots.
+        self.conv1x1_dot = settings.value(trial.policy, "conv1x1") == "dot"
 
     def initial_buffers(self) -> dict[str, np.ndarray]:
         # Running mean zeros, running variance ones (torch's and Keras's initial values).
@@ -100,6 +102,10 @@ class _Forward:
 
     def conv_bn(self, c: resnet.Conv, x: jax.Array) -> jax.Array:
         kernel = self._params[f"{c.name}.kernel"]
+        if self._model.conv1x1_dot and kernel.shape[:2] == (1, 1):
+            # The same product without padding: the strided pixels times the (in, out) kernel,
+            # whose weight gradient XLA:CPU runs as a dot instead of a convolution over the batch.
+            return self.batch_norm(c.bn, x[:, ::c.stride, ::c.stride, :] @ kernel[0, 0])
         return self.batch_norm(c.bn, conv(x, kernel, c.stride, self._model.pads[kernel.shape[0]]))
 
     def batch_norm(self, name: str, x: jax.Array) -> jax.Array:
