@@ -163,3 +163,18 @@ def test_blocked_causal_attention_is_the_formula():
     for blocks in (1, 4, 7):  # 19 positions: blocks of 19, 5 and 3, the last one shorter
         np.testing.assert_allclose(lm.blocked_causal(q, k, v, 0.35, blocks), want, rtol=2e-5, atol=2e-6)
     np.testing.assert_allclose(lm.fused_causal(q, k, v, 0.35), want, rtol=2e-5, atol=2e-6)
+
+
+def test_why_prints_the_findings_alone_and_says_so_when_there_are_none(tmp_path, capsys):
+    """`dlbench why`: the findings table alone, a ledgered pair pointing to its row; a run with
+    nothing to say says so in one line, exit 0."""
+    path = tmp_path / "s.sqlite"
+    _store(path, {("jax", "compiled"): 4.5, ("torch", "compiled"): 12.8})
+    assert main(["why", "--store", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "ledgered gap" in out and "docs/gaps.md#lm-train-jax" in out and "samples/s" not in out.split("Findings")[0]
+    quiet = tmp_path / "q.sqlite"
+    _store(quiet, {("jax", "compiled"): 11.0, ("torch", "compiled"): 12.8})
+    assert main(["why", "--store", str(quiet)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("no findings for run(s) 1")

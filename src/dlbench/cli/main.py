@@ -10,7 +10,7 @@ import sys
 from typing import NoReturn
 
 from dlbench import __version__
-from dlbench.cli import check, compare, env, export, history, listing, report, run, tune
+from dlbench.cli import check, compare, env, export, history, listing, report, run, tune, why
 from dlbench.cli.common import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERRUPTED,
@@ -22,7 +22,7 @@ from dlbench.spec import SpecError
 from dlbench.text import shown
 
 COMMANDS = {"run": run, "check": check, "compare": compare, "report": report, "list": listing, "env": env,
-            "export": export, "history": history, "tune": tune}
+            "export": export, "history": history, "tune": tune, "why": why}
 
 
 class _Parser(argparse.ArgumentParser):
