@@ -174,8 +174,12 @@ def test_options_are_frozen_dataclasses_whose_defaults_the_spec_sweep_and_cli_ta
     assert Sweep().options_for("infer") == InferOptions() and Sweep().options_for("converge") == ConvergeOptions()
     assert Sweep().options_for("train") == NoOptions()
     # every field declares its flag and help; the flags, their destinations and defaults come from there
-    flags = {f.metadata["flag"]: (kind, f.name) for kind in OPTIONS.values() for f in dataclasses.fields(kind)}
-    assert all(f.metadata["help"] for kind in OPTIONS.values() for f in dataclasses.fields(kind))
+    # (a `shared` field takes the flag, and its help, that another options type declares: generate's --load)
+    own = [(kind, f) for kind in OPTIONS.values() for f in dataclasses.fields(kind) if not f.metadata.get("shared")]
+    flags = {f.metadata["flag"]: (kind, f.name) for kind, f in own}
+    assert all(f.metadata["help"] for _, f in own)
+    shared = {f.metadata["flag"] for kind in OPTIONS.values() for f in dataclasses.fields(kind) if f.metadata.get("shared")}
+    assert shared == {"--load", "--qps"} and shared <= set(flags)
     assert {"--" + dest.replace("_", "-"): v for dest, v in SCENARIO_OPTION_FLAGS.items()} == flags
     assert SCENARIO_OPTION_FLAGS["load"] == (InferOptions, "infer_load")
     assert SCENARIO_OPTION_FLAGS["qps"] == (InferOptions, "server_qps")
