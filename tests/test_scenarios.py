@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import json
 import shutil
 import sqlite3
@@ -125,6 +126,11 @@ def test_each_scenarios_modules_carry_its_records_name():
         for table in reporting.tables:
             # each scenario table is built in report/<table id>.py
             assert (SRC / "report" / f"{table.split('-')[0]}.py").is_file(), (name, table)
+        for chart in reporting.charts:
+            # and its charts beside its tables, in report/<its name>.py (the RL family: rl.py)
+            module, _, function = chart.partition(":")
+            assert module == f"dlbench.report.{name.split('_')[0]}", (name, chart)
+            assert callable(getattr(importlib.import_module(module), function)), (name, chart)
 
 
 def test_every_layer_registers_exactly_the_recorded_scenarios():
