@@ -18,7 +18,7 @@ from dlbench.analysis import repeats
 from dlbench.backends import DEFAULT_FRAMEWORKS, get_backend, support
 from dlbench.monitors.nvml import device_kind
 from dlbench.plugins import first_line
-from dlbench.runner.scenarios.registry import ESTIMATES
+from dlbench.runner.estimates import ESTIMATES
 from dlbench.spec import (
     GenerateOptions,
     Policy,
@@ -361,7 +361,7 @@ def estimate_s(trial: TrialSpec, costs: Costs) -> tuple[float, str]:
 
 
 def _rough_s(trial: TrialSpec, samples: int) -> float:
-    """The first estimate its runner scenario registers (runner/scenarios/registry.py:
+    """The first estimate its runner scenario registers (runner/estimates.py:
     ESTIMATES), from the backend's cost guess."""
     subject = subjects.lookup(trial.workload.name)
     return ESTIMATES[subjects.record(trial).name](trial, subject, get_backend(trial.framework).cost_guess, samples)
