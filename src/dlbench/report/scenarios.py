@@ -28,14 +28,15 @@ SOLVE_TABLE, SOLVE_GRADIENTS_TABLE = "solve", "solve-gradients"
 class Reporting:
     """`in_headline`: its configurations are rows of the headline (and the start-up and GPU
     tables); `tables`: ids of the scenario tables that show them too (converge, infer, rl);
-    `charts`: its own charts, `module:function` (report/<its name>.py, beside its table), each
-    drawn where any trial has its series. Named, not imported: the modules that hold them import
-    this registration, and their functions need plotly, imported only when charts are made
-    (report/figures.py: CHARTS)."""
+    `progress`: its line in `dlbench run` (report/progress.py), None for its record's headline
+    metric (progress.headline_line); `charts`: its own charts, `module:function` (report/<its
+    name>.py, beside its table), each drawn where any trial has its series. Named, not imported:
+    the modules that hold them import this registration, and their functions need plotly, imported
+    only when charts are made (report/figures.py: CHARTS)."""
 
     in_headline: bool
     tables: tuple[str, ...]
-    progress: Callable[[Metrics], str]
+    progress: Callable[[Metrics], str] | None = None
     charts: tuple[str, ...] = ()
 
 
@@ -76,7 +77,9 @@ def headline_configs(report: Report) -> list[Config]:
 
 def progress_line(spec: dict[str, Any], metrics: Metrics) -> str:
     """The one-line outcome of an ok trial with this stored spec (`dlbench run`'s progress)."""
-    return REPORTING[workloads.stored_scenario(spec).name].progress(metrics)
+    record = workloads.stored_scenario(spec)
+    line = REPORTING[record.name].progress
+    return line(metrics) if line is not None else progress.headline_line(record.headline, metrics)
 
 
 def configs_in(report: Report, table: str) -> list[Config]:
