@@ -277,9 +277,6 @@ def convergence_perplexity(report: Report) -> Chart | None:
 
 
 def _convergence(report: Report, kind: str, by_step: str, by_time: str, target_field: str, title: str) -> Chart | None:
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
     from dlbench.report import plot
 
     # RL trials (a `return` series) have their own chart: returns(); a trial whose target is a
@@ -289,15 +286,8 @@ def _convergence(report: Report, kind: str, by_step: str, by_time: str, target_f
              and (kind == "perplexity" or not t.series.get("eval_perplexity_by_time"))]
     if not pairs:
         return None
-    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.05,
-                        subplot_titles=["by step", "by wall-clock time (training only)"])
-    for c, t in pairs:
-        name, color = plot.escape(plot.trial_name(report, c, t)), plot.color(report, c.axes["framework"])
-        for col, series in enumerate((by_step, by_time), start=1):
-            points = t.series.get(series) or []
-            fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines+markers",
-                                     name=name, legendgroup=name, showlegend=col == 1,
-                                     line={"color": color, "width": 1.5}), row=1, col=col)
+    fig = plot.curves(report, pairs, (by_step, by_time), ["by step", "by wall-clock time (training only)"],
+                      "lines+markers")
     for target in sorted({float(t.spec[target_field]) for _, t in pairs if t.spec.get(target_field)}):
         fig.add_hline(y=target, line_dash="dash", line_color="#555555", line_width=1)
     fig.update_xaxes(title_text="training step", row=1, col=1)

@@ -162,6 +162,24 @@ def bar_figure(report: Report, traces: Callable[[list[Config]], list[Bars]], sca
     return layout(fig, barmode="group" if shared_x else "relative")
 
 
+def curves(report: Report, pairs: list[tuple[Config, Trial]], series: tuple[str, str], titles: list[str], mode: str,
+           each: Callable[[go.Figure, Trial, str, str], None] | None = None) -> go.Figure:
+    """Two panels on one y axis, one line a trial in its framework's colour, its legend entry
+    once: `series[0]` on the left (by step), `series[1]` on the right (by training seconds);
+    `each(fig, trial, name, colour)` adds a trial's own traces after its lines."""
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.05, subplot_titles=titles)
+    for c, t in pairs:
+        name, colour = escape(trial_name(report, c, t)), color(report, c.axes["framework"])
+        for col, one in enumerate(series, start=1):
+            points = t.series.get(one) or []
+            fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode=mode,
+                                     name=name, legendgroup=name, showlegend=col == 1,
+                                     line={"color": colour, "width": 1.5}), row=1, col=col)
+        if each is not None:
+            each(fig, t, name, colour)
+    return fig
+
+
 def trial_name(report: Report, config: Config, trial: Trial) -> str:
     """The configuration's short label, and the repeat where it has several."""
     return report.short_label(config) + (f" #{trial.repeat}" if len(config.trials) > 1 else "")

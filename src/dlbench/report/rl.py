@@ -18,7 +18,7 @@ from dlbench.report.cells import (
     status_cell,
 )
 from dlbench.report.columns import RL
-from dlbench.report.model import Config, Report
+from dlbench.report.model import Config, Report, Trial
 from dlbench.report.scenarios import RL_TABLE, configs_in
 from dlbench.report.tabledata import Cell, Table
 from dlbench.report.tabledata import Column as TableColumn
@@ -63,27 +63,21 @@ def returns(report: Report) -> Chart | None:
     episodes after each iteration, by environment steps and by training seconds, one line per
     process (seed), the target dashed."""
     import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
 
     from dlbench.report import plot
+
+    def episodes(fig: go.Figure, t: Trial, name: str, color: str) -> None:
+        """Every episode's return at its global env step (CleanRL's charts/episodic_return form)."""
+        points = t.series.get("episodic_return") or []
+        fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="markers",
+                                 name=name, legendgroup=name, showlegend=False, opacity=0.35,
+                                 marker={"color": color, "size": 3}), row=1, col=1)
 
     pairs = [(c, t) for c, t in report.trials() if t.series.get("return")]
     if not pairs:
         return None
-    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.05,
-                        subplot_titles=["by environment steps", "by wall-clock time (training only)"])
-    for c, t in pairs:
-        name, color = plot.escape(plot.trial_name(report, c, t)), plot.color(report, c.axes["framework"])
-        for col, series in enumerate(("return", "return_by_time"), start=1):
-            points = t.series.get(series) or []
-            fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines",
-                                     name=name, legendgroup=name, showlegend=col == 1,
-                                     line={"color": color, "width": 1.5}), row=1, col=col)
-        # every episode's return at its global env step (CleanRL's charts/episodic_return form)
-        episodes = t.series.get("episodic_return") or []
-        fig.add_trace(go.Scatter(x=[p[0] for p in episodes], y=[p[1] for p in episodes], mode="markers",
-                                 name=name, legendgroup=name, showlegend=False, opacity=0.35,
-                                 marker={"color": color, "size": 3}), row=1, col=1)
+    fig = plot.curves(report, pairs, ("return", "return_by_time"),
+                      ["by environment steps", "by wall-clock time (training only)"], "lines", episodes)
     for target in sorted({float(t.spec["target_accuracy"]) for _, t in pairs if t.spec.get("target_accuracy")}):
         fig.add_hline(y=target * RL_MAX_RETURN, line_dash="dash", line_color="#555555", line_width=1)
     fig.update_xaxes(title_text="environment steps", row=1, col=1)
