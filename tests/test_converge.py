@@ -341,7 +341,7 @@ def test_an_lm_converge_run_is_charted_by_its_perplexity_not_its_accuracy(tmp_pa
     """lm's default target is a perplexity: its curves chart that (log axis, the target dashed),
     and the accuracy chart, whose target it has not, leaves it out."""
     pytest.importorskip("plotly")
-    from dlbench.report import figures
+    from dlbench.report import converge
 
     monkeypatch.setenv("FAKE_BEHAVIOUR", "learn")
     monkeypatch.setenv("FAKE_LEARN_STEPS", "20")
@@ -351,8 +351,8 @@ def test_an_lm_converge_run_is_charted_by_its_perplexity_not_its_accuracy(tmp_pa
                  "--batch-size", "8", "--repeats", "1", "--scenario", "converge", "--target-perplexity", str(target),
                  "--eval-every", "4", "--max-steps", "40", "--chunk-steps", "4", "--store", store]) == 0
     report = model.load(Store(store), [1])
-    assert figures.convergence(report) is None
-    chart = figures.convergence_perplexity(report)
+    assert converge.convergence(report) is None
+    chart = converge.convergence_perplexity(report)
     assert chart is not None and chart.id == "convergence-perplexity"
     [(_, trial)] = list(report.trials())
     by_step, by_time = (trace for trace in chart.figure["data"])
@@ -422,7 +422,7 @@ def test_a_perplexity_target_for_a_workload_without_perplexity_is_refused():
 @pytest.mark.parametrize("argv,msg", [
     (["--target-perplexity", "0.9"], "target perplexity must be a finite number > 1"),
     (["--target-perplexity", "3", "--target-accuracy", "0.5"], "are two targets"),
-    (["--target-perplexity", "x"], "--target-perplexity: invalid float value: 'x'"),
+    (["--target-perplexity", "x"], "argument --target-perplexity: 'x' is not a number in ASCII digits"),
 ])
 def test_cli_bad_perplexity_target_is_one_line_exit_2(tmp_path, capsys, argv, msg):
     assert main(["run", "-w", "lm", "-f", "fake", "--mode", "eager", "--preset", "tiny", "--scenario", "converge",

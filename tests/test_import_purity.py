@@ -57,3 +57,20 @@ def test_the_parent_imports_no_module_of_the_child():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
+
+
+def test_the_report_and_its_scenario_modules_load_without_plotly():
+    """plotly is optional (dlbench[report]): each scenario's charts live in its report module
+    beside its tables (report/scenarios.py registers them by name), and a chart function imports
+    plotly (through report/plot.py) only when it is called; the terminal report never does."""
+    code = (
+        "import sys, json, importlib\n"
+        "import dlbench.cli.main, dlbench.report.tables, dlbench.report.terminal, dlbench.report.tune\n"
+        "from dlbench.report.scenarios import REPORTING\n"
+        "charts = [getattr(importlib.import_module(m), f)"
+        " for r in REPORTING.values() for m, _, f in (n.partition(':') for n in r.charts)]\n"
+        "print(json.dumps([len(charts), [m for m in sys.modules if m.startswith(('plotly', 'dlbench.report.plot'))]]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    count, loaded = json.loads(out.stdout)
+    assert count >= 7 and loaded == []

@@ -115,6 +115,23 @@ def test_bad_report_and_export_input_is_one_line(store, argv, msg, capsys):
     assert err == f"dlbench: error: {msg}\n"
 
 
+def test_the_charts_are_the_generic_ones_then_those_the_scenarios_register_in_the_reports_order():
+    """report/figures.py builds CHARTS once: the charts of every trial's measurements, and those
+    each scenario registers beside its tables (report/scenarios.py: its report module's), in the
+    order the report has shown them (work precision moved before efficiency, roofline and scaling,
+    which a solve trial never has)."""
+    pytest.importorskip("plotly")
+    from dlbench.report import figures
+
+    assert [f.__name__ for f in figures.CHARTS] == [
+        "throughput", "step_times", "startup", "memory", "loss", "accuracy", "convergence", "convergence_perplexity",
+        "returns", "latency", "served_load", "served_tokens", "work_precision", "efficiency", "roofline", "scaling",
+        "profile_bars", "payback", "batch_sweep", "headroom"]
+    assert {f.__name__: f.__module__.rsplit(".", 1)[1] for f in figures.CHARTS if f.__module__ != figures.__name__} == {
+        "convergence": "converge", "convergence_perplexity": "converge", "returns": "rl", "latency": "infer",
+        "served_load": "infer", "served_tokens": "generate", "work_precision": "solve", "headroom": "tune"}
+
+
 def test_charts_exist_only_for_measured_metrics(store, tmp_path, capsys):
     out = tmp_path / "r.html"
     assert main(["report", "1", "--store", store, "--html", str(out)]) == 0

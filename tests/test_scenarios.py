@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import json
 import shutil
 import sqlite3
@@ -22,6 +23,7 @@ from dlbench.backends.base import Generator, OdeModule, Rollout, Sampler, Servab
 from dlbench.cli.main import main
 from dlbench.cli.run import SCENARIO_OPTION_FLAGS, SWEEP_DEFAULTS
 from dlbench.report.scenarios import REPORTING
+from dlbench.runner.estimates import ESTIMATES
 from dlbench.runner.plan import Sweep, make_plan
 from dlbench.runner.scenarios.registry import RUNS
 from dlbench.runner.verdicts import JUDGES
@@ -59,6 +61,9 @@ NAME_PLACES: dict[str, set[str]] = {
     # one registration per layer
     "runner/scenarios/registry.py": {"train", "infer", "converge", "sample", "rl_rollout", "rl_train", "rl_converge",
                                      "generate", "solve"},
+    # the runner's parent side: the planner's first estimate (the parent imports no scenario module)
+    "runner/estimates.py": {"train", "infer", "converge", "sample", "rl_rollout", "rl_train", "rl_converge",
+                            "generate", "solve"},
     "report/scenarios.py": {"train", "infer", "converge", "sample", "rl_rollout", "rl_train", "rl_converge",
                             "generate", "solve"},
     # capability names that read like scenarios (base: PROVIDED_FOR; each backend: the
@@ -125,11 +130,17 @@ def test_each_scenarios_modules_carry_its_records_name():
         for table in reporting.tables:
             # each scenario table is built in report/<table id>.py
             assert (SRC / "report" / f"{table.split('-')[0]}.py").is_file(), (name, table)
+        for chart in reporting.charts:
+            # and its charts beside its tables, in report/<its name>.py (the RL family: rl.py)
+            module, _, function = chart.partition(":")
+            assert module == f"dlbench.report.{name.split('_')[0]}", (name, chart)
+            assert callable(getattr(importlib.import_module(module), function)), (name, chart)
 
 
 def test_every_layer_registers_exactly_the_recorded_scenarios():
     names = set(scenarios.SCENARIOS)
     assert set(RUNS) == names  # runner: its entry
+    assert set(ESTIMATES) == names  # runner, in the parent: its first time estimate
     assert set(REPORTING) == names  # report: its tables and progress line
     assert {r.parity for r in scenarios.SCENARIOS.values()} <= set(JUDGES)  # runner: its judge
     for name, module in workloads.WORKLOADS.items():
@@ -174,8 +185,12 @@ def test_options_are_frozen_dataclasses_whose_defaults_the_spec_sweep_and_cli_ta
     assert Sweep().options_for("infer") == InferOptions() and Sweep().options_for("converge") == ConvergeOptions()
     assert Sweep().options_for("train") == NoOptions()
     # every field declares its flag and help; the flags, their destinations and defaults come from there
-    flags = {f.metadata["flag"]: (kind, f.name) for kind in OPTIONS.values() for f in dataclasses.fields(kind)}
-    assert all(f.metadata["help"] for kind in OPTIONS.values() for f in dataclasses.fields(kind))
+    # (a `shared` field takes the flag, and its help, that another options type declares: generate's --load)
+    own = [(kind, f) for kind in OPTIONS.values() for f in dataclasses.fields(kind) if not f.metadata.get("shared")]
+    flags = {f.metadata["flag"]: (kind, f.name) for kind, f in own}
+    assert all(f.metadata["help"] for _, f in own)
+    shared = {f.metadata["flag"] for kind in OPTIONS.values() for f in dataclasses.fields(kind) if f.metadata.get("shared")}
+    assert shared == {"--load", "--qps"} and shared <= set(flags)
     assert {"--" + dest.replace("_", "-"): v for dest, v in SCENARIO_OPTION_FLAGS.items()} == flags
     assert SCENARIO_OPTION_FLAGS["load"] == (InferOptions, "infer_load")
     assert SCENARIO_OPTION_FLAGS["qps"] == (InferOptions, "server_qps")

@@ -27,6 +27,8 @@ REGISTRY: dict[str, str] = {
     "onnxruntime": "dlbench.backends.onnxruntime:OnnxRuntimeBackend",
     "litert": "dlbench.backends.litert:LiteRTBackend",
 }
+# The frameworks a sweep runs when it names none (`dlbench run`'s default, runner/plan.py: Sweep).
+DEFAULT_FRAMEWORKS = ("torch", "tensorflow", "jax")
 # Framework-neutral baselines a scenario's record names (dlbench/scenarios.py: Scenario.baseline):
 # backends like the others for the trials the plan adds for them, but no framework a user picks,
 # so `-f`, `-f all` and `dlbench list` (which read `registered()`) leave them out.

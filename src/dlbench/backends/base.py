@@ -98,7 +98,7 @@ class Capabilities:
 @dataclass(frozen=True)
 class SolveGuess:
     """What a solve trial (runner/scenarios/solve.py) of this framework costs, before the store
-    knows better (runner/scenarios/solve.py: estimate_s): its solver curves (solvers x dtypes of
+    knows better (runner/estimates.py: solve_s): its solver curves (solvers x dtypes of
     backends/<framework>/ode.py, the explicit ones apart: on a stiff problem each runs to the step
     cap once and skips its tighter tolerances), the seconds of one tolerance point of a curve
     that solves (warm solves until 0.2 s and three, and the counting solve), of one curve that
@@ -119,7 +119,7 @@ class SolveGuess:
 @dataclass(frozen=True)
 class CostGuess:
     """What a trial of this framework costs besides its compute, before the store knows better
-    (runner/scenarios/registry.py: ESTIMATES): seconds from process start to a built program (import, build,
+    (runner/estimates.py: ESTIMATES): seconds from process start to a built program (import, build,
     data), and seconds to compile a cnn-sized train step (8 parameter tensors) in compiled mode,
     which the planner scales with the workload's size. Measured on the project's 2-core machines
     (docs/benchmarks.md, the whole zoo); only a first estimate. `solve`: the solver scenario's

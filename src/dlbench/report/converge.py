@@ -1,11 +1,13 @@
 """Tables for time to accuracy (the scenarios with spec.ConvergeOptions: steps and time to the target per workload x
 seed x framework, the curves, seed pairs compared across frameworks) and for the input pipeline
-(stall share of paired pipeline/device trials), from the report model."""
+(stall share of paired pipeline/device trials), from the report model; the charts of the
+curves to an accuracy or a perplexity target (convergence, convergence_perplexity)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from dlbench import workloads
 from dlbench.analysis.converge import (
@@ -25,6 +27,9 @@ from dlbench.report.scenarios import CONVERGE_TABLE, configs_in, trains
 from dlbench.report.tabledata import Cell, Column, Table, cells
 from dlbench.spec import ConvergeOptions
 from dlbench.workloads.base import Target
+
+if TYPE_CHECKING:  # its chart functions import plotly when called (report/plot.py)
+    from dlbench.report.plot import Chart
 
 # Points of a curve shown in a cell (evenly spaced, the last always).
 CURVE_POINTS = 8
@@ -250,3 +255,50 @@ def stall_table(report: Report) -> Table | None:
     return Table("stall", "Input pipeline",
                  "input pipeline: idiomatic loader vs the whole dataset on the device (medians)",
                  tuple(columns), tuple(rows), STALL_NOTES)
+
+
+# A time-to-target trial's curve: the metric its target names (lm's default target is a held-out
+# perplexity, recorded as `eval_perplexity`; every other workload's is its quality, `accuracy`),
+# its series by step and by training seconds, the spec field of its target, the axis title.
+_CURVES = (("accuracy", "accuracy", "accuracy_by_time", "target_accuracy", "held-out accuracy"),
+           ("perplexity", "eval_perplexity", "eval_perplexity_by_time", "target_perplexity", "held-out perplexity"))
+
+
+def convergence(report: Report) -> Chart | None:
+    """Held-out accuracy at each evaluation of a time-to-accuracy trial, by step and by training
+    seconds (evaluation excluded), one line per process, the target dashed."""
+    return _convergence(report, *_CURVES[0])
+
+
+def convergence_perplexity(report: Report) -> Chart | None:
+    """The same for a trial whose target is a held-out perplexity (lm's default), on a log axis:
+    it falls from about the vocabulary's size towards exp(the entropy rate)."""
+    return _convergence(report, *_CURVES[1])
+
+
+def _convergence(report: Report, kind: str, by_step: str, by_time: str, target_field: str, title: str) -> Chart | None:
+    from dlbench.report import plot
+
+    # RL trials (a `return` series) have their own chart: returns(); a trial whose target is a
+    # perplexity is drawn by perplexity only (its accuracy series is there, but not its target)
+    pairs = [(c, t) for c, t in report.trials()
+             if t.series.get(by_time) and not t.series.get("return")
+             and (kind == "perplexity" or not t.series.get("eval_perplexity_by_time"))]
+    if not pairs:
+        return None
+    fig = plot.curves(report, pairs, (by_step, by_time), ["by step", "by wall-clock time (training only)"],
+                      "lines+markers")
+    for target in sorted({float(t.spec[target_field]) for _, t in pairs if t.spec.get(target_field)}):
+        fig.add_hline(y=target, line_dash="dash", line_color="#555555", line_width=1)
+    fig.update_xaxes(title_text="training step", row=1, col=1)
+    fig.update_xaxes(title_text="seconds of training (first step's compile included)", row=1, col=2)
+    fig.update_yaxes(title_text=title, row=1, col=1)
+    if kind == "perplexity":
+        fig.update_yaxes(type="log")
+        return plot.Chart("convergence-perplexity", "Time to perplexity: curves", plot.layout(fig, height=460),
+                          "Held-out perplexity after every K steps of each time-to-perplexity process (lower is better,"
+                          " log axis), against steps and against training seconds (the clock stops while evaluating);"
+                          " dashed: the target.")
+    return plot.Chart("convergence", "Time to accuracy: curves", plot.layout(fig, height=460),
+                      "Held-out accuracy after every K steps of each time-to-accuracy process, against steps and "
+                      "against training seconds (the clock stops while evaluating); dashed: the target.")

@@ -1,17 +1,16 @@
-"""The report's charts as Plotly figures, one function each. A chart whose metrics or series
-exist in none of the runs is not made (None), so a report only shows what was measured.
-
-Every text that reaches a figure passes through `_t` (html.escape): Plotly renders a subset of
-HTML tags in labels and decodes entities, so an escaped label shows as written and never as markup.
+"""The report's charts as Plotly figures, one function each, and CHARTS, every chart of the
+report in its order: the charts of every trial's measurements, here, and those each scenario
+registers beside its tables (report/scenarios.py: Reporting.charts, functions of its report
+module). A chart whose metrics or series exist in none of the runs is not made (None), so a report
+only shows what was measured. Drawn with report/plot.py's helpers.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import html
+import importlib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import plotly.graph_objects as go
@@ -24,105 +23,31 @@ from dlbench.analysis.categories import CATEGORIES
 from dlbench.analysis.history import segments
 from dlbench.analysis.metrics import label as metrics_label
 from dlbench.analysis.summary import Summary, summarize
-from dlbench.report import cells, model
-from dlbench.report import tune as tune_report
+from dlbench.report import cells, model, tune
 from dlbench.report import payback as payback_report
 from dlbench.report import profile as profile_report
-from dlbench.report import solve as solve_report
 from dlbench.report.history import Series as HistorySeries
 from dlbench.report.model import Config, Report, Trial
-from dlbench.report.scenarios import CONVERGE_TABLE, reporting
+# report/plot.py's helpers, under the names the charts here were written with
+from dlbench.report.plot import LOG_AXIS_RATIO, PALETTE, Chart
+from dlbench.report.plot import Bars as _Bars
+from dlbench.report.plot import bar_figure as _bar_figure
+from dlbench.report.plot import color as _color
+from dlbench.report.plot import error_bars as _error_bars
+from dlbench.report.plot import escape as _t
+from dlbench.report.plot import hover as _hover
+from dlbench.report.plot import layout as _layout
+from dlbench.report.plot import summary_of as _summary_of
+from dlbench.report.plot import trial_name as _trial_name
+from dlbench.report.scenarios import CONVERGE_TABLE, REPORTING, reporting
 
 GIB = 1024**3
-# Colours of frameworks (in the order they first appear in the report, so one framework has one
-# colour in every chart of a report) and of runs compared side by side.
-PALETTE = ("#ee4c2c", "#ff8f00", "#1a73e8", "#2a9d8f", "#8e44ad", "#d00000", "#6c757d", "#b5838d",
-           "#264653", "#e9c46a")
 # Start-up segments in the order a process goes through them (DESIGN §4).
 STARTUP_SEGMENTS = ("process start", "import", "build", "data", "compile / first step", "warm-up")
 PHASE_COLORS = {"import": "#1f77b4", "build": "#9467bd", "data": "#8c564b", "compile": "#d62728",
                 "first_step": "#ff7f0e", "warmup": "#bcbd22", "timed": "#2ca02c",
                 "evaluate": "#17becf"}
-LATENCY = re.compile(r"^latency_p(\d+(?:\.\d+)?)_s$")
 EFFICIENCY = {"mfu": "MFU", "matmul_ceiling_share": "share of the measured matmul ceiling"}
-
-
-@dataclass(frozen=True)
-class Chart:
-    id: str  # the DOM id stem: chart-<id>; tests look for these
-    title: str
-    figure: go.Figure
-    note: str  # one sentence under the chart: what each mark is, how it is summarised
-    # The workload whose section shows the chart, in a report of several (charts()); None: the
-    # report has one workload and no sections.
-    section: str | None = None
-
-
-def _t(text: object) -> str:
-    return html.escape(str(text))
-
-
-def _color(report: Report, framework: object) -> str:
-    """The framework's colour: by its place among the report's frameworks, the same in every
-    chart of the report (no framework is named here: report/ knows none)."""
-    frameworks = report.frameworks
-    name = str(framework)
-    return PALETTE[frameworks.index(name) % len(PALETTE)] if name in frameworks else PALETTE[-1]
-
-
-def _layout(fig: go.Figure, height: int = 420, **kwargs: Any) -> go.Figure:
-    """White template; the legend in a row above the plot, a fixed 36 px over the subplot
-    titles whatever the figure's height (legend positions are fractions of the plot height)."""
-    fig.update_layout(template="plotly_white", height=height, margin={"l": 60, "r": 20, "t": 90, "b": 50},
-                      legend={"orientation": "h", "x": 0, "xanchor": "left", "yanchor": "bottom",
-                              "y": 1 + 36 / max(height - 140, 1)}, **kwargs)
-    return fig
-
-
-def _panels(configs: list[Config]) -> list[tuple[str, list[Config]]]:
-    """Configurations split by workload: one panel each (throughputs of different workloads
-    do not share a scale)."""
-    by: dict[str, list[Config]] = {}
-    for c in configs:
-        by.setdefault(str(c.axes["workload"]), []).append(c)
-    return list(by.items())
-
-
-def _error_bars(summaries: list[Summary], scale: float) -> dict[str, Any]:
-    def up(s: Summary) -> float:
-        return (s.high - s.median) * scale if s.high is not None and s.median is not None else 0.0
-
-    def down(s: Summary) -> float:
-        return (s.median - s.low) * scale if s.low is not None and s.median is not None else 0.0
-
-    return {"type": "data", "symmetric": False, "array": [up(s) for s in summaries],
-            "arrayminus": [down(s) for s in summaries], "visible": any(s.level for s in summaries)}
-
-
-def _hover(s: Summary, scale: float, unit: str) -> str:
-    if s.median is None:
-        return "no value"
-    text = f"median {s.median * scale:.4g} {unit} over {s.n} process(es)"
-    if s.low is not None and s.high is not None and s.level is not None:
-        text += f"<br>{s.level:.0%} interval [{s.low * scale:.4g}, {s.high * scale:.4g}]"
-    return text + ("<br>unstable" if s.unstable else "")
-
-
-def _summary_of(metric: str) -> Callable[[Config], Summary]:
-    return lambda c: c.summary(metric)
-
-
-@dataclass(frozen=True)
-class _Bars:
-    """One bar trace: a summary per configuration."""
-
-    name: str
-    color: str
-    configs: list[Config]
-    summary: Callable[[Config], Summary]
-    with_run: bool  # the x labels name the run (when traces are not one per run)
-    pattern: str = ""  # a bar fill pattern: tells metrics apart where colour is the framework's
-    window: bool = False  # a metric of the timed window: hatch the bars of windows too short to time
 
 
 def _by_run_or_framework(report: Report, configs: list[Config], metric: str) -> list[_Bars]:
@@ -133,57 +58,6 @@ def _by_run_or_framework(report: Report, configs: list[Config], metric: str) -> 
     return [_Bars(name, PALETTE[i % len(PALETTE)] if report.multi_run else _color(report, name), cs,
                   _summary_of(metric), False, window=metric in cells.WINDOW_METRICS)
             for i, (name, cs) in enumerate(groups.items())]
-
-
-# Medians further apart than this in one panel put its value axis on a log scale: on a linear one
-# a 444 samples/s bar beside 79,845 is invisible.
-LOG_AXIS_RATIO = 20.0
-SHORT_PATTERN = "/"  # the hatching of a bar whose timed window was too short to time
-
-
-def _log_axis(values: list[float]) -> bool:
-    positive = [v for v in values if v > 0]
-    return len(positive) > 1 and max(positive) / min(positive) > LOG_AXIS_RATIO
-
-
-def _bar_figure(report: Report, traces: Callable[[list[Config]], list[_Bars]], scale: float,
-                unit: str, configs: list[Config]) -> go.Figure:
-    """Bars with the median's interval as whiskers, one panel per workload, its value axis
-    logarithmic where its medians span more than LOG_AXIS_RATIO. Traces that share an x
-    position (runs side by side, percentiles) are grouped, others centred. A bar of a timed
-    window too short to time is hatched, with `~` before its label and the reason in its hover."""
-    panels = _panels(configs)
-    titles = [_t(w) for w, _ in panels] if len(panels) > 1 else None
-    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=titles)
-    shown: set[str] = set()
-    shared_x = False
-    for col, (_, group) in enumerate(panels, start=1):
-        xs: list[str] = []
-        values: list[float] = []
-        for bars in traces(group):
-            summaries = [bars.summary(c) for c in bars.configs]
-            short = [bars.window and cells.short_window(c) for c in bars.configs]
-            busy = [c.interference for c in bars.configs]  # `^` after the label, as in the tables
-            x = [_t(("~ " if sh else "") + report.short_label(c, with_run=bars.with_run) + (" ^" if b.busy else ""))
-                 for c, sh, b in zip(bars.configs, short, busy, strict=True)]
-            shared_x = shared_x or bool(set(x) & set(xs))
-            xs += x
-            y = [None if s.median is None else s.median * scale for s in summaries]
-            values += [v for v in y if v is not None]
-            fig.add_trace(go.Bar(
-                x=x, y=y, error_y=_error_bars(summaries, scale), name=_t(bars.name), legendgroup=_t(bars.name),
-                showlegend=bars.name not in shown, marker_color=bars.color,
-                # a metric's own pattern wins (efficiency); its short windows keep the `~` label
-                marker_pattern_shape=[bars.pattern or (SHORT_PATTERN if sh else "") for sh in short],
-                hovertext=[_hover(s, scale, unit) + ("<br>~ timed window too short to time: indicative only" if sh else "")
-                           + (f"<br>^ {_t(b.text())}: on a busy machine" if b.busy else "")
-                           for s, sh, b in zip(summaries, short, busy, strict=True)], hoverinfo="x+text+name",
-            ), row=1, col=col)
-            shown.add(bars.name)
-        log = _log_axis(values)
-        fig.update_yaxes(title_text=_t(unit + (" (log scale)" if log else "")), type="log" if log else None,
-                         row=1, col=col)
-    return _layout(fig, barmode="group" if shared_x else "relative")
 
 
 SHORT_CAPTION = (" Hatched, `~` before the label: a timed window too short to time (fewer than"
@@ -336,11 +210,6 @@ MEMORY_PANEL_PX = 220
 MEMORY_GAP_PX = 80
 
 
-def _trial_name(report: Report, config: Config, trial: Trial) -> str:
-    """The configuration's short label, and the repeat where it has several."""
-    return report.short_label(config) + (f" #{trial.repeat}" if len(config.trials) > 1 else "")
-
-
 def memory(report: Report) -> Chart | None:
     """Small multiples, one panel per configuration: RSS (and VRAM where a GPU was sampled)
     over time for each of its processes (the first solid, repeats fainter), the first process's
@@ -432,97 +301,6 @@ def loss(report: Report) -> Chart | None:
     return Chart("loss", "Loss curves", _layout(fig, height=460),
                  "Training loss of every step in the timed window, per process; identical weights and "
                  "data order make the curves comparable step by step." + means_note)
-
-
-def _several_metrics(report: Report, names: dict[str, str], scale: float, unit: str) -> go.Figure | None:
-    """Bars of several metrics (trace names given) side by side per configuration; None when
-    none of them was measured."""
-    present = [m for m in names if any(c.summary(m).median is not None for c in report.configs)]
-    if not present:
-        return None
-
-    def traces(configs: list[Config]) -> list[_Bars]:
-        return [_Bars(names[m], PALETTE[i % len(PALETTE)],
-                      [c for c in configs if c.summary(m).median is not None], _summary_of(m),
-                      report.multi_run) for i, m in enumerate(present)]
-
-    configs = [c for c in report.configs if any(c.summary(m).median is not None for m in present)]
-    return _bar_figure(report, traces, scale, unit, configs)
-
-
-def _percentile(metric: str) -> float:
-    match = LATENCY.match(metric)
-    return float(match.group(1)) if match else -1.0
-
-
-def latency(report: Report) -> Chart | None:
-    metrics = sorted({k for _, t in report.trials() for k in t.metrics if LATENCY.match(k)}, key=_percentile)
-    fig = _several_metrics(report, {m: f"p{_percentile(m):g}" for m in metrics}, 1e3, "ms")
-    if fig is None:
-        return None
-    return Chart("latency", "Inference latency percentiles", fig,
-                 "Each bar a percentile of the per-request latency inside one process, summarised as "
-                 "the median over processes with its interval.")
-
-
-def _offered_load_lines(fig: go.Figure, report: Report, lines: list[tuple[Config, Trial]], series: str,
-                        bound_metric: str, bound_name: str, row: int | None = None, col: int | None = None) -> None:
-    """Each process's `series` (seconds over target QPS) as a line in ms, filled markers where
-    LoadGen called the test VALID, and each bound (`bound_metric`) dotted: a trace, not a shape
-    (a shape's y on a log axis is read as a power of ten)."""
-    where = {"row": row, "col": col} if row is not None else {}
-    for c, t in lines:
-        points = t.series[series]
-        valid = dict(t.series.get("server_valid") or [])
-        fig.add_trace(go.Scatter(
-            x=[p[0] for p in points], y=[p[1] * 1e3 for p in points], mode="lines+markers",
-            name=_t(_trial_name(report, c, t)), legendgroup=_t(_trial_name(report, c, t)), showlegend=col in (None, 1),
-            line={"color": _color(report, c.axes.get("framework"))},
-            marker={"symbol": ["circle" if valid.get(p[0]) else "circle-open" for p in points], "size": 9},
-            hovertext=[_t(f"{p[0]:.1f} QPS offered: {bound_name} {p[1] * 1e3:.3f} ms, "
-                          + ("VALID" if valid.get(p[0]) else "INVALID")) for p in points], hoverinfo="text"), **where)
-    xs = [p[0] for _, t in lines for p in t.series[series]]
-    for b in sorted({b for _, t in lines if (b := t.metrics.get(bound_metric)) is not None}):
-        fig.add_trace(go.Scatter(x=[min(xs), max(xs)], y=[b * 1e3, b * 1e3], mode="lines",
-                                 name=_t(f"{bound_name} bound {b * 1e3:g} ms"), line={"dash": "dot", "color": "#6c757d"}),
-                      **where)
-
-
-def served_load(report: Report) -> Chart | None:
-    """LoadGen Server tests (`--load server`): p99 latency against the offered load (target
-    QPS), one line per process, filled markers where LoadGen called the test VALID; dotted: the
-    p99 bound."""
-    lines = [(c, t) for c in report.configs for t in c.trials if t.series.get("server_latency_p99_s")]
-    if not lines:
-        return None
-    fig = go.Figure()
-    _offered_load_lines(fig, report, lines, "server_latency_p99_s", "server_p99_bound_s", "p99")
-    fig.update_xaxes(title_text="offered load (target QPS, Poisson arrivals)", type="log")
-    fig.update_yaxes(title_text="p99 latency (ms)", type="log")
-    return Chart("served-load", "Latency against offered load (LoadGen Server)", _layout(fig),
-                 "Each marker one LoadGen Server test of a process (the sweep's bisection, or --qps): its p99 "
-                 "latency from issue to completion, queueing included; filled: LoadGen's VALID verdict against "
-                 "the p99 bound (early stopping included), open: INVALID.")
-
-
-def served_tokens(report: Report) -> Chart | None:
-    """Generation under LoadGen's Server with token latencies (`--scenario generate --load
-    server`): TTFT p99 and TPOT p99 against the offered load, side by side, each with its bound."""
-    lines = [(c, t) for c in report.configs for t in c.trials if t.series.get("server_ttft_p99_s")]
-    if not lines:
-        return None
-    fig = make_subplots(rows=1, cols=2, subplot_titles=["time to first token, p99", "time per output token, p99"])
-    for col, (series, bound, name) in enumerate((("server_ttft_p99_s", "server_ttft_bound_s", "TTFT p99"),
-                                                 ("server_tpot_p99_s", "server_tpot_bound_s", "TPOT p99")), start=1):
-        _offered_load_lines(fig, report, [(c, t) for c, t in lines if t.series.get(series)], series, bound, name,
-                            row=1, col=col)
-        fig.update_xaxes(title_text="offered load (target QPS, Poisson arrivals)", type="log", row=1, col=col)
-        fig.update_yaxes(title_text="ms", type="log", row=1, col=col)
-    return Chart("served-tokens", "Token latencies against offered load (LoadGen Server)", _layout(fig),
-                 "Each marker one LoadGen Server test of a generate process under token latencies (the sweep, or"
-                 " --qps): LoadGen's TTFT p99 (issue to the first token, queueing included) and TPOT p99 (per query,"
-                 " the rest of its generation over its tokens after the first); filled: VALID, both p99s within their"
-                 " bounds (dotted; early stopping included), open: INVALID.")
 
 
 EFFICIENCY_PATTERNS = ("", ".", "x")  # one fill per efficiency metric; the colour stays the framework's
@@ -693,125 +471,6 @@ def _device_curves(report: Report) -> list[Curve]:
     return out
 
 
-# A time-to-target trial's curve: the metric its target names (lm's default target is a held-out
-# perplexity, recorded as `eval_perplexity`; every other workload's is its quality, `accuracy`),
-# its series by step and by training seconds, the spec field of its target, the axis title.
-_CURVES = (("accuracy", "accuracy", "accuracy_by_time", "target_accuracy", "held-out accuracy"),
-           ("perplexity", "eval_perplexity", "eval_perplexity_by_time", "target_perplexity", "held-out perplexity"))
-
-
-def convergence(report: Report) -> Chart | None:
-    """Held-out accuracy at each evaluation of a time-to-accuracy trial, by step and by training
-    seconds (evaluation excluded), one line per process, the target dashed."""
-    return _convergence(report, *_CURVES[0])
-
-
-def convergence_perplexity(report: Report) -> Chart | None:
-    """The same for a trial whose target is a held-out perplexity (lm's default), on a log axis:
-    it falls from about the vocabulary's size towards exp(the entropy rate)."""
-    return _convergence(report, *_CURVES[1])
-
-
-def _convergence(report: Report, kind: str, by_step: str, by_time: str, target_field: str, title: str) -> Chart | None:
-    # RL trials (a `return` series) have their own chart: returns(); a trial whose target is a
-    # perplexity is drawn by perplexity only (its accuracy series is there, but not its target)
-    pairs = [(c, t) for c, t in report.trials()
-             if t.series.get(by_time) and not t.series.get("return")
-             and (kind == "perplexity" or not t.series.get("eval_perplexity_by_time"))]
-    if not pairs:
-        return None
-    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.05,
-                        subplot_titles=["by step", "by wall-clock time (training only)"])
-    for c, t in pairs:
-        name, color = _t(_trial_name(report, c, t)), _color(report, c.axes["framework"])
-        for col, series in enumerate((by_step, by_time), start=1):
-            points = t.series.get(series) or []
-            fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines+markers",
-                                     name=name, legendgroup=name, showlegend=col == 1,
-                                     line={"color": color, "width": 1.5}), row=1, col=col)
-    for target in sorted({float(t.spec[target_field]) for _, t in pairs if t.spec.get(target_field)}):
-        fig.add_hline(y=target, line_dash="dash", line_color="#555555", line_width=1)
-    fig.update_xaxes(title_text="training step", row=1, col=1)
-    fig.update_xaxes(title_text="seconds of training (first step's compile included)", row=1, col=2)
-    fig.update_yaxes(title_text=title, row=1, col=1)
-    if kind == "perplexity":
-        fig.update_yaxes(type="log")
-        return Chart("convergence-perplexity", "Time to perplexity: curves", _layout(fig, height=460),
-                     "Held-out perplexity after every K steps of each time-to-perplexity process (lower is better,"
-                     " log axis), against steps and against training seconds (the clock stops while evaluating);"
-                     " dashed: the target.")
-    return Chart("convergence", "Time to accuracy: curves", _layout(fig, height=460),
-                 "Held-out accuracy after every K steps of each time-to-accuracy process, against steps and "
-                 "against training seconds (the clock stops while evaluating); dashed: the target.")
-
-
-def returns(report: Report) -> Chart | None:
-    """Reinforcement learning (runner/scenarios/rl.py, time to the return target): the mean return of the last finished
-    episodes after each iteration, by environment steps and by training seconds, one line per
-    process (seed), the target dashed."""
-    pairs = [(c, t) for c, t in report.trials() if t.series.get("return")]
-    if not pairs:
-        return None
-    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.05,
-                        subplot_titles=["by environment steps", "by wall-clock time (training only)"])
-    for c, t in pairs:
-        name, color = _t(_trial_name(report, c, t)), _color(report, c.axes["framework"])
-        for col, series in enumerate(("return", "return_by_time"), start=1):
-            points = t.series.get(series) or []
-            fig.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines",
-                                     name=name, legendgroup=name, showlegend=col == 1,
-                                     line={"color": color, "width": 1.5}), row=1, col=col)
-        # every episode's return at its global env step (CleanRL's charts/episodic_return form)
-        episodes = t.series.get("episodic_return") or []
-        fig.add_trace(go.Scatter(x=[p[0] for p in episodes], y=[p[1] for p in episodes], mode="markers",
-                                 name=name, legendgroup=name, showlegend=False, opacity=0.35,
-                                 marker={"color": color, "size": 3}), row=1, col=1)
-    for target in sorted({float(t.spec["target_accuracy"]) for _, t in pairs if t.spec.get("target_accuracy")}):
-        fig.add_hline(y=target * RL_MAX_RETURN, line_dash="dash", line_color="#555555", line_width=1)
-    fig.update_xaxes(title_text="environment steps", row=1, col=1)
-    fig.update_xaxes(title_text="seconds of training (first compile included)", row=1, col=2)
-    fig.update_yaxes(title_text="mean episodic return", row=1, col=1)
-    return Chart("returns", "Reinforcement learning: returns", _layout(fig, height=460),
-                 "Mean return of the last 20 finished episodes after each PPO iteration, one line per process"
-                 " (seed): against environment steps and against training seconds; dots: every finished"
-                 " episode's return at the global environment step it ended (the points published PPO curves,"
-                 " e.g. CleanRL's charts/episodic_return, are drawn from); dashed: the target (the"
-                 " normalised target x 500, CartPole's longest episode). Seeds differ by design: once one action"
-                 " flips at a rounding boundary two frameworks' runs diverge, so compare distributions.")
-
-
-def work_precision(report: Report) -> Chart | None:
-    """The solver scenario (report/solve.py): per problem, log10 error against log10 warm seconds
-    over the tolerance sweep, one curve per framework x solver x dtype (SciMLBenchmarks' diagram)."""
-    traces = solve_report.diagram_traces(report)
-    if not traces:
-        return None
-    fig = go.Figure()
-    dashes = {"float64": "solid", "float32": "dot"}
-    for i, (problem, name, log_s, log_err, hover) in enumerate(traces):
-        framework = name.split(" ")[0]
-        fig.add_trace(go.Scatter(
-            x=log_s, y=log_err, mode="lines+markers", name=_t(f"{problem}: {name}" if len({t[0] for t in traces}) > 1
-                                                              else name),
-            text=hover, hovertemplate="%{text}<br>log10 s %{x:.2f}<br>log10 error %{y:.2f}<extra></extra>",
-            line={"color": PALETTE[i % len(PALETTE)] if framework == "scipy" else _color(report, framework),
-                  "dash": dashes.get(name.rsplit(" ", 1)[-1], "dash"), "width": 1.5}))
-    fig.update_xaxes(title_text="log10 warm seconds per solve")
-    fig.update_yaxes(title_text="log10 error at the output times")
-    return Chart("work-precision", "Work precision", _layout(fig, height=520),
-                 "One point per tolerance (the loosest upper left, tighter ones down and to the right): the error against the float64 reference and the median warm time of a solve;"
-                 " lower-left is better; dotted: float32. Failed points (step cap, step-size collapse) are"
-                 " left out here and named in the work-precision table.")
-
-
-# CartPole-v1's longest episode: the target of an RL time-to-target trial is a share of it.
-RL_MAX_RETURN = 500.0
-
-CHARTS: tuple[Callable[[Report], Chart | None], ...] = (
-    throughput, step_times, startup, memory, loss, accuracy, convergence, convergence_perplexity, returns, latency, served_load, served_tokens,
-    efficiency, roofline, scaling, work_precision)
-
-
 def charts(report: Report) -> list[Chart]:
     """Every chart that has data in these runs, in the report's order; for a report of several
     workloads, each workload's charts in turn (its section's), labelled by what differs within it
@@ -927,7 +586,6 @@ def batch_sweep(report: Report) -> Chart | None:
     return Chart("batch-sweep", "Throughput against batch size", _layout(fig), note)
 
 
-
 def profile_bars(report: Report) -> Chart | None:
     """Where the time goes: one stacked bar per profiled framework (and mode), ms per step by
     category (report/profile.py), one panel per workload."""
@@ -957,46 +615,24 @@ def profile_bars(report: Report) -> Chart | None:
 
 CATEGORY_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
                    "#bcbd22", "#7f7f7f", "#c7c7c7")
-CHARTS = (*CHARTS, profile_bars, payback, batch_sweep)
+
+ChartMaker = Callable[[Report], Chart | None]
 
 
-def headroom(report: Report) -> Chart | None:
-    """`dlbench tune` runs: each candidate's speed-up over the default of its phase, with its
-    interval (whiskers), one colour per framework; the best of each cell a star; candidates
-    without a speed-up (not run, failed, parity failures) are in the candidates table only."""
-    found = tune_report.searches(report)
-    points = [(run_id, r, j) for run_id, _, r in found for j in r.judged
-              if j.speedup is not None and j.candidate.name != "default"]
-    if not points:
-        return None
-    fig = go.Figure()
-    names = [_t(f"{'run ' + str(run_id) + ' · ' if report.multi_run else ''}{r.cell.label}"
-                f" {j.candidate.settings(r.cell.framework, r.cell.mode)} (phase {j.phase})") for run_id, r, j in points]
-    for framework in dict.fromkeys(r.cell.framework for _, r, _ in points):
-        mine = [i for i, (_, r, _) in enumerate(points) if r.cell.framework == framework]
-        js = [points[i][2] for i in mine]
-        fig.add_trace(go.Scatter(
-            x=[j.speedup for j in js], y=[names[i] for i in mine], mode="markers", name=_t(framework),
-            marker={"color": _color(report, framework), "size": 9},
-            error_x={"type": "data", "symmetric": False, "array": [(j.high or j.speedup or 0) - (j.speedup or 0) for j in js],
-                     "arrayminus": [(j.speedup or 0) - (j.low or j.speedup or 0) for j in js]},
-            hovertext=[_t(f"{j.speedup:.3f}x" + (f", [{j.low:.3f}, {j.high:.3f}] at >= {j.level:.0%}"
-                                                 if j.low is not None and j.high is not None and j.level else "")
-                          + f"; {j.verdict}; parity {j.parity}") for j in js],
-            hoverinfo="text+y"))
-    best = [i for i, (_, r, j) in enumerate(points) if r.best is j]
-    if best:
-        fig.add_trace(go.Scatter(x=[points[i][2].speedup for i in best], y=[names[i] for i in best], mode="markers",
-                                 name="best", marker={"symbol": "star", "size": 16, "color": "#222222",
-                                                      "line": {"width": 1, "color": "#ffffff"}}, hoverinfo="skip"))
-    fig.add_vline(x=1.0, line={"color": "#888888", "dash": "dash", "width": 1})
-    fig.update_xaxes(title_text="speed-up over the default (x, > 1 is faster)")
-    fig.update_yaxes(autorange="reversed", automargin=True)
-    return Chart("headroom", "Headroom", _layout(fig, height=max(320, 140 + 28 * len(points))),
-                 "Each candidate `dlbench tune` ran: its median headline over the default's of the same phase (whiskers:"
-                 " the ratio's interval, its level a lower bound); dashed: the default; star: the best of its"
-                 " workload and framework (decided faster, parity passing). Every candidate with its verdict:"
-                 " the candidates table.")
+def registered() -> tuple[ChartMaker, ...]:
+    """The charts the scenarios register beside their tables (report/scenarios.py), each once, in
+    the order of the registrations: `module:function` names, looked up here (the modules that
+    hold them import the registrations)."""
+    names = dict.fromkeys(name for r in REPORTING.values() for name in r.charts)
+    return tuple(getattr(importlib.import_module(module), function)
+                 for module, _, function in (name.partition(":") for name in names))
 
 
-CHARTS = (*CHARTS, headroom)
+def build() -> tuple[ChartMaker, ...]:
+    """Every chart of the report, in its order: what every trial measures, the scenarios' own
+    charts, then efficiency, scaling, the profile, run length and batch size, and tune's headroom."""
+    return (throughput, step_times, startup, memory, loss, accuracy, *registered(), efficiency, roofline, scaling,
+            profile_bars, payback, batch_sweep, tune.headroom)
+
+
+CHARTS = build()

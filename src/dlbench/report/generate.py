@@ -2,9 +2,11 @@
 token and time per output token (p50, p99), output tokens/s per stream and in total, the first
 generation's time (it compiles), the KV cache's size and the compilations a new prompt length
 causes, per framework x mode; the decoder each framework used, parity and status as in the
-headline table."""
+headline table; the chart of the token latencies against the offered load (served_tokens)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from dlbench.analysis.generate import INT8_LOGITS_RTOL, LOGITS_RTOL
 from dlbench.report import model
@@ -14,6 +16,9 @@ from dlbench.report.model import Config, Report
 from dlbench.report.scenarios import GENERATE_TABLE, configs_in
 from dlbench.report.tabledata import Cell, Table
 from dlbench.report.tabledata import Column as TableColumn
+
+if TYPE_CHECKING:  # its chart functions import plotly when called (report/plot.py)
+    from dlbench.report.plot import Chart
 
 AXES = ("workload", "framework", "mode", "precision")
 # What the decoder kept of the float64 decoder's choices (its worst logit error is the parity
@@ -58,3 +63,27 @@ def generation_table(report: Report) -> Table | None:
     notes = [*NOTES, *model.notes(report, configs, {})]
     return Table(GENERATE_TABLE, "Generation", "generation with a KV cache: token latencies and throughput (medians over"
                  " repeats)", tuple(columns), tuple(tuple(_row(report, c, axes)) for c in configs), tuple(notes))
+
+
+def served_tokens(report: Report) -> Chart | None:
+    """Generation under LoadGen's Server with token latencies (`--scenario generate --load
+    server`): TTFT p99 and TPOT p99 against the offered load, side by side, each with its bound."""
+    from plotly.subplots import make_subplots
+
+    from dlbench.report import infer, plot
+
+    lines = [(c, t) for c in report.configs for t in c.trials if t.series.get("server_ttft_p99_s")]
+    if not lines:
+        return None
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["time to first token, p99", "time per output token, p99"])
+    for col, (series, bound, name) in enumerate((("server_ttft_p99_s", "server_ttft_bound_s", "TTFT p99"),
+                                                 ("server_tpot_p99_s", "server_tpot_bound_s", "TPOT p99")), start=1):
+        infer.offered_load_lines(fig, report, [(c, t) for c, t in lines if t.series.get(series)], series, bound, name,
+                            row=1, col=col)
+        fig.update_xaxes(title_text="offered load (target QPS, Poisson arrivals)", type="log", row=1, col=col)
+        fig.update_yaxes(title_text="ms", type="log", row=1, col=col)
+    return plot.Chart("served-tokens", "Token latencies against offered load (LoadGen Server)", plot.layout(fig),
+                      "Each marker one LoadGen Server test of a generate process under token latencies (the sweep, or"
+                      " --qps): LoadGen's TTFT p99 (issue to the first token, queueing included) and TPOT p99 (per query,"
+                      " the rest of its generation over its tokens after the first); filled: VALID, both p99s within their"
+                      " bounds (dotted; early stopping included), open: INVALID.")

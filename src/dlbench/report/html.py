@@ -18,10 +18,11 @@ import plotly.offline
 from markdown_it import MarkdownIt
 
 import dlbench
-from dlbench.report.figures import Chart, section_id
+from dlbench.report.figures import section_id
 from dlbench.report.headline import UNSTABLE_NOTE
 from dlbench.report.model import Report
 from dlbench.report.overview import overview_table
+from dlbench.report.plot import Chart
 from dlbench.report.tabledata import Cell, Column, Table, tidy
 from dlbench.report.tables import report_tables
 from dlbench.results.tidy import flatten

@@ -1,8 +1,12 @@
 """The inference table (scenario infer): batch-1 latency p50/p90/p99 with the p99's confidence
 interval, and throughput at the spec's batch size, per configuration; parity and status as in
-the headline table (report/model.py)."""
+the headline table (report/model.py); the charts of the latency percentiles (latency) and of
+LoadGen Server's latency against the offered load (served_load)."""
 
 from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
 
 from dlbench.analysis import metrics
 from dlbench.analysis.metrics import QUALITY_METRICS
@@ -19,10 +23,15 @@ from dlbench.report.cells import (
     summary_cell,
 )
 from dlbench.report.columns import INFER, Column
-from dlbench.report.model import Config, Report
+from dlbench.report.model import Config, Report, Trial
 from dlbench.report.scenarios import INFER_TABLE, configs_in
 from dlbench.report.tabledata import MISSING, Cell, Table
 from dlbench.report.tabledata import Column as TableColumn
+
+if TYPE_CHECKING:  # its chart functions import plotly when called (report/plot.py)
+    import plotly.graph_objects as go
+
+    from dlbench.report.plot import Chart
 
 # The label axes an inference row always shows; others follow where they vary, but the batch
 # size, a column of the table's own.
@@ -129,3 +138,90 @@ def infer_table(report: Report) -> Table | None:
     return Table("inference", "Inference",
                  "inference: latency at batch 1 (medians over repeats), throughput at the batch size",
                  tuple(columns), tuple(tuple(_row(report, c, axes)) for c in configs), tuple(notes))
+
+
+LATENCY = re.compile(r"^latency_p(\d+(?:\.\d+)?)_s$")
+
+
+def _several_metrics(report: Report, names: dict[str, str], scale: float, unit: str) -> go.Figure | None:
+    """Bars of several metrics (trace names given) side by side per configuration; None when
+    none of them was measured."""
+    from dlbench.report import plot
+
+    present = [m for m in names if any(c.summary(m).median is not None for c in report.configs)]
+    if not present:
+        return None
+
+    def traces(configs: list[Config]) -> list[plot.Bars]:
+        return [plot.Bars(names[m], plot.PALETTE[i % len(plot.PALETTE)],
+                          [c for c in configs if c.summary(m).median is not None], plot.summary_of(m),
+                          report.multi_run) for i, m in enumerate(present)]
+
+    configs = [c for c in report.configs if any(c.summary(m).median is not None for m in present)]
+    return plot.bar_figure(report, traces, scale, unit, configs)
+
+
+def _percentile(metric: str) -> float:
+    match = LATENCY.match(metric)
+    return float(match.group(1)) if match else -1.0
+
+
+def latency(report: Report) -> Chart | None:
+    from dlbench.report import plot
+
+    metrics = sorted({k for _, t in report.trials() for k in t.metrics if LATENCY.match(k)}, key=_percentile)
+    fig = _several_metrics(report, {m: f"p{_percentile(m):g}" for m in metrics}, 1e3, "ms")
+    if fig is None:
+        return None
+    return plot.Chart("latency", "Inference latency percentiles", fig,
+                      "Each bar a percentile of the per-request latency inside one process, summarised as "
+                      "the median over processes with its interval.")
+
+
+def offered_load_lines(fig: go.Figure, report: Report, lines: list[tuple[Config, Trial]], series: str,
+                        bound_metric: str, bound_name: str, row: int | None = None, col: int | None = None) -> None:
+    """Each process's `series` (seconds over target QPS) as a line in ms, filled markers where
+    LoadGen called the test VALID, and each bound (`bound_metric`) dotted: a trace, not a shape
+    (a shape's y on a log axis is read as a power of ten)."""
+    import plotly.graph_objects as go
+
+    from dlbench.report import plot
+
+    where = {"row": row, "col": col} if row is not None else {}
+    for c, t in lines:
+        points = t.series[series]
+        valid = dict(t.series.get("server_valid") or [])
+        name = plot.escape(plot.trial_name(report, c, t))
+        fig.add_trace(go.Scatter(
+            x=[p[0] for p in points], y=[p[1] * 1e3 for p in points], mode="lines+markers",
+            name=name, legendgroup=name, showlegend=col in (None, 1),
+            line={"color": plot.color(report, c.axes.get("framework"))},
+            marker={"symbol": ["circle" if valid.get(p[0]) else "circle-open" for p in points], "size": 9},
+            hovertext=[plot.escape(f"{p[0]:.1f} QPS offered: {bound_name} {p[1] * 1e3:.3f} ms, "
+                                   + ("VALID" if valid.get(p[0]) else "INVALID")) for p in points], hoverinfo="text"), **where)
+    xs = [p[0] for _, t in lines for p in t.series[series]]
+    for b in sorted({b for _, t in lines if (b := t.metrics.get(bound_metric)) is not None}):
+        fig.add_trace(go.Scatter(x=[min(xs), max(xs)], y=[b * 1e3, b * 1e3], mode="lines",
+                                 name=plot.escape(f"{bound_name} bound {b * 1e3:g} ms"),
+                                 line={"dash": "dot", "color": "#6c757d"}), **where)
+
+
+def served_load(report: Report) -> Chart | None:
+    """LoadGen Server tests (`--load server`): p99 latency against the offered load (target
+    QPS), one line per process, filled markers where LoadGen called the test VALID; dotted: the
+    p99 bound."""
+    import plotly.graph_objects as go
+
+    from dlbench.report import plot
+
+    lines = [(c, t) for c in report.configs for t in c.trials if t.series.get("server_latency_p99_s")]
+    if not lines:
+        return None
+    fig = go.Figure()
+    offered_load_lines(fig, report, lines, "server_latency_p99_s", "server_p99_bound_s", "p99")
+    fig.update_xaxes(title_text="offered load (target QPS, Poisson arrivals)", type="log")
+    fig.update_yaxes(title_text="p99 latency (ms)", type="log")
+    return plot.Chart("served-load", "Latency against offered load (LoadGen Server)", plot.layout(fig),
+                      "Each marker one LoadGen Server test of a process (the sweep's bisection, or --qps): its p99 "
+                      "latency from issue to completion, queueing included; filled: LoadGen's VALID verdict against "
+                      "the p99 bound (early stopping included), open: INVALID.")

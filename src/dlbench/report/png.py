@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dlbench.report.figures import Chart
+from dlbench.report.plot import Chart
 
 WIDTH_PX = 1200
 

@@ -5,9 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlbench.analysis import window
+from dlbench.analysis import metrics, window
 
 Metrics = dict[str, Any]
+
+
+def headline_line(headline: str, m: Metrics) -> str:
+    """The line of a scenario that registers none of its own: its record's headline metric (by its
+    label, or by its name, whose suffix says its unit)."""
+    value = m.get(headline)
+    return f"ok: {metrics.label(headline)} " + ("not measured" if value is None else f"{value:.4g}")
 
 
 def train_line(m: Metrics) -> str:

@@ -6,7 +6,7 @@
   rtol 1e-6, the question "who reaches 1e-6, at what cost";
 - gradients: the neural ODE's gradient error and time per framework x method x dtype x rtol;
 - the diagram: per problem log10 error against log10 warm seconds, one curve per framework x
-  solver x dtype, as SciMLBenchmarks draws them (report/figures.py places it per workload).
+  solver x dtype, as SciMLBenchmarks draws them (work_precision, in each problem's section).
 A value of several repeats is the median over the processes. SciPy's baseline is one set of rows
 and curves per run and problem (framework `scipy`, the record's `baseline`), never a framework's
 row: a trial of its own (framework `scipy`, its solvers under their own names) since issue 44, in
@@ -21,11 +21,15 @@ import statistics
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from dlbench.report.cells import label_cells, label_columns
 from dlbench.report.model import Config, Report, Trial
 from dlbench.report.scenarios import SOLVE_GRADIENTS_TABLE, SOLVE_TABLE, configs_in
 from dlbench.report.tabledata import MISSING, Cell, Column, Table
+
+if TYPE_CHECKING:  # its chart functions import plotly when called (report/plot.py)
+    from dlbench.report.plot import Chart
 
 HEADLINE_RTOL = 1e-6
 FAILURE_TOKENS = {1: "max", 2: "dt", 3: "nan", 4: "fail", 5: "skip"}  # runner/solve.py STATUS_CODES
@@ -275,3 +279,31 @@ def diagram_traces(report: Report) -> list[tuple[str, str, list[float], list[flo
                             [math.log10(p["wall_s"]) for _, p in ok], [math.log10(p["error"]) for _, p in ok],
                             [f"rtol {r:.0e}" for r, _ in ok]))
     return out
+
+
+def work_precision(report: Report) -> Chart | None:
+    """The work-precision diagram: per problem, log10 error against log10 warm seconds
+    over the tolerance sweep, one curve per framework x solver x dtype (SciMLBenchmarks' diagram)."""
+    import plotly.graph_objects as go
+
+    from dlbench.report import plot
+
+    traces = diagram_traces(report)
+    if not traces:
+        return None
+    fig = go.Figure()
+    dashes = {"float64": "solid", "float32": "dot"}
+    for i, (problem, name, log_s, log_err, hover) in enumerate(traces):
+        framework = name.split(" ")[0]
+        label = f"{problem}: {name}" if len({t[0] for t in traces}) > 1 else name
+        fig.add_trace(go.Scatter(
+            x=log_s, y=log_err, mode="lines+markers", name=plot.escape(label),
+            text=hover, hovertemplate="%{text}<br>log10 s %{x:.2f}<br>log10 error %{y:.2f}<extra></extra>",
+            line={"color": plot.PALETTE[i % len(plot.PALETTE)] if framework == "scipy" else plot.color(report, framework),
+                  "dash": dashes.get(name.rsplit(" ", 1)[-1], "dash"), "width": 1.5}))
+    fig.update_xaxes(title_text="log10 warm seconds per solve")
+    fig.update_yaxes(title_text="log10 error at the output times")
+    return plot.Chart("work-precision", "Work precision", plot.layout(fig, height=520),
+                      "One point per tolerance (the loosest upper left, tighter ones down and to the right): the error against the float64 reference and the median warm time of a solve;"
+                      " lower-left is better; dotted: float32. Failed points (step cap, step-size collapse) are"
+                      " left out here and named in the work-precision table.")

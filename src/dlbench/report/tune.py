@@ -2,11 +2,13 @@
 state and its trials): per workload x framework the default's headline, the best candidate's
 settings, its speed-up with interval and level, its verdict and parity, and the command that
 re-runs it; and every candidate with its own verdict. The headline tables of a tune run show
-the defaults only (report/model.py: as commonly written)."""
+the defaults only (report/model.py: as commonly written). The headroom chart: each candidate's
+speed-up (headroom)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from dlbench import workloads
 from dlbench.analysis import tune as tuning
@@ -15,6 +17,9 @@ from dlbench.analysis.metrics import label as metric_label
 from dlbench.report.cells import BUSY_NOTE, plain_number
 from dlbench.report.model import Report, Trial
 from dlbench.report.tabledata import BUSY_MARK, MISSING, Cell, Column, Flag, Table
+
+if TYPE_CHECKING:  # its chart functions import plotly when called (report/plot.py)
+    from dlbench.report.plot import Chart
 
 HEADROOM_TABLE, CANDIDATES_TABLE = "headroom", "candidates"
 RULE_NOTE = ("speed-up: the candidate's median headline over the default's of the same phase (> 1 is faster),"
@@ -199,3 +204,46 @@ def _failure_notes(report: Report, found: list[tuple[int, SearchState, CellResul
                         detail = f" (worst tensor {worst}{size})"
                     out.append(f"{name}: parity fails{detail}")
     return out
+
+
+def headroom(report: Report) -> Chart | None:
+    """`dlbench tune` runs: each candidate's speed-up over the default of its phase, with its
+    interval (whiskers), one colour per framework; the best of each cell a star; candidates
+    without a speed-up (not run, failed, parity failures) are in the candidates table only."""
+    import plotly.graph_objects as go
+
+    from dlbench.report import plot
+
+    found = searches(report)
+    points = [(run_id, r, j) for run_id, _, r in found for j in r.judged
+              if j.speedup is not None and j.candidate.name != "default"]
+    if not points:
+        return None
+    fig = go.Figure()
+    names = [plot.escape(f"{'run ' + str(run_id) + ' · ' if report.multi_run else ''}{r.cell.label}"
+                         f" {j.candidate.settings(r.cell.framework, r.cell.mode)} (phase {j.phase})") for run_id, r, j in points]
+    for framework in dict.fromkeys(r.cell.framework for _, r, _ in points):
+        mine = [i for i, (_, r, _) in enumerate(points) if r.cell.framework == framework]
+        js = [points[i][2] for i in mine]
+        fig.add_trace(go.Scatter(
+            x=[j.speedup for j in js], y=[names[i] for i in mine], mode="markers", name=plot.escape(framework),
+            marker={"color": plot.color(report, framework), "size": 9},
+            error_x={"type": "data", "symmetric": False, "array": [(j.high or j.speedup or 0) - (j.speedup or 0) for j in js],
+                     "arrayminus": [(j.speedup or 0) - (j.low or j.speedup or 0) for j in js]},
+            hovertext=[plot.escape(f"{j.speedup:.3f}x" + (f", [{j.low:.3f}, {j.high:.3f}] at >= {j.level:.0%}"
+                                                          if j.low is not None and j.high is not None and j.level else "")
+                                   + f"; {j.verdict}; parity {j.parity}") for j in js],
+            hoverinfo="text+y"))
+    best = [i for i, (_, r, j) in enumerate(points) if r.best is j]
+    if best:
+        fig.add_trace(go.Scatter(x=[points[i][2].speedup for i in best], y=[names[i] for i in best], mode="markers",
+                                 name="best", marker={"symbol": "star", "size": 16, "color": "#222222",
+                                                      "line": {"width": 1, "color": "#ffffff"}}, hoverinfo="skip"))
+    fig.add_vline(x=1.0, line={"color": "#888888", "dash": "dash", "width": 1})
+    fig.update_xaxes(title_text="speed-up over the default (x, > 1 is faster)")
+    fig.update_yaxes(autorange="reversed", automargin=True)
+    return plot.Chart("headroom", "Headroom", plot.layout(fig, height=max(320, 140 + 28 * len(points))),
+                      "Each candidate `dlbench tune` ran: its median headline over the default's of the same phase (whiskers:"
+                      " the ratio's interval, its level a lower bound); dashed: the default; star: the best of its"
+                      " workload and framework (decided faster, parity passing). Every candidate with its verdict:"
+                      " the candidates table.")

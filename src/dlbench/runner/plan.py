@@ -15,10 +15,10 @@ from typing import Any
 
 from dlbench import subjects, workloads
 from dlbench.analysis import repeats
-from dlbench.backends import get_backend, support
+from dlbench.backends import DEFAULT_FRAMEWORKS, get_backend, support
 from dlbench.monitors.nvml import device_kind
 from dlbench.plugins import first_line
-from dlbench.runner.scenarios.registry import ESTIMATES
+from dlbench.runner.estimates import ESTIMATES
 from dlbench.spec import (
     GenerateOptions,
     Policy,
@@ -33,7 +33,6 @@ from dlbench.spec import (
 from dlbench.backends.base import Backend
 from dlbench.workloads.base import Preset
 
-DEFAULT_FRAMEWORKS = ("torch", "tensorflow", "jax")
 # More fresh processes per configuration than any CI spread needs; a typo such as 1000000 would
 # otherwise plan a million trials before anything says no (one limit with --repeats auto's).
 MAX_REPEATS = repeats.MAX_REPEATS
@@ -362,7 +361,7 @@ def estimate_s(trial: TrialSpec, costs: Costs) -> tuple[float, str]:
 
 
 def _rough_s(trial: TrialSpec, samples: int) -> float:
-    """The first estimate its runner scenario registers (runner/scenarios/registry.py:
+    """The first estimate its runner scenario registers (runner/estimates.py:
     ESTIMATES), from the backend's cost guess."""
     subject = subjects.lookup(trial.workload.name)
     return ESTIMATES[subjects.record(trial).name](trial, subject, get_backend(trial.framework).cost_guess, samples)

@@ -69,6 +69,10 @@ TRACE_NOTE = "profile_trace"
 # The inference scenario times this many large batches (or its budget, whichever ends first):
 # the planner's time estimate counts them too.
 INFER_BATCHES = 100
+# The solver scenario solves in these dtypes, and takes the neural ODE's gradients at these
+# tolerances (rtol; atol = rtol x the problem's scale): the planner's estimate counts them too.
+SOLVE_DTYPES = ("float64", "float32")
+SOLVE_GRADIENT_RTOLS = (1e-4, 1e-6, 1e-8)
 
 # -- the fixed-batch arrays (runner/fixedbatch.py computes them, runner/verdicts.py judges) --------
 # One .npz file: `loss`, `grad/<name>` per gradient, `logits/<path>` per inference path, `sample`

@@ -26,21 +26,19 @@ import time
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 
 from dlbench import workloads
 from dlbench.backends import support
-from dlbench.backends.base import Backend, CostGuess, Trainable
+from dlbench.backends.base import Backend, Trainable
 from dlbench.results.records import TrialResult
 from dlbench.runner import fixedbatch, protocol
 from dlbench.runner.scenarios import train
 from dlbench.runner.context import TrialContext, allocator_metrics
 from dlbench.runner.timing import split_steps
 from dlbench.spec import ConvergeOptions, TrialSpec
-from dlbench.subjects import Subject
 from dlbench.workloads.base import Target
 from dlbench.workloads.data import Dataset
 
@@ -265,14 +263,3 @@ def converge_metrics(ctx: TrialContext, curve: Curve) -> None:
     if curve.recompiles:
         result.warnings.append(f"recompiled {curve.recompiles} time(s) after the first step:"
                                " the time to target includes those compiles")
-
-
-def estimate_s(trial: TrialSpec, subject: Subject, guess: CostGuess, samples: int) -> float:
-    """The planner's first estimate (registry.ESTIMATES): as a training trial's, over the steps
-    the presets take to their targets (a few hundred: eight evaluations' worth, at most
-    max_steps) and at most the time budget."""
-    assert isinstance(subject, ModuleType)  # a workload-subject record's trial
-    spec, options = trial.workload, trial.options_of(ConvergeOptions)
-    trained = min(options.max_steps, 8 * options.eval_every) * spec.batch_size
-    compute = min(trained * subject.flops_per_sample(spec) / train.CPU_FLOPS_GUESS, options.max_time_s)
-    return guess.startup_s + train.compile_s(trial, subject, guess) * (1 + train.EXTRA_COMPILES) + compute

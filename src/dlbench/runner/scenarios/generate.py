@@ -34,14 +34,13 @@ import numpy as np
 
 from dlbench.analysis.generate import token_latencies
 from dlbench.backends import support
-from dlbench.backends.base import CostGuess, Unsupported
+from dlbench.backends.base import Unsupported
 from dlbench.backends.generate import Decoder
 from dlbench.runner import protocol
 from dlbench.runner.context import TrialContext
-from dlbench.runner.scenarios import infer, loadgen, served, train
+from dlbench.runner.scenarios import loadgen, served
 from dlbench.runner.scenarios.served import Capacity
 from dlbench.spec import GenerateOptions, TrialSpec
-from dlbench.subjects import Subject
 from dlbench.workloads import lm
 
 GENERATIONS = 10
@@ -223,18 +222,3 @@ def _parity(trial: TrialSpec, decoder: Decoder, prompt: np.ndarray, o: GenerateO
         ids.append(decoder.tokens(logits)[:PARITY_ROWS])
     protocol.save_generation(ctx.parity_file, prompt[:PARITY_ROWS], np.stack(ids, axis=1), np.stack(steps))
     ctx.metrics["parity_s"] = ctx.phases.end("parity", t)
-
-
-# A Server test of the generate scenario: its ~1,100 generations of many tokens each.
-SERVER_TEST_GUESS_S = 30.0
-
-
-def estimate_s(trial: TrialSpec, subject: Subject, guess: CostGuess, samples: int) -> float:
-    """The planner's first estimate (registry.ESTIMATES): as a training trial's (its start-up
-    and compiles dominate), plus LoadGen's Server tests under --load server (one at a given QPS,
-    else the sweep's)."""
-    seconds = train.estimate_s(trial, subject, guess, samples)
-    options = trial.options_of(GenerateOptions)
-    if options.gen_load == "server":
-        seconds += SERVER_TEST_GUESS_S * (1 if options.gen_qps else infer.SERVER_SWEEP_TESTS)
-    return seconds

@@ -34,15 +34,14 @@ import numpy as np
 from dlbench import workloads
 from dlbench.analysis import stats
 from dlbench.backends import support
-from dlbench.backends.base import Backend, CostGuess, Servable
+from dlbench.backends.base import Backend, Servable
 from dlbench.monitors.memory import MemorySampler
 from dlbench.results.records import TrialResult
 from dlbench.runner import protocol
-from dlbench.runner.scenarios import profiled, served, train
+from dlbench.runner.scenarios import profiled, served
 from dlbench.runner.context import TrialContext, allocator_metrics, record_options
 from dlbench.runner.timing import Phases
 from dlbench.spec import PARITY_BATCH, InferOptions, TrialSpec
-from dlbench.subjects import Subject
 
 # Large-batch calls timed for throughput (fewer when the budget runs out first).
 # Warm-up calls per batch size after its first (compiling) call: batch 1, then the large batch.
@@ -271,23 +270,3 @@ def _throughput_warnings(result: TrialResult, latency_s: list[float], batch_s: l
         result.warnings.append(
             f"throughput: batch {batch} runs {median:.1f} samples/s at the median call, below batch-1's"
             f" {single:.1f}: batching does not pay here, or the machine was busy")
-
-
-# A Server sweep's tests (the first, 3 probes, 4 bisection steps: runner/scenarios/served.py) and a
-# guess of each one's seconds (1,100 queries at a few thousand QPS, slower ones at lower rates).
-SERVER_SWEEP_TESTS = 8
-SERVER_TEST_GUESS_S = 2.0
-
-
-def estimate_s(trial: TrialSpec, subject: Subject, guess: CostGuess, samples: int) -> float:
-    """The planner's first estimate (registry.ESTIMATES; infer and sample): start-up, two
-    compiles (batch 1 and the spec's batch), two timed loops each capped by the budget, and a
-    Server sweep's tests."""
-    assert isinstance(subject, ModuleType)  # a workload-subject record's trial
-    spec, options = trial.workload, trial.options_of(InferOptions)
-    flops = subject.flops_per_sample(spec, train=False)
-    requests = options.infer_requests + protocol.INFER_BATCHES * spec.batch_size
-    compute = min(requests * flops / train.CPU_FLOPS_GUESS, 2 * options.infer_budget_s)
-    if options.infer_load == "server":  # each Server test: its minimum duration or ~1,100 queries
-        compute += options.infer_budget_s if options.server_qps else SERVER_TEST_GUESS_S * SERVER_SWEEP_TESTS
-    return guess.startup_s + 2 * train.compile_s(trial, subject, guess) + compute

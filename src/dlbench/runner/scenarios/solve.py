@@ -36,20 +36,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dlbench.backends import support
-from dlbench.backends.base import CostGuess, SolveGuess
 from dlbench.backends.solve import FAILURES, Count, Gradient, OdeModule, Solve, Solved
+from dlbench.runner import protocol
 from dlbench.runner.context import TrialContext
-from dlbench.spec import SolveOptions, TrialSpec
-from dlbench.subjects import Subject
+from dlbench.spec import SolveOptions
 from dlbench.problems import solve as ivp
 
 # Status codes of the `status` series (0 ok), so failures are points of the export like the rest.
 STATUS_CODES = {"ok": 0, **{name: i + 1 for i, name in enumerate(FAILURES)}, "skipped": len(FAILURES) + 1}
 POINT_SERIES = ("error", "wall_s", "first_s", "nfe", "njev", "steps", "rejected", "status")
 HEADLINE_RTOL = 1e-6
-# The neural ODE's gradients at these tolerances (rtol; atol = rtol x the problem's scale).
-GRADIENT_RTOLS = (1e-4, 1e-6, 1e-8)
-DTYPES = ("float64", "float32")
 
 
 @dataclass(frozen=True)
@@ -292,8 +288,8 @@ def run(ctx: TrialContext) -> None:
     module = support.build_solvers(trial, ctx.backend)
     problem = ctx.problem
     options = trial.options_of(SolveOptions)
-    settings = SweepSettings(rtols=options.rtols(), dtypes=DTYPES, max_steps=options.solve_max_steps,
-                             gradient_rtols=GRADIENT_RTOLS)
+    settings = SweepSettings(rtols=options.rtols(), dtypes=protocol.SOLVE_DTYPES, max_steps=options.solve_max_steps,
+                             gradient_rtols=protocol.SOLVE_GRADIENT_RTOLS)
     t = phases.start("reference")
     ivp.reference(problem)
     if problem.has_gradient:
@@ -309,30 +305,3 @@ def run(ctx: TrialContext) -> None:
     result.series.update(series)
     result.notes.update(notes)
     m.update(headline(own))
-
-
-# ---- the planner's first estimate of a solve trial, before the store knows better (runner/plan.py:
-# estimate_s calls registry.ESTIMATES): its curves cost what its backend's CostGuess.solve says,
-# fitted on the quiet run of docs/benchmarks.md "ODE solvers" (4 problems x 3 frameworks in 9.7 min,
-# which the estimate before this one put at 16.6 min; the development run took 33 min at load
-# 13-15, what `busy_machine`'s factor is for); SciPy's baseline trial by its own (backends/scipy).
-# A backend without a SolveGuess gets GENERIC_SOLVE_GUESS.
-SOLVE_CAP_REFERENCE_STEPS = 5000  # the step cap at which capped_curve_s were measured (the default)
-GENERIC_SOLVE_GUESS = SolveGuess(explicit_curves=4, implicit_curves=2, point_s=0.5, capped_curve_s=10.0,
-                                 compile_s=2.0, gradient_methods=2, gradient_point_s=5.0)
-
-
-def estimate_s(trial: TrialSpec, subject: Subject, guess: CostGuess, samples: int) -> float:
-    """Start-up, then the trial's sweep: per solver curve its compiles and its tolerance points,
-    except an explicit curve on a stiff problem, which runs to the step cap once and skips the
-    rest; then the neural ODE's gradient points."""
-    assert isinstance(subject, ivp.Problem)  # a problem-subject record's trial
-    options, problem = trial.options_of(SolveOptions), subject
-    g = guess.solve or GENERIC_SOLVE_GUESS
-    points = len(options.rtols())
-    capped_s = g.capped_curve_s * options.solve_max_steps / SOLVE_CAP_REFERENCE_STEPS
-    explicit_s = capped_s if problem.stiff else points * g.point_s
-    curves_s = g.explicit_curves * (g.compile_s + explicit_s) + g.implicit_curves * (g.compile_s + points * g.point_s)
-    gradients = g.gradient_methods * len(DTYPES) * len(GRADIENT_RTOLS) if problem.has_gradient else 0
-    return guess.startup_s + curves_s + gradients * g.gradient_point_s
-

@@ -14,7 +14,6 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from types import ModuleType
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -24,14 +23,13 @@ from dlbench import workloads
 from dlbench.analysis import roofline
 from dlbench.analysis.window import FLAG_METRIC, too_short
 from dlbench.backends import support
-from dlbench.backends.base import Backend, CostGuess, Learner, TimedBatches, Trainable
+from dlbench.backends.base import Backend, Learner, TimedBatches, Trainable
 from dlbench.machine import bf16_on_cpu
 from dlbench.runner import fixedbatch, parallel, protocol
 from dlbench.runner.scenarios import profiled
 from dlbench.runner.context import TrialContext, allocator_metrics, record_options
 from dlbench.runner.timing import split_steps
 from dlbench.spec import TrialSpec, WorkloadSpec
-from dlbench.subjects import Subject
 from dlbench.workloads.data import Dataset, epoch_augment
 
 
@@ -315,37 +313,3 @@ def held_out_outputs(program: Trainable, state: Any, spec: WorkloadSpec, data: D
     outputs = [np.asarray(program.predict(state, data.x[i : i + spec.batch_size]))
                for i in range(0, len(data), spec.batch_size)]
     return np.concatenate(outputs)
-
-
-# ---- the planner's first estimate of a trial, before the store knows better (runner/plan.py:
-# estimate_s calls the scenario's entry of registry.ESTIMATES). Start-up and compiles from the
-# backend's cost guess, compute from FLOPs.
-# Compute at this rate in a first estimate (achieved FLOP/s of the zoo on two cores spans 1-40
-# GFLOP/s; start-up dominates short trials and comes from each backend's cost_guess).
-CPU_FLOPS_GUESS = 20e9
-# A cnn-sized graph (8 parameter tensors) compiles in Backend.cost_guess.compile_s; a graph with n
-# tensors in about sqrt(n / 8) times that (fitted on the zoo: resnet's 62 tensors compile 2.5-3x
-# longer than the cnn in torch and keras-torch).
-COMPILE_REFERENCE_TENSORS = 8
-# Extra compiles besides the train step's in compiled mode: the parity probe's loss-and-gradients
-# function and the evaluation's forward (torch: 6-48 s for the probe, docs/benchmarks.md).
-EXTRA_COMPILES = 0.5
-# Seconds a graph-mode trace costs against a compile.
-TRACE_SHARE = 0.3
-
-
-def compile_s(trial: TrialSpec, module: ModuleType, guess: CostGuess) -> float:
-    """One compile of the trial's step: the backend's guess for a cnn-sized step, scaled by the
-    size of the workload `module`, in full for compiled mode and in part for a graph-mode trace."""
-    size = math.sqrt(len(module.param_shapes(trial.workload)) / COMPILE_REFERENCE_TENSORS)
-    share = {"compiled": 1.0, "graph": TRACE_SHARE}.get(trial.policy.mode, 0.0)
-    return guess.compile_s * size * share
-
-
-def estimate_s(trial: TrialSpec, subject: Subject, guess: CostGuess, samples: int) -> float:
-    """A training trial (train, rl_rollout, rl_train, generate) of the workload module
-    `subject`: start-up, the step's compiles and the parity probe's and evaluation's, and
-    `samples` trained samples at CPU_FLOPS_GUESS."""
-    assert isinstance(subject, ModuleType)  # a workload-subject record's trial
-    compute = samples * subject.flops_per_sample(trial.workload) / CPU_FLOPS_GUESS
-    return guess.startup_s + compile_s(trial, subject, guess) * (1 + EXTRA_COMPILES) + compute
