@@ -74,6 +74,8 @@ NAME_PLACES: dict[str, set[str]] = {
     "backends/onnxruntime/__init__.py": {"infer", "generate"},
     "backends/litert/__init__.py": {"infer", "generate"},
     "backends/scipy/__init__.py": {"solve"},
+    # the gap ledger's rows, as data: the --scenario each gap was measured in
+    "analysis/gaps.py": {"train", "generate"},
     "runner/verdicts.py": {"sample", "train", "generate"},
     "runner/protocol.py": {"sample"},
     # what is still keyed by a --scenario name

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from dlbench.analysis import findings, gaps
+from dlbench.analysis import findings, gaps, metrics
 from dlbench.analysis.categories import (
     BYTES_METRIC,
     CATEGORIES,
@@ -158,8 +158,6 @@ def report_findings(report: Report) -> list[tuple[str, findings.Finding]]:
     return out
 
 
-# What the gap rule compares per scenario: the headline metric and whether higher is faster.
-GAP_SPEED = {"train": ("samples_per_s", True), "generate": ("tpot_p50_s", False)}
 
 
 def gap_findings(report: Report) -> list[tuple[str, findings.Finding]]:
@@ -167,15 +165,17 @@ def gap_findings(report: Report) -> list[tuple[str, findings.Finding]]:
     ledger (analysis/gaps.py), compared within one workload, model size, scenario and batch."""
     groups: dict[tuple[object, ...], list[findings.Measured]] = {}
     for config in report.configs:
-        speed = GAP_SPEED.get(config.scenario)
-        value = config.summary(speed[0]).median if speed else None
-        if speed is None or not value:
+        # the speed a gap compares: the record's headline (training samples/s, generation's
+        # output tokens/s), where it is a rate, higher faster
+        headline = config.record.headline
+        value = config.summary(headline).median if metrics.higher_is_better(headline) else None
+        if not value:
             continue
         spec = config.spec
         key = (spec["workload"]["name"], spec["workload"].get("model_size"), config.scenario, spec["workload"]["batch_size"])
         label = local(report, str(key[0])).short_label(config)
         groups.setdefault(key, []).append(findings.Measured(label, str(spec["framework"]), str(spec["policy"]["mode"]),
-                                                            value if speed[1] else 1.0 / value))
+                                                            value))
     return [(str(key[0]), f) for key, measured in groups.items()
             for f in findings.gap_findings(str(key[0]), key[1] if key[1] is None else str(key[1]), str(key[2]),
                                            measured, gaps.LEDGER)]
