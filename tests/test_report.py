@@ -428,6 +428,6 @@ def test_detect_gets_a_map_chart_and_the_html_has_no_duplicate_nav_or_internal_w
     entries = re.findall(r">([^<]+)</a>", nav[1])
     assert "When compilation pays back" in entries and len(entries) == len(set(entries)), entries
     # the overview opens the page, first in the navigation
-    assert entries[0] == "Overview" and page.index("id='table-overview'") < page.index("id='table-ranking'")
+    assert entries[0] == "Overview" and page.index("id='table-overview'") < page.index("id='table-results'")
     method = page[page.index("<section id='method'"):]
     assert not re.search(r"issue \d+|the issue's|done-means", method)

@@ -193,6 +193,9 @@ METRICS: dict[str, Metric] = {
     "server_tpot_bound_s": Metric("s", "none", "TPOT p99 bound ms"),
     "server_output_tokens_per_s": Metric("1/s", "higher", "server tokens/s"),
     "generate_server_window_s": _s(),
+    # the solver scenario (runner/scenarios/solve.py): the fastest float64 solve reaching rtol 1e-6
+    "solve_1e-6_s": _s("fastest solve s at rtol 1e-6"),
+    "solve_1e-6_error": _ratio("lower", "its error at rtol 1e-6"),
     # data parallelism (runner/parallel.py)
     "grad_comm_s_per_step": _s("grad comm ms/step"),
     "grad_comm_share": _ratio("lower"),

@@ -74,6 +74,13 @@ PRESETS = {
                              warmup_epochs=1, eval_size=32),
 }
 
+# What a published architecture's size is, as a report names it (workloads.published); the tiny
+# size, which published-tiny runs, is also the tiny preset's: nothing to say of it.
+PUBLISHED = {
+    "b16": "ViT-B/16 at 224x224, 1000 classes (timm's vit_base_patch16_224; tables quote 17.6 G forward"
+           " multiply-adds)",
+}
+
 NUMERICS = Numerics()
 NUMERICS_FIELDS = (*COMMON_NUMERICS_FIELDS, "ln_eps", "gelu", "attention_scale")
 
