@@ -174,6 +174,8 @@ METRICS: dict[str, Metric] = {
     "first_generation_compile_estimate_s": _s("compile estimate s"),
     "kv_cache_bytes": Metric("B", "lower", "KV cache MiB"),
     "recompiles_per_prompt_length": _ratio("lower", "compiles per new prompt length"),
+    # the untimed generations at P - 1 and P + 1 that count those compilations (compiles included)
+    "other_prompt_lengths_s": _s("other prompt lengths s"),
     # the memory-bandwidth bound of a decode step (analysis/roofline.py, workloads/lm.py: decode_step):
     # the bytes one step must read and its FLOPs at the generation's mean position, the FLOP/s the
     # median TPOT achieved; bytes / the measured bandwidth, and that bound over the median TPOT
