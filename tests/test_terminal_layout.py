@@ -166,8 +166,10 @@ def test_list_is_a_matrix_that_fits(width, monkeypatch, capsys):
     # 20 footnotes; now a reason several frameworks share is one note and `list` fits a 100x40
     # screen (at 80 columns the matrix of nine workloads splits in two)
     # (issue 46: ONNX Runtime and LiteRT generate too, and their scenario cell, `infer generate [2]`,
-    # wraps to three lines at 100 columns: 42 lines there)
-    assert len(text.splitlines()) < (43 if width >= 100 else 70)
+    # wrapped to three lines at 100 columns: 42 lines; issue 47: the reference beside the name,
+    # `onnxruntime [2]`, and a 100x40 screen again)
+    assert len(text.splitlines()) <= (40 if width >= 100 else 70), len(text.splitlines())
+    assert re.search(r"^onnxruntime \[\d\]\s+infer\s", text, re.MULTILINE)
     joined = " ".join(text.split())
     assert "e = eager, g = graph, c = compiled" in joined
     # The exporters serve every workload their source family implements (issue 31): what they
@@ -180,6 +182,26 @@ def test_list_is_a_matrix_that_fits(width, monkeypatch, capsys):
     # the solver scenario's ODE problems: a row of the workloads table, not matrix columns; who runs them, one line
     assert "solve error lotka-volterra robertson hires node-ode" in joined
     assert "solve (its workloads above): torch, tensorflow, jax; why not the others: --long" in joined
+
+
+def test_list_of_one_workload_says_every_reason_and_its_published_architecture(capsys, monkeypatch):
+    """Issue 47: `list --long` was 1,598 lines at 100 columns with no way to ask for one workload."""
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["list", "vit"]) == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert len(lines) <= 40 and max(cell_len(line.rstrip()) for line in lines) <= 100
+    joined = " ".join(text.split())
+    assert joined.startswith("vit (built-in): scenarios train, infer, converge;")
+    assert "published=b16" in joined and "published-tiny=tiny" in joined and "b16: ViT-B/16 at 224x224" in joined
+    assert "frameworks on vit: the modes each runs" in joined
+    assert re.search(r"^torch\s+\S+\s+yes\s+no \[1\]\s+yes", text, re.MULTILINE)  # eager, graph, compiled
+    assert "[1] torch: graph: torch has no separate graph mode" in joined
+    assert "resnet" not in joined and "ppo" not in joined  # nothing of the other workloads
+    assert main(["list", "robertson"]) == 0  # a problem of the solver scenario: who solves it
+    assert "frameworks on robertson: the solver scenario" in capsys.readouterr().out
+    assert main(["list", "nope"]) == 2  # one line naming the workloads and problems there are
+    assert "workload 'nope' is not one of: mlp" in capsys.readouterr().err
 
 
 def test_list_long_and_json_keep_every_pair(capsys, monkeypatch):
