@@ -218,7 +218,10 @@ def test_compare_runs_from_the_store_and_files(tmp_path, capsys, monkeypatch):
     capsys.readouterr()
     assert main(["compare", "1", "2", "--store", store, "--fail", "median:50%"]) == 0
     out = capsys.readouterr().out
-    assert "NEW/BASE (Hodges-Lehmann)" in out and "samples_per_s" in out and "PASS median:50%" in out
+    assert "NEW/BASE (Hodges-Lehmann)" in out and "PASS median:50%" in out
+    # issue 47: the metric as the report names it, and the label's abbreviations explained
+    joined = " ".join(out.split())
+    assert "metric samples/s" in joined and "samples_per_s" not in joined and "b = batch size, s = seed" in joined
     # threads are policy: refused unless forced, naming the difference
     assert main(["compare", "1", "3", "--store", store]) == 2
     assert "policy differs" in capsys.readouterr().err

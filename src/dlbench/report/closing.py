@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from dlbench.analysis import compare, metrics, stats
 from dlbench.analysis.repeats import QUIET_WAIT_S
+from dlbench.report import tune
 from dlbench.report.cells import short_window, window_advice
 from dlbench.report.model import Config, Report
 from dlbench.report.overview import best_by_framework
@@ -118,11 +119,17 @@ def advice(answers: list[Answer], report: Report) -> list[str]:
 
 
 def closing_summary(report: Report) -> list[str]:
-    """The title line, then a line per workload and the advice (indented by the renderer);
-    nothing where no workload compares two frameworks (a one-framework run's table says it all)."""
+    """The title line, then a line per workload (where two frameworks or more were compared), a
+    line per cell a `dlbench tune` searched, and the advice (indented by the renderer); nothing
+    where neither holds (a one-framework run's table says it all)."""
     answers = [a for workload, part in report.by_workload() if (a := answer(workload, list(part.configs)))]
-    if not any(a.compared for a in answers):
+    compared = any(a.compared for a in answers)
+    headroom = tune.answer_lines(report)
+    if not compared and not headroom:
         return []
     measured = ", ".join(dict.fromkeys(a.metric for a in answers))
-    return [f"{TITLE}: the fastest framework per workload by {measured} (medians; marks as in the tables above)",
-            *(a.line for a in answers), *advice(answers, report)]
+    title = (f"the fastest framework per workload by {measured}" if compared else "the headroom search")
+    return [f"{TITLE}: {title} (medians; marks as in the tables above)",
+            *(a.line for a in answers if compared), *headroom,
+            *(advice(answers, report) if compared and not headroom else []),
+            *tune.undecided_advice(tune.searches(report))]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from dlbench import workloads
 from dlbench.analysis.summary import UNSTABLE_REL_HALF_WIDTH
 from dlbench.report import model
 from dlbench.report.cells import (
@@ -74,6 +75,28 @@ def no_gpu_note(configs: list[Config]) -> str | None:
 NEVER_RAN = ("unsupported", "skipped")
 
 
+# Where docs/workloads.md says what a dlbench number includes against MLPerf's and vendors'.
+PUBLISHED_GUIDE = "docs/workloads.md#comparing-a-dlbench-number-with-mlperf-and-vendor-tables"
+
+
+def published_notes(configs: list[Config]) -> list[str]:
+    """A line per published architecture among the configurations (workloads.published): what it
+    is, its training FLOPs per sample as counted here, and where its comparison with MLPerf and
+    vendor tables is explained (throughput, not time to train; their precision and batch)."""
+    out = []
+    for c in configs:
+        workload, size = str(c.axes["workload"]), str(c.axes["size"])
+        said = workloads.published(workload, size)
+        if said is None:
+            continue
+        flops = c.summary("flops_per_sample").median
+        count = f"; {flops / 1e9:.4g} GFLOP per training sample (2 per multiply-add)" if flops else ""
+        guide = "" if not workloads.published_preset_size(workload, size, full=True) else (
+            f"; held against MLPerf or vendor tables (time to train, their precision and batch): {PUBLISHED_GUIDE}")
+        out.append(f"{workload} {size}: {said}{count}{guide}")
+    return list(dict.fromkeys(out))
+
+
 def headline_table(report: Report) -> Table:
     """One row per configuration that ran (one whose trials were all refused by the plan is
     its note's, `{mlp,cnn}/onnxruntime/compiled: unsupported: ...`, not a row of dashes; all
@@ -93,6 +116,7 @@ def headline_table(report: Report) -> Table:
     rl = sorted({str(c.axes["workload"]) for c in configs if c.ok and model.rolls_out(str(c.axes["workload"]))})
     notes += [model.RL_SAMPLES_NOTE.format(names=", ".join(rl))] if rl else []
     notes += model.repeat_notes(report)
+    notes += published_notes(ran)
     notes += model.parity_notes((t for c in configs for t in c.trials), TRAIN_PARITY)
     ids = [r.id for r in report.runs]
     columns = [*label_columns(report, report.table_axes),

@@ -228,14 +228,16 @@ def published(name: str, model_size: str) -> str | None:
     return found.get(model_size)
 
 
-def published_preset_size(name: str, model_size: str) -> bool:
+def published_preset_size(name: str, model_size: str, full: bool = False) -> bool:
     """Whether a `published*` preset of the workload runs this model size (vit's published-tiny
-    runs its tiny size): a larger preset would leave the architecture such a run asked for."""
+    runs its tiny size): a larger preset would leave the architecture such a run asked for. With
+    `full`, a published shape itself (not `published-tiny`'s): one that tables quote numbers of."""
     try:
         presets = get(name).PRESETS
     except (SpecError, PluginError):
         return False
-    return any(p.model_size == model_size for n, p in presets.items() if n.startswith("published"))
+    return any(p.model_size == model_size for n, p in presets.items()
+               if n.startswith("published") and not (full and n.endswith("-tiny")))
 
 
 def scenario_unsupported(name: str, scenario: str) -> str | None:
