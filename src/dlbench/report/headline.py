@@ -90,7 +90,8 @@ def published_notes(configs: list[Config]) -> list[str]:
         if said is None:
             continue
         flops = c.summary("flops_per_sample").median
-        count = f"; {flops / 1e9:.4g} GFLOP per training sample (2 per multiply-add)" if flops else ""
+        amount = f"{flops / 1e9:.4g} GFLOP" if flops and flops >= 1e9 else f"{(flops or 0) / 1e6:.4g} MFLOP"
+        count = f"; {amount} per training sample (2 per multiply-add)" if flops else ""
         guide = "" if not workloads.published_preset_size(workload, size, full=True) else (
             f"; held against MLPerf or vendor tables (time to train, their precision and batch): {PUBLISHED_GUIDE}")
         out.append(f"{workload} {size}: {said}{count}{guide}")

@@ -257,8 +257,8 @@ class Report:
         then the NAMED_AXES they leave out (one value for all: each table's title names it)."""
         named = named_axes(self.configs)
         head = ("workload",) if "workload" in (*self.label_axes, *named) else ()
-        return head + tuple(a for a in self.label_axes if a not in head) + tuple(
-            a for a in named if a not in (*head, *self.label_axes))
+        rest = {*self.label_axes, *named} - {*head, *ALWAYS_SHOWN}
+        return head + ALWAYS_SHOWN + tuple(a for a in AXES if a in rest)
 
 
 def load(store: Store, run_ids: list[int]) -> Report:
