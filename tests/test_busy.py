@@ -229,6 +229,13 @@ def test_busy_rows_carry_their_mark_in_every_table_and_the_ranking_withholds_its
     assert "tensorflow/compiled: ^ 1 of 6 trials busy (foreign CPU up to 50%): left out" in notes
     text = _terminal(report)
     assert re.search(r"torch\s+20\.2\^", text) and "no finding" in text
+    # issue 47: the closing summary, last, with the same marks and the busy verdict, and what decides it
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("summary: "))
+    assert len(lines) - start <= 15
+    summary = " ".join(" ".join(lines[start:]).split())
+    assert re.search(r"cnn: jax 200\.1, 2\.00x tensorflow: faster \(p = [\d.e-]+\); 1 of 2 pairs decided", summary), summary
+    assert "--quiet-wait 10min" in summary
     assert "torch" in text and not re.search(r"torch\s+20\.2\s", text)  # never without its mark
     page = render(report, [], None)
     assert "20.25^" in page and "the machine was busy" in page and "td.busy" in page and "class='num busy'" in page

@@ -282,3 +282,76 @@ def test_a_thirty_configuration_report_opens_with_the_overview_and_fits_250_line
     text = out.getvalue()
     assert "1 repeat: not tested" in text and "indistinguishable" not in text and "p = 1" not in text
 
+
+
+# --- issue 47: the last screen is the answer, every table names what it measured -------------
+
+
+def _printed(report: model.Report, width: int = 100) -> list[str]:
+    console, out = _console(width)
+    print_report_tables(console, report)
+    return out.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("foreign", [None, 0.0, 0.6], ids=["unmeasured", "quiet", "busy"])
+def test_two_workloads_by_four_frameworks_report_in_80_lines_and_end_with_the_answer(tmp_path, foreign, request):
+    """`-w mlp,cnn -f torch,tensorflow,jax,keras-jax --preset tiny --repeats 1` reported in 88
+    lines at 100 columns (118 on the busy shared machine), its answer scrolled away: now at most
+    79 (the CLI adds `stored as`), the closing summary in the last 15, with the marks and the
+    busy verdict of the tables, and what would decide it."""
+    if foreign:
+        request.getfixturevalue("busy_judged")  # dlbench's own threshold (the suite sets none busy)
+    store = zoo_store(tmp_path / "z.sqlite", workloads=("mlp", "cnn"), frameworks=FRAMEWORKS[:4],
+                      foreign_cpu_share=foreign)
+    lines = _printed(model.load(store, [1]))
+    assert len(lines) <= 79, "\n".join(lines)
+    assert max(cell_len(line.rstrip()) for line in lines) <= 100
+    start = next(i for i, line in enumerate(lines) if line.startswith("summary: the fastest framework per workload"))
+    assert len(lines) - start <= 14
+    summary = " ".join(" ".join(lines[start:]).split())
+    busy = "^" if foreign else ""
+    assert re.search(rf"mlp: torch ~123456\.7{re.escape(busy)}\?, 2\.00x tensorflow: ", summary), summary
+    if foreign:
+        assert "undecided: the machine was busy; 0 of 3 pairs decided" in summary
+        assert "--quiet-wait 10min" in summary
+    else:
+        assert "1 repeat: not tested; 0 of 3 pairs decided" in summary
+    assert "to decide the rest: --repeats 5, or --repeats auto" in summary  # one process a side: untested
+    assert "to time the windows marked ~: --dataset-size" in summary
+    text = " ".join(" ".join(lines).split())
+    # no note of another workload's columns, no CPU flags, titles that say what was measured
+    assert "not shown" not in text and "mAP" not in text and "avx" not in text
+    assert "dlbench results (run 1) · workload mlp · mode compiled · size tiny · batch 32 · status ok" in text
+    assert "dlbench results (run 1) · workload cnn · mode compiled · batch 32 · status ok" in text  # one size
+    assert "ranking (best first)" not in text  # one process per framework: nothing to test
+
+
+def test_a_one_framework_run_names_its_workload_size_and_batch(tmp_path):
+    """`dlbench run -w vit -f jax --preset published-tiny` printed `dlbench results (run 1) ·
+    status 3 ok` over a mode column of `compiled`: no workload, size or batch anywhere."""
+    from zoo_store import _result
+
+    from dlbench.spec import Policy, TrialSpec, WorkloadSpec
+
+    store = Store(tmp_path / "v.sqlite")
+    run = store.create_run("dlbench run -w vit -f jax --preset published-tiny", {}, False)
+    for repeat in range(3):
+        spec = TrialSpec(workload=WorkloadSpec(name="vit", model_size="tiny", batch_size=16, dataset_size=64),
+                         framework="jax", policy=Policy(mode="compiled"), repeat=repeat)
+        store.finish_trial(store.add_trial(run, repeat, spec), _result(0, 2, repeat))
+    lines = _printed(model.load(store, [1]))
+    text = " ".join(" ".join(lines).split())
+    assert "dlbench results (run 1) · workload vit · mode compiled · size tiny · batch 16 · status 3 ok" in text
+    assert "start-up, efficiency (medians) · workload vit · mode compiled · size tiny · batch 16" in text
+    header = next(line for line in lines if line.lstrip().startswith(("framework", "fw ")))
+    assert "mode" not in header.split()  # a column of one value went to the title
+    # published-tiny's vit is its tiny size: the advice keeps the model (no --preset cpu)
+    assert re.search(r"to time it: --dataset-size \d+ \(same model\)", text) and "--preset cpu" not in text
+    assert "vit tiny: ViT-B/16's architecture" in text
+    assert not any(line.startswith("summary") for line in lines)  # nothing compared: the table is the answer
+
+
+def test_a_share_below_one_percent_says_so():
+    from dlbench.report.overview import share_text
+
+    assert share_text(0.0018) == "<1%" and share_text(0.006) == "1%" and share_text(0.5) == "50%"
