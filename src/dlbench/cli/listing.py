@@ -464,12 +464,12 @@ def workload_modes_table(name: str, rows: list[Support]) -> Table:
     for s in rows:
         if subjects.is_problem(name):  # a problem's trials solve: the framework's solve scenario decides
             why = s.scenarios.get(SolveOptions.SCENARIO)
-            cells = [Cell("yes" if why is None else f"no {reasons.ref(why, s.framework, 'solve')}")]
+            cells = [Cell("yes" if why is None else f"no {reasons.ref(why, s.framework, SolveOptions.SCENARIO)}")]
         else:
             cells = [Cell("yes" if r is None else f"no {reasons.ref(r, s.framework, m)}")
                      for m, r in s.modes[name].items()]
         body.append((Cell(s.framework), Cell(s.version()), *cells))
-    heads = ["solve"] if subjects.is_problem(name) else list(MODES)
+    heads = [SolveOptions.SCENARIO] if subjects.is_problem(name) else list(MODES)
     columns = (Column("framework", key=True), Column("version"), *(Column(h) for h in heads))
     return Table("list-workload", "Frameworks", f"frameworks on {name}: " + (
         "the solver scenario" if subjects.is_problem(name) else "the modes each runs (--mode)"),

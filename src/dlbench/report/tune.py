@@ -74,7 +74,11 @@ def _median_cell(j: Judged | None, short: bool = False) -> Cell:
     busy, are what it is over), `~` where a window was too short to time."""
     if j is None or j.median is None:
         return Cell(MISSING)
-    flags: set[Flag] = ({"busy"} if j.busy else set()) | ({"short"} if short else set())
+    flags: set[Flag] = set()
+    if j.busy:
+        flags.add("busy")
+    if short:
+        flags.add("short")
     return Cell(plain_number(j.median), flags=frozenset(flags))
 
 
