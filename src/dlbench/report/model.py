@@ -9,6 +9,7 @@ comes from analysis.summary.summarize.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -171,10 +172,12 @@ class Report:
         return len(self.runs) > 1
 
     def label(self, config: Config, with_run: bool = True) -> str:
-        """`cnn/torch/compiled batch 64`: framework and mode, then the axes that vary."""
+        """`cnn/torch/compiled batch 64`: framework and mode, then the axes that vary (not the
+        size of a workload that has one: cnn's `default`)."""
         head = ("workload",) + ALWAYS_SHOWN
         text = " ".join(["/".join(str(config.axes[a]) for a in self.label_axes if a in head),
-                         *(f"{a} {config.axes[a]}" for a in self.label_axes if a not in head)])
+                         *(f"{a} {config.axes[a]}" for a in self.label_axes if a not in head
+                           and not (a == "size" and one_size(config.spec)))])
         return (f"run {config.run_id} · " if with_run and self.multi_run else "") + text
 
     def group_label(self, configs: list[Config]) -> str:
@@ -186,6 +189,14 @@ class Report:
             return self.label(configs[0])
         values = {a: list(dict.fromkeys(str(c.axes[a]) for c in configs)) for a in self.label_axes}
         several_workloads = len(values.get("workload", [])) > 1
+        # braces read as every combination: where the configurations are not all of them, a group
+        # per workload, else each label (mlp/{torch,jax}, cnn/jax is no {mlp,cnn}/{torch,jax})
+        if math.prod(len(v) for v in values.values()) > len({tuple(str(c.axes[a]) for a in self.label_axes)
+                                                             for c in configs}):
+            if several_workloads:
+                return ", ".join(self.group_label([c for c in configs if str(c.axes["workload"]) == w])
+                                 for w in values["workload"])
+            return ", ".join(dict.fromkeys(self.label(c) for c in configs))
 
         def text(a: str) -> str:
             return values[a][0] if len(values[a]) == 1 else "{" + ",".join(values[a]) + "}"
