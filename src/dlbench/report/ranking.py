@@ -125,10 +125,11 @@ def versus_text(r: compare.Ranked, metric: str, below: compare.Ranked | None) ->
 
 
 def testable(configs: list[Config]) -> bool:
-    """Whether two of these configurations have two or more values each that count: a setting
-    of one process per framework has nothing to test (its order and ratios are the overview's
-    shares, its verdicts the closing summary's "1 repeat: not tested")."""
-    return sum(len(sample(c, c.record.headline).shown) > 1 for c in configs) > 1
+    """Whether two of these configurations ran two or more processes each: a setting of one
+    process per framework has nothing to test (its order and ratios are the overview's shares,
+    its verdicts the closing summary's "1 repeat: not tested"); one whose busy trials leave a side
+    with one that counts is shown, its verdict saying the machine was busy."""
+    return sum(len(sample(c, c.record.headline).values) > 1 for c in configs) > 1
 
 
 def ranking_table(report: Report) -> Table | None:
