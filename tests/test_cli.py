@@ -218,7 +218,10 @@ def test_compare_runs_from_the_store_and_files(tmp_path, capsys, monkeypatch):
     capsys.readouterr()
     assert main(["compare", "1", "2", "--store", store, "--fail", "median:50%"]) == 0
     out = capsys.readouterr().out
-    assert "NEW/BASE (Hodges-Lehmann)" in out and "samples_per_s" in out and "PASS median:50%" in out
+    assert "NEW/BASE (Hodges-Lehmann)" in out and "PASS median:50%" in out
+    # issue 47: the metric as the report names it, and the label's abbreviations explained
+    joined = " ".join(out.split())
+    assert "metric samples/s" in joined and "samples_per_s" not in joined and "b = batch size, s = seed" in joined
     # threads are policy: refused unless forced, naming the difference
     assert main(["compare", "1", "3", "--store", store]) == 2
     assert "policy differs" in capsys.readouterr().err
@@ -253,3 +256,16 @@ def test_check_that_could_not_judge_a_cell_is_not_green_and_says_why(tmp_path, c
     assert main(["check", "-w", "mlp", "-f", "fake", "--mode", "graph", "-k", "0"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "unsupported fake: mlp: the fake has no graph mode" in out and "NOT JUDGED" not in out
+
+
+def test_the_plan_names_an_unsupported_configuration_once_not_once_per_repeat():
+    """Issue 47.5: ONNX Runtime's and LiteRT's train trials were listed once per repeat (6 x 2
+    lines) before a run."""
+    from dlbench.cli.run import not_run_lines
+    from dlbench.runner.plan import Sweep, make_plan
+
+    plan = make_plan(Sweep(workloads=("mlp", "cnn"), frameworks=("torch", "onnxruntime"), repeats=3, preset="tiny"))
+    lines = not_run_lines(plan)
+    assert len(lines) == 2, lines  # one per workload
+    assert all(line.startswith(("mlp/onnxruntime/compiled", "cnn/onnxruntime/compiled")) and "#" not in line
+               and line.endswith("(3 trials)") and ": unsupported: " in line for line in lines), lines

@@ -154,6 +154,12 @@ def test_a_generate_run_on_the_fake_backend_prints_the_generation_table(tmp_path
     out = capsys.readouterr().out
     assert "generation with a KV cache" in out and "TTFT" in out and "p50 ms" in out and "fake: the NumPy" in out
     assert "ok: TTFT p50" in out
+    # issue 47: the title says what one generation was (never the workload's training batch), the
+    # untimed generations at other prompt lengths are a phase and a column of their own (a torch
+    # trial spent 195 s there, shown nowhere), and the Server's columns go silently without --load server
+    joined = " ".join(out.split())
+    assert "· prompt 4 · new tokens 3 · gen batch 2 ·" in joined and "batch 8" not in joined
+    assert "other prompt lengths s" in joined and "not shown" not in joined
     assert main(["export", "latest", "--store", store, "-o", str(tmp_path / "e.json")]) == 0
     trial = json.loads((tmp_path / "e.json").read_text())["runs"][0]["trials"][0]
     m = trial["metrics"]
@@ -161,4 +167,24 @@ def test_a_generate_run_on_the_fake_backend_prints_the_generation_table(tmp_path
     assert "first divergence step -1 of 3" in trial["parity"]["reason"]
     assert m["generations"]["value"] == 10 and m["tpot_p50_s"]["unit"] == "s"
     assert m["recompiles_per_prompt_length"]["value"] == 1.0  # P - 1 and P + 1: one new length each
+    assert m["other_prompt_lengths_s"]["value"] > 0 and m["other_prompt_lengths_s"]["unit"] == "s"
     assert m["output_tokens_per_s"]["value"] == pytest.approx(2 * m["output_tokens_per_s_per_stream"]["value"])
+
+
+def test_a_generate_trial_stored_before_the_phase_shows_the_gap_before_parity():
+    """Issue 47: a torch trial spent 195 s between "generation" and "parity" (the generations at
+    other prompt lengths, compiling) outside any shown phase; a store written before that phase
+    was recorded shows the gap its events leave."""
+    from dlbench.report.generate import other_lengths_s
+    from dlbench.report.model import Trial
+
+    def phase(name: str, state: str, t: float) -> dict[str, object]:
+        return {"event": "phase", "name": name, "state": state, "t": t}
+
+    events = [phase("first_generation", "start", 0.0), phase("first_generation", "end", 5.0),
+              phase("generation", "start", 5.0), phase("generation", "end", 10.0),
+              phase("parity", "start", 205.0), phase("parity", "end", 206.0)]
+    old = Trial(1, 1, {"framework": "torch"}, "ok", None, {}, {}, events, {})
+    assert other_lengths_s(old) == pytest.approx(195.0)
+    new = Trial(2, 1, {"framework": "torch"}, "ok", None, {"other_prompt_lengths_s": 190.0}, {}, events, {})
+    assert other_lengths_s(new) == 190.0  # the phase's own time where the trial measured it

@@ -445,6 +445,47 @@ def test_detect_gets_a_map_chart_and_the_html_has_no_duplicate_nav_or_internal_w
     entries = re.findall(r">([^<]+)</a>", nav[1])
     assert "When compilation pays back" in entries and len(entries) == len(set(entries)), entries
     # the overview opens the page, first in the navigation
-    assert entries[0] == "Overview" and page.index("id='table-overview'") < page.index("id='table-ranking'")
+    assert entries[0] == "Overview" and page.index("id='table-overview'") < page.index("id='table-results'")
     method = page[page.index("<section id='method'"):]
     assert not re.search(r"issue \d+|the issue's|done-means", method)
+
+
+def test_the_report_of_an_unfinished_run_says_so_and_its_method_links_nowhere_dead(tmp_path, capsys):
+    """Issue 47.5: `report --html` of a run in progress wrote `(0 charts: )` without saying the run
+    was running; the HTML's Method section linked `cluster.md`, dead in a standalone file."""
+    from zoo_store import _result, _spec
+
+    from dlbench.report import html
+    from dlbench.results.records import TrialResult
+
+    path = tmp_path / "running.sqlite"
+    store = Store(path)
+    run = store.create_run("dlbench run -w cnn", {}, False)  # still `running`: nothing finished it
+    store.add_trial(run, 0, _spec(WORKLOADS[1], "torch", 0))  # pending
+    store.finish_trial(store.add_trial(run, 1, _spec(WORKLOADS[1], "jax", 0)), TrialResult(status="crashed",
+                                                                                           error="killed"))
+    store.close()
+    out_html = tmp_path / "r.html"
+    assert main(["report", "--html", str(out_html), "--store", str(path)]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "run 1 has not finished: 1 of 2 trials have ended, and the report shows those" in said
+    assert f"dlbench run --resume 1 --store {path}" in said
+    assert "(no charts: no trial with data)" in said and "(0 charts: )" not in said
+    page = out_html.read_text()
+    assert "run 1 has not finished: 1 of 2 trials have ended" in page
+    # the Method section: docs/methodology.md with its links to other docs pages as their paths
+    method = page[page.index("<section id='method'"):page.index("</section>", page.index("<section id='method'"))]
+    assert "<code>docs/cluster.md</code>" in method
+    assert not re.search(r"href=['\"](?![a-z]+:|#)[^'\"]+['\"]", method), "a relative link, dead in one file"
+    assert html.standalone("see [the cluster page](cluster.md) and [a site](https://example.org)") == \
+        "see the cluster page (`docs/cluster.md`) and [a site](https://example.org)"
+    # a finished trial: its charts listed as before
+    finished = tmp_path / "done.sqlite"
+    s = Store(finished)
+    r = s.create_run("dlbench run -w cnn", {}, False)
+    s.finish_trial(s.add_trial(r, 0, _spec(WORKLOADS[1], "torch", 0)), _result(1, 0, 0))
+    s.finish_run(r, "ok")
+    s.close()
+    assert main(["report", "--html", str(tmp_path / "d.html"), "--store", str(finished)]) == 0
+    said = capsys.readouterr().out
+    assert "has not finished" not in said and re.search(r"\(\d+ charts: [a-z]", said)

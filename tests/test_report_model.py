@@ -163,7 +163,7 @@ def test_runs_differing_only_in_memory_limit_pair_in_compare(tmp_path, capsys):
     store.close()
     assert main(["compare", "1", "2", "--store", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "samples_per_s" in out and "only in" not in out
+    assert "metric samples/s" in out and "only in" not in out
 
 
 def test_a_second_architecture_is_named_in_labels(tmp_path):

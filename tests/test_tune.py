@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import os
+import re
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import replace
@@ -255,7 +256,10 @@ def test_a_first_round_slower_than_its_estimate_drops_candidates_so_the_rest_get
     assert "dropped after round 1 of 4" in cell.entries[2].reason
     result = tuning.cell_result(cell, tune.outcomes(store.trials(run_id)))
     verdicts = {j.candidate.name: j.verdict for j in result.judged}
-    assert verdicts["flavour=spicy"] == tuning.FASTER and verdicts["mode=compiled"] == tuning.NOT_RUN_BUDGET
+    assert verdicts["flavour=spicy"] == tuning.FASTER and verdicts["mode=compiled"] == tuning.DROPPED
+    # issue 47: a candidate that ran is never "not tried": its trial is shown, its median too
+    dropped = next(j for j in result.judged if j.candidate.name == "mode=compiled")
+    assert dropped.status == "1 ok" and dropped.median is not None
 
 
 @pytest.mark.usefixtures("fake_env")
@@ -701,3 +705,87 @@ def test_a_real_tune_of_the_jax_mlp_finishes(tmp_path, capsys):
     with Store(store) as s:
         state = tuning.SearchState.from_dict(s.run(1)["tune"])
         assert state.stop in ("done", "budget") and s.statuses(1).get("ok", 0) >= 2
+
+
+# --- what the report says of a search (issue 47) ------------------------------------------------
+
+
+def _searched_store(path: Path, faster: list[float]) -> Store:
+    """A tune run of mlp/torch as a 2-minute search leaves it: the default and one variant with 4
+    trials each (windows too short to time), one dropped after its first trial, one never run, one
+    unsupported; every trial quiet."""
+    from dlbench.spec import Policy, TrialSpec, WorkloadSpec
+
+    cands = {"default": Candidate("default", "eager"),
+             "foreach": Candidate("optimizer=foreach", "eager", (("optimizer", "foreach"),)),
+             "for-loop": Candidate("optimizer=for-loop", "eager", (("optimizer", "for-loop"),)),
+             "mkldnn": Candidate("mkldnn=off", "eager", (("mkldnn", "off"),)),
+             "compiled": Candidate("mode=compiled", "compiled")}
+    store = Store(path)
+    state = tuning.SearchState(repeats=4, budget_s=120.0, order_seed=1, spent_s=110.0, stop="budget")
+    run = store.create_run("dlbench tune -w mlp -f torch --mode eager --preset tiny --budget 2min", {}, False,
+                           tune=state.to_dict())
+    ids: dict[str, list[int]] = {name: [] for name in cands}
+    runs = [("default", FAST), ("foreach", faster), ("for-loop", [55.0])]
+    seq = 0
+    for name, values in runs:
+        for repeat, v in enumerate(values):
+            c = cands[name]
+            spec = TrialSpec(workload=WorkloadSpec(name="mlp", model_size="tiny", batch_size=32), framework="torch",
+                             policy=Policy(mode=c.mode, options=dict(c.options)), repeat=repeat)
+            tid = store.add_trial(run, seq, spec)
+            seq += 1
+            store.finish_trial(tid, TrialResult(status="ok", parity={"verdict": "pass"}, metrics={
+                "samples_per_s": v, "timed_window_short": 1.0, "foreign_cpu_share": 0.01}))
+            ids[name].append(tid)
+    dropped = "dropped after round 1 of 4: the round took 2.0x its estimate (its first trial is kept, not judged)"
+    entries = (Entry(cands["default"], 1, tuple(ids["default"])), Entry(cands["foreach"], 1, tuple(ids["foreach"])),
+               Entry(cands["for-loop"], 1, tuple(ids["for-loop"]), tuning.NOT_RUN_BUDGET, dropped),
+               Entry(cands["mkldnn"], 1, (), tuning.NOT_RUN_BUDGET),
+               Entry(cands["compiled"], 1, (), tuning.UNSUPPORTED, "no C++ compiler"))
+    state.cells = [Cell("mlp", "torch", "eager", "samples_per_s", (), entries, ("-w", "mlp", "-f", "torch", "--preset",
+                                                                                 "tiny"), "mlp/torch", "compiled")]
+    store.set_run_tune(run, state.to_dict())
+    return store
+
+
+@pytest.mark.parametrize("faster", [[300.0, 310.0, 305.0, 299.0], [90.0, 125.0, 95.0, 120.0]],
+                         ids=["decided", "undecided"])
+def test_the_tune_report_says_what_ran_and_what_would_decide(tmp_path, capsys, monkeypatch, faster):
+    """Issue 47.2: a candidate that ran is never `not tried: budget`, the footer counts the trials
+    that ran (not the repeats planned), a speed-up timed over windows too short keeps its `~`, an
+    undecided search says what would decide it, and every candidates row is one line at 100
+    columns; the closing summary says the headroom."""
+    store = _searched_store(tmp_path / "t.sqlite", faster)
+    store.close()
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["report", "--store", str(tmp_path / "t.sqlite")]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    joined = " ".join(out.split())
+    rows = {c: next(line for line in lines if line.startswith(f"torch.{c}") or line.startswith(c))
+            for c in ("default", "optimizer=foreach", "optimizer=for-loop", "mkldnn=off", "mode compiled")}
+    assert re.match(r"torch\.optimizer=for-loop\s+1 ok\s+~55\.00\s+–\s+dropped \(budget\)", rows[
+        "optimizer=for-loop"]), rows
+    assert re.match(r"torch\.mkldnn=off\s+–\s+–\s+–\s+not tried: budget", rows["mkldnn=off"]), rows
+    assert re.match(r"mode compiled\s+–\s+–\s+–\s+unsupported", rows["mode compiled"]), rows
+    assert "mlp/torch mode compiled: unsupported: no C++ compiler" in joined
+    assert re.search(r"torch\.optimizer=foreach\s+4 ok\s+~\d+\.?\d*\s+~\d\.\d\dx", rows["optimizer=foreach"])
+    start = next(i for i, line in enumerate(lines) if line.startswith("candidate "))
+    body = lines[start + 2:start + 2 + len(rows)]
+    assert [line.split()[0] for line in body] == ["default", "torch.optimizer=foreach", "torch.optimizer=for-loop",
+                                                  "torch.mkldnn=off", "mode"], body  # one line a row
+    assert "size tiny · batch 32" in joined  # the title says what was measured
+    assert "9 trials ran: the default 4, 2 candidates 4 and 1 (4 planned per candidate and phase)" in joined
+    summary = lines[next(i for i, line in enumerate(lines) if line.startswith("summary: the headroom search")):]
+    if faster[0] > 200:  # decided faster: the best, with its marked speed-up, ends the report
+        assert re.search(r"headroom mlp/torch eager: torch\.optimizer=foreach ~3\.\d\dx \[", summary[1]), summary
+        assert "--budget" not in " ".join(summary)
+    else:  # nothing decided: what would decide it
+        assert "headroom mlp/torch eager: default: no variant decided faster (2 tried: 1 undecided, 1 dropped" \
+            " (budget))" in " ".join(" ".join(summary).split())
+        said = " ".join(" ".join(summary).split())
+        assert re.search(r"candidates not run in full within the budget \(mlp/torch 2\): --budget \d+min would run"
+                         r" all 16 phase-1 trials at the pace measured", said), said
+        assert re.search(r"ask for about \d+ more repeats each: --repeats \d+", said), said
+    assert len(lines) - lines.index(summary[0]) <= 15

@@ -79,9 +79,12 @@ def _result(w: int, f: int, repeat: int) -> TrialResult:
 
 def zoo_store(path: Path, repeats: int = 1, workloads: tuple[str, ...] | None = None,
               frameworks: tuple[str, ...] = (*FRAMEWORKS, UNSUPPORTED),
-              command: str = "dlbench run -w all -f all --preset tiny --repeats 1") -> Store:
+              command: str = "dlbench run -w all -f all --preset tiny --repeats 1",
+              foreign_cpu_share: float | None = None) -> Store:
     """One run: every workload x framework (and ONNX Runtime, unsupported) x `repeats`; or only
-    the named workloads and frameworks (`dlbench run`'s default suite: cnn x torch, tensorflow, jax)."""
+    the named workloads and frameworks (`dlbench run`'s default suite: cnn x torch, tensorflow, jax);
+    with `foreign_cpu_share`, every trial's interference record says other processes took that
+    share of the CPU (the store of a run on a busy machine where it is over the threshold)."""
     store = Store(path)
     run = store.create_run(command, {}, False)
     seq = 0
@@ -97,5 +100,8 @@ def zoo_store(path: Path, repeats: int = 1, workloads: tuple[str, ...] | None = 
                         status="unsupported", error=f"{UNSUPPORTED} cannot run the train scenario: it lacks the"
                                                     " train capability (has: infer)"))
                 else:
-                    store.finish_trial(trial, _result(w, f, repeat))
+                    result = _result(w, f, repeat)
+                    if foreign_cpu_share is not None:
+                        result.metrics["foreign_cpu_share"] = foreign_cpu_share
+                    store.finish_trial(trial, result)
     return store

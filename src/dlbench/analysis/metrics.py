@@ -174,6 +174,8 @@ METRICS: dict[str, Metric] = {
     "first_generation_compile_estimate_s": _s("compile estimate s"),
     "kv_cache_bytes": Metric("B", "lower", "KV cache MiB"),
     "recompiles_per_prompt_length": _ratio("lower", "compiles per new prompt length"),
+    # the untimed generations at P - 1 and P + 1 that count those compilations (compiles included)
+    "other_prompt_lengths_s": _s("other prompt lengths s"),
     # the memory-bandwidth bound of a decode step (analysis/roofline.py, workloads/lm.py: decode_step):
     # the bytes one step must read and its FLOPs at the generation's mean position, the FLOP/s the
     # median TPOT achieved; bytes / the measured bandwidth, and that bound over the median TPOT
@@ -193,6 +195,9 @@ METRICS: dict[str, Metric] = {
     "server_tpot_bound_s": Metric("s", "none", "TPOT p99 bound ms"),
     "server_output_tokens_per_s": Metric("1/s", "higher", "server tokens/s"),
     "generate_server_window_s": _s(),
+    # the solver scenario (runner/scenarios/solve.py): the fastest float64 solve reaching rtol 1e-6
+    "solve_1e-6_s": _s("fastest solve s at rtol 1e-6"),
+    "solve_1e-6_error": _ratio("lower", "its error at rtol 1e-6"),
     # data parallelism (runner/parallel.py)
     "grad_comm_s_per_step": _s("grad comm ms/step"),
     "grad_comm_share": _ratio("lower"),

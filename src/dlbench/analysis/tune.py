@@ -40,6 +40,9 @@ COMBINATION = "combination"
 MODE = "mode"  # the factor of the framework's modes
 # What a trial with one of these statuses says about a candidate (no value for the statistics).
 NOT_RUN_BUDGET = "not tried: budget"
+# The verdict of a candidate that ran in round 1 and was then dropped for the budget (runner/tune.py
+# _readmit): its trials are kept and shown, never judged (too few to decide anything).
+DROPPED = "dropped (budget)"
 UNSUPPORTED = "unsupported"
 # Verdicts (beside the statistics' faster / slower / same / undecided).
 FASTER, SLOWER, SAME, UNDECIDED = "faster", "slower", "same", "undecided"
@@ -388,7 +391,8 @@ def measured(entry: Entry, outcomes: Mapping[int, TrialOutcome]) -> Trials:
 
 def cell_result(cell: Cell, outcomes: Mapping[int, TrialOutcome]) -> CellResult:
     """Every entry of the cell judged against its phase's default; entries not run keep their
-    status as their verdict."""
+    status as their verdict, and one that ran before it was dropped for the budget shows its
+    trials with the verdict DROPPED."""
     judged: list[Judged] = []
     for phase in sorted({e.phase for e in cell.entries}):
         here = [e for e in cell.entries if e.phase == phase]
@@ -397,6 +401,12 @@ def cell_result(cell: Cell, outcomes: Mapping[int, TrialOutcome]) -> CellResult:
         for e in here:
             if e.status == "tried":
                 judged.append(by_candidate[e.candidate])
+            elif e.trial_ids:  # ran, then dropped for the budget: what it measured, unjudged
+                kept = measured(e, outcomes)
+                sample = kept.sample
+                judged.append(Judged(e.candidate, phase, len(sample.shown), status_text(kept.statuses),
+                                     parity_of(kept.parities), statistics.median(sample.shown) if kept.values else None,
+                                     verdict=DROPPED, reason=e.reason, busy=sample.busy))
             else:
                 status = e.status if not e.reason else f"{e.status}: {e.reason}"
                 judged.append(Judged(e.candidate, phase, 0, status, "–", None, verdict=e.status, reason=e.reason))

@@ -24,7 +24,7 @@ from dlbench.machine import bf16_on_cpu
 from dlbench.monitors.nvml import device_kind
 from dlbench.report.tabledata import MISSING, Cell, Column, Table
 from dlbench.report.terminal import make_console, print_table
-from dlbench.spec import MODES, PRECISIONS, SCENARIOS
+from dlbench.spec import MODES, PRECISIONS, SCENARIOS, SolveOptions
 from dlbench.text import printable
 from dlbench.workloads.base import Preset
 
@@ -36,6 +36,8 @@ MODE_CODES = {mode: mode[0] for mode in MODES}
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("list", help="which framework x workload x mode pairs can run here, and why not")
+    p.add_argument("workload", nargs="?", metavar="WORKLOAD",
+                   help="one workload (or ODE problem): its presets, and each framework's modes with every reason")
     add_store_argument(p, unused="list reads what is installed here, not a store")
     p.add_argument("--long", action="store_true", help="one row per framework x workload x mode, with its reason")
     p.add_argument("--json", action="store_true", help="everything as JSON")
@@ -276,7 +278,7 @@ def compact_modes_table(rows: list[Support]) -> Table:
         allowed = [k for k, r in s.scenarios.items() if r is None and k in shown]
         refs = dict.fromkeys(reasons.ref(_general(r, s.framework, k), s.framework, k)
                              for k, r in s.scenarios.items() if r is not None and k in shown)
-        scen = "all" if not refs else " ".join([*(allowed or ["none"]), *refs])
+        scen = "all" if not refs else " ".join(allowed or ["none"])
         cells = []
         for w in workloads.usable():
             own = {r for m, r in s.modes[w].items() if r is not None and r != s.mode_reasons.get(m)}
@@ -285,7 +287,9 @@ def compact_modes_table(rows: list[Support]) -> Table:
                                                                 for r in sorted(own))])))
             else:  # `egc`, not `e g c`: ten workloads and more fit a 100-column screen unwrapped
                 cells.append(Cell(_allowed(s.modes[w], MODE_CODES).replace(" ", "")))
-        body.append((Cell(s.framework), Cell(scen), *cells))
+        # the reasons for the scenarios it lacks beside its name (`onnxruntime [2]`): a scenarios
+        # cell of `infer generate [2]` took three lines at 100 columns
+        body.append((Cell(" ".join([s.framework, *refs])), Cell(scen), *cells))
     columns = (Column("framework", key=True), Column("scenarios"), *(Column(w) for w in workloads.usable()))
     versions = "versions: " + ", ".join(dict.fromkeys(
         s.version() if s.version().startswith(s.framework.split("-")[0]) or " " in s.version()
@@ -440,7 +444,41 @@ def as_json(rows: list[Support]) -> list[dict[str, object]]:
              "options": {k: option_json(o) for k, o in get_backend(s.framework).options.items()}} for s in rows]
 
 
+def workload_lines(name: str) -> list[str]:
+    """One workload (or problem) in words: where it comes from, its scenarios, quality metric and
+    every preset with the model size it runs (the published architectures named)."""
+    presets = ", ".join(f"{p}={v.model_size}" for p, v in subjects.presets(name).items())
+    lines = [f"{name} ({subjects.origin(name).text()}): scenarios {', '.join(subjects.runs(name))}; quality"
+             f" {subjects.quality(name)}; presets (model size): {presets}"]
+    sizes = dict.fromkeys(v.model_size for v in subjects.presets(name).values())
+    lines += [f"  {size}: {said}" for size in sizes if not subjects.is_problem(name)
+              and (said := workloads.published(name, size)) is not None]
+    return lines
+
+
+def workload_modes_table(name: str, rows: list[Support]) -> Table:
+    """Frameworks x modes for one workload: yes, or `no [n]` with every reason below (what
+    --long says of it, without the other workloads' rows)."""
+    reasons = _Reasons([s.framework for s in rows])
+    body = []
+    for s in rows:
+        if subjects.is_problem(name):  # a problem's trials solve: the framework's solve scenario decides
+            why = s.scenarios.get(SolveOptions.SCENARIO)
+            cells = [Cell("yes" if why is None else f"no {reasons.ref(why, s.framework, SolveOptions.SCENARIO)}")]
+        else:
+            cells = [Cell("yes" if r is None else f"no {reasons.ref(r, s.framework, m)}")
+                     for m, r in s.modes[name].items()]
+        body.append((Cell(s.framework), Cell(s.version()), *cells))
+    heads = [SolveOptions.SCENARIO] if subjects.is_problem(name) else list(MODES)
+    columns = (Column("framework", key=True), Column("version"), *(Column(h) for h in heads))
+    return Table("list-workload", "Frameworks", f"frameworks on {name}: " + (
+        "the solver scenario" if subjects.is_problem(name) else "the modes each runs (--mode)"),
+        columns, tuple(body), tuple(reasons.notes()))
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.workload is not None:  # before asking every framework: a bad name is one line, exit 2
+        subjects.check(args.workload)
     rows = [support(name) for name in registered()]
     if args.json:
         print(json.dumps({"frameworks": as_json(rows), "workloads": [
@@ -449,10 +487,15 @@ def main(args: argparse.Namespace) -> int:
             for r in workload_table().rows]}, indent=2))
         return 0
     console = make_console()
+    if args.workload is not None:
+        for line in workload_lines(args.workload):
+            console.print(Text(printable(line)), highlight=False, overflow="fold")
+        print_table(console, workload_modes_table(args.workload, rows), args.wide)
+        return 0
     if args.long:
         tables = [workload_table(), long_table(rows), modes_table(rows), precision_table(rows)]
         lines = option_lines()
-    else:  # a 100x40 screen: the matrix, its reasons grouped, precisions and options as lines
+    else:  # a 100x40 screen (`dlbench list WORKLOAD`: one workload's every reason): the matrix, its reasons grouped, precisions and options as lines
         tables = [compact_workload_table(), compact_modes_table(rows)]
         lines = [*precision_lines(rows), *compact_option_lines()]
     for table in tables:

@@ -17,6 +17,7 @@ from dlbench.cli.common import (
 )
 from dlbench.report import model
 from dlbench.report.terminal import make_console, print_report_tables
+from dlbench.results.store import Store
 from dlbench.text import printable
 
 
@@ -38,6 +39,13 @@ def _figures() -> ModuleType:
     return figures
 
 
+def running_lines(store: Store, report: model.Report) -> list[str]:
+    """A line per run that has not finished (still running, or left by a process that died):
+    how many trials have ended, which the report shows, and how to finish it."""
+    return [f"{text} (still running, or its process died: dlbench run --resume {run_id} --store {store.path}"
+            " finishes it)" for run_id, text in model.unfinished(report)]
+
+
 def main(args: argparse.Namespace) -> int:
     console = make_console()
     # Outputs are checked before the store is read and the charts are drawn.
@@ -46,6 +54,8 @@ def main(args: argparse.Namespace) -> int:
     store = open_store(args.store, readonly=True)
     run_ids = list(dict.fromkeys(i for selector in args.runs for i in store.resolve_runs(selector)))
     report = model.load(store, run_ids)
+    for line in running_lines(store, report):
+        console.print(printable(line), highlight=False, markup=False, soft_wrap=True)
     if html_path is None and png_dir is None:
         print_report_tables(console, report, args.wide)
         return EXIT_OK
@@ -55,8 +65,8 @@ def main(args: argparse.Namespace) -> int:
 
         with writing(html_path):
             write_report(report, charts, html_path)
-        console.print(printable(f"wrote {html_path} ({len(charts)} charts: {', '.join(c.id for c in charts)})"),
-                      highlight=False, markup=False)
+        drawn = f"{len(charts)} charts: {', '.join(c.id for c in charts)}" if charts else "no charts: no trial with data"
+        console.print(printable(f"wrote {html_path} ({drawn})"), highlight=False, markup=False)
     if png_dir is not None:
         from dlbench.report.png import write_pngs
 

@@ -348,10 +348,21 @@ def print_plan(console: Console, plan: Plan, costs: Costs) -> None:
                   highlight=False)
     for note in plan.notes:
         console.print(printable(f"  note: {note}"), highlight=False)
+    for line in not_run_lines(plan):
+        console.print(printable(f"  {line}"), highlight=False)
+
+
+def not_run_lines(plan: Plan) -> list[str]:
+    """`cnn/onnxruntime/compiled: unsupported: why` once per configuration, not per repeat
+    (with how many trials it stands for)."""
     axes = varying_axes([to_dict(t.spec) for t in plan.trials])
+    said: dict[str, int] = {}
     for t in plan.trials:
         if t.status != "pending":
-            console.print(printable(f"  {spec_label(to_dict(t.spec), axes)}: {t.status}: {t.reason}"), highlight=False)
+            label = spec_label(to_dict(t.spec), axes).rsplit(" #", 1)[0]
+            key = f"{label}: {t.status}: {t.reason}"
+            said[key] = said.get(key, 0) + 1
+    return [key if n == 1 else f"{key} ({n} trials)" for key, n in said.items()]
 
 
 def main(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from dlbench import workloads
 from dlbench.analysis.interference import BUSY_STEAL_SHARE, busy_foreign_share
 from dlbench.analysis.summary import Summary
 from dlbench.analysis.window import (
@@ -13,6 +14,7 @@ from dlbench.analysis.window import (
     FLAG_METRIC,
     MIN_TIMED_STEPS,
     MIN_TIMED_WINDOW_S,
+    WARNING,
 )
 from dlbench.report import model
 from dlbench.report.columns import Column
@@ -32,8 +34,11 @@ STATUS = TableColumn("status", lift=True)
 
 
 def label_cells(report: Report, config: Config, axes: tuple[str, ...]) -> list[Cell]:
+    """The row's run (where runs are compared) and its value of each axis; `–` for the size of
+    a workload that has one (cnn's `default`: no title says `size default` under --preset tiny)."""
     run = [str(config.run_id)] if report.multi_run else []
-    return [Cell(v) for v in run + [str(config.axes[a]) for a in axes]]
+    return [Cell(v) for v in run + [MISSING if a == "size" and model.one_size(config.spec) else str(config.axes[a])
+                                    for a in axes]]
 
 
 def percent_text(x: float) -> str:
@@ -113,12 +118,54 @@ def short_window(config: Config) -> bool:
     return any(t.metrics.get(FLAG_METRIC) for t in config.ok)
 
 
-BUSY_NOTE = (f"{BUSY_MARK} busy: some of the row's trials ran while other processes took more than"
-             f" {busy_foreign_share():.0%} of the machine's CPU (or the hypervisor stole more than"
-             f" {BUSY_STEAL_SHARE:.0%}); its medians are over its other trials, or, where every trial was busy,"
-             " over those (no finding), and no ranking or comparison rests on a busy trial")
+BUSY_NOTE = (f"{BUSY_MARK} busy: trials taken while other processes used over {busy_foreign_share():.0%} of the CPU"
+             f" (or steal over {BUSY_STEAL_SHARE:.0%}): the medians are over the row's others (all busy: over"
+             " those, no finding), and no verdict rests on them")
 SHORT_NOTE = (f"{SHORT_MARK} timed window too short to time (fewer than {MIN_TIMED_STEPS} steps or under"
               f" {MIN_TIMED_WINDOW_S:g} s): indicative only; {ADVICE}")
+
+
+def short_note(report: Report) -> str:
+    """SHORT_NOTE with the advice for the report's short windows (window_advice): the same words
+    under every table of the report, so that the terminal says them once."""
+    return (f"{SHORT_MARK} {WARNING} (under {MIN_TIMED_STEPS} steps or {MIN_TIMED_WINDOW_S:g} s):"
+            f" indicative only; to time it: {window_advice(report)}")
+
+
+def window_advice(report: Report) -> str:
+    """How to time the report's short windows without changing what they measure: per workload the
+    --dataset-size whose window holds enough steps of the measured step time (the same model and
+    batch); a larger preset only where no short window ran a published architecture (a preset
+    changes the model: vit's published-tiny is its tiny size). ADVICE where no step time is known."""
+    sizes: dict[str, int] = {}
+    published = False
+    for c in report.configs:
+        if not short_window(c):
+            continue
+        workload = str(c.axes["workload"])
+        published = published or workloads.published_preset_size(workload, str(c.axes["size"]))
+        needed = dataset_for_window(c)
+        if needed is not None:
+            sizes[workload] = max(sizes.get(workload, 0), needed)
+    if not sizes:
+        return ADVICE
+    said = ", ".join(f"{n} for {w}" for w, n in sizes.items()) if len(sizes) > 1 else str(next(iter(sizes.values())))
+    larger = "" if published else "; or --preset cpu, a larger model"
+    return f"--dataset-size {said} (same model{larger})"
+
+
+def dataset_for_window(config: Config) -> int | None:
+    """The dataset size (a power of two) whose timed epochs hold at least MIN_TIMED_STEPS steps
+    and MIN_TIMED_WINDOW_S seconds at the configuration's median step time, with a quarter to
+    spare; None without a step time."""
+    step_s = config.summary("step_s_median").median
+    workload = config.spec.get("workload") or {}
+    batch, epochs = int(workload.get("batch_size") or 0), int(config.spec.get("epochs") or 1)
+    if not step_s or step_s <= 0 or batch <= 0:
+        return None
+    steps = max(MIN_TIMED_STEPS, math.ceil(1.25 * MIN_TIMED_WINDOW_S / step_s))
+    needed = math.ceil(steps / max(epochs, 1)) * batch
+    return 1 << (needed - 1).bit_length()
 
 
 def parity_cell(trials: tuple[Trial, ...] | list[Trial]) -> Cell:

@@ -18,6 +18,8 @@ SHIFT_NOTE = ("NEW/BASE: the Hodges-Lehmann shift (a ratio for throughput and ot
               " Kolmogorov-Smirnov; the verdict is same only when the interval lies within the threshold, undecided"
               " when neither that nor a difference can be shown (docs/cli.md, compare); busy trials (^ on n) are left"
               " out: n counts the others, and a verdict they leave open is UNDECIDED (busy)")
+# The configuration's label (analysis.compare.label: the dashboards' series names keep it) in words.
+LABEL_NOTE = "configuration: workload/framework/mode, b = batch size, s = seed (cnn/torch/compiled b32 s0)"
 
 
 def _shift_cell(r: cmp.PairResult) -> Cell:
@@ -56,7 +58,8 @@ def _row(r: cmp.PairResult) -> tuple[Cell, ...]:
     if r.metric == cmp.HEADLINE_METRIC and d.verdict == cmp.DIFFERENT and not d.spread_only:
         verdict = f"DIFFERENT ({'faster' if d.direction == 'better' else 'slower'})"
     busy: frozenset[Flag] = frozenset({"busy"}) if r.base_sample.busy or r.new_sample.busy else frozenset()
-    return (Cell(printable(r.label)), Cell(printable(r.metric)), _median(r.metric, r.base), _median(r.metric, r.new),
+    return (Cell(printable(r.label)), Cell(printable(metrics.label(r.metric))), _median(r.metric, r.base),
+            _median(r.metric, r.new),
             Cell(f"{r.base.n}/{r.new.n}", flags=busy), _shift_cell(r), Cell(f"{d.p_value:.3g}"), Cell(f"{d.ks_p:.3g}"),
             Cell(verdict))
 
@@ -83,7 +86,7 @@ def compare_table(results: list[cmp.PairResult], notes: list[str]) -> Table:
                Column("NEW/BASE (Hodges-Lehmann)", "right", inline_interval=True), Column("p (Mann-Whitney)", "right"),
                Column("p (KS)", "right"), Column("verdict", lift=True))
     return Table("compare", "Comparison", "dlbench compare", columns, tuple(_row(r) for r in results),
-                 (SHIFT_NOTE, *notes))
+                 (SHIFT_NOTE, LABEL_NOTE, *notes))
 
 
 def _unpaired_once(notes: list[str]) -> list[str]:

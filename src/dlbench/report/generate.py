@@ -10,11 +10,13 @@ from typing import TYPE_CHECKING
 
 from dlbench.analysis.generate import INT8_LOGITS_RTOL, LOGITS_RTOL
 from dlbench.report import model
-from dlbench.report.cells import STATUS, label_cells, label_columns, metric_cell, parity_cell, status_cell
+from dlbench.analysis.summary import summarize
+from dlbench.report.cells import STATUS, label_cells, label_columns, metric_cell, parity_cell, status_cell, summary_cell
 from dlbench.report.columns import GENERATE, Column
-from dlbench.report.model import Config, Report
+from dlbench.report.model import Config, Report, Trial
 from dlbench.report.scenarios import GENERATE_TABLE, configs_in
-from dlbench.report.tabledata import Cell, Table
+from dlbench.report.tabledata import MISSING, Cell, Table
+from dlbench.results.records import PHASE, PHASE_END, PHASE_NAME, PHASE_START, PHASE_STATE, TIME_KEY, event_kind
 from dlbench.report.tabledata import Column as TableColumn
 
 if TYPE_CHECKING:  # its chart functions import plotly when called (report/plot.py)
@@ -31,7 +33,8 @@ NOTES = ("TTFT: prefill of the prompt plus the first token's fetch; TPOT: one de
          " (each token is fetched to the host, as a streaming server hands it out); tokens/s per stream: G"
          " tokens over a generation's end-to-end time (median over generations), total: B times that;"
          " p99 interpolates between order statistics (few samples: near the largest); first generation: the"
-         " first call, compiles included; compiles per new prompt length: measured at P - 1 and P + 1."
+         " first call, compiles included; compiles per new prompt length: measured at P - 1 and P + 1, in the"
+         " untimed generations of other prompt lengths s (their compiles included)."
          " Greedy decoding, batch B, no continuous batching (a serving engine's job).",
          "of bandwidth bound: the least time a decode step can take, the bytes it must read (every weight once,"
          " the KV cache at the generation's mean position) over the memory bandwidth measured here with the"
@@ -44,11 +47,42 @@ NOTES = ("TTFT: prefill of the prompt plus the first token's fetch; TPOT: one de
          " error of a step")
 
 
+def other_lengths_s(trial: Trial) -> float | None:
+    """The untimed generations at other prompt lengths (their compiles included): the trial's
+    metric, or, stored before it was one, the gap its phase events leave before parity (no
+    other phase ran there)."""
+    stored = trial.metrics.get("other_prompt_lengths_s")
+    if stored is not None:
+        return stored
+    phases = [e for e in trial.events if event_kind(e) == PHASE]
+    parity = next((float(e[TIME_KEY]) for e in phases if e.get(PHASE_NAME) == "parity"
+                   and e.get(PHASE_STATE) == PHASE_START), None)
+    if parity is None:
+        return None
+    ends = [float(e[TIME_KEY]) for e in phases if e.get(PHASE_STATE) == PHASE_END and float(e[TIME_KEY]) <= parity]
+    return parity - max(ends) if ends else None
+
+
+def _cell(col: Column, config: Config) -> Cell:
+    if col.key != "gen_other_lengths":
+        return metric_cell(col, config)
+    made = summary_cell(col, summarize(other_lengths_s(t) for t in config.counted))
+    return made.with_flags("busy") if config.interference.busy and made.text != MISSING else made
+
+
+# What one generation is (GenerateOptions, stored flat in the spec): columns of their own, in the
+# title where one value holds; the workload's batch (training's) is no generation's.
+SHAPE = (("prompt_len", "prompt"), ("new_tokens", "new tokens"), ("gen_batch", "gen batch"))
+# Columns only `--load server` fills: left out silently without it.
+SERVER_KEYS = ("gen_server_max_qps", "gen_server_ttft_p99", "gen_server_tpot_p99")
+
+
 def _row(report: Report, config: Config, axes: tuple[str, ...]) -> list[Cell]:
-    numbers = [metric_cell(col, config) for col in (*GENERATE, *ACCURACY)]
+    numbers = [_cell(col, config) for col in (*GENERATE, *ACCURACY)]
     decoder = next((t.data.get("notes", {}).get("decoder") for t in config.trials
                     if t.data.get("notes", {}).get("decoder")), None)
-    return [*label_cells(report, config, axes), *numbers, Cell(str(decoder or "–")),
+    shape = [Cell(str(config.spec.get(key, MISSING))) for key, _ in SHAPE]
+    return [*label_cells(report, config, axes), *shape, *numbers, Cell(str(decoder or "–")),
             parity_cell(config.trials), status_cell(config.trials)]
 
 
@@ -57,8 +91,9 @@ def generation_table(report: Report) -> Table | None:
     configs = configs_in(report, GENERATE_TABLE)
     if not configs:
         return None
-    axes = report.varying(configs, AXES)
-    columns = [*label_columns(report, axes), *(TableColumn(c.header, "right") for c in (*GENERATE, *ACCURACY)),
+    axes = report.varying(configs, AXES, hidden=("batch",))
+    columns = [*label_columns(report, axes), *(TableColumn(h, "right", key=True, lift=True) for _, h in SHAPE),
+               *(TableColumn(c.header, "right", quiet=c.key in SERVER_KEYS) for c in (*GENERATE, *ACCURACY)),
                TableColumn("decoder"), TableColumn("parity"), STATUS]
     notes = [*NOTES, *model.notes(report, configs, {})]
     return Table(GENERATE_TABLE, "Generation", "generation with a KV cache: token latencies and throughput (medians over"

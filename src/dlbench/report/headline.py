@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import dataclasses
 
+from dlbench import workloads
 from dlbench.analysis.summary import UNSTABLE_REL_HALF_WIDTH
 from dlbench.report import model
 from dlbench.report.cells import (
     BUSY_NOTE,
-    SHORT_NOTE,
     STATUS,
     label_cells,
     label_columns,
     metric_cell,
     not_comparable,
     parity_cell,
+    short_note,
     status_cell,
 )
 from dlbench.report.columns import GPU, HEADLINE, STARTUP
@@ -35,8 +36,10 @@ DESCRIPTION = ("Medians over processes; with each, the median's confidence inter
                " and its true level.")
 
 
-# Columns only some workloads fill (ddpm's): left out silently where no row has a value.
-WORKLOAD_SPECIFIC = ("denoising_mse", "sample_fd")
+# Columns only some workloads fill (detect's, ddpm's): left out silently where no row has a value
+# (an mlp report has no reason to hear of them), and the MFU of an accelerator (a CPU run's no-GPU
+# note says why it is missing).
+WORKLOAD_SPECIFIC = ("map_voc", "denoising_mse", "sample_fd", "sample_fd_floor", "sample_fd_noise", "mfu")
 # The headline's VRAM columns: left out, with one line saying why, when no GPU was sampled.
 VRAM_KEYS = ("vram_initial", "vram_peak")
 
@@ -45,15 +48,16 @@ def _headline_row(report: Report, config: Config, metrics: list[MetricColumn]) -
     numbers = [metric_cell(col, config) for col in metrics]
     if model.parity(config.trials).verdict == "fail":
         numbers = not_comparable(numbers)
-    return [*label_cells(report, config, report.label_axes), *numbers,
+    return [*label_cells(report, config, report.table_axes), *numbers,
             parity_cell(config.trials), status_cell(config.trials)]
 
 
-def mark_notes(rows: list[list[Cell]]) -> list[str]:
-    """What the marks in these rows mean: unstable, not comparable, timed too short, busy."""
+def mark_notes(rows: list[list[Cell]], report: Report) -> list[str]:
+    """What the marks in these rows mean: unstable, not comparable, timed too short (with the
+    report's advice), busy."""
     flags = {f for row in rows for cell in row for f in cell.flags}
     return ([UNSTABLE_NOTE] if "unstable" in flags else []) + ([PARITY_FAIL_NOTE] if "not_comparable" in flags else []) \
-        + ([SHORT_NOTE] if "short" in flags else []) + ([BUSY_NOTE] if "busy" in flags else [])
+        + ([short_note(report)] if "short" in flags else []) + ([BUSY_NOTE] if "busy" in flags else [])
 
 
 def no_gpu_note(configs: list[Config]) -> str | None:
@@ -67,9 +71,38 @@ def no_gpu_note(configs: list[Config]) -> str | None:
     return line + (f", no GPU and energy table (CPU energy: {cpu})" if cpu else "")
 
 
+# Statuses of a trial that never started (the plan refused it): its row would be dashes only.
+NEVER_RAN = ("unsupported", "skipped")
+
+
+# Where docs/workloads.md says what a dlbench number includes against MLPerf's and vendors'.
+PUBLISHED_GUIDE = "docs/workloads.md#comparing-a-dlbench-number-with-mlperf-and-vendor-tables"
+
+
+def published_notes(configs: list[Config]) -> list[str]:
+    """A line per published architecture among the configurations (workloads.published): what it
+    is, its training FLOPs per sample as counted here, and where its comparison with MLPerf and
+    vendor tables is explained (throughput, not time to train; their precision and batch)."""
+    out = []
+    for c in configs:
+        workload, size = str(c.axes["workload"]), str(c.axes["size"])
+        said = workloads.published(workload, size)
+        if said is None:
+            continue
+        flops = c.summary("flops_per_sample").median
+        amount = f"{flops / 1e9:.4g} GFLOP" if flops and flops >= 1e9 else f"{(flops or 0) / 1e6:.4g} MFLOP"
+        count = f"; {amount} per training sample (2 per multiply-add)" if flops else ""
+        guide = "" if not workloads.published_preset_size(workload, size, full=True) else (
+            f"; held against MLPerf or vendor tables (time to train, their precision and batch): {PUBLISHED_GUIDE}")
+        out.append(f"{workload} {size}: {said}{count}{guide}")
+    return list(dict.fromkeys(out))
+
+
 def headline_table(report: Report) -> Table:
-    """One row per configuration; the notes say what the marks mean, why trials failed and
-    why values are missing. Without a GPU, the VRAM columns are left out and one note says why."""
+    """One row per configuration that ran (one whose trials were all refused by the plan is
+    its note's, `{mlp,cnn}/onnxruntime/compiled: unsupported: ...`, not a row of dashes; all
+    rows where none ran); the notes say what the marks mean, why trials failed and why values
+    are missing. Without a GPU, the VRAM columns are left out and one note says why."""
     configs = headline_configs(report)
     gpu_note = no_gpu_note(configs)
     # The quality column is named for the metric its rows hold (accuracy, detect's mAP@0.5).
@@ -77,15 +110,17 @@ def headline_table(report: Report) -> Table:
         (str(c.axes["workload"]), q) for c in configs if (q := c.quality_metric()) is not None)
     metrics = [dataclasses.replace(c, header=quality) if c.key == "accuracy" else c
                for c in HEADLINE if not (gpu_note and c.key in VRAM_KEYS)]
-    rows = [_headline_row(report, c, metrics) for c in configs]
+    ran = [c for c in configs if any(t.status not in NEVER_RAN for t in c.trials)] or configs
+    rows = [_headline_row(report, c, metrics) for c in ran]
     noted: dict[str, str] | None = None if gpu_note is None else {}
-    notes = mark_notes(rows) + quality_notes + ([gpu_note] if gpu_note else []) + model.notes(report, configs, noted)
+    notes = mark_notes(rows, report) + quality_notes + ([gpu_note] if gpu_note else []) + model.notes(report, configs, noted)
     rl = sorted({str(c.axes["workload"]) for c in configs if c.ok and model.rolls_out(str(c.axes["workload"]))})
     notes += [model.RL_SAMPLES_NOTE.format(names=", ".join(rl))] if rl else []
     notes += model.repeat_notes(report)
+    notes += published_notes(ran)
     notes += model.parity_notes((t for c in configs for t in c.trials), TRAIN_PARITY)
     ids = [r.id for r in report.runs]
-    columns = [*label_columns(report, report.label_axes),
+    columns = [*label_columns(report, report.table_axes),
                *(Column(c.header, "right", quiet=c.key in WORKLOAD_SPECIFIC) for c in metrics), Column("parity"), STATUS]
     return Table("results", "Results", "dlbench results" + (f" (run {ids[0]})" if len(ids) == 1 else ""),
                  tuple(columns), tuple(map(tuple, rows)), tuple(notes), DESCRIPTION)
@@ -94,10 +129,11 @@ def headline_table(report: Report) -> Table:
 def _medians_table(report: Report, id: str, name: str, title: str, metrics: list[MetricColumn]) -> Table:
     """One row per headline configuration with an ok trial: its label, then medians (no
     intervals)."""
-    rows = [[*label_cells(report, c, report.label_axes), *(metric_cell(m, c, with_interval=False) for m in metrics)]
+    rows = [[*label_cells(report, c, report.table_axes), *(metric_cell(m, c, with_interval=False) for m in metrics)]
             for c in headline_configs(report) if c.ok]
-    columns = [*label_columns(report, report.label_axes), *(Column(m.header, "right") for m in metrics)]
-    return Table(id, name, title, tuple(columns), tuple(map(tuple, rows)), tuple(mark_notes(rows)))
+    columns = [*label_columns(report, report.table_axes),
+               *(Column(m.header, "right", quiet=m.key in WORKLOAD_SPECIFIC) for m in metrics)]
+    return Table(id, name, title, tuple(columns), tuple(map(tuple, rows)), tuple(mark_notes(rows, report)))
 
 
 def has_values(table: Table) -> bool:

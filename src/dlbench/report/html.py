@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import html
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import plotly.offline
 from markdown_it import MarkdownIt
 
 import dlbench
+from dlbench.report import model
 from dlbench.report.figures import section_id
 from dlbench.report.headline import UNSTABLE_NOTE
 from dlbench.report.model import Report
@@ -148,7 +150,9 @@ def _header(report: Report, parts: list[tuple[str, Report]], charts: list[Chart]
         if seen[t] > 1:
             links[i] = (a, f"{t} ({'chart' if a.startswith('chart-') else seen[t]})")
     nav = "".join(f"<a href='#{_e(a)}'>{_e(t)}</a>" for a, t in links)
-    return f"<h1>{_e(_title(report))}</h1><ul class='runs'>{runs}</ul><nav>{nav}</nav>"
+    unfinished = "".join(f"<p class='note'>{_e(line)}</p>" for _, line in model.unfinished(report))
+    return f"<h1>{_e(_title(report))}</h1><ul class='runs'>{runs}</ul>{unfinished}<nav>{nav}</nav>"
+
 
 
 def _td(cell: Cell, column: Column) -> str:
@@ -219,14 +223,27 @@ def _environment(report: Report) -> str:
     return "".join(parts) + "</section>"
 
 
+# A link to another page of docs/ (no scheme, no anchor of this page): dead in a standalone file.
+RELATIVE_LINK = re.compile(r"\[([^\]]+)\]\((?![a-z][a-z0-9+.-]*:|#)([^)\s]+)\)")
+
+
 def _method(markdown: str | None) -> str:
     if markdown is None:
         body = ("<p>docs/methodology.md is not part of this installation; it is in the dlbench "
                 "source tree.</p>")
     else:
         # html=False: raw HTML in the markdown is shown as text, never rendered.
-        body = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown)
+        body = MarkdownIt("commonmark", {"html": False}).enable("table").render(standalone(markdown))
     return f"<section id='method' class='method'><h2>Method</h2>{body}</section>"
+
+
+def standalone(markdown: str) -> str:
+    """The markdown of a docs/ page with its links to other docs/ pages as their paths in the
+    source tree (`docs/cluster.md`): the report is one file, where such a link leads nowhere."""
+    def path(m: re.Match[str]) -> str:
+        target = "docs/" + m[2].removeprefix("./")
+        return f"`{target}`" if m[1] in (m[2], f"`{m[2]}`") else f"{m[1]} (`{target}`)"
+    return RELATIVE_LINK.sub(path, markdown)
 
 
 def methodology_markdown() -> str | None:

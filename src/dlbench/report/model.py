@@ -9,6 +9,7 @@ comes from analysis.summary.summarize.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -149,6 +150,10 @@ class Config:
 
 # Axes a section or chart title names when one value holds for all its configurations.
 TITLE_AXES = ("workload", "size", "mode", "batch", "precision", "dataset", "epochs", "scenario")
+# Axes every table of configurations names, as a column or, holding one value, in its title
+# (tabledata.lift_constants): what was measured, even where nothing else differs (issue 47: a
+# one-framework run said neither workload, size nor batch).
+NAMED_AXES = ("workload", "size", "batch")
 
 
 @dataclass(frozen=True)
@@ -167,10 +172,12 @@ class Report:
         return len(self.runs) > 1
 
     def label(self, config: Config, with_run: bool = True) -> str:
-        """`cnn/torch/compiled batch 64`: framework and mode, then the axes that vary."""
+        """`cnn/torch/compiled batch 64`: framework and mode, then the axes that vary (not the
+        size of a workload that has one: cnn's `default`)."""
         head = ("workload",) + ALWAYS_SHOWN
         text = " ".join(["/".join(str(config.axes[a]) for a in self.label_axes if a in head),
-                         *(f"{a} {config.axes[a]}" for a in self.label_axes if a not in head)])
+                         *(f"{a} {config.axes[a]}" for a in self.label_axes if a not in head
+                           and not (a == "size" and one_size(config.spec)))])
         return (f"run {config.run_id} · " if with_run and self.multi_run else "") + text
 
     def group_label(self, configs: list[Config]) -> str:
@@ -182,6 +189,14 @@ class Report:
             return self.label(configs[0])
         values = {a: list(dict.fromkeys(str(c.axes[a]) for c in configs)) for a in self.label_axes}
         several_workloads = len(values.get("workload", [])) > 1
+        # braces read as every combination: where the configurations are not all of them, a group
+        # per workload, else each label (mlp/{torch,jax}, cnn/jax is no {mlp,cnn}/{torch,jax})
+        if math.prod(len(v) for v in values.values()) > len({tuple(str(c.axes[a]) for a in self.label_axes)
+                                                             for c in configs}):
+            if several_workloads:
+                return ", ".join(self.group_label([c for c in configs if str(c.axes["workload"]) == w])
+                                 for w in values["workload"])
+            return ", ".join(dict.fromkeys(self.label(c) for c in configs))
 
         def text(a: str) -> str:
             return values[a][0] if len(values[a]) == 1 else "{" + ",".join(values[a]) + "}"
@@ -238,11 +253,23 @@ class Report:
         return (f"run {config.run_id} · " if with_run and self.multi_run else "") + text
 
     def varying(self, configs: Iterable[Config], shown: tuple[str, ...] = (),
-                hidden: tuple[str, ...] = ()) -> tuple[str, ...]:
-        """`shown`, then the other axes whose values differ among `configs`, in AXES order, but
-        those `hidden` (a table that shows them as a column of its own)."""
+                hidden: tuple[str, ...] = (), named: bool = True) -> tuple[str, ...]:
+        """`shown`, then the other axes whose values differ among `configs` or (where `named`)
+        that every table names (NAMED_AXES, named_axes), in AXES order, but those `hidden` (a
+        table that shows them as a column of its own)."""
         made = list(configs)
-        return shown + tuple(a for a in AXES if a not in shown + hidden and len({c.axes[a] for c in made}) > 1)
+        always = named_axes(made) if named else ()
+        return shown + tuple(a for a in AXES if a not in shown + hidden
+                             and (a in always or len({c.axes[a] for c in made}) > 1))
+
+    @property
+    def table_axes(self) -> tuple[str, ...]:
+        """The label columns of a table of every configuration: the workload, the label axes,
+        then the NAMED_AXES they leave out (one value for all: each table's title names it)."""
+        named = named_axes(self.configs)
+        head = ("workload",) if "workload" in (*self.label_axes, *named) else ()
+        rest = {*self.label_axes, *named} - {*head, *ALWAYS_SHOWN}
+        return head + ALWAYS_SHOWN + tuple(a for a in AXES if a in rest)
 
 
 def load(store: Store, run_ids: list[int]) -> Report:
@@ -291,6 +318,14 @@ def _in_one_order(configs: tuple[Config, ...]) -> tuple[Config, ...]:
     return tuple(sorted(configs, key=lambda c: (runs[c.run_id], *(seen[a][c.axes[a]] for a in AXES))))
 
 
+def named_axes(configs: Iterable[Config]) -> tuple[str, ...]:
+    """The NAMED_AXES a table of these configurations names: the model size only where a
+    workload has several (cnn's one size, `default`, says nothing)."""
+    made = list(configs)
+    several_sizes = any(not one_size(c.spec) for c in made)
+    return tuple(a for a in NAMED_AXES if a != "size" or several_sizes)
+
+
 def varying_axes(specs: list[dict[str, Any]]) -> tuple[str, ...]:
     """The axes besides workload, framework and mode whose values differ among `specs`."""
     values = [{a: f(s) for a, f in AXES.items()} for s in specs]
@@ -302,11 +337,11 @@ def spec_label(spec: dict[str, Any], axes: tuple[str, ...]) -> str:
     the sweep, so two trials of a sweep never read alike), then the repeat."""
     head = "/".join(str(AXES[a](spec)) for a in ("workload",) + ALWAYS_SHOWN)
     profiled = ["profiled"] if spec.get("profile") else []  # run --profile's extra trial
-    shown = [a for a in axes if not (a == "size" and _one_size(spec))]
+    shown = [a for a in axes if not (a == "size" and one_size(spec))]
     return " ".join([head, *(f"{a} {AXES[a](spec)}" for a in shown), *profiled]) + f" #{spec.get('repeat', 0)}"
 
 
-def _one_size(spec: dict[str, Any]) -> bool:
+def one_size(spec: dict[str, Any]) -> bool:
     """Whether the spec's built-in workload has one model size only (cnn's `default`): its size
     tells no two trials apart, and `size default` under `--preset tiny` reads as a wrong preset."""
     module = workloads.WORKLOADS.get(str(spec.get("workload", {}).get("name")))
@@ -383,9 +418,11 @@ def notes(report: Report, configs: Iterable[Config], noted: dict[str, str] | Non
             reasons += why
     measured = any(c.interference.measured for c in made)
     for c in made:
-        busy_line = interference_message(c, measured)
+        busy_line = interference_message(c, measured) if not c.interference.busy else None
         if busy_line is not None and c not in groups.setdefault(busy_line, []):
             groups[busy_line].append(c)
+    for line, cs in busy_groups(made).items():
+        groups.setdefault(line, []).extend(cs)
     said = [f"{report.group_label(cs)}: {m}" for m, cs in groups.items()]
     return list(dict.fromkeys(origin_notes(made) + said + reasons + unmeasured_note(made)))
 
@@ -393,6 +430,8 @@ def notes(report: Report, configs: Iterable[Config], noted: dict[str, str] | Non
 # A configuration's numbers from a busy machine (analysis/busy.py), as the notes name it.
 BUSY_LEFT_OUT = "left out of its medians, its ranking and every comparison"
 BUSY_ALL = "its numbers are the busy trials' own, no finding: retake it on a quiet machine"
+BUSY_LEFT_OUT_OF_SEVERAL = "left out of their medians, rankings and every comparison"
+BUSY_ALL_OF_SEVERAL = "their numbers are the busy trials' own, no finding: retake them on a quiet machine"
 UNMEASURED = ("interference not measured (trials from before dlbench measured it, or no /proc): not known to"
               " be quiet")
 
@@ -407,6 +446,26 @@ def interference_message(config: Config, measured: bool) -> str | None:
     if tally.unknown and measured:
         return tally.text()
     return None
+
+
+def busy_groups(configs: list[Config]) -> dict[str, list[Config]]:
+    """The busy configurations' note, one line for those whose every trial was busy and one for
+    those with some (a configuration alone keeps its own counts: interference_message), each
+    with the highest foreign share among them."""
+    out: dict[str, list[Config]] = {}
+    for every in (True, False):
+        cs = [c for c in configs if c.interference.busy and c.interference.all_busy == every]
+        if len(cs) == 1:
+            out[str(interference_message(cs[0], True))] = cs
+        elif cs:
+            tallies = [c.interference for c in cs]
+            worst = max((t.worst for t in tallies if t.worst is not None), default=None)
+            up_to = f" (foreign CPU up to {worst:.0%})" if worst is not None else ""
+            said = (f"every trial busy{up_to}: {BUSY_ALL_OF_SEVERAL}" if every else
+                    f"{sum(t.busy for t in tallies)} of {sum(t.n for t in tallies)} trials busy{up_to}:"
+                    f" {BUSY_LEFT_OUT_OF_SEVERAL}")
+            out[f"{BUSY_MARK} {said}"] = cs
+    return out
 
 
 def unmeasured_note(configs: Iterable[Config]) -> list[str]:
@@ -478,10 +537,22 @@ def parity_notes(trials: Iterable[Trial], checked: str) -> list[str]:
 def _rule(tol: dict[str, Any]) -> str:
     """The bound a verdict applied, in words: the floor rule with where its floor was measured,
     or the constants."""
-    if "rule" in tol:
+    if "rule" in tol:  # measured on the run's CPU (its model and flags: the environment, dlbench env)
         return (f"pass = every tensor's normwise relative error <= {tol['rule']}, floor = the"
-                f" {tol.get('floor_from')} error on {tol.get('machine')}, cosine as the bound implies")
+                f" {tol.get('floor_from')} error on this run's CPU, cosine as the bound implies")
     return f"pass = normwise relative error <= {tol['rel_err']:g} and cosine >= {tol['cosine']}"
+
+
+def unfinished(report: Report) -> list[tuple[int, str]]:
+    """(run id, a line) for each run that had not finished when the report was made (a run in
+    progress, or one whose process died): how many of its trials had ended, which it shows."""
+    out = []
+    for run in report.runs:
+        if run.info.get("status") == "running":
+            done = sum(t.status not in ("pending", "running") for t in run.trials)
+            out.append((run.id, f"run {run.id} has not finished: {done} of {len(run.trials)} trials have ended, and"
+                                " the report shows those"))
+    return out
 
 
 def repeat_notes(report: Report) -> list[str]:

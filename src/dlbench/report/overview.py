@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from dlbench.analysis import compare, metrics
 from dlbench.analysis.summary import UNSTABLE_REL_HALF_WIDTH
 from dlbench.report import model
-from dlbench.report.cells import SHORT_NOTE, WINDOW_METRICS, short_window
+from dlbench.report.cells import WINDOW_METRICS, short_note, short_window
 from dlbench.report.model import Config, Report
 from dlbench.report.ranking import sample
 from dlbench.report.scenarios import reporting
@@ -18,16 +18,12 @@ from dlbench.report.tabledata import BUSY_MARK, MISSING, UNDECIDED_MARK, UNSTABL
 
 # Where a process's start-up ends, by scenario: the first training step, request or sample.
 STARTUP_METRICS = ("time_to_first_step_s", "time_to_first_request_s", "time_to_first_sample_s")
-NOTE = ("each cell: the framework's median headline metric as a share of the fastest framework on that"
-        " workload (100% = the fastest; a framework that ran several configurations of a workload, its"
-        " best), then its median time to first step (process start to the end of the first step: import,"
-        " build, data, compile) in seconds; – not run here (unsupported, failed, or not asked for)")
-UNSTABLE_SHARE = (f"{UNSTABLE_MARK} the median's interval is wider than ±{UNSTABLE_REL_HALF_WIDTH:.0%}: the share is"
-                  " uncertain")
-BUSY_SHARE = (f"{BUSY_MARK} some of its trials ran on a busy machine: left out of the median where others remain,"
-              " else the share is the busy trials' own (no finding)")
-UNDECIDED_SHARE = (f"{UNDECIDED_MARK} not decided against the fastest (the fastest: against the next one): too few"
-                   " repeats, or busy trials (docs/methodology.md); the share is not a finding yet")
+NOTE = "each cell: the median as a share of the workload's fastest (a framework's best configuration){startup}; – no value"
+STARTUP_NOTE = ", then the median seconds from process start to the first step's end"
+UNSTABLE_SHARE = f"{UNSTABLE_MARK} the median's interval is wider than ±{UNSTABLE_REL_HALF_WIDTH:.0%}: the share is uncertain"
+BUSY_SHARE = f"{BUSY_MARK} trials on a busy machine: left out where others remain, else the share is theirs (no finding)"
+UNDECIDED_SHARE = (f"{UNDECIDED_MARK} not decided against the fastest (the fastest: against the next): too few repeats,"
+                   " or busy trials")
 DESCRIPTION = ("Every framework on every workload at a glance: throughput relative to the fastest"
                " framework of the workload, and the start-up a user waits for.")
 
@@ -101,7 +97,12 @@ def _cell(b: Best | None, metric: str, open_question: bool) -> Cell:
     flags: frozenset[Flag] = frozenset({"short"}) if metric in WINDOW_METRICS and short_window(b.config) else frozenset()
     marks = ((UNSTABLE_MARK if b.config.summary(metric).unstable else "")
              + (BUSY_MARK if b.config.interference.busy else "") + (UNDECIDED_MARK if open_question else ""))
-    return Cell(f"{b.share:.0%}{marks}" + ("" if startup is None else f" {startup:.0f}s"), flags=flags)
+    return Cell(f"{share_text(b.share)}{marks}" + ("" if startup is None else f" {startup:.0f}s"), flags=flags)
+
+
+def share_text(share: float) -> str:
+    """`50%`; `<1%` for a share that rounds to nothing (0.18 % is no `0%`)."""
+    return "<1%" if share < 0.005 else f"{share:.0%}"
 
 
 def overview_table(report: Report) -> Table | None:
@@ -113,7 +114,12 @@ def overview_table(report: Report) -> Table | None:
         metric, best = best_by_framework(list(part.configs))
         if best:
             columns.append((workload, metric, best))
-    frameworks = [f for f in report.frameworks if any(f in best for _, _, best in columns)]
+    compared = {w for w, _, _ in columns}
+    # every framework with an ok trial on a compared workload: `–` where it has no value there
+    # (a solver without a result at the headline tolerance), never left out
+    frameworks = [f for f in report.frameworks
+                  if any(str(c.axes["framework"]) == f and c.ok and c.axes["framework"] != c.record.baseline
+                         and str(c.axes["workload"]) in compared for c in report.configs)]
     if not columns or (len(columns) < 2 and len(frameworks) < 2):
         return None
     open_questions = [undecided(best, metric) for _, metric, best in columns]
@@ -121,12 +127,15 @@ def overview_table(report: Report) -> Table | None:
                              for (_, metric, best), asked in zip(columns, open_questions, strict=True)))
                  for f in frameworks)
     names = {m for _, m, _ in columns}
-    compared = ", ".join(metrics.label(m) for m in sorted(names))
+    measured = ", ".join(metrics.label(m) for m in sorted(names))
     short = any("short" in c.flags for row in rows for c in row)
-    return Table("overview", "Overview", f"overview: {compared} as a share of each workload's fastest framework,"
-                 " and time to first step",
+    # the start-up only where a cell shows one (a solver's trials have none)
+    startup = any(_startup_s(b.config) is not None for _, _, best in columns for b in best.values())
+    return Table("overview", "Overview", f"overview: {measured} as a share of each workload's fastest framework"
+                 + (", and time to first step" if startup else ""),
                  (Column("framework", key=True), *(Column(w, "right") for w, _, _ in columns)), rows,
-                 (NOTE, *mark_notes([c.text for row in rows for c in row[1:]]), *([SHORT_NOTE] if short else [])),
+                 (NOTE.format(startup=STARTUP_NOTE if startup else ""),
+                  *mark_notes([c.text for row in rows for c in row[1:]]), *([short_note(report)] if short else [])),
                  DESCRIPTION)
 
 

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 from dlbench.analysis import payback
 from dlbench.report.model import Config, Report
-from dlbench.report.cells import SHORT_NOTE, short_window
+from dlbench.report.cells import short_note, short_window
 from dlbench.report.scenarios import trains
 from dlbench.report.tabledata import MISSING, Cell, Column, Flag, Table, cells
 
 # Axes a payback pair may differ in; every other axis must match (same workload, batch, data...).
 PAIRED_BY = ("framework", "mode", "options")
-NOTE = ("a run of n steps costs time to first step + (n - 1) x median step time; crossover = the first"
-        " whole step count at which the configuration that starts later is ahead in total wall time"
-        " (warm-up, parity probe and evaluation not counted); medians over repeats; only the"
-        " configurations ahead at some run length are listed")
+NOTE = ("n steps cost the time to first step + (n - 1) median steps (medians; no warm-up, parity or"
+        " evaluation); crossover: the first step count at which the later starter is ahead in wall time")
 SWEEP_NOTE = ("the leader = the framework with the higher median samples/s at a batch size; a crossover"
               " lies between two neighbouring batch sizes where the leader changes")
 
@@ -83,10 +81,12 @@ def payback_table(report: Report) -> Table | None:
     # not a key column: one table for every workload (a table per workload was 6 lines a row)
     columns = (Column("workload", lift=True), Column("ahead", key=True), Column("then ahead"),
                Column("start-up s (ahead / then)", "right"), Column("step ms (ahead / then)", "right"),
-               Column("crossover steps", "right"), Column("epochs", "right"), Column("wall min", "right"))
+               # empty where nobody overtakes: "nobody" says so
+               Column("crossover steps", "right", quiet=True), Column("epochs", "right", quiet=True),
+               Column("wall min", "right", quiet=True))
     return Table("payback", "When compilation pays back",
                  "when compilation pays back: who is ahead in total wall time at each run length",
-                 columns, tuple(rows), (NOTE, *([SHORT_NOTE] if short_inputs else [])))
+                 columns, tuple(rows), (NOTE, *([short_note(report)] if short_inputs else [])))
 
 
 def sweeps(report: Report) -> list[tuple[str, dict[str, dict[int, float]]]]:

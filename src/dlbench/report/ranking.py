@@ -11,29 +11,23 @@ from dlbench.analysis import busy, compare, metrics
 from dlbench.analysis.busy import Sample
 from dlbench.analysis.stats import ALPHA
 from dlbench.report import model
-from dlbench.report.cells import BUSY_NOTE, SHORT_NOTE, WINDOW_METRICS, short_window
+from dlbench.report.cells import BUSY_NOTE, WINDOW_METRICS, label_cells, short_note, short_window
 from dlbench.report.model import Config, Report
 from dlbench.report.tabledata import Cell, Column, Flag, Table
 from dlbench.spec import configuration_key
 
-METHOD_NOTE = (f"ranking: each framework against the next one down, vs next = how many times better (the"
-               f" Hodges-Lehmann ratio) with its interval at level 1 - {2 * ALPHA:g}/pairs (Bonferroni);"
-               f" 'faster' when the Mann-Whitney p, adjusted by Holm's method over the ranking's adjacent"
-               f" pairs, is below {ALPHA:g}; 'same' when the interval lies within"
-               f" ±{compare.DEFAULT_THRESHOLD:.0%}; otherwise undecided with the repeats measured, with the"
-               " repeats per framework that would likely decide it; a side of one process is not tested;"
-               " busy trials (^) are left out of the medians and verdicts, and a pair they leave undecided"
-               " says so instead of asking for more repeats")
-MEDIANS_NOTE = ("(medians x): the ratio of the two medians, where it differs from the pairwise ratio by more than"
-                f" ±{compare.DEFAULT_THRESHOLD:.0%}: the trials of a side fall into separate groups (a busy stretch, a"
-                " slow first trial); the verdict rests on the pairwise test, and a shift against the medians' order"
-                " is never called faster")
+METHOD_NOTE = (f"vs next: how many times better than the next one down (Hodges-Lehmann), interval at 1 -"
+               f" {2 * ALPHA:g}/pairs; faster: Mann-Whitney p < {ALPHA:g} after Holm's adjustment; the same: interval"
+               f" within ±{compare.DEFAULT_THRESHOLD:.0%}; else undecided, with the repeats likely to decide it (busy"
+               " trials, ^, are left out: then it says so); one process per side is not tested")
+MEDIANS_NOTE = (f"(medians x): the medians' ratio, where it differs from the pairwise one by over ±{compare.DEFAULT_THRESHOLD:.0%}"
+                " (a side's trials fall into groups); the verdict is the pairwise test's")
 DESCRIPTION = ("Frameworks ordered by each workload's headline metric (median over processes), each"
                " compared with the next one down: how many times better (the Hodges-Lehmann estimate"
                " of the ratio) with its distribution-free interval and level, and the verdict.")
 
 
-def _groups(report: Report) -> tuple[dict[tuple[int, str], list[Config]], list[str]]:
+def groups(report: Report) -> tuple[dict[tuple[int, str], list[Config]], list[str]]:
     """Configurations with an ok trial by (run, key without the framework); the notes of those
     left out because their parity failed (a wrong result's speed is not ranked). A record's
     baseline (the solver scenario's SciPy) is the reference its table shows, not a competitor."""
@@ -108,11 +102,10 @@ def _rows(report: Report, configs: list[Config], axes: tuple[str, ...]) -> list[
     for i, r in enumerate(ranking):
         c = by_name[r.name]
         below = ranking[i + 1] if i + 1 < len(ranking) else None
-        head = ([str(c.run_id)] if report.multi_run else []) + [str(c.axes[a]) for a in axes]
         flags: set[Flag] = {"short"} if metric in WINDOW_METRICS and short_window(c) else set()
         if r.sample is not None and r.sample.busy:
             flags.add("busy")
-        rows.append((*(Cell(v) for v in head), Cell(metrics.label(metric)), Cell(str(i + 1)), Cell(r.name),
+        rows.append((*label_cells(report, c, axes), Cell(metrics.label(metric)), Cell(str(i + 1)), Cell(r.name),
                      Cell(_number(r.median), flags=frozenset(flags)), Cell(versus_text(r, metric, below)),
                      Cell(verdict_text(r, metric, below) or "–")))
     return rows
@@ -131,12 +124,20 @@ def versus_text(r: compare.Ranked, metric: str, below: compare.Ranked | None) ->
     return text
 
 
+def testable(configs: list[Config]) -> bool:
+    """Whether two of these configurations ran two or more processes each: a setting of one
+    process per framework has nothing to test (its order and ratios are the overview's shares,
+    its verdicts the closing summary's "1 repeat: not tested"); one whose busy trials leave a side
+    with one that counts is shown, its verdict saying the machine was busy."""
+    return sum(len(sample(c, c.record.headline).values) > 1 for c in configs) > 1
+
+
 def ranking_table(report: Report) -> Table | None:
-    """One block of rows per workload setting with two or more frameworks, best first (in the
-    terminal one table per workload, its constants and metric in the title); None when no
-    setting has two."""
-    groups, notes = _groups(report)
-    ranked = [cs for cs in groups.values() if len(cs) > 1]
+    """One block of rows per workload setting with two or more frameworks that has a pair to
+    test (testable), best first (in the terminal one table per workload, its constants and
+    metric in the title); None when no setting has one."""
+    found, notes = groups(report)
+    ranked = [cs for cs in found.values() if len(cs) > 1 and testable(cs)]
     if not ranked:
         return None
     axes = tuple(a for a in report.varying([c for cs in ranked for c in cs], shown=("workload",))
@@ -148,5 +149,5 @@ def ranking_table(report: Report) -> Table | None:
     flags = {f for row in rows for cell in row for f in cell.flags}
     disagree = any("(medians " in row[-2].text for row in rows)
     return Table("ranking", "Ranking", "ranking (best first)", tuple(columns), tuple(rows),
-                 (METHOD_NOTE, *([SHORT_NOTE] if "short" in flags else []), *([BUSY_NOTE] if "busy" in flags else []),
+                 (METHOD_NOTE, *([short_note(report)] if "short" in flags else []), *([BUSY_NOTE] if "busy" in flags else []),
                   *([MEDIANS_NOTE] if disagree else []), *notes), DESCRIPTION)

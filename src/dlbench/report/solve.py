@@ -152,7 +152,7 @@ def work_precision_table(report: Report) -> Table | None:
     groups = baseline_groups(configs)
     rtols = sorted({r for c in configs for cv in _gather(c.ok, SOLVER_SERIES, lambda s: True) for r in cv.points},
                    reverse=True)
-    axes = report.varying(configs, AXES)
+    axes = report.varying(configs, AXES, named=False)
     columns = [*label_columns(report, axes), Column("solver", key=True), Column("kind"), Column("dtype", key=True),
                *(Column(f"{r:.0e}", "right") for r in rtols),
                Column("ms @1e-6", "right"), Column("nfe @1e-6", "right"), Column("njev @1e-6", "right")]
@@ -237,7 +237,7 @@ def gradient_table(report: Report) -> Table | None:
     configs = [c for c in _solve_configs(report, SOLVE_GRADIENTS_TABLE) if any(curves(c, GRADIENT_SERIES))]
     if not configs:
         return None
-    axes = report.varying(configs, AXES)
+    axes = report.varying(configs, AXES, named=False)
     columns = [*label_columns(report, axes), Column("method", key=True), Column("solver"), Column("dtype", key=True),
                Column("rtol", "right", key=True), Column("gradient error", "right"), Column("ms", "right"),
                Column("first ms", "right")]

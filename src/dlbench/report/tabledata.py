@@ -119,20 +119,25 @@ class Table:
 
 def lift_constants(table: Table) -> Table:
     """Columns marked `lift` whose every row holds one value leave the table; the title names
-    them (`dlbench results · mode compiled · status ok`). A table of one row keeps its key
-    columns (a lone row still says what it is), and a table keeps at least one column."""
+    them (`dlbench results · mode compiled · status ok`). A table of one row keeps one key
+    column, its framework's where it has one (a lone row still says what it is: the title
+    names the rest), and a table keeps at least one column."""
     if not table.rows:
         return table
+    keys = [i for i, c in enumerate(table.columns) if c.key]
+    kept = next((i for i in keys if table.columns[i].header == "framework"), keys[0] if keys else None)
     lifted = [i for i, c in enumerate(table.columns) if c.lift and len({row[i].shown() for row in table.rows}) == 1
-              and not (len(table.rows) == 1 and c.key)]
+              and not (len(table.rows) == 1 and i == kept)]
     if len(lifted) == len(table.columns):
         lifted = lifted[1:]
     if not lifted:
         return table
-    # with its marks: a lifted `5/5^` keeps saying that busy trials were left out
-    constants = " · ".join(f"{table.columns[i].header} {table.rows[0][i].shown()}" for i in lifted)
+    # with its marks: a lifted `5/5^` keeps saying that busy trials were left out; a column of
+    # `–` only (no value to name) leaves without a word
+    constants = " · ".join(f"{table.columns[i].header} {table.rows[0][i].shown()}" for i in lifted
+                           if table.rows[0][i].text != MISSING)
     return _keep(table, [i for i in range(len(table.columns)) if i not in lifted],
-                 title=f"{table.title} · {constants}")
+                 title=f"{table.title} · {constants}" if constants else table.title)
 
 
 def drop_empty(table: Table) -> Table:

@@ -28,7 +28,11 @@ from dlbench.report.tabledata import Table
 
 
 def _startup(report: Report) -> Table | None:
-    return startup_table(report) if any(c.ok for c in headline_configs(report)) else None
+    """The start-up table, where any of its cells holds a value."""
+    if not any(c.ok for c in headline_configs(report)):
+        return None
+    table = startup_table(report)
+    return table if has_values(table) else None
 
 
 def _gpu(report: Report) -> Table | None:

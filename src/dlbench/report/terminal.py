@@ -31,6 +31,7 @@ from rich.text import Text
 
 from dlbench.report import model
 from dlbench.report.cells import percent_text
+from dlbench.report.closing import closing_summary
 from dlbench.report.model import Report
 from dlbench.report.overview import overview_table
 from dlbench.report.tabledata import (
@@ -168,8 +169,14 @@ def _fit(form: _Form, width: int, wrap: bool) -> list[int] | None:
         widths = [max(c, _header_width(h, lines)) for c, h in zip(cells, form.headers, strict=True)]
         if _width(widths) <= width:
             return _grow(widths, natural, width)
-    widths = form.minimum()
-    return _grow(widths, natural, width) if _width(widths) <= width else None
+    # cells wrapped at their longest word, the headers onto as few lines as the room allows (a
+    # header wrapped word by word took five lines over rows of two)
+    words = [max((_longest_word(c.plain) for c in col), default=0) for col in form.cells]
+    for lines in range(1, longest + 1):
+        widths = [max(w, _header_width(h, lines)) for w, h in zip(words, form.headers, strict=True)]
+        if _width(widths) <= width:
+            return _grow(widths, natural, width)
+    return None
 
 
 def _header_width(header: str, lines: int) -> int:
@@ -317,11 +324,22 @@ def _table_width(table: RichTable) -> int:
 
 def print_report_tables(console: Console, report: Report, wide: bool = False) -> None:
     """The overview (frameworks x workloads), then every table that has rows (report/tables.py),
-    each with its notes; a note said under an earlier table is not repeated."""
+    each with its notes (a note said under an earlier table is not repeated), then the closing
+    summary (report/closing.py): the last screen is the answer."""
     said: set[str] = set()
     overview = overview_table(report)
     for table in [*([overview] if overview is not None else []), *report_tables(report)]:
         print_table(console, table, wide, said)
+    print_summary(console, closing_summary(report))
+
+
+def print_summary(console: Console, lines: list[str]) -> None:
+    """The closing summary: its title, then each line indented (wrapped at spaces)."""
+    if not lines:
+        return
+    console.print(Text(lines[0], style="bold"), crop=False)
+    for line in lines[1:]:
+        console.print(Padding(Text(line), (0, 0, 0, 2), expand=False), crop=False)
 
 
 def print_run_tables(console: Console, store: Store, run_ids: list[int], wide: bool = False) -> None:

@@ -7,6 +7,7 @@ speed-up (headroom)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -14,14 +15,18 @@ from dlbench import workloads
 from dlbench.analysis import tune as tuning
 from dlbench.analysis.tune import CellResult, Judged, SearchState, TrialOutcome
 from dlbench.analysis.metrics import label as metric_label
-from dlbench.report.cells import BUSY_NOTE, plain_number
-from dlbench.report.model import Report, Trial
+from dlbench.analysis.repeats import QUIET_WAIT_S
+from dlbench.analysis.window import FLAG_METRIC
+from dlbench.report.cells import BUSY_NOTE, plain_number, short_note
+from dlbench.report.model import AXES, Report, Trial, one_size
 from dlbench.report.tabledata import BUSY_MARK, MISSING, Cell, Column, Flag, Table
 
 if TYPE_CHECKING:  # its chart functions import plotly when called (report/plot.py)
     from dlbench.report.plot import Chart
 
 HEADROOM_TABLE, CANDIDATES_TABLE = "headroom", "candidates"
+DROPPED_NOTE = (f"{tuning.DROPPED}: ran in round 1, then left out so that the others get every repeat within the"
+                " budget (the round took longer than estimated); its trials are shown, never judged")
 RULE_NOTE = ("speed-up: the candidate's median headline over the default's of the same phase (> 1 is faster),"
              " interval from the two medians' order-statistic intervals, its level a lower bound; verdict:"
              " Mann-Whitney or Kolmogorov-Smirnov p < 0.05 (faster / slower), or the 90% shift interval within"
@@ -69,17 +74,47 @@ def _parity_cell(verdict: str) -> Cell:
     return Cell("FAIL" if verdict == "fail" else verdict, flags=frozenset([flag] if flag else []))
 
 
-def _median_cell(j: Judged | None) -> Cell:
+def _median_cell(j: Judged | None, short: bool = False) -> Cell:
     """The median over the trials that count, marked `^` where busy ones were left out (or, all
-    busy, are what it is over)."""
+    busy, are what it is over), `~` where a window was too short to time."""
     if j is None or j.median is None:
         return Cell(MISSING)
-    return Cell(plain_number(j.median), flags=frozenset({"busy"}) if j.busy else frozenset())
+    flags: set[Flag] = set()
+    if j.busy:
+        flags.add("busy")
+    if short:
+        flags.add("short")
+    return Cell(plain_number(j.median), flags=frozenset(flags))
+
+
+def _trials_cell(j: Judged) -> Cell:
+    """`4 ok`, `3 ok, 1 crashed`; `–` for a candidate that never ran (its verdict says why)."""
+    return Cell(MISSING) if j.verdict in (tuning.NOT_RUN_BUDGET, tuning.UNSUPPORTED) else Cell(j.status)
+
+
+def short_trials(report: Report) -> set[int]:
+    """The ids of the report's trials whose timed window was too short to time (analysis/window.py)."""
+    return {t.id for run in report.runs for t in run.trials if t.metrics.get(FLAG_METRIC)}
+
+
+def _short(r: CellResult, j: Judged, short: set[int]) -> bool:
+    """Whether the candidate's trials or its phase's default's were timed over a window too short:
+    its median and speed-up are then marked `~` (a 29.56x from a sub-second window is no finding)."""
+    ids = [t for e in r.cell.entries if e.phase == j.phase and e.candidate in (j.candidate, _default(r, j.phase))
+           for t in e.trial_ids]
+    return any(t in short for t in ids)
+
+
+def _default(r: CellResult, phase: int) -> tuning.Candidate:
+    return tuning.Candidate(tuning.DEFAULT, r.cell.mode)
 
 
 def verdict_text(j: Judged) -> str:
     """The verdict, and what an undecided one needs: `undecided (busy)` where busy trials left
-    it open (a retake on a quiet machine decides it), `undecided (+3 repeats)` otherwise."""
+    it open (a retake on a quiet machine decides it), `undecided (+3 repeats)` otherwise; an
+    unsupported candidate's reason is a note."""
+    if j.verdict == tuning.UNSUPPORTED:
+        return tuning.UNSUPPORTED
     if j.verdict == tuning.UNDECIDED and j.withheld:
         return f"{j.verdict} (busy)"
     if j.verdict == tuning.UNDECIDED and j.more_repeats:
@@ -95,6 +130,39 @@ def _run_cells(report: Report, run_id: int) -> list[Cell]:
     return [Cell(str(run_id))] if report.multi_run else []
 
 
+# What a searched cell measured besides its workload and framework: named in the title where one
+# value holds (a tune of -w mlp -f torch said neither size nor batch).
+SHAPE = ("size", "batch")
+
+
+def _shape_cells(report: Report, r: CellResult) -> list[Cell]:
+    """The model size (`–` where the workload has one) and batch of the cell's default trial."""
+    trials = {t.id: t for run in report.runs for t in run.trials}
+    spec = next((trials[t].spec for e in r.cell.entries if e.candidate.name == tuning.DEFAULT
+                 for t in e.trial_ids if t in trials), None)
+    if spec is None:
+        return [Cell(MISSING) for _ in SHAPE]
+    return [Cell(MISSING if a == "size" and one_size(spec) else str(AXES[a](spec))) for a in SHAPE]
+
+
+def answer_lines(report: Report) -> list[str]:
+    """One line per searched cell for the closing summary (report/closing.py): its best setting
+    with the speed-up and verdict, or that no variant won and the tally of what ran."""
+    out = []
+    short = short_trials(report)
+    for run_id, _, r in searches(report):
+        where = f"run {run_id} " if report.multi_run else ""
+        best = r.best
+        if best is None:
+            out.append(f"headroom {where}{r.cell.label} {r.cell.mode}: {tuning.NO_BEST} ({tally(r)})")
+            continue
+        speedup = _speedup_cell(best)
+        shown = speedup.with_flags("short").shown() if _short(r, best, short) else speedup.shown()
+        out.append(f"headroom {where}{r.cell.label} {r.cell.mode}: {best.candidate.settings(r.cell.framework, r.cell.mode)}"
+                   f" {shown} {speedup.interval or ''}".rstrip() + f", {verdict_text(best)}")
+    return out
+
+
 def headroom_table(report: Report) -> Table | None:
     """Per searched cell: the default's headline median (of the phase the best was judged in),
     the best candidate's settings, speed-up, verdict and parity; the re-run commands below."""
@@ -103,30 +171,42 @@ def headroom_table(report: Report) -> Table | None:
         return None
     metrics = {r.cell.metric for _, _, r in found}
     unit = metric_label(next(iter(metrics))) if len(metrics) == 1 else "headline"
+    short = short_trials(report)
     rows, commands = [], []
     for run_id, _, r in found:
         best = r.best
         base = _default_of(r, best.phase if best is not None else 1)
         settings = tuning.NO_BEST if best is None else best.candidate.settings(r.cell.framework, r.cell.mode)
-        verdict = verdict_text(best) if best is not None else _tally(r)
+        verdict = verdict_text(best) if best is not None else tally(r)
         judged = best or base
         parity = judged.parity if judged is not None else "–"
-        rows.append((*_run_cells(report, run_id), Cell(r.cell.workload), Cell(r.cell.framework), Cell(r.cell.mode),
-                     _median_cell(base), Cell(settings), _speedup_cell(best), Cell(verdict), _parity_cell(parity)))
+        speedup = _speedup_cell(best)
+        if best is not None and _short(r, best, short):
+            speedup = speedup.with_flags("short")
+        rows.append((*_run_cells(report, run_id), Cell(r.cell.workload), *_shape_cells(report, r),
+                     Cell(r.cell.framework), Cell(r.cell.mode),
+                     _median_cell(base, base is not None and _short(r, base, short)), Cell(settings), speedup,
+                     Cell(verdict), _parity_cell(parity)))
         command = r.command()
         if command is not None:
             commands.append(f"{r.cell.label}: re-run the best with: {command}")
     columns = (*([Column("run", key=True, lift=True)] if report.multi_run else []),
-               Column("workload", key=True, lift=True), Column("framework", key=True), Column("mode", lift=True),
-               Column(f"default {unit}", "right"), Column("best variant"),
-               Column("speed-up [interval]", "right", inline_interval=True), Column("verdict"), Column("parity"))
-    busy = [BUSY_NOTE] if any("busy" in c.flags for row in rows for c in row) else []
+               Column("workload", key=True, lift=True), *(Column(a, key=True, lift=True) for a in SHAPE),
+               Column("framework", key=True, lift=True), Column("mode", lift=True), Column(f"default {unit}", "right"),
+               Column("best variant"),
+               # empty where no variant won: "default: no variant decided faster" says so
+               Column("speed-up [interval]", "right", inline_interval=True, quiet=True), Column("verdict"),
+               Column("parity"))
+    flags = {f for row in rows for c in row for f in c.flags}
+    marks = [*([BUSY_NOTE] if "busy" in flags else []), *([short_note(report)] if "short" in flags else [])]
     return Table(HEADROOM_TABLE, "Headroom", "headroom: each framework as commonly written (default) and at its best",
-                 columns, tuple(tuple(r) for r in rows), (*commands, *_stop_notes(report, found), RULE_NOTE, *busy))
+                 columns, tuple(tuple(r) for r in rows),
+                 (*commands, *_stop_notes(report, found), *undecided_advice(found), RULE_NOTE, *marks))
 
 
-def _tally(r: CellResult) -> str:
-    """`3 tried: 2 same, 1 undecided` for a cell where no candidate won."""
+def tally(r: CellResult) -> str:
+    """`3 tried: 2 same, 1 undecided` for a cell where no candidate won (a candidate dropped
+    after its first trial counts as tried, its verdict `dropped: budget (not judged)`)."""
     tried = [j for j in r.judged if j.candidate.name != tuning.DEFAULT and j.n]
     counts: dict[str, int] = {}
     for j in tried:
@@ -143,9 +223,65 @@ def _stop_notes(report: Report, found: list[tuple[int, SearchState, CellResult]]
             str(state.stop), f"stopped ({state.stop})")
         retaken = (f"; {state.retakes} trial{'s' if state.retakes != 1 else ''} retaken after busy ones (waited"
                    f" {state.waited_s:.0f} s for a quiet machine)") if state.retakes else ""
-        out.append(f"{where}tune {why}: {state.spent_s / 60:.1f} of {state.budget_s / 60:g} min spent,"
-                   f" {state.repeats} repeats per candidate and phase{retaken}")
+        out.append(f"{where}tune {why}: {state.spent_s / 60:.1f} of {state.budget_s / 60:g} min spent;"
+                   f" {_ran_text(state)} ({state.repeats} planned per candidate and phase){retaken}")
     return list(dict.fromkeys(out))
+
+
+def _ran_text(state: SearchState) -> str:
+    """What ran, not what was planned: `9 trials: the default 5, 1 candidate 4` (`2 candidates
+    4 and 1`)."""
+    defaults = [len(e.trial_ids) for c in state.cells for e in c.entries if e.candidate.name == tuning.DEFAULT]
+    others = [len(e.trial_ids) for c in state.cells for e in c.entries if e.candidate.name != tuning.DEFAULT
+              and e.trial_ids]
+    total = sum(defaults) + sum(others)
+    counts = sorted(set(others), reverse=True)
+    each = " and ".join(map(str, counts)) if len(counts) <= 2 else f"{min(counts)} to {max(counts)}"
+    ran = f", {len(others)} candidate{'s' if len(others) != 1 else ''} {each}" if others else ", no candidate"
+    default = " and ".join(map(str, sorted(set(defaults), reverse=True))) or "0"
+    return f"{total} trial{'s' if total != 1 else ''} ran: the default {default}{ran}"
+
+
+def undecided_advice(found: list[tuple[int, SearchState, CellResult]]) -> list[str]:
+    """Where no candidate won: what would decide (a quiet machine, the budget that runs every
+    candidate at the pace measured, the repeats the undecided ones ask for, the tiny preset to
+    try the mechanics first); a search's budget line once, naming its cells."""
+    busy, tiny = False, False
+    budget: dict[int, tuple[SearchState, list[str]]] = {}  # by search: the cells not run in full
+    more: list[str] = []
+    for _, state, r in found:
+        if r.best is not None:
+            continue
+        judged = [j for j in r.judged if j.candidate.name != tuning.DEFAULT]
+        busy = busy or any(j.withheld for j in judged) or state.stop == "busy"
+        short = sum(j.verdict in (tuning.NOT_RUN_BUDGET, tuning.DROPPED) for j in judged)
+        if short:
+            budget.setdefault(id(state), (state, []))[1].append(f"{r.cell.label} {short}")
+        wanted = [j.more_repeats for j in judged if j.verdict == tuning.UNDECIDED and j.more_repeats]
+        if wanted:
+            more.append(f"{r.cell.label}: the undecided candidates ask for about {max(wanted)} more repeats each:"
+                        f" --repeats {state.repeats + max(wanted)} (and the budget for them)")
+        tiny = tiny or "tiny" not in r.cell.run_args
+    out = [f"{BUSY_MARK} to decide what the busy machine left open: --quiet-wait {QUIET_WAIT_S / 60:.0f}min (tune"
+           " waits for quiet before each trial)"] if busy else []
+    out += [f"candidates not run in full within the budget ({', '.join(cells)}): {_budget_for_all(state)}"
+            for state, cells in budget.values()]
+    out += more
+    if tiny:
+        out.append("--preset tiny tries the search's mechanics in minutes (its windows too short to time: no finding)")
+    return out
+
+
+def _budget_for_all(state: SearchState) -> str:
+    """`--budget 14min` would run every candidate its repeats at the pace measured (the seconds
+    spent over the trials run), or how to find the pace where nothing ran."""
+    ran = sum(len(e.trial_ids) for c in state.cells for e in c.entries)
+    planned = sum(state.repeats for c in state.cells for e in c.entries if e.phase == 1
+                  and e.status != tuning.UNSUPPORTED)
+    if not ran or state.spent_s <= 0:
+        return "a larger --budget"
+    minutes = math.ceil(state.spent_s / ran * planned / 60)
+    return f"--budget {minutes}min would run all {planned} phase-1 trials at the pace measured"
 
 
 def candidates_table(report: Report) -> Table | None:
@@ -153,20 +289,41 @@ def candidates_table(report: Report) -> Table | None:
     found = searches(report)
     if not found:
         return None
+    short = short_trials(report)
+    # beside a framework column of several frameworks, `optimizer=foreach` (the re-run command
+    # and a one-framework table keep `torch.optimizer=foreach`, --option's own form)
+    several = len({r.cell.framework for _, _, r in found}) > 1
     rows = []
     for run_id, _, r in found:
+        shape = _shape_cells(report, r)
         for j in r.judged:
             verdict = verdict_text(j) + (" (best)" if r.best is not None and j is r.best else "")
-            rows.append((*_run_cells(report, run_id), Cell(r.cell.workload), Cell(r.cell.framework),
-                         Cell(j.candidate.settings(r.cell.framework, r.cell.mode)), Cell(str(j.phase)),
-                         Cell(j.status), _median_cell(j), _speedup_cell(j), Cell(verdict), _parity_cell(j.parity)))
+            marked = _short(r, j, short)
+            speedup = _speedup_cell(j)
+            settings = j.candidate.settings(r.cell.framework, r.cell.mode)
+            if several:
+                settings = settings.replace(f"{r.cell.framework}.", "")
+            rows.append((*_run_cells(report, run_id), Cell(r.cell.workload), *shape, Cell(r.cell.framework),
+                         Cell(settings), Cell(str(j.phase)),
+                         _trials_cell(j), _median_cell(j, marked), speedup.with_flags("short") if marked and
+                         speedup.text != MISSING else speedup, Cell(verdict), _parity_cell(j.parity)))
     columns = (*([Column("run", key=True, lift=True)] if report.multi_run else []),
-               Column("workload", key=True, lift=True), Column("framework", key=True), Column("candidate", key=True),
-               Column("phase", lift=True), Column("trials"), Column("median", "right"),
+               Column("workload", key=True, lift=True), *(Column(a, key=True, lift=True) for a in SHAPE),
+               Column("framework", key=True, lift=True), Column("candidate", key=True), Column("phase", lift=True), Column("trials"), Column("median", "right"),
                Column("speed-up [interval]", "right", inline_interval=True), Column("verdict"), Column("parity"))
+    short_rows = any("short" in c.flags for row in rows for c in row)
+    dropped = [DROPPED_NOTE] if any(j.verdict == tuning.DROPPED for _, _, r in found for j in r.judged) else []
     return Table(CANDIDATES_TABLE, "Candidates", "candidates: every setting the search tried, against the default of"
                  " its phase", columns, tuple(tuple(r) for r in rows),
-                 (*_failure_notes(report, found), *_busy_notes(found)))
+                 (*dropped, *_failure_notes(report, found), *_unsupported_notes(found), *_busy_notes(found),
+                  *([short_note(report)] if short_rows else [])))
+
+
+def _unsupported_notes(found: list[tuple[int, SearchState, CellResult]]) -> list[str]:
+    """Why a candidate could not run here (its trials column is `–`)."""
+    return list(dict.fromkeys(f"{r.cell.label} {j.candidate.settings(r.cell.framework, r.cell.mode)}: unsupported:"
+                              f" {j.reason}" for _, _, r in found for j in r.judged
+                              if j.verdict == tuning.UNSUPPORTED and j.reason))
 
 
 def _busy_notes(found: list[tuple[int, SearchState, CellResult]]) -> list[str]:

@@ -217,6 +217,29 @@ def postprocess(name: str) -> Callable[[WorkloadSpec, np.ndarray], Any] | None:
     return found
 
 
+def published(name: str, model_size: str) -> str | None:
+    """What a published architecture's model size is ("ResNet-50 v1.5 at 224x224, ..."), from the
+    workload's optional PUBLISHED member ({model size: description}); None for any other size, a
+    workload without published shapes, or one not known here."""
+    try:
+        found: dict[str, str] = vars(get(name)).get("PUBLISHED") or {}
+    except (SpecError, PluginError):
+        return None
+    return found.get(model_size)
+
+
+def published_preset_size(name: str, model_size: str, full: bool = False) -> bool:
+    """Whether a `published*` preset of the workload runs this model size (vit's published-tiny
+    runs its tiny size): a larger preset would leave the architecture such a run asked for. With
+    `full`, a published shape itself (not `published-tiny`'s): one that tables quote numbers of."""
+    try:
+        presets = get(name).PRESETS
+    except (SpecError, PluginError):
+        return False
+    return any(p.model_size == model_size for n, p in presets.items()
+               if n.startswith("published") and not (full and n.endswith("-tiny")))
+
+
 def scenario_unsupported(name: str, scenario: str) -> str | None:
     """None when the workload runs `scenario` with a runner scenario this dlbench has, else the
     reason (one line)."""

@@ -84,7 +84,9 @@ class Workload(Protocol):
     `TARGET_METRICS: {metric: lower is better}`, the extra scores a time-to-target trial may stop
     on besides QUALITY (lm: `eval_perplexity`, lower), and `default_target(spec) -> Target`, the
     target of such a trial when the user gives none (lm's: perplexity within 10 % of the best
-    possible); workloads.target reads both."""
+    possible); workloads.target reads both; `PUBLISHED: {model size: description}`, the published
+    architectures among its sizes (resnet's `resnet50`: ResNet-50 v1.5, with the figure model
+    tables quote), which the report names (workloads.published)."""
 
     NAME: str
     # --scenario name -> runner scenario (SUPERVISED_SCENARIOS for a classifier)

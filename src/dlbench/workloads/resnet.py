@@ -80,6 +80,13 @@ PRESETS = {
                              warmup_epochs=1, eval_size=32),
 }
 
+# What a published architecture's size is, as a report names it (workloads.published): the model
+# and the figure a table quotes for it (docs/workloads.md#published-shapes).
+PUBLISHED = {
+    "resnet50": "ResNet-50 v1.5 at 224x224, 1000 classes (model tables quote 4.09 G forward multiply-adds)",
+    "resnet50-tiny": "ResNet-50 v1.5's architecture at width 8 on 64x64 images (no published figure to compare)",
+}
+
 NUMERICS = Numerics(padding="SYMMETRIC")
 NUMERICS_FIELDS = (*COMMON_NUMERICS_FIELDS, "padding", "bn_momentum", "bn_eps", "bn_running_var")
 

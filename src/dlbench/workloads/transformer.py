@@ -82,6 +82,13 @@ PRESETS = {
                              warmup_epochs=1, eval_size=32),
 }
 
+# What a published architecture's size is, as a report names it (workloads.published).
+PUBLISHED = {
+    "bert-base": "BERT-base at sequence length 128 (tables quote 22.5 GFLOPs forward)",
+    "bert-base-512": "BERT-base at sequence length 512",
+    "bert-tiny": "BERT-base's post-LN architecture at the tiny size (no published figure to compare)",
+}
+
 NUMERICS = Numerics()
 NUMERICS_FIELDS = (*COMMON_NUMERICS_FIELDS, "ln_eps", "gelu", "attention_scale")
 

@@ -74,6 +74,15 @@ PRESETS = {
                              warmup_epochs=1, eval_size=32),
 }
 
+# What a published architecture's size is, as a report names it (workloads.published); the tiny
+# size is published-tiny's and the tiny preset's alike.
+PUBLISHED = {
+    "b16": "ViT-B/16 at 224x224, 1000 classes (timm's vit_base_patch16_224; tables quote 17.6 G forward"
+           " multiply-adds)",
+    "tiny": "ViT-B/16's architecture (pre-LN blocks, class token, patch embedding) at 16x16 images, width 32,"
+            " depth 2 (no published figure to compare)",
+}
+
 NUMERICS = Numerics()
 NUMERICS_FIELDS = (*COMMON_NUMERICS_FIELDS, "ln_eps", "gelu", "attention_scale")
 

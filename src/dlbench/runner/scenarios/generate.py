@@ -13,7 +13,7 @@ Order: the first generation apart (it compiles: `first_generation_s`, and
 generations until GENERATIONS are timed or BUDGET_S is spent; compilations inside that
 window are counted. Then, untimed: one generation at each of two other prompt lengths (P - 1
 and P + 1 where they fit), counting the compilations they cause (`recompiles_per_prompt_length`:
-measured, not assumed), and the parity generation, whose ids and per-step logits the parent
+measured, not assumed; the phase's time is `other_prompt_lengths_s`), and the parity generation, whose ids and per-step logits the parent
 judges against the float64 NumPy reference (runner/verdicts.py: generate_verdict).
 
 Under `--load server`, after the timed generations: MLPerf LoadGen's Server with token latencies
@@ -117,7 +117,9 @@ def run(ctx: TrialContext) -> None:
     median_s = _generation_metrics(ctx, o, first_s, ttfts, tpots)
     if o.gen_load == "server":  # after the timed generations, whose pace is the sweep's first estimate
         _server(ctx, decoder, o, Capacity(o.gen_batch / median_s, "generation batch / the median timed generation's s"))
+    t = phases.start("other_prompt_lengths")  # a phase of its own: a compiling framework spends minutes here
     m["recompiles_per_prompt_length"] = _other_lengths(trial, decoder, o)
+    m["other_prompt_lengths_s"] = phases.end("other_prompt_lengths", t)
     _parity(trial, decoder, prompt, o, ctx)
 
 
