@@ -45,8 +45,10 @@ def test_a_side_with_a_mode_holds_for_that_mode_only():
 
 
 def test_gap_finding_names_the_row_once_against_the_fastest():
-    measured = [findings.Measured("jax", "jax", "compiled", 4.5), findings.Measured("torch", "torch", "compiled", 12.8),
-                findings.Measured("tensorflow", "tensorflow", "compiled", 8.5)]
+    def side(name: str, speed: float, spread: float = 0.02) -> findings.Measured:  # its median's interval
+        return findings.Measured(name, name, "compiled", speed, speed * (1 - spread), speed * (1 + spread))
+
+    measured = [side("jax", 4.5), side("torch", 12.8), side("tensorflow", 8.5)]
     [made] = findings.gap_findings("lm", "small", "train", measured, LEDGER)
     assert made.rule == "ledgered gap" and made.subject == "jax"
     assert "0.35x the speed of torch" in made.text and "docs/gaps.md#lm-train-jax" in made.text
@@ -55,6 +57,11 @@ def test_gap_finding_names_the_row_once_against_the_fastest():
     assert findings.gap_findings("lm", "small", "train", measured[1:], LEDGER) == []
     zero = findings.Measured("x", "x", "eager", 0.0)  # a speed of 0 compares with nothing
     assert findings.gap_findings("lm", "small", "train", [*measured[:2], zero], LEDGER)
+    # a side of one process (no interval) is not tested, and a ratio whose interval reaches past the
+    # row's range (0.15-0.67) is not shown to be the gap
+    assert findings.gap_findings("lm", "small", "train", [findings.Measured("jax", "jax", "compiled", 4.5),
+                                                          measured[1]], LEDGER) == []
+    assert findings.gap_findings("lm", "small", "train", [side("jax", 8.0, 0.1), measured[1]], LEDGER) == []
 
 
 def _store(path: Path, speeds: dict[tuple[str, str], float], workload: str = "lm", preset: str = "cpu",

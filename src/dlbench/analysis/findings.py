@@ -27,6 +27,7 @@ Rules (docs/methodology.md, findings):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -145,6 +146,11 @@ class Measured:
     framework: str
     mode: str
     speed: float
+    # the speed median's confidence interval (None with one process): a pair's ratio counts as a
+    # ledgered gap only where its whole range, from the two intervals, lies in the row's range (a
+    # side of one process is not tested, as in the ranking)
+    low: float | None = None
+    high: float | None = None
 
 
 def gap_findings(workload: str, model_size: str | None, scenario: str, measured: Sequence[Measured],
@@ -157,9 +163,14 @@ def gap_findings(workload: str, model_size: str | None, scenario: str, measured:
             if slow is fast or not 0 < slow.speed < fast.speed:
                 continue
             ratio = slow.speed / fast.speed
-            row = gaps.match(ledger, workload, model_size, scenario, (slow.framework, slow.mode),
-                             (fast.framework, fast.mode), ratio)
-            if row is None or found.get((row.anchor, slow.label), (2.0,))[0] <= ratio:
+            sides = ((slow.framework, slow.mode), (fast.framework, fast.mode))
+            row = gaps.match(ledger, workload, model_size, scenario, *sides, ratio)
+            if row is None or slow.low is None or slow.high is None or fast.low is None or not fast.high:
+                continue
+            extremes = (slow.low / fast.high, slow.high / fast.low) if fast.low > 0 else (math.inf,)
+            if any(gaps.match((row,), workload, model_size, scenario, *sides, r) is None for r in extremes):
+                continue  # not this row, or the ratio's range reaches past the row's: not shown to be the gap
+            if found.get((row.anchor, slow.label), (2.0,))[0] <= ratio:
                 continue
             text = (f"{slow.label}: {ratio:.2f}x the speed of {fast.label}, a ledgered gap ({row.status}; the"
                     f" row's range {row.low:.2f}-{row.high:.2f}): {row.cause} ({row.link()})")

@@ -168,29 +168,41 @@ def gap_findings(report: Report) -> list[tuple[str, findings.Finding]]:
         # the speed a gap compares: the record's headline (training samples/s, generation's
         # output tokens/s), where it is a rate, higher faster
         headline = config.record.headline
-        value = config.summary(headline).median if metrics.higher_is_better(headline) else None
+        summary = config.summary(headline)
+        value = summary.median if metrics.higher_is_better(headline) else None
         if not value:
             continue
         spec = config.spec
         key = (spec["workload"]["name"], spec["workload"].get("model_size"), config.scenario, spec["workload"]["batch_size"])
         label = local(report, str(key[0])).short_label(config)
         groups.setdefault(key, []).append(findings.Measured(label, str(spec["framework"]), str(spec["policy"]["mode"]),
-                                                            value))
+                                                            value, summary.low, summary.high))
     return [(str(key[0]), f) for key, measured in groups.items()
             for f in findings.gap_findings(str(key[0]), key[1] if key[1] is None else str(key[1]), str(key[2]),
                                            measured, gaps.LEDGER)]
+
+
+# Each rule as the findings table's note states it (only the rules a finding of the table used).
+RULES = (
+    ("ratio", f"ratio: a category >= {findings.RATIO:g}x the cheapest other framework's, >= {findings.MIN_SHARE:.0%}"
+              f" of the step and >= {findings.MIN_GAP_S * 1e3:g} ms more"),
+    ("input-bound", f"input-bound: input >= {findings.INPUT_SHARE:.0%}"),
+    ("host-bound", f"host-bound: host and idle >= {findings.HOST_SHARE:.0%}"),
+    ("unmapped", f"unmapped: other >= {findings.UNMAPPED_SHARE:.0%}"),
+    ("profiler-overhead", f"profiler overhead: profiled step >= +{findings.OVERHEAD:.0%}"),
+    ("memory-bound", f"memory-bound hint: compiled step < {findings.INTENSITY:g} flop per byte accessed"),
+    ("recompiles", "recompiles: a timed trial recompiled inside its timed window"),
+    ("ledgered gap", f"ledgered gap: the speed ratio's whole interval lies in a row's range of the gap ledger"
+                     f" ({gaps.LEDGER_DOC}; docs/methodology.md)"),
+)
 
 
 def findings_table(report: Report) -> Table | None:
     made = report_findings(report) + gap_findings(report)
     if not made:
         return None
-    rules = (f"ratio: a category >= {findings.RATIO:g}x the cheapest other framework's, >= {findings.MIN_SHARE:.0%}"
-             f" of the step and >= {findings.MIN_GAP_S * 1e3:g} ms more; input-bound: input >= {findings.INPUT_SHARE:.0%};"
-             f" host-bound: host and idle >= {findings.HOST_SHARE:.0%}; unmapped: other >= {findings.UNMAPPED_SHARE:.0%};"
-             f" profiler overhead: profiled step >= +{findings.OVERHEAD:.0%}; memory-bound hint: compiled step"
-             f" < {findings.INTENSITY:g} flop per byte accessed; ledgered gap: a speed ratio in a row's range of"
-             f" the gap ledger (docs/methodology.md, {gaps.LEDGER_DOC})")
+    said = {f.rule for _, f in made}
+    rules = "; ".join(text for rule, text in RULES if rule in said)
     no_bytes = no_bytes_note(report)
     return Table("findings", "Findings", "findings: what the profiles and the ledger of known gaps say, each from a stated rule",
                  (Column("workload", key=True, lift=True), Column("rule"), Column("finding")),
