@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from dlbench.backends import get_backend
 from dlbench.backends.base import Backend, TimedBatches
 from dlbench.runner import worker
 from dlbench.runner.plan import workload_spec
-from dlbench.spec import ConvergeOptions, Policy, TrialSpec, WorkloadSpec
+from dlbench.spec import ConvergeOptions, Policy, TrialSpec, WorkloadSpec, to_dict
 from dlbench.workloads.data import crop_flip, epoch_steps
 
 SPEC = WorkloadSpec(batch_size=8, dataset_size=32, eval_size=8, augment="crop_flip", seed=3)
@@ -76,7 +75,7 @@ def main() -> int:
     backend = get_backend(name)
     mode = mode_of(backend)
     spec_path = out_dir / f"{name}-converge-spec.json"
-    spec_path.write_text(json.dumps(asdict(converge_spec(name, mode))))
+    spec_path.write_text(json.dumps(to_dict(converge_spec(name, mode))))
     # The worker imports the framework (environment first), as in a trial of its own.
     worker.main([str(spec_path), str(out_dir / f"{name}-converge.json")])
     results = {f"{data}/{workers}": check(backend, name, mode, data, workers) for data, workers in CONFIGS}

@@ -54,6 +54,19 @@ def test_json_round_trip():
     assert trial_from_dict(to_dict(t)) == t
 
 
+def test_a_trial_written_with_its_options_nested_reads_the_same_as_flat():
+    """`dataclasses.asdict` keeps a trial's options one dict; read back, they are the trial's
+    options (never dropped for the defaults), and the same option given two ways is refused."""
+    from dlbench.spec import ConvergeOptions
+
+    t = trial(scenario="converge", options=ConvergeOptions(target_accuracy=0.5, eval_every=4, max_steps=40))
+    nested = dataclasses.asdict(t)
+    assert trial_from_dict(nested) == t == trial_from_dict(to_dict(t))
+    nested["target_accuracy"] = 0.7
+    with pytest.raises(SpecError, match="target_accuracy given twice"):
+        trial_from_dict(nested)
+
+
 def test_newer_trial_schema_is_refused():
     d = to_dict(trial())
     d["schema_version"] = 99

@@ -722,7 +722,14 @@ def trial_from_dict(d: dict[str, Any]) -> TrialSpec:
 
 def _options_from(d: dict[str, Any]) -> ScenarioOptions:
     """A stored trial's flat option fields (popped from `d`) as its scenario's options; those of
-    another scenario must hold their defaults (every store holds them so), else SpecError."""
+    another scenario must hold their defaults (every store holds them so), else SpecError. A trial
+    written nested (`dataclasses.asdict` of a TrialSpec: its options one dict) reads the same."""
+    nested = d.pop("options", None)
+    if isinstance(nested, dict):
+        for name, value in nested.items():
+            if name in d and d[name] != value:
+                raise SpecError(f"option {name} given twice: {d[name]!r} flat and {value!r} in options")
+            d[name] = value
     kind = options_type(d.get("scenario", "train"))
     own = {f.name for f in dataclasses.fields(kind)}
     values = {}
