@@ -41,8 +41,7 @@ NOTES = ("TTFT: prefill of the prompt plus the first token's fetch; TPOT: one de
 
 def _row(report: Report, config: Config, axes: tuple[str, ...]) -> list[Cell]:
     numbers = [metric_cell(col, config) for col in (*GENERATE, *ACCURACY)]
-    decoder = next((t.data.get("notes", {}).get("decoder") for t in config.trials
-                    if t.data.get("notes", {}).get("decoder")), None)
+    decoder = next((t.notes["decoder"] for t in config.trials if t.notes.get("decoder")), None)
     return [*label_cells(report, config, axes), *numbers, Cell(str(decoder or "–")),
             parity_cell(config.trials), status_cell(config.trials)]
 
