@@ -626,3 +626,76 @@ def test_a_trial_error_with_escape_sequences_is_printed_escaped(tmp_path, monkey
     assert main(argv) == 3
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[1/1]") and "failed" in x]
     assert "bad flag \\x1b]0;owned\\x07\\x1b[31m" in line and "\x1b" not in line
+
+
+# --- issue 48: the bad values a campaign against tune, generate and solve found, each by name --
+
+GENERATE = ["-w", "lm", "-f", "fake", "--mode", "eager", "--preset", "tiny", "--scenario", "generate"]
+SOLVE = ["-w", "hires", "-f", "fake", "--mode", "eager", "--scenario", "solve"]
+TUNE = ["tune", "-w", "mlp", "-f", "fake", "--mode", "eager", "--preset", "tiny"]
+ISSUE_48 = [
+    (["run", *SOLVE, "--solve-max-steps", "100000000000000000000"],
+     "solve max steps must be an integer from 1 to 100,000,000, got 100,000,000,000,000,000,000"),
+    (["run", *SOLVE, "--rtol-tightest", "1e-14"],
+     "tightest rtol 1e-14 is not a tolerance: allowed are numbers from 1e-11 to 0.1"),
+    (["run", "-f", "fake", "--order-seed", "1180591620717411303424"],
+     "argument --order-seed: '1180591620717411303424' is not a whole number from 0 to 9223372036854775807"),
+    ([*TUNE, "--order-seed", "1180591620717411303424"],
+     "argument --order-seed: '1180591620717411303424' is not a whole number from 0 to 9223372036854775807"),
+    (["run", "-f", "fake", "--order-seed", "-1"], "argument --order-seed: '-1' is not a whole number from 0 to"),
+    (["run", "-f", "fake", "--order-seed", "٣"], "argument --order-seed: '٣' is not a whole number"),
+    (["run", *GENERATE, "--gen-batch", "1000000000000000000000000000000"],
+     "generation batch must be an integer from 1 to 65,536, got 1,000,000,000,000,000,000,000,000,000,000"),
+    (["run", "-f", "fake", "--option", "fake.flavour=plain,fake.flavour=spicy"],
+     "option fake.flavour is given twice, as plain and as spicy: give one value"),
+    (["run", "-f", "fake", "--option", "fake.flavour=plain", "--option", "fake.flavour=spicy"],
+     "option fake.flavour is given twice, as plain and as spicy: give one value"),
+    (["run", "-w", "mlp", "-f", "fake", "--prompt-len", "8"],
+     "--prompt-len 8 applies to --scenario generate only, not --scenario train"),
+    (["run", "-w", "mlp", "-f", "fake", "--gen-batch", "2"],
+     "--gen-batch 2 applies to --scenario generate only, not --scenario train"),
+    (["run", "-w", "mlp", "-f", "fake", "--rtol-loosest", "1e-4"],
+     "--rtol-loosest 0.0001 applies to --scenario solve only, not --scenario train"),
+    (["run", "-w", "mlp", "-f", "fake", "--scenario", "infer", "--target-accuracy", "0.5"],
+     "--target-accuracy 0.5 applies to --scenario converge only, not --scenario infer"),
+    (["run", "-w", "mlp", "-f", "fake", "--load", "server", "--p99-bound-ms", "5"],
+     "--load server applies to --scenario infer or generate only, not --scenario train"),
+    (["run", "-w", "hires"], "-w hires: hires has no train scenario (it runs: solve): give --scenario solve"),
+    (["run", "-w", "hires,mlp", "-f", "fake", "--scenario", "infer"],
+     "-w hires: hires has no infer scenario (it runs: solve): give --scenario solve"),
+    (["run", *SOLVE, "--rtol-loosest", "-1e-3"], "loosest rtol -0.001 is not a tolerance: allowed are numbers from"),
+    ([*TUNE, "--budget", "-5min"], "tune --budget '-5min' is not a duration such as 90s, 30min or 2h, up to a week"),
+    ([*TUNE, "--budget", "1" + "0" * 400 + "min"], "is not a duration such as 90s, 30min or 2h, up to a week"),
+    (["tune", "-w", "mlp", "-f", "fake", "--mode", "bogus"], "mode 'bogus' is not one of: eager, graph, compiled"),
+    ([*TUNE, "--budget", "1s"], "tune --budget 1s admits no trial"),
+    ([*TUNE, "--budget", "8d"], "tune --budget '8d' is not a duration such as 90s, 30min or 2h, up to a week"),
+    (["run", "-f", "fake", "--memory-limit", "-2GiB"], "argument --memory-limit: size '-2GiB' is not a number of"),
+    ([*TUNE, "--memory-limit", "-2GiB"], "argument --memory-limit: size '-2GiB' is not a number of"),
+    (["run", "-f", "fake", "--quiet-wait", "-5s"], "--quiet-wait '-5s' is not a duration"),
+    (["run", "-f", "fake", "--repeats", "auto,time=" + "9" * 400 + "s"], "is not a duration such as 90s"),
+    (["compare", "1", "2", "--threshold", "-5%"], "--threshold '-5%' is not a percentage between 0% and 100%"),
+    (["run", *GENERATE, "--prompt-len", "８"], "argument --prompt-len: '８' is not an integer in ASCII digits"),
+    (["run", "-f", "fake", "--epochs", "４"], "argument --epochs: '４' is not an integer in ASCII digits"),
+    ([*TUNE, "--threads", "１"], "argument --threads: '１' is not an integer in ASCII digits"),
+    (["export", "1", "--format", "github-action-benchmark", "--metric", "nosuch"],
+     "--metric 'nosuch': no trial of run 1 has a value of it"),
+    (["export", "1", "--format", "bencher", "--metric", "nosuch"], "--metric 'nosuch': no trial of run 1 has a value"),
+    (["history", "--html", "/dev/full"], "cannot write '/dev/full': No space left on device"),
+    (["history", "--html", "/proc/h.html"], "cannot write '/proc/h.html'"),
+    (["history", "--html", "sub"], "cannot write 'sub': it is a directory; give a file name"),
+    (["history", "--html", LONG], "(300 characters): File name too long"),
+]
+
+
+@pytest.mark.parametrize("argv,message", ISSUE_48, ids=[" ".join(a)[:60] for a, _ in ISSUE_48])
+@pytest.mark.parametrize("store", ["s.sqlite", "old.sqlite", "missing.sqlite"])
+def test_issue_48_values_are_one_line_and_write_nothing(sandbox, argv, message, store):
+    """Each is refused in one line naming the value and what is allowed, exit 2; no file in the
+    sandbox changes, none is created: an older store is not migrated, a missing one not made."""
+    if store != "s.sqlite" and argv[0] in ("export", "compare", "history"):
+        pytest.skip("a read command of a run the store lacks says so instead")
+    before, names = snapshot(sandbox), set(os.listdir(sandbox))
+    code, out, err = answer([*argv, "--store", store])
+    assert code == 2 and err.startswith("dlbench: error: ") and err.count("\n") == 1, (code, err)
+    assert message in err, err
+    assert snapshot(sandbox) == before and set(os.listdir(sandbox)) == names

@@ -31,6 +31,7 @@ from dlbench.cli.common import (
     EXIT_PARITY_FAILED,
     UsageError,
     add_store_argument,
+    ascii_number,
     comma_list,
     output_path,
     workload_names,
@@ -53,11 +54,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("-f", "--framework", type=comma_list("framework"), default=("all",),
                    help="frameworks (default: all installed)")
     p.add_argument("--mode", default="compiled", help="eager, graph or compiled (default: compiled)")
-    p.add_argument("-k", "--steps", type=int, default=10, help="steps of the loss trajectory (default 10)")
+    p.add_argument("-k", "--steps", type=ascii_number(int), default=10, help="steps of the loss trajectory (default 10)")
     p.add_argument("--preset", default="tiny", help="workload size preset (default: tiny)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=ascii_number(int), default=0)
     p.add_argument("--json", metavar="FILE", help="also write every number to this JSON file")
-    p.add_argument("--timeout", type=float, default=PROBE_TIMEOUT_S,
+    p.add_argument("--timeout", type=ascii_number(float), default=PROBE_TIMEOUT_S,
                    help=f"seconds each workload's probe may take before it is killed and the workload"
                         f" failed (default {PROBE_TIMEOUT_S:g})")
     add_store_argument(p, unused="check compares frameworks live and stores nothing (--json FILE keeps the numbers)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shlex
 from typing import Any
 
@@ -24,9 +25,11 @@ from dlbench.cli.common import (
     EXIT_UNDECIDED,
     UsageError,
     add_store_argument,
+    ascii_number,
     comma_list,
     int_list,
     open_store,
+    order_seed,
     size_argument,
 )
 from dlbench.report.terminal import make_console, print_run_tables
@@ -37,7 +40,7 @@ from dlbench.runner import tune
 from dlbench.runner.executor import execute, finish_run, warm_imports
 from dlbench.runner.plan import Costs, Sweep, learn
 from dlbench.spec import TrialSpec
-from dlbench.text import printable
+from dlbench.text import printable, shown
 
 DEFAULT_BUDGET = "60min"
 # The fewest repeats per side at which the exact Mann-Whitney test can reach p < 0.05 (4 + 4:
@@ -65,13 +68,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--budget", metavar="DURATION", default=DEFAULT_BUDGET,
                    help=f"wall time the search may take, e.g. 90s, 30min, 2h (default: {DEFAULT_BUDGET}): no round"
                         " starts that would end past it")
-    p.add_argument("--order-seed", type=int, help="seed of the shuffle within each round (default: drawn and recorded)")
-    p.add_argument("--dataset-size", type=int, help="training samples per epoch (default: the preset's)")
-    p.add_argument("--epochs", type=int, help="timed epochs (default: preset's)")
-    p.add_argument("--warmup-epochs", type=int, help="untimed epochs (default: preset's)")
-    p.add_argument("--chunk-steps", type=int, help="steps between syncs in the timed window (default: 16)")
-    p.add_argument("--threads", type=int, help="pin each trial to N cores")
-    p.add_argument("--timeout", type=float, help="seconds per trial (default: 1800)")
+    p.add_argument("--order-seed", type=order_seed, help="seed of the shuffle within each round (default: drawn and recorded)")
+    p.add_argument("--dataset-size", type=ascii_number(int), help="training samples per epoch (default: the preset's)")
+    p.add_argument("--epochs", type=ascii_number(int), help="timed epochs (default: preset's)")
+    p.add_argument("--warmup-epochs", type=ascii_number(int), help="untimed epochs (default: preset's)")
+    p.add_argument("--chunk-steps", type=ascii_number(int), help="steps between syncs in the timed window (default: 16)")
+    p.add_argument("--threads", type=ascii_number(int), help="pin each trial to N cores")
+    p.add_argument("--timeout", type=ascii_number(float), help="seconds per trial (default: 1800)")
     quiet.add_argument(p)
     p.add_argument("--memory-limit", type=size_argument, metavar="SIZE", help="kill a trial whose RSS exceeds this")
     p.add_argument("--allow-concurrent", action="store_true", default=None,
@@ -94,7 +97,7 @@ def _repeats(text: str | None) -> int:
 def _budget_s(text: str) -> float:
     seconds = repeats.duration_s(text)
     if seconds is None:
-        raise UsageError(f"tune --budget {text!r} is not a duration such as 90s, 30min or 2h")
+        raise UsageError(f"tune --budget {shown(text)} is not a duration such as 90s, 30min or 2h, up to a week")
     return seconds
 
 
@@ -129,20 +132,22 @@ def main(args: argparse.Namespace) -> int:
     budget_s = _budget_s(args.budget)
     made, options = sweep(args)
     console = make_console()
+    # Everything is checked before the store is opened for writing: a refused search creates no
+    # store and migrates none (an older dlbench could no longer read it).
+    costs = _costs(args.store)
+    loaded = run.busy_machine()
+    search = tune.prepare(made, repeat_count, budget_s, costs, _run_args(options), run.SWEEP_DEFAULTS["mode"][0],
+                          load=loaded[0] if loaded else 1.0)
+    print_search(console, search, costs, loaded[1] if loaded else None)
+    if search.state.cells and not search.trials_phase_one:
+        least = min(tune.estimate_default_s(search, costs))
+        raise UsageError(f"tune --budget {args.budget} admits no trial: a default alone needs about"
+                         f" {repeat_count * least:.0f} s ({repeat_count} repeats, by the estimate above)")
+    if not search.state.cells:
+        console.print("dlbench tune: nothing to search (every configuration above is skipped or unsupported)",
+                      highlight=False)
+        return EXIT_OK
     with contextlib.closing(open_store(args.store)) as store, processes.stop_signals_interrupt():
-        costs = learn(store.trial_costs())
-        loaded = run.busy_machine()
-        search = tune.prepare(made, repeat_count, budget_s, costs, _run_args(options), run.SWEEP_DEFAULTS["mode"][0],
-                              load=loaded[0] if loaded else 1.0)
-        print_search(console, search, costs, loaded[1] if loaded else None)
-        if search.state.cells and not search.trials_phase_one:
-            least = min(tune.estimate_default_s(search, costs))
-            raise UsageError(f"tune --budget {args.budget} admits no trial: a default alone needs about"
-                             f" {repeat_count * least:.0f} s ({repeat_count} repeats, by the estimate above)")
-        if not search.state.cells:
-            console.print("dlbench tune: nothing to search (every configuration above is skipped or unsupported)",
-                          highlight=False)
-            return EXIT_OK
         machine = environment.capture(installed())  # while other processes' CPU is measured
         machine["preflight"] = quiet.record_preflight(console, measuring, options["threads"])
         allow_concurrent = bool(options["allow_concurrent"])
@@ -160,6 +165,15 @@ def main(args: argparse.Namespace) -> int:
                 store.set_run_tune(run_id, search.state.to_dict())
             finish_run(store, run_id, outcome.interrupted)
         return _report(console, store, run_id, args, outcome.interrupted)
+
+
+def _costs(path: str) -> Costs:
+    """What the store's earlier trials say of run times, read without writing (none where the
+    store does not exist yet)."""
+    if not os.path.exists(path):
+        return learn([])
+    with contextlib.closing(open_store(path, readonly=True)) as store:
+        return learn(store.trial_costs())
 
 
 def print_search(console: Console, search: tune.Search, costs: Costs, load: str | None = None) -> None:
