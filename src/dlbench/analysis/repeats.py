@@ -70,7 +70,7 @@ def parse(value: int | str) -> RepeatRule:
     """An integer (a fixed count) or the auto rule (module docstring); RepeatsError otherwise."""
     if isinstance(value, bool):
         raise RepeatsError(f"repeats {value!r} is not {SYNTAX}")
-    if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
+    if isinstance(value, int) or (isinstance(value, str) and value.strip().isascii() and value.strip().isdigit()):
         n = int(value)
         _check_count("repeats", n, value)
         return RepeatRule(False, n, text=str(n))
@@ -109,7 +109,7 @@ def _options(value: str, items: list[str]) -> dict[str, float]:
                 raise RepeatsError(f"repeats {shown(value)}: {key}={shown(v)} is not a duration such as 90s, 30min or 2h,"
                                    " up to a week")
             out[key] = seconds
-        elif not v.strip().isdigit():
+        elif not (v.strip().isascii() and v.strip().isdigit()):
             raise RepeatsError(f"repeats {value!r}: {key}={v} is not an integer")
         else:
             out[key] = int(v)

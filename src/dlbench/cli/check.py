@@ -43,7 +43,7 @@ from dlbench.runner import reference, verdicts
 from dlbench.runner.protocol import load_grads
 from dlbench.runner.plan import workload_spec
 from dlbench.runner.probe_client import PROBE_TIMEOUT_S, ProbeLimits, run_probe
-from dlbench.spec import MAX_TIMEOUT_S, Policy, TrialSpec, to_dict
+from dlbench.spec import MAX_COUNT, MAX_TIMEOUT_S, Policy, TrialSpec, to_dict
 from dlbench.text import printable
 
 
@@ -117,8 +117,8 @@ def _trial(w: str, f: str, args: argparse.Namespace) -> TrialSpec:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.steps < 0:
-        raise UsageError(f"steps {args.steps} must be >= 0")
+    if not 0 <= args.steps <= MAX_COUNT:
+        raise UsageError(f"steps {args.steps} must be an integer from 0 to {MAX_COUNT:,}")
     if not 0 < args.timeout <= MAX_TIMEOUT_S:  # false for nan and inf
         raise UsageError(f"timeout {args.timeout!r} is not a number of seconds > 0 and at most {MAX_TIMEOUT_S:g}")
     limits = ProbeLimits(timeout_s=args.timeout)

@@ -57,7 +57,13 @@ def comma_list(kind: str, convert: Callable[[str], T] = str) -> Callable[[str], 
 
 
 def int_list(kind: str) -> Callable[[str], tuple[int, ...]]:
-    return comma_list(kind, int)
+    """`8,16`: whole numbers in ASCII digits (int() reads other scripts' digits: `８`)."""
+    def ascii_int(text: str) -> int:
+        if not _INTEGER.fullmatch(text):
+            raise ValueError(text)
+        return int(text)
+
+    return comma_list(kind, ascii_int)
 
 
 _INTEGER = re.compile(r"\s*[+-]?\d+\s*", re.ASCII)
