@@ -787,6 +787,14 @@ def policy_fields(policy: dict[str, Any]) -> dict[str, Any]:
     return p
 
 
+def option_words(spec: dict[str, Any]) -> list[str]:
+    """A stored trial's framework options as `torch.mkldnn=off`, sorted: part of what names its
+    configuration wherever a label does not show the whole policy (a tune run's candidates
+    differ by nothing else)."""
+    options = policy_fields(spec.get("policy") or {}).get("options") or {}
+    return [f"{spec.get('framework')}.{k}={v}" for k, v in sorted(options.items())]
+
+
 # Spec fields that never make two trials different configurations: ids, the repeat index, the
 # interpreter, and the limits that decide whether a trial finishes, never what it measures.
 NOT_CONFIGURATION = ("repeat", "run_id", "trial_id", "interpreter", "timeout_s", "memory_limit_bytes", "quiet_wait_s")
