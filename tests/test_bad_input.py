@@ -285,11 +285,11 @@ WRITE_COMMANDS = {
          "--quiet-wait": st.just("1s"), "--option": st.just("fake.flavour=spicy")}),
     "tune": Command(
         st.just([]),
-        {**dict.fromkeys(TUNE_FLAGS, SWEEP_VALUES), "--allow-concurrent": FLAG, "--store": STORES},
+        {**dict.fromkeys(TUNE_FLAGS, SWEEP_VALUES), "--allow-concurrent": FLAG, "--store": STORES, "--resume": RUN_IDS},
         st.just([]),
         {"-w": st.just("mlp"), "-f": st.just("fake"), "--mode": st.just("eager"), "--preset": st.just("tiny"),
          "--repeats": st.sampled_from(["1", "2"]), "--budget": st.sampled_from(["10min", "1h"]),
-         "--order-seed": st.just("7"), "--store": VALID_STORES}),
+         "--order-seed": st.just("7"), "--store": VALID_STORES, "--resume": VALID_IDS}),
     "check": Command(
         st.just([]),
         {"-w": SWEEP_VALUES, "-f": SWEEP_VALUES, "--mode": SWEEP_VALUES, "-k": SWEEP_VALUES,
@@ -735,6 +735,9 @@ ISSUE_48 = [
     (["export", "1", "--format", "github-action-benchmark", "--metric", "nosuch"],
      "--metric 'nosuch': no trial of run 1 has a value of it"),
     (["export", "1", "--format", "bencher", "--metric", "nosuch"], "--metric 'nosuch': no trial of run 1 has a value"),
+    (["run", "--resume", "99"], "run 99 is not in the store"),
+    (["tune", "--resume", "99"], "run 99 is not in the store"),
+    (["tune", "--resume", "1", "-w", "mlp"], "--resume goes on with a stored search's own settings; it takes no sweep"),
     (["history", "--html", "/dev/full"], "cannot write '/dev/full': No space left on device"),
     (["history", "--html", "/proc/h.html"], "cannot write '/proc/h.html'"),
     (["history", "--html", "sub"], "cannot write 'sub': it is a directory; give a file name"),
@@ -752,6 +755,8 @@ def test_issue_48_values_are_one_line_and_write_nothing(sandbox, argv, message, 
     before, names = snapshot(sandbox), set(os.listdir(sandbox))
     code, out, err = answer([*argv, "--store", store])
     assert code == 2 and err.startswith("dlbench: error: ") and err.count("\n") == 1, (code, err)
+    if store == "missing.sqlite" and "--resume" in argv and "-w" not in argv:
+        message = f"store {store} does not exist"
     assert message in err, err
     assert snapshot(sandbox) == before and set(os.listdir(sandbox)) == names
 

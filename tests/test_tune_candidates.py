@@ -68,7 +68,7 @@ def test_history_follows_each_candidate_apart_and_the_default_with_the_plain_run
 
 
 def test_compare_pairs_the_default_with_the_default_and_each_candidate_with_itself(store, capsys):
-    code = main(["compare", "2", "3", "--format", "markdown", "--store", str(store)])
+    code = main(["compare", "2", "3", "--metric", "train_s", "--format", "markdown", "--store", str(store)])
     out = capsys.readouterr().out
     assert code in (0, 4), out  # no policy difference to force: every candidate pairs with itself
     labels = re.findall(r"^\| (mlp/fake/\S+ b32 s0(?: fake\.\S+)?) \|", out, re.M)

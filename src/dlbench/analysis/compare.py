@@ -392,11 +392,12 @@ def pairing(base: Sequence[dict[str, Any]], new: Sequence[dict[str, Any]]) -> Ke
     return key
 
 
-def label(spec: dict[str, Any]) -> str:
-    """`cnn/torch/compiled b64 s0`, and the framework's options where set (`torch.mkldnn=off`)."""
+def label(spec: dict[str, Any], options: bool = True) -> str:
+    """`cnn/torch/compiled b64 s0`, and the framework's options where set (`torch.mkldnn=off`;
+    not where a line names them itself: `options`)."""
     w = spec["workload"]
     name = f"{w['name']}/{spec['framework']}/{spec['policy']['mode']} b{w['batch_size']} s{w['seed']}"
-    return " ".join([name, *option_words(spec)])
+    return " ".join([name, *(option_words(spec) if options else [])])
 
 
 @dataclass(frozen=True)
@@ -468,7 +469,7 @@ def policy_differences(base: list[dict[str, Any]], new: list[dict[str, Any]]) ->
             for field in dict.fromkeys([*pol_n, *pol_b[k]]):
                 was, now = (pol.get(field, omitted.get(field)) for pol in (pol_b[k], pol_n))
                 if was != now:
-                    out.append(f"{label(t['spec'])}: policy {field} {was!r} -> {now!r}")
+                    out.append(f"{label(t['spec'], options=False)}: policy {field} {was!r} -> {now!r}")
     return list(dict.fromkeys(out))
 
 
@@ -510,9 +511,9 @@ def compare(base: list[dict[str, Any]], new: list[dict[str, Any]], metrics: list
     metric, else DEFAULT_THRESHOLD); plus the configurations found on one side only."""
     results: list[PairResult] = []
     unpaired: list[str] = []
-    key = pairing(base, new)
+    keyed = pairing(base, new)
     for metric in metrics:
-        gb, gn = group_values(base, metric, key), group_values(new, metric, key)
+        gb, gn = group_values(base, metric, keyed), group_values(new, metric, keyed)
         threshold = (thresholds or {}).get(metric, DEFAULT_THRESHOLD)
         for key, (spec, values_b) in gb.items():
             if key not in gn:

@@ -41,8 +41,8 @@ from dlbench.report.scenarios import progress_line
 from dlbench.report.terminal import make_console, print_run_tables
 from dlbench.results import environment
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
-from dlbench.results.store import Store, lock_path, machine_lock
-from dlbench.runner import executors, resume, rounds
+from dlbench.results.store import Store, StoreError, lock_path, machine_lock
+from dlbench.runner import executors, resume, rounds, tune
 from dlbench.runner.executor import Outcome, Progress, RunTrials, finish_run, register, warm_imports
 from dlbench.runner.executors import EXECUTORS
 from dlbench.runner.protocol import CHUNK, PHASE_NAME, STEPS, event_kind
@@ -168,7 +168,7 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", metavar="ADDR",
                    help="with --executor ray: the cluster (auto, ray://HOST:10001); default: a"
                         " local Ray instance for this run")
-    p.add_argument("--resume", nargs="?", const="", metavar="RUN", type=_resume_selector,
+    p.add_argument("--resume", nargs="?", const="", metavar="RUN", type=resume_selector,
                    help="finish a stored run (default: the latest unfinished one): re-run its"
                         " pending, running and interrupted trials")
     p.add_argument("--retry-failed", action="store_true",
@@ -177,7 +177,7 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="print the final tables at their full width, whatever the terminal's")
 
 
-def _resume_selector(text: str) -> str:
+def resume_selector(text: str) -> str:
     """--resume's RUN; "" (argparse passes the const through the type too) is the default: the
     newest run with something to re-run."""
     return text if text == "" else run_selector(text)
@@ -395,13 +395,16 @@ def resume_main(args: argparse.Namespace) -> int:
                          f" option (got {what})")
     how = {k: SWEEP_DEFAULTS[k] if getattr(args, k) is None else getattr(args, k) for k in HOW_OPTIONS}
     check_executor(how)
+    with contextlib.closing(open_store(args.store, readonly=True)) as peek:  # refused: nothing written, no migration
+        searches = _check_resumed(peek, args.resume, args.store)
     console = make_console()
     with contextlib.closing(open_store(args.store, must_exist=True)) as store, processes.stop_signals_interrupt():
         with held_machine_lock(bool(args.allow_concurrent), console):
             run_id = resume.select_run(store, args.resume, args.retry_failed)
             if run_id is None:
                 console.print(printable(f"dlbench: nothing to resume: no run in {args.store} has"
-                                        f" {_resumable_words(args.retry_failed)} trials"), highlight=False)
+                                        f" {_resumable_words(args.retry_failed)} trials{searches}"), highlight=False,
+                              soft_wrap=True)
                 return EXIT_OK
             resumption = resume.prepare(store, run_id, args.retry_failed)
             auto = rounds.state_of(store, run_id)
@@ -427,6 +430,23 @@ def resume_main(args: argparse.Namespace) -> int:
                 outcome = interrupted_between_trials(console, e)
             finish_run(store, run_id, outcome.interrupted)
         return _report(console, store, run_id, args, outcome)
+
+
+def _check_resumed(store: Store, selector: str, path: str) -> str:
+    """The run `--resume` names, checked before the store is opened for writing: one line where
+    it is not one run or is a tune search (`tune --resume` finishes that: its rounds, budget and
+    verdicts are the search's); for the default (the newest), what it leaves to `tune --resume`."""
+    searches = tune.resumable_runs(store)
+    if not selector:
+        return (f"; the search of run {searches[0]} was interrupted: finish it with: dlbench tune --resume"
+                f" {searches[0]} --store {shlex.quote(path)}") if searches else ""
+    run_ids = store.resolve_runs(selector)
+    if len(run_ids) != 1:
+        raise StoreError(f"run {selector!r}: --resume takes one run id or 'latest'")
+    if store.run(run_ids[0])["tune"] is not None:
+        raise UsageError(f"run {run_ids[0]} is a tune search; finish it with: dlbench tune --resume {run_ids[0]}"
+                         f" --store {shlex.quote(path)}")
+    return ""
 
 
 def interrupted_between_trials(console: Console, e: KeyboardInterrupt) -> Outcome:

@@ -36,7 +36,7 @@ from dlbench.report.terminal import make_console, print_run_tables
 from dlbench.results import environment
 from dlbench.results.records import FAILURE_STATUSES
 from dlbench.results.store import Store
-from dlbench.runner import tune
+from dlbench.runner import resume, tune
 from dlbench.runner.executor import execute, finish_run, warm_imports
 from dlbench.runner.plan import Costs, Sweep, learn
 from dlbench.spec import TrialSpec
@@ -65,7 +65,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--repeats", metavar="N",
                    help=f"fresh processes per candidate and phase, interleaved in rounds (default: {DEFAULT_REPEATS},"
                         f" the fewest at which a candidate can be decided faster)")
-    p.add_argument("--budget", metavar="DURATION", default=DEFAULT_BUDGET,
+    p.add_argument("--budget", metavar="DURATION",
                    help=f"wall time the search may take, e.g. 90s, 30min, 2h (default: {DEFAULT_BUDGET}): no round"
                         " starts that would end past it")
     p.add_argument("--order-seed", type=order_seed, help="seed of the shuffle within each round (default: drawn and recorded)")
@@ -79,6 +79,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--memory-limit", type=size_argument, metavar="SIZE", help="kill a trial whose RSS exceeds this")
     p.add_argument("--allow-concurrent", action="store_true", default=None,
                    help="do not wait for another dlbench run on this machine (recorded)")
+    p.add_argument("--resume", nargs="?", const="", metavar="RUN", type=run.resume_selector,
+                   help="finish an interrupted search (default: the latest one): the rest of the round it was in,"
+                        " then the search, within what is left of its budget")
     p.add_argument("--wide", action="store_true", help="the final tables at their full width")
     add_store_argument(p)
 
@@ -127,9 +130,11 @@ def _run_args(options: dict[str, Any]) -> Any:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.resume is not None:
+        return resume_main(args)
     measuring = quiet.measure()  # other processes' CPU, measured while the search is planned
     repeat_count = _repeats(args.repeats)
-    budget_s = _budget_s(args.budget)
+    budget_s = _budget_s(args.budget if args.budget is not None else DEFAULT_BUDGET)
     made, options = sweep(args)
     console = make_console()
     # Everything is checked before the store is opened for writing: a refused search creates no
@@ -141,7 +146,7 @@ def main(args: argparse.Namespace) -> int:
     print_search(console, search, costs, loaded[1] if loaded else None)
     if search.state.cells and not search.trials_phase_one:
         least = min(tune.estimate_default_s(search, costs))
-        raise UsageError(f"tune --budget {args.budget} admits no trial: a default alone needs about"
+        raise UsageError(f"tune --budget {args.budget or DEFAULT_BUDGET} admits no trial: a default alone needs about"
                          f" {repeat_count * least:.0f} s ({repeat_count} repeats, by the estimate above)")
     if not search.state.cells:
         console.print("dlbench tune: nothing to search (every configuration above is skipped or unsupported)",
@@ -165,6 +170,57 @@ def main(args: argparse.Namespace) -> int:
                 store.set_run_tune(run_id, search.state.to_dict())
             finish_run(store, run_id, outcome.interrupted)
         return _report(console, store, run_id, args, outcome.interrupted)
+
+
+def resume_main(args: argparse.Namespace) -> int:
+    """`tune --resume [RUN]`: the search's own settings, nothing else; its unfinished trials
+    reset (runner/resume.py), then the search goes on (runner/tune.py: resume_search)."""
+    given = [k for k in (*TUNE_OPTIONS, "repeats", "budget") if k != "allow_concurrent" and getattr(args, k) is not None]
+    if given:
+        raise UsageError(f"--resume goes on with a stored search's own settings; it takes no sweep option"
+                         f" (got --{given[0].replace('_', '-')})")
+    console = make_console()
+    with contextlib.closing(open_store(args.store, readonly=True)) as peek:  # refused: nothing written, no migration
+        run_id = _resumed_run(peek, args.resume)
+        if run_id is not None:
+            tune.rebuild(peek, run_id, Costs())
+    if run_id is None:
+        console.print(printable(f"dlbench tune: nothing to resume: no search in {args.store} was interrupted"),
+                      highlight=False)
+        return EXIT_OK
+    with contextlib.closing(open_store(args.store, must_exist=True)) as store, processes.stop_signals_interrupt():
+        with run.held_machine_lock(bool(args.allow_concurrent), console):
+            loaded = run.busy_machine()
+            search = tune.rebuild(store, run_id, learn(store.trial_costs()), loaded[0] if loaded else 1.0)
+            resumption = resume.prepare(store, run_id, retry_failed=False, search=True)
+            state = search.state
+            console.print(f"dlbench tune: resuming the search of run {run_id}: {state.spent_s / 60:.1f} of"
+                          f" {state.budget_s / 60:g} min spent, {len(resumption.trials)} unfinished trial(s) to run"
+                          " again", highlight=False, soft_wrap=True)
+            progress = run.ConsoleProgress(console, tune.candidates_plan(search))
+            try:
+                warm_imports(tune.warm_plan(search), progress)
+                outcome = tune.resume_search(store, run_id, search, execute, progress)
+            except KeyboardInterrupt as e:  # between trials: warm imports, the reference
+                outcome = run.interrupted_between_trials(console, e)
+                state.stop = "interrupted"
+                store.set_run_tune(run_id, state.to_dict())
+            finish_run(store, run_id, outcome.interrupted)
+        return _report(console, store, run_id, args, outcome.interrupted)
+
+
+def _resumed_run(store: Store, selector: str) -> int | None:
+    """The run `tune --resume` names (one line where it is not a tune search), or the newest
+    search that did not end (None: none)."""
+    if not selector:
+        found = tune.resumable_runs(store)
+        return found[0] if found else None
+    run_ids = store.resolve_runs(selector)
+    if len(run_ids) != 1:
+        raise UsageError(f"run {selector!r}: --resume takes one run id or 'latest'")
+    if store.run(run_ids[0])["tune"] is None:
+        raise UsageError(f"run {run_ids[0]} is not a tune search; finish a run with: dlbench run --resume {run_ids[0]}")
+    return run_ids[0]
 
 
 def _costs(path: str) -> Costs:
@@ -219,8 +275,9 @@ def _report(console: Console, store: Store, run_id: int, args: argparse.Namespac
     store.check_present()
     console.print(printable(f"stored as run {run_id} in {args.store}"), highlight=False)
     if interrupted:
-        console.print(f"interrupted: the search of run {run_id} stopped; its trials so far are stored"
-                      " (tune has no --resume: run it again)", highlight=False, soft_wrap=True)
+        console.print(printable(f"interrupted: the search of run {run_id} stopped; its trials so far are stored;"
+                                f" finish it with: dlbench tune --resume {run_id} --store {shlex.quote(args.store)}"),
+                      highlight=False, soft_wrap=True)
         return EXIT_INTERRUPTED
     state = tuning.SearchState.from_dict(store.run(run_id)["tune"])
     defaults = tuning.default_trial_ids(state.cells)
