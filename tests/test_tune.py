@@ -292,6 +292,26 @@ def test_an_interrupted_search_resumed_runs_every_candidate_and_repeat_once(stor
 
 
 @pytest.mark.usefixtures("fake_env")
+def test_a_trial_added_but_not_yet_in_the_state_is_run_in_place_by_the_resume(stored):
+    """A stop signal between adding a trial to the store and storing the search state: the resume
+    gives that trial to its candidate and runs it, never a second one beside it."""
+    from dlbench.runner import resume
+
+    store, run_id = stored
+    clock, seen = Clock(), []
+    search = _search(4, 3600)
+    assert tune.run_search(store, run_id, search, interrupting(clock, 10.0, seen, 2), Progress(), clock).interrupted
+    state = tuning.SearchState.from_dict(store.run(run_id)["tune"])
+    assert state.current is not None and state.current["repeat"] == 0
+    i, candidate = state.current["keys"][2]  # the round's third: not run yet
+    orphan = store.add_trial(run_id, 99, replace(search.specs[(i, Candidate.from_dict(candidate))], repeat=0))
+    resume.prepare(store, run_id, retry_failed=False, search=True)
+    tune.resume_search(store, run_id, tune.rebuild(store, run_id, Costs()), stand_in(clock, 10.0, seen), Progress(), clock)
+    rows = store.trials(run_id)
+    assert len(rows) == 28 and {r.status for r in rows} == {"ok"} and orphan in {r.id for r in rows}
+
+
+@pytest.mark.usefixtures("fake_env")
 def test_a_first_round_slower_than_its_estimate_drops_candidates_so_the_rest_get_every_repeat(stored):
     """The estimate (~1 s a trial) admits the whole phase 1; the first round then takes 10 s a
     trial (40 s of a 100 s budget): admitted again at the measured pace, the default and the

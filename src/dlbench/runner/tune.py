@@ -29,7 +29,7 @@ from dlbench.results.records import TrialResult
 from dlbench.runner import retake
 from dlbench.runner.executor import Outcome, Progress, RunTrials
 from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, at_load, estimate_s, make_plan
-from dlbench.spec import MODES, SpecError, TrialSpec, to_dict, trial_from_dict
+from dlbench.spec import MODES, SpecError, TrialSpec, configuration_key, to_dict, trial_from_dict
 
 Clock = Callable[[], float]
 # How long a search may wait, in all, for a quiet machine before retaking busy trials (within its
@@ -246,7 +246,25 @@ def rebuild(store: Store, run_id: int, costs: Costs, load: float = 1.0) -> Searc
             search.specs[(i, entry.candidate)] = candidate_spec(base, entry.candidate)
             if entry.phase == 1 and entry.status in ("tried", tuning.NOT_RUN_BUDGET):
                 search.estimates[(i, entry.candidate)] = _estimate_s(search, i, entry.candidate, costs)[0]
+    _adopt(store, run_id, search)
     return search
+
+
+def _adopt(store: Store, run_id: int, search: Search) -> None:
+    """A trial of the round in progress that the store holds but the state does not (a stop
+    signal landed between adding it and storing the state): given to its candidate, so that the
+    resume runs it in place, not a second one beside it."""
+    state, current = search.state, search.state.current
+    if current is None:
+        return
+    known = {t for c in state.cells for e in c.entries for t in e.trial_ids}
+    phase, repeat = int(current["phase"]), int(current["repeat"])
+    by_key = {replace(search.specs[(int(i), Candidate.from_dict(c))], repeat=repeat).config_key():
+              (int(i), Candidate.from_dict(c)) for i, c in current["keys"]}
+    for row in store.trials(run_id):
+        found = by_key.get(configuration_key(row.spec))
+        if row.id not in known and found is not None and int(row.spec.get("repeat", 0)) == repeat:
+            _add_trial(state, found[0], phase, found[1], row.id)
 
 
 def resume_search(store: Store, run_id: int, search: Search, run_trials: RunTrials, progress: Progress,
@@ -541,7 +559,10 @@ def _phase_two(store: Store, run_id: int, search: Search, run_trials: RunTrials,
     best single candidate again, R repeats each, only where the whole phase fits the budget (a
     resumed search continues the phase it set up: state.phase_two_start)."""
     state = search.state
-    if any(e.phase == 2 for c in state.cells for e in c.entries):
+    if any(e.phase == 2 for c in state.cells for e in c.entries):  # set up before the search was interrupted
+        if state.phase_two_start is None and any(e.phase == 2 and e.status == "tried"
+                                                  for c in state.cells for e in c.entries):
+            state.phase_two_start = _next_repeat(store, run_id)  # interrupted before its first round
         if state.phase_two_start is not None:
             _phase_two_rounds(store, run_id, search, state.phase_two_start, run_trials, progress, clock, outcome, wait)
         return
