@@ -208,7 +208,7 @@ def test_repeat_rules_parse(value, expected):
 
 @pytest.mark.parametrize(("value", "message"), [
     ("auto:3", "the target ':3' is not :PCT%"), ("auto,max=2", "max=2 is below min=3"),
-    ("auto,time=3d", "time='3d' is not a duration"), ("auto,max=3,max=4", "each at most once"),
+    ("auto,time=3d", "time=3d is not a duration"), ("auto,max=3,max=4", "each at most once"),
     ("sometimes", "is not an integer from 1 to 1000, or auto"), (0, "repeats must be an integer >= 1"),
     ("auto,max=5000", "over the maximum of 1000"),
 ])

@@ -38,7 +38,7 @@ def _specs() -> list[TrialSpec]:
         plan = make_plan(Sweep(workloads=(workload,), frameworks=("torch",), frameworks_explicit=True,
                                modes=("eager",), scenarios=(scenario,), repeats=1, preset="tiny",
                                profile=scenario in ("train", "infer") and workload == "mlp",
-                               scenario_options=(ConvergeOptions(target_accuracy=0.5),)))
+                               scenario_options=(ConvergeOptions(target_accuracy=0.5),) if scenario == "converge" else ()))
         out += [p.spec for p in plan.trials]
     return out
 

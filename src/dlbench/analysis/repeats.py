@@ -106,8 +106,9 @@ def _options(value: str, items: list[str]) -> dict[str, float]:
         if key in ("time", "wait"):
             seconds = duration_s(v)
             if seconds is None:
-                raise RepeatsError(f"repeats {shown(value)}: {key}={shown(v)} is not a duration such as 90s, 30min or 2h,"
-                                   " up to a week")
+                given = v if len(v) <= 20 else shown(v)  # a 400-digit time= is cut, its length said
+                raise RepeatsError(f"repeats {shown(value)}: {key}={given} is not a duration such as 90s, 30min or"
+                                   " 2h, up to a week")
             out[key] = seconds
         elif not (v.strip().isascii() and v.strip().isdigit()):
             raise RepeatsError(f"repeats {value!r}: {key}={v} is not an integer")
