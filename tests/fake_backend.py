@@ -323,6 +323,8 @@ class FakeDecoder:
     def prefill(self, prompt: np.ndarray) -> np.ndarray:
         from dlbench.workloads import lm
 
+        if behaviour() == "hang":  # a generation that never ends: the trial is stopped from outside
+            time.sleep(3600)
         self.lengths.add(prompt.shape[1])
         logits, self.cache = lm.reference_prefill(self.spec, self.params, prompt)
         self.position = prompt.shape[1]

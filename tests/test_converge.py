@@ -422,7 +422,7 @@ def test_a_perplexity_target_for_a_workload_without_perplexity_is_refused():
 @pytest.mark.parametrize("argv,msg", [
     (["--target-perplexity", "0.9"], "target perplexity must be a finite number > 1"),
     (["--target-perplexity", "3", "--target-accuracy", "0.5"], "are two targets"),
-    (["--target-perplexity", "x"], "argument --target-perplexity: 'x' is not a number in ASCII digits"),
+    (["--target-perplexity", "x"], "--target-perplexity: 'x' is not a number in ASCII digits"),
 ])
 def test_cli_bad_perplexity_target_is_one_line_exit_2(tmp_path, capsys, argv, msg):
     assert main(["run", "-w", "lm", "-f", "fake", "--mode", "eager", "--preset", "tiny", "--scenario", "converge",

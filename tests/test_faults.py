@@ -233,6 +233,26 @@ def test_interrupt_marks_the_trial_and_run_and_says_how_to_resume(tmp_path, monk
         assert [r["status"] for r in rows(store)] == ["ok", "ok"]
 
 
+def test_an_interrupted_generate_run_says_how_to_resume_and_is_reported(tmp_path, monkeypatch, capsys):
+    """SIGTERM during the first trial of a generate run (issue 48.1): exit 130 with the resume
+    hint, not a traceback from its tables (the trials after it have no notes); report and
+    report --html read the store."""
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "hang,ok")
+    store = tmp_path / "lm.sqlite"
+    parent = start_parent(store, "-w", "lm", "-f", "fake", "--mode", "eager", "--scenario", "generate",
+                          "--prompt-len", "8", "--new-tokens", "4", "--gen-batch", "2", "--preset", "tiny",
+                          "--repeats", "2")
+    wait_for("trial 1 to run", running_trial(store, 0))
+    parent.send_signal(signal.SIGTERM)
+    out, err = parent.communicate(timeout=60)
+    assert parent.returncode == 130, err
+    assert "Traceback" not in err and f"dlbench run --resume 1 --store {store}" in out
+    assert [r["status"] for r in rows(store)] == ["interrupted", "pending"]
+    assert main(["report", "--store", str(store)]) == 0
+    assert main(["report", "--html", str(tmp_path / "r.html"), "--store", str(store)]) == 0
+    assert "interrupted" in capsys.readouterr().out and (tmp_path / "r.html").exists()
+
+
 def test_an_error_that_looks_like_markup_is_printed_as_it_is(tmp_path, monkeypatch, capsys):
     """A worker's error is text, never terminal markup: "[/usr/lib/x.so]" once raised
     MarkupError in the parent and stopped the sweep."""

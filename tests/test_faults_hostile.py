@@ -298,7 +298,8 @@ def test_plugin_shapes_that_raise_past_the_tiny_preset_are_one_line(plugin_site,
 @pytest.mark.parametrize("argv,msg", [
     (["-b", ",".join(map(str, range(1, 101))), "--seed", ",".join(map(str, range(101))), "--repeats", "3"],
      "the sweep has 30,300 trials, over the limit of 10,000 per run"),
-    (["--timeout", "inf"], "timeout must be a number of seconds > 0 and at most 604800"),
+    (["--timeout", "1e9"], "timeout must be a number of seconds > 0 and at most 604800"),
+    (["--timeout", "inf"], "argument --timeout: 'inf' is not a number in ASCII digits"),
     (["--dataset-size", str(2**63 + 1)], "dataset size must be an integer from 1 to 2,147,483,647"),
 ])
 def test_sweeps_timeouts_and_sizes_past_their_limits_are_refused(argv, msg, tmp_path, capsys):
@@ -313,7 +314,10 @@ def test_sweeps_timeouts_and_sizes_past_their_limits_are_refused(argv, msg, tmp_
 def test_check_takes_a_probe_timeout_and_refuses_an_infinite_one(capsys):
     assert main(["check", "-w", "mlp", "-f", "fake", "--timeout", "inf"]) == 2
     err = capsys.readouterr().err
-    assert "timeout inf is not a number of seconds > 0 and at most 604800" in err and err.count("\n") == 1
+    assert "argument --timeout: 'inf' is not a number in ASCII digits" in err and err.count("\n") == 1
+    assert main(["check", "-w", "mlp", "-f", "fake", "--timeout", "1e9"]) == 2
+    err = capsys.readouterr().err
+    assert "timeout 1000000000.0 is not a number of seconds > 0 and at most 604800" in err and err.count("\n") == 1
 
 
 def test_suite_files_take_all_and_a_byte_order_mark(tmp_path):

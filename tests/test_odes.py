@@ -90,3 +90,42 @@ def test_relative_error_is_normwise() -> None:
     ref = np.array([3.0, 4.0])
     assert ivp.relative_error(np.array([3.0, 4.5]), ref) == pytest.approx(0.1)
     assert ivp.relative_error(np.array([np.inf, 4.0]), ref) == math.inf
+
+
+def test_the_reference_is_solved_100x_tighter_than_the_tightest_tolerance(tmp_path, monkeypatch) -> None:
+    """A sweep down to rtol 1e-11 is judged against a reference at 1e-13, not the 1e-12 one whose
+    own error would then be the solver's (issue 48.4); each tolerance its own cache entry."""
+    monkeypatch.setenv("DLBENCH_CACHE_DIR", str(tmp_path))
+    solved: list[float] = []
+    real = ivp.solve_reference
+
+    def recording(problem: ivp.Problem, rtol: float = ivp.REFERENCE_RTOL) -> np.ndarray:
+        solved.append(rtol)
+        return real(problem, rtol)
+
+    monkeypatch.setattr(ivp, "solve_reference", recording)
+    lv = ivp.PROBLEMS["lotka-volterra"]
+    default, tight = ivp.reference(lv), ivp.reference(lv, 1e-11)
+    assert ivp.reference(lv, 1e-10) is not None and ivp.reference(lv, 1e-11) is not None  # both cached now
+    assert solved == [1e-12, pytest.approx(1e-13)]
+    assert 0 < ivp.error(default, tight) < 1e-10
+
+
+def test_a_sweep_judges_its_points_against_the_reference_for_its_tightest_tolerance(monkeypatch) -> None:
+    """The solver sweep asks for the reference of its own tightest tolerance."""
+    from dlbench.backends.solve import Solved
+    from dlbench.runner.scenarios import solve as scenario
+
+    lv = ivp.PROBLEMS["lotka-volterra"]
+    asked: list[float | None] = []
+    exact = ivp.reference(lv)
+
+    def reference(problem: ivp.Problem, tightest: float | None = None) -> np.ndarray:
+        asked.append(tightest)
+        return exact
+
+    monkeypatch.setattr(ivp, "reference", reference)
+    settings = scenario.SweepSettings(rtols=(1e-3, 1e-4, 1e-5), dtypes=("float64",), max_steps=10,
+                                      gradient_rtols=(), min_time_s=0.0, max_repeats=1)
+    points = scenario.sweep_solver(lv, lambda dtype: lambda rtol, atol: Solved(exact), "exact", "float64", settings)
+    assert asked == [1e-5] and len(points) == 3

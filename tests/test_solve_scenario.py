@@ -124,7 +124,9 @@ def test_work_precision_diagram_in_headless_chromium(solved: Path, tmp_path: Pat
 
 
 @pytest.mark.parametrize("argv, said", [
-    (["--rtol-tightest", "1e-20"], "tightest rtol 1e-20 is not a tolerance: allowed are numbers from 1e-14 to 0.1"),
+    (["--rtol-tightest", "1e-20"], "tightest rtol 1e-20 is not a tolerance: allowed are numbers from 1e-11 to 0.1"),
+    (["--rtol-tightest", "1e-14"], "tightest rtol 1e-14 is not a tolerance: allowed are numbers from 1e-11 to 0.1"),
+    (["--solve-max-steps", "100000000000000000000"], "solve max steps must be an integer from 1 to 100,000,000"),
     (["--rtol-loosest", "0.5"], "loosest rtol 0.5 is not a tolerance"),
     (["--rtol-loosest", "1e-8", "--rtol-tightest", "1e-4"], "tightest rtol 0.0001 is looser than the loosest 1e-08"),
     (["--solve-max-steps", "0"], "solve max steps must be an integer >= 1, got 0"),

@@ -235,6 +235,83 @@ def test_phases_combine_the_winners_and_repeat_indices_continue(stored):
     assert [(m.settings, m.addresses) for m in state.measured] == [("fake.flavour=spicy", ("pooling",))] * 2
 
 
+def interrupting(clock: Clock, seconds_per_trial: float, seen: list[tuple[int, int]], at: int):
+    """stand_in, but its `at`-th trial is interrupted (SIGTERM): stored `interrupted`, the
+    outcome interrupted, half a trial's time gone."""
+    real, calls = stand_in(clock, seconds_per_trial, seen), [0]
+
+    def run_trials(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]], progress: Progress) -> Outcome:
+        calls[0] += 1
+        if calls[0] != at:
+            return real(store, run_id, trials, progress)
+        ((tid, _),) = trials
+        store.finish_trial(tid, TrialResult(status="interrupted", error="interrupted by SIGTERM"))
+        clock.now += seconds_per_trial / 2
+        outcome = Outcome(interrupted=True)
+        outcome.count("interrupted")
+        return outcome
+    return run_trials
+
+
+def _ran(store: Store, run_id: int) -> list[tuple[str, int, int, str]]:
+    """(candidate, phase, repeat, status) of every trial of the run's search."""
+    state = tuning.SearchState.from_dict(store.run(run_id)["tune"])
+    rows = {r.id: r for r in store.trials(run_id)}
+    return sorted((e.candidate.name, e.phase, rows[t].spec["repeat"], rows[t].status)
+                  for c in state.cells for e in c.entries for t in e.trial_ids)
+
+
+@pytest.mark.usefixtures("fake_env")
+@pytest.mark.parametrize("at", [1, 3, 4, 9, 17, 21, 28])
+def test_an_interrupted_search_resumed_runs_every_candidate_and_repeat_once(stored, at):
+    """Interrupted at its `at`-th trial (round 1, its end, the middle of phase 1, the start and
+    the end of phase 2), then resumed (the interrupted trial reset to pending as `tune --resume`
+    does): the same trials as a search never stopped, each once, the verdicts the same, the
+    search `done` within its budget (issue 48.2)."""
+    from dlbench.runner import resume
+
+    store, run_id = stored
+    clock, seen = Clock(), []
+    whole = store.create_run("dlbench tune", {}, True, order_seed=5)
+    tune.run_search(store, whole, _search(4, 3600), stand_in(clock, 10.0, seen), Progress(), clock)
+    outcome = tune.run_search(store, run_id, _search(4, 3600), interrupting(clock, 10.0, seen, at), Progress(), clock)
+    assert outcome.interrupted
+    stopped = tuning.SearchState.from_dict(store.run(run_id)["tune"])
+    assert stopped.stop == "interrupted" and stopped.resumable
+    resumption = resume.prepare(store, run_id, retry_failed=False, search=True)
+    assert [store.trials(run_id)[-1].id] == [tid for tid, _ in resumption.trials]
+    search = tune.rebuild(store, run_id, Costs())
+    tune.resume_search(store, run_id, search, stand_in(clock, 10.0, seen), Progress(), clock)
+    assert _ran(store, run_id) == _ran(store, whole) and len(_ran(store, run_id)) == 28
+    state = tuning.SearchState.from_dict(store.run(run_id)["tune"])
+    assert state.stop == "done" and state.current is None and state.spent_s <= state.budget_s
+    judged = {(j.candidate, j.phase): j.verdict for j in
+              tuning.cell_result(state.cells[0], tune.outcomes(store.trials(run_id))).judged}
+    reference = tuning.SearchState.from_dict(store.run(whole)["tune"])
+    assert judged == {(j.candidate, j.phase): j.verdict for j in
+                      tuning.cell_result(reference.cells[0], tune.outcomes(store.trials(whole))).judged}
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_a_trial_added_but_not_yet_in_the_state_is_run_in_place_by_the_resume(stored):
+    """A stop signal between adding a trial to the store and storing the search state: the resume
+    gives that trial to its candidate and runs it, never a second one beside it."""
+    from dlbench.runner import resume
+
+    store, run_id = stored
+    clock, seen = Clock(), []
+    search = _search(4, 3600)
+    assert tune.run_search(store, run_id, search, interrupting(clock, 10.0, seen, 2), Progress(), clock).interrupted
+    state = tuning.SearchState.from_dict(store.run(run_id)["tune"])
+    assert state.current is not None and state.current["repeat"] == 0
+    i, candidate = state.current["keys"][2]  # the round's third: not run yet
+    orphan = store.add_trial(run_id, 99, replace(search.specs[(i, Candidate.from_dict(candidate))], repeat=0))
+    resume.prepare(store, run_id, retry_failed=False, search=True)
+    tune.resume_search(store, run_id, tune.rebuild(store, run_id, Costs()), stand_in(clock, 10.0, seen), Progress(), clock)
+    rows = store.trials(run_id)
+    assert len(rows) == 28 and {r.status for r in rows} == {"ok"} and orphan in {r.id for r in rows}
+
+
 @pytest.mark.usefixtures("fake_env")
 def test_a_first_round_slower_than_its_estimate_drops_candidates_so_the_rest_get_every_repeat(stored):
     """The estimate (~1 s a trial) admits the whole phase 1; the first round then takes 10 s a
@@ -467,6 +544,42 @@ def test_tune_retakes_a_busy_trial_once_the_machine_is_quiet(busy_judged, stored
 
 
 @pytest.mark.usefixtures("fake_env")
+def test_a_search_interrupted_in_its_retake_round_resumes_it_without_waiting_again(busy_judged, stored):
+    """The retake of a busy trial interrupted: the resume runs that retake once, in place, at its
+    own repeat index, and does not wait for a quiet machine a second time."""
+    from dlbench.runner import resume
+
+    store, run_id = stored
+    clock, waits = Clock(), []
+
+    def quiet_after(limit_s: float, progress: Progress) -> float:
+        waits.append(limit_s)
+        clock.now += 40.0
+        return 40.0
+
+    hog, calls = _hog(clock, 10.0, {1}), [0]
+
+    def run_trials(store: Store, run_id: int, trials: list[tuple[int, PlannedTrial]], progress: Progress) -> Outcome:
+        calls[0] += 1
+        if calls[0] != 9:  # the retake, after 2 candidates x 4 rounds
+            return hog(store, run_id, trials, progress)
+        ((tid, _),) = trials
+        store.finish_trial(tid, TrialResult(status="interrupted", error="interrupted by SIGTERM"))
+        return Outcome(interrupted=True)
+
+    assert tune.run_search(store, run_id, _flavour_only(), run_trials, Progress(), clock, quiet_after).interrupted
+    resume.prepare(store, run_id, retry_failed=False, search=True)
+    tune.resume_search(store, run_id, tune.rebuild(store, run_id, Costs()), hog, Progress(), clock, quiet_after)
+    state = tuning.SearchState.from_dict(store.run(run_id)["tune"])
+    # (stopped by "budget": _flavour_only marks the other candidates not tried for it)
+    assert state.stop == "budget" and state.current is None and state.retakes == 1 and waits == [tune.QUIET_WAIT_S]
+    rows = store.trials(run_id)
+    assert len(rows) == 9 and [r.spec["repeat"] for r in rows].count(4) == 1 and rows[-1].status == "ok"
+    assert json.loads(sqlite3.connect(store.path).execute(
+        "SELECT attempts FROM trials WHERE id=?", (rows[-1].id,)).fetchone()[0])[0]["status"] == "interrupted"
+
+
+@pytest.mark.usefixtures("fake_env")
 def test_tune_says_busy_where_the_machine_stays_busy(busy_judged, stored, capsys):
     store, run_id = stored
     search = _flavour_only()
@@ -603,6 +716,57 @@ def test_tune_states_its_plan_and_reports_every_candidate(tuned, capsys):
     again = capsys.readouterr().out
     assert "headroom: each framework" in again and "candidates: every setting" in again
     assert "fake.kernels=sloppy" in again
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_a_killed_search_says_so_and_tune_resume_finishes_it(tmp_path, monkeypatch, capsys):
+    """SIGTERM during the search's first trial (issue 48.2): exit 130 and how to finish it; its
+    report says `not run: interrupted` for the candidates never run and why it stopped in words;
+    `run --resume` leaves it to `tune --resume` (one line, exit 2, or a hint for the default);
+    `tune --resume` runs the interrupted trial again in place and the rest of the search."""
+    import signal
+    import subprocess
+    import sys
+
+    from test_faults import _default_stop_signals, running_trial, wait_for
+
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "hang,ok")  # repeat 0 hangs: the search's first round
+    path = tmp_path / "t.sqlite"
+    parent = subprocess.Popen([sys.executable, "-m", "dlbench.cli.main", "tune", "-f", "fake", *TINY, "--repeats", "2",
+                               "--budget", "30min", "--store", str(path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, preexec_fn=_default_stop_signals)
+    wait_for("the first trial to run", running_trial(path, 0))
+    parent.send_signal(signal.SIGTERM)
+    out, err = parent.communicate(timeout=60)
+    assert parent.returncode == 130, err
+    assert f"finish it with: dlbench tune --resume 1 --store {path}" in out
+    assert "tune interrupted (finish it with: dlbench tune --resume 1)" in out and "(None)" not in out
+    assert main(["report", "--wide", "--store", str(path)]) == 0
+    report = capsys.readouterr().out
+    candidates = report.split("candidates: every setting")[1]
+    assert sum("not run: interrupted" in line for line in candidates.splitlines()) == 3, report
+    assert "undecided" not in candidates
+    assert main(["run", "--resume", "1", "--store", str(path)]) == 2
+    assert capsys.readouterr().err == (f"dlbench: error: run 1 is a tune search; finish it with: dlbench tune"
+                                       f" --resume 1 --store {path}\n")
+    assert main(["run", "--resume", "--store", str(path)]) == 0
+    assert "dlbench tune --resume 1" in capsys.readouterr().out
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "ok")
+    code = main(["tune", "--resume", "--store", str(path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "resuming the search of run 1" in out and "not run: interrupted" not in out
+    with Store(path) as store:
+        state = tuning.SearchState.from_dict(store.run(1)["tune"])
+        rows = store.trials(1)
+        assert store.run(1)["status"] == "ok"
+    assert state.stop == "done" and {r.status for r in rows} == {"ok"}
+    phase_one = [(e.candidate.name, rows_by[t].spec["repeat"]) for rows_by in [{r.id: r for r in rows}]
+                 for e in state.cells[0].entries if e.phase == 1 for t in e.trial_ids]
+    assert sorted(phase_one) == sorted((e.candidate.name, r) for e in state.cells[0].entries if e.phase == 1
+                                       for r in (0, 1))
+    assert main(["tune", "--resume", "--store", str(path)]) == 0
+    assert "nothing to resume" in capsys.readouterr().out
 
 
 @pytest.mark.usefixtures("fake_env")

@@ -88,10 +88,17 @@ MAX_SAMPLES = 2**31 - 1
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 
 
-def _check_positive_int(name: str, value: object, minimum: int = 1, maximum: int | None = None) -> None:
+# The largest count a spec takes (epochs, steps, requests, workers, devices...) unless it says
+# another: what every framework's 32-bit counters hold; a larger one only ever overflowed one.
+MAX_COUNT = 2**31 - 1
+# Seeds: NumPy's legacy seeding (and several frameworks') takes 32 bits.
+MAX_SEED = 2**32 - 1
+
+
+def _check_positive_int(name: str, value: object, minimum: int = 1, maximum: int = MAX_COUNT) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise SpecError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    if maximum is not None and value > maximum:
+    if value > maximum:
         raise SpecError(f"{name} must be an integer from {minimum} to {maximum:,}, got {value:,}")
 
 
@@ -181,7 +188,7 @@ class WorkloadSpec:
         _check_positive_int("batch size", self.batch_size, maximum=MAX_SAMPLES)
         _check_positive_int("dataset size", self.dataset_size, maximum=MAX_SAMPLES)
         _check_positive_int("eval size", self.eval_size)
-        _check_positive_int("seed", self.seed, minimum=0)
+        _check_positive_int("seed", self.seed, minimum=0, maximum=MAX_SEED)
         if self.dataset_size < self.batch_size:
             raise SpecError(
                 f"dataset size {self.dataset_size} is smaller than batch size {self.batch_size}:"
@@ -369,8 +376,10 @@ class ConvergeOptions(ScenarioOptions):
                             f" {self.SCENARIO} scenario, got {perplexity!r}")
 
 
-# The most cache positions (prompt + 1 + new tokens) a generation may ask for.
+# The most cache positions (prompt + 1 + new tokens) a generation may ask for, and the most
+# sequences it decodes together.
 MAX_GENERATION_POSITIONS = 65536
+MAX_GENERATION_BATCH = 65536
 
 
 @typing.final
@@ -405,9 +414,10 @@ class GenerateOptions(ScenarioOptions):
                                                      ("TPOT bound (ms)", "tpot_bound_ms"))
 
     def validate(self, scenario: str) -> None:
-        for name, value in (("prompt length", self.prompt_len), ("new tokens", self.new_tokens),
-                            ("generation batch", self.gen_batch)):
-            _check_positive_int(name, value)
+        for name, value in (("prompt length", self.prompt_len), ("new tokens", self.new_tokens)):
+            _check_positive_int(name, value, maximum=MAX_GENERATION_POSITIONS)
+        # a larger batch's cache fills no machine: its trial failed in a C++ allocator's dump
+        _check_positive_int("generation batch", self.gen_batch, maximum=MAX_GENERATION_BATCH)
         positions = self.prompt_len + 1 + self.new_tokens
         if positions > MAX_GENERATION_POSITIONS:
             raise SpecError(f"prompt length + 1 + new tokens is {positions}, over the most a cache holds here:"
@@ -453,9 +463,14 @@ class NoOptions(ScenarioOptions):
         pass
 
 
-# Tolerances the solver scenario accepts: below 1e-14 a float64 solve cannot meet them (SciPy
-# refuses rtol < 100 x machine epsilon), above 0.1 there is no precision to speak of.
-SOLVE_RTOL_RANGE = (1e-14, 0.1)
+# Tolerances the solver scenario accepts: above 0.1 there is no precision to speak of; below
+# 1e-11 the float64 reference, solved 100x tighter than the tightest tolerance asked
+# (problems/solve.py: reference_rtol), would need an rtol under SciPy's floor of 100 x machine
+# epsilon (2.2e-14), and a solver's error would be the reference's own.
+SOLVE_RTOL_RANGE = (1e-11, 0.1)
+# The step cap of a solve: far past any solve that ends, within every solver library's 32-bit
+# step counter (a cap of 1e20 overflowed in each and stored six "failures" of an ok trial).
+MAX_SOLVE_STEPS = 10**8
 
 
 @typing.final
@@ -483,7 +498,7 @@ class SolveOptions(ScenarioOptions):
         if self.solve_rtol_tightest > self.solve_rtol_loosest:
             raise SpecError(f"tightest rtol {self.solve_rtol_tightest:g} is looser than the loosest"
                             f" {self.solve_rtol_loosest:g}: allowed is tightest <= loosest")
-        _check_positive_int("solve max steps", self.solve_max_steps)
+        _check_positive_int("solve max steps", self.solve_max_steps, maximum=MAX_SOLVE_STEPS)
         if scenario != self.SCENARIO and self != SolveOptions():
             raise SpecError(f"tolerances and solve max steps apply to the {self.SCENARIO} scenario only,"
                             f" not {scenario!r}")
@@ -503,6 +518,29 @@ class SolveOptions(ScenarioOptions):
 OPTIONS: dict[str, type[ScenarioOptions]] = {k.SCENARIO: k for k in (InferOptions, ConvergeOptions, GenerateOptions,
                                                                     SolveOptions)}
 OptionsT = TypeVar("OptionsT", bound=ScenarioOptions)
+
+
+def scenarios_taking(flag: str) -> tuple[str, ...]:
+    """The scenarios whose options declare `flag` (`--load`: infer and generate)."""
+    return tuple(kind.SCENARIO for kind in OPTIONS.values()
+                 if any(f.metadata["flag"] == flag for f in dataclasses.fields(kind)))
+
+
+def check_unused(given: tuple[ScenarioOptions, ...], scenarios: tuple[str, ...]) -> None:
+    """A sweep's option set away from its default where none of the sweep's scenarios takes it
+    (`--prompt-len` without `--scenario generate`) would be dropped without a word: refused,
+    naming the flag, its value and the scenarios that take it."""
+    for options in given:
+        default = type(options)()
+        for f in dataclasses.fields(options):
+            value = getattr(options, f.name)
+            if value == getattr(default, f.name):
+                continue
+            takers = scenarios_taking(f.metadata["flag"])
+            if not set(takers) & set(scenarios):
+                shown = f"{value:g}" if isinstance(value, float) else str(value)
+                raise SpecError(f"{f.metadata['flag']} {shown} applies to --scenario {' or '.join(takers)} only,"
+                                f" not --scenario {','.join(map(str, scenarios))}")
 
 
 def options_type(scenario: str) -> type[ScenarioOptions]:
@@ -579,7 +617,7 @@ class TrialSpec:
             raise SpecError(f"timeout must be a number of seconds > 0 and at most {MAX_TIMEOUT_S:g} (a week),"
                             f" got {self.timeout_s!r}")
         if self.memory_limit_bytes is not None:
-            _check_positive_int("memory limit", self.memory_limit_bytes)
+            _check_positive_int("memory limit", self.memory_limit_bytes, maximum=2**63 - 1)
         if self.quiet_wait_s is not None and not 0 < self.quiet_wait_s <= MAX_TIMEOUT_S:
             raise SpecError(f"quiet wait must be a number of seconds > 0 and at most {MAX_TIMEOUT_S:g} (a week),"
                             f" got {self.quiet_wait_s!r}")
@@ -754,6 +792,14 @@ def policy_fields(policy: dict[str, Any]) -> dict[str, Any]:
     if legacy != "all":
         p["options"] = {"optimization": legacy, **p.get("options", {})}
     return p
+
+
+def option_words(spec: dict[str, Any]) -> list[str]:
+    """A stored trial's framework options as `torch.mkldnn=off`, sorted: part of what names its
+    configuration wherever a label does not show the whole policy (a tune run's candidates
+    differ by nothing else)."""
+    options = policy_fields(spec.get("policy") or {}).get("options") or {}
+    return [f"{spec.get('framework')}.{k}={v}" for k, v in sorted(options.items())]
 
 
 # Spec fields that never make two trials different configurations: ids, the repeat index, the

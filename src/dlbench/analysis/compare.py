@@ -18,7 +18,7 @@ import json
 import math
 import re
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -27,7 +27,7 @@ from scipy import stats as sps
 from dlbench.analysis import stats
 from dlbench.analysis.busy import Sample, record, withheld
 from dlbench.analysis.metrics import higher_is_better, unit
-from dlbench.spec import Policy, configuration_key, policy_fields
+from dlbench.spec import Policy, configuration_key, option_words, policy_fields
 
 # "median" in a --fail rule means the headline metric.
 HEADLINE_METRIC = "samples_per_s"
@@ -364,9 +364,40 @@ def pairing_key(spec: dict[str, Any]) -> str:
     return configuration_key(spec, drop=("policy",))
 
 
-def label(spec: dict[str, Any]) -> str:
+def _policy_text(spec: dict[str, Any]) -> str:
+    """A stored trial's whole policy, the fields left out at their defaults filled in."""
+    return json.dumps({**dataclasses.asdict(Policy()), **policy_fields(spec.get("policy") or {})}, sort_keys=True)
+
+
+Key = Callable[[dict[str, Any]], str]
+
+
+def pairing(base: Sequence[dict[str, Any]], new: Sequence[dict[str, Any]]) -> Key:
+    """The key that pairs BASE's trials with NEW's: pairing_key, so that one configuration run
+    under two policies pairs and the difference is named (--force); except where a side holds
+    one configuration under several policies (a tune run's candidates, a run over several
+    modes): there each policy is its own configuration, paired with the same policy on the other
+    side (a tune run's default with the default, or with a plain run's trials), never pooled."""
+    split: set[str] = set()
+    for side in (base, new):
+        policies: dict[str, set[str]] = {}
+        for t in side:
+            policies.setdefault(pairing_key(t["spec"]), set()).add(_policy_text(t["spec"]))
+        split |= {k for k, found in policies.items() if len(found) > 1}
+
+    def key(spec: dict[str, Any]) -> str:
+        k = pairing_key(spec)
+        return f"{k} {_policy_text(spec)}" if k in split else k
+
+    return key
+
+
+def label(spec: dict[str, Any], options: bool = True) -> str:
+    """`cnn/torch/compiled b64 s0`, and the framework's options where set (`torch.mkldnn=off`;
+    not where a line names them itself: `options`)."""
     w = spec["workload"]
-    return f"{w['name']}/{spec['framework']}/{spec['policy']['mode']} b{w['batch_size']} s{w['seed']}"
+    name = f"{w['name']}/{spec['framework']}/{spec['policy']['mode']} b{w['batch_size']} s{w['seed']}"
+    return " ".join([name, *(option_words(spec) if options else [])])
 
 
 @dataclass(frozen=True)
@@ -407,15 +438,15 @@ def _sample(values: Sequence[float] | Sample) -> Sample:
     return values if isinstance(values, Sample) else Sample.of(values)
 
 
-def group_values(trials: Iterable[dict[str, Any]], metric: str) -> dict[str, tuple[dict[str, Any], Sample]]:
+def group_values(trials: Iterable[dict[str, Any]], metric: str,
+                 key: Key = pairing_key) -> dict[str, tuple[dict[str, Any], Sample]]:
     """pairing key -> (a spec, the metric's values over ok trials with their interference)."""
     out: dict[str, tuple[dict[str, Any], list[float], list[Any]]] = {}
     for t in trials:
         if t["status"] != "ok":
             continue
         v = (t["metrics"].get(metric) or {}).get("value")
-        key = pairing_key(t["spec"])
-        entry = out.setdefault(key, (t["spec"], [], []))
+        entry = out.setdefault(key(t["spec"]), (t["spec"], [], []))
         if v is not None:
             entry[1].append(float(v))
             entry[2].append(record(t["metrics"]))
@@ -427,17 +458,18 @@ def policy_differences(base: list[dict[str, Any]], new: list[dict[str, Any]]) ->
     stored spec at its default (spec.OMIT_DEFAULT: a framework's options) differs from a value
     on the other side whichever side holds it: a variant (`--option`) on BASE against the
     default on NEW is a policy difference too."""
-    pol_b = {pairing_key(t["spec"]): policy_fields(t["spec"]["policy"]) for t in base}
+    key = pairing(base, new)
+    pol_b = {key(t["spec"]): policy_fields(t["spec"]["policy"]) for t in base}
     omitted = dataclasses.asdict(Policy())  # what a stored policy without a field means: its default
     out = []
     for t in new:
-        k = pairing_key(t["spec"])
+        k = key(t["spec"])
         if k in pol_b:
             pol_n = policy_fields(t["spec"]["policy"])
             for field in dict.fromkeys([*pol_n, *pol_b[k]]):
                 was, now = (pol.get(field, omitted.get(field)) for pol in (pol_b[k], pol_n))
                 if was != now:
-                    out.append(f"{label(t['spec'])}: policy {field} {was!r} -> {now!r}")
+                    out.append(f"{label(t['spec'], options=False)}: policy {field} {was!r} -> {now!r}")
     return list(dict.fromkeys(out))
 
 
@@ -479,8 +511,9 @@ def compare(base: list[dict[str, Any]], new: list[dict[str, Any]], metrics: list
     metric, else DEFAULT_THRESHOLD); plus the configurations found on one side only."""
     results: list[PairResult] = []
     unpaired: list[str] = []
+    keyed = pairing(base, new)
     for metric in metrics:
-        gb, gn = group_values(base, metric), group_values(new, metric)
+        gb, gn = group_values(base, metric, keyed), group_values(new, metric, keyed)
         threshold = (thresholds or {}).get(metric, DEFAULT_THRESHOLD)
         for key, (spec, values_b) in gb.items():
             if key not in gn:

@@ -23,12 +23,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dlbench.analysis import stats
+from dlbench.spec import MAX_TIMEOUT_S
+from dlbench.text import shown
 
 AUTO_MIN = 3
 AUTO_MAX = 20
 # More fresh processes per configuration than any CI spread needs (runner/plan.py's limit too).
 MAX_REPEATS = 1000
 DURATION_UNITS = {"s": 1.0, "min": 60.0, "h": 3600.0}
+# The longest duration any of them takes: a week, as a trial's timeout (spec.MAX_TIMEOUT_S).
+MAX_DURATION_S = MAX_TIMEOUT_S
 _DURATION = re.compile(r"^(?P<n>[0-9]+(\.[0-9]*)?)(?P<unit>s|min|h)$")
 _TARGET = re.compile(r"^(?P<pct>[0-9]+(\.[0-9]*)?)%$")
 # How long an auto run may wait, in all, for a quiet machine before retaking busy trials: a
@@ -66,7 +70,7 @@ def parse(value: int | str) -> RepeatRule:
     """An integer (a fixed count) or the auto rule (module docstring); RepeatsError otherwise."""
     if isinstance(value, bool):
         raise RepeatsError(f"repeats {value!r} is not {SYNTAX}")
-    if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
+    if isinstance(value, int) or (isinstance(value, str) and value.strip().isascii() and value.strip().isdigit()):
         n = int(value)
         _check_count("repeats", n, value)
         return RepeatRule(False, n, text=str(n))
@@ -102,9 +106,11 @@ def _options(value: str, items: list[str]) -> dict[str, float]:
         if key in ("time", "wait"):
             seconds = duration_s(v)
             if seconds is None:
-                raise RepeatsError(f"repeats {value!r}: {key}={v} is not a duration such as 90s, 30min or 2h")
+                given = v if len(v) <= 20 else shown(v)  # a 400-digit time= is cut, its length said
+                raise RepeatsError(f"repeats {shown(value)}: {key}={given} is not a duration such as 90s, 30min or"
+                                   " 2h, up to a week")
             out[key] = seconds
-        elif not v.strip().isdigit():
+        elif not (v.strip().isascii() and v.strip().isdigit()):
             raise RepeatsError(f"repeats {value!r}: {key}={v} is not an integer")
         else:
             out[key] = int(v)
@@ -112,12 +118,14 @@ def _options(value: str, items: list[str]) -> dict[str, float]:
 
 
 def duration_s(text: str) -> float | None:
-    """`90s`, `30min`, `2h` in seconds (the syntax of `time=` here and of `dlbench tune --budget`);
-    None for anything else, zero included."""
+    """`90s`, `30min`, `2h` in seconds (the syntax of `time=` here, of `--quiet-wait` and of
+    `dlbench tune --budget`); None for anything else: zero, and more than a week (MAX_DURATION_S:
+    a 400-digit budget was once `budget inf min`)."""
     m = _DURATION.match(text.strip())
-    if m is None or float(m["n"]) <= 0:
+    if m is None:
         return None
-    return float(m["n"]) * DURATION_UNITS[m["unit"]]
+    seconds = float(m["n"]) * DURATION_UNITS[m["unit"]]
+    return seconds if 0 < seconds <= MAX_DURATION_S else None
 
 
 def _check_count(name: str, n: int, value: object) -> None:

@@ -340,18 +340,24 @@ class Cell:
     run_args: tuple[str, ...] = ()  # `-w cnn -f jax --preset cpu`: what a re-run command starts with
     label: str = ""
     plain_mode: str = "compiled"  # the mode `dlbench run` runs without --mode
+    # The default's trial spec (repeat 0) as stored (spec.to_dict): what `tune --resume` builds
+    # every candidate's spec from; None in a search stored before it could be resumed.
+    base: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"workload": self.workload, "framework": self.framework, "mode": self.mode, "metric": self.metric,
                 "factors": [f.to_dict() for f in self.factors], "entries": [e.to_dict() for e in self.entries],
-                "run_args": list(self.run_args), "label": self.label, "plain_mode": self.plain_mode}
+                "run_args": list(self.run_args), "label": self.label, "plain_mode": self.plain_mode,
+                "base": self.base}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Cell:
+        base = d.get("base")
         return cls(str(d["workload"]), str(d["framework"]), str(d["mode"]), str(d.get("metric", "samples_per_s")),
                    tuple(Factor.from_dict(f) for f in d.get("factors", ())),
                    tuple(Entry.from_dict(e) for e in d.get("entries", ())), tuple(d.get("run_args", ())),
-                   str(d.get("label", "")), str(d.get("plain_mode", "compiled")))
+                   str(d.get("label", "")), str(d.get("plain_mode", "compiled")),
+                   dict(base) if isinstance(base, Mapping) else None)
 
 
 # (status, headline value or None, parity verdict or None, interference record) of a stored
@@ -389,17 +395,28 @@ def measured(entry: Entry, outcomes: Mapping[int, TrialOutcome]) -> Trials:
                   tuple(t for t in entry.trial_ids if t in outcomes), tuple(records))
 
 
-def cell_result(cell: Cell, outcomes: Mapping[int, TrialOutcome]) -> CellResult:
+def not_run(stop: str | None) -> str:
+    """What a candidate the search admitted but never ran says, by why the search stopped:
+    `not run: interrupted` (a search interrupted, or whose process was killed: stop None), `not
+    run: budget` (a round cut by the budget)."""
+    return f"not run: {'interrupted' if stop in (None, 'interrupted') else stop}"
+
+
+def cell_result(cell: Cell, outcomes: Mapping[int, TrialOutcome], stop: str | None = "done") -> CellResult:
     """Every entry of the cell judged against its phase's default; entries not run keep their
-    status as their verdict, and one that ran before it was dropped for the budget shows its
-    trials with the verdict DROPPED."""
+    status as their verdict, one that ran before it was dropped for the budget shows its trials
+    with the verdict DROPPED, and an admitted one without a finished trial says why the search
+    never ran it (not_run, by the search's `stop`), never "undecided"."""
     judged: list[Judged] = []
     for phase in sorted({e.phase for e in cell.entries}):
         here = [e for e in cell.entries if e.phase == phase]
         ran = [measured(e, outcomes) for e in here if e.status == "tried"]
-        by_candidate = {j.candidate: j for j in judge_phase(ran, cell.metric)}
+        by_candidate = {j.candidate: j for j in judge_phase([t for t in ran if t.statuses], cell.metric)}
         for e in here:
-            if e.status == "tried":
+            if e.status == "tried" and e.candidate not in by_candidate:
+                why = not_run(stop)
+                judged.append(Judged(e.candidate, phase, 0, why, "–", None, verdict=why))
+            elif e.status == "tried":
                 judged.append(by_candidate[e.candidate])
             elif e.trial_ids:  # ran, then dropped for the budget: what it measured, unjudged
                 kept = measured(e, outcomes)
@@ -487,20 +504,38 @@ class SearchState:
     measured: list[MeasuredVariant] = field(default_factory=list)
     retakes: int = 0  # trials retaken after busy ones (runner/retake.py)
     waited_s: float = 0.0  # waited for a quiet machine before them (part of spent_s)
+    # What `tune --resume` continues from (runner/tune.py): whether phase 1's estimates were
+    # corrected after its first round, the busy trials a retake answered, the round in progress
+    # (phase, repeat, its candidates in order, the time spent when it began) and the repeat phase
+    # 2 began at.
+    readmitted: bool = False
+    answered: list[int] = field(default_factory=list)
+    current: dict[str, Any] | None = None
+    phase_two_start: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"repeats": self.repeats, "budget_s": self.budget_s, "order_seed": self.order_seed,
                 "phase": self.phase, "spent_s": self.spent_s, "round_s": self.round_s, "stop": self.stop,
                 "cells": [c.to_dict() for c in self.cells], "measured": [m.to_dict() for m in self.measured],
-                "retakes": self.retakes, "waited_s": self.waited_s}
+                "retakes": self.retakes, "waited_s": self.waited_s, "readmitted": self.readmitted,
+                "answered": list(self.answered), "current": self.current, "phase_two_start": self.phase_two_start}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SearchState:
+        current, start = d.get("current"), d.get("phase_two_start")
         return cls(int(d["repeats"]), float(d["budget_s"]), int(d.get("order_seed", 0)), int(d.get("phase", 1)),
                    float(d.get("spent_s", 0.0)), float(d.get("round_s", 0.0)), d.get("stop"),
                    [Cell.from_dict(c) for c in d.get("cells", ())],
                    [MeasuredVariant.from_dict(m) for m in d.get("measured", ())],
-                   int(d.get("retakes", 0)), float(d.get("waited_s", 0.0)))
+                   int(d.get("retakes", 0)), float(d.get("waited_s", 0.0)), bool(d.get("readmitted", False)),
+                   [int(t) for t in d.get("answered", ())], dict(current) if isinstance(current, Mapping) else None,
+                   int(start) if start is not None else None)
+
+    @property
+    def resumable(self) -> bool:
+        """Stopped by an interruption (or its process killed: no stop recorded), with every
+        cell's default spec stored (a search of an earlier release cannot be resumed)."""
+        return self.stop in (None, "interrupted") and all(c.base is not None for c in self.cells)
 
 
 class StoredTrial(Protocol):

@@ -31,6 +31,7 @@ from dlbench.cli.common import (
     EXIT_PARITY_FAILED,
     UsageError,
     add_store_argument,
+    ascii_number,
     comma_list,
     output_path,
     workload_names,
@@ -42,7 +43,7 @@ from dlbench.runner import reference, verdicts
 from dlbench.runner.protocol import load_grads
 from dlbench.runner.plan import workload_spec
 from dlbench.runner.probe_client import PROBE_TIMEOUT_S, ProbeLimits, run_probe
-from dlbench.spec import MAX_TIMEOUT_S, Policy, TrialSpec, to_dict
+from dlbench.spec import MAX_COUNT, MAX_TIMEOUT_S, Policy, TrialSpec, to_dict
 from dlbench.text import printable
 
 
@@ -53,11 +54,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("-f", "--framework", type=comma_list("framework"), default=("all",),
                    help="frameworks (default: all installed)")
     p.add_argument("--mode", default="compiled", help="eager, graph or compiled (default: compiled)")
-    p.add_argument("-k", "--steps", type=int, default=10, help="steps of the loss trajectory (default 10)")
+    p.add_argument("-k", "--steps", type=ascii_number(int), default=10, help="steps of the loss trajectory (default 10)")
     p.add_argument("--preset", default="tiny", help="workload size preset (default: tiny)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=ascii_number(int), default=0)
     p.add_argument("--json", metavar="FILE", help="also write every number to this JSON file")
-    p.add_argument("--timeout", type=float, default=PROBE_TIMEOUT_S,
+    p.add_argument("--timeout", type=ascii_number(float), default=PROBE_TIMEOUT_S,
                    help=f"seconds each workload's probe may take before it is killed and the workload"
                         f" failed (default {PROBE_TIMEOUT_S:g})")
     add_store_argument(p, unused="check compares frameworks live and stores nothing (--json FILE keeps the numbers)")
@@ -116,8 +117,8 @@ def _trial(w: str, f: str, args: argparse.Namespace) -> TrialSpec:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.steps < 0:
-        raise UsageError(f"steps {args.steps} must be >= 0")
+    if not 0 <= args.steps <= MAX_COUNT:
+        raise UsageError(f"steps {args.steps} must be an integer from 0 to {MAX_COUNT:,}")
     if not 0 < args.timeout <= MAX_TIMEOUT_S:  # false for nan and inf
         raise UsageError(f"timeout {args.timeout!r} is not a number of seconds > 0 and at most {MAX_TIMEOUT_S:g}")
     limits = ProbeLimits(timeout_s=args.timeout)

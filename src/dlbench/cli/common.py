@@ -13,7 +13,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dlbench import subjects, workloads
 from dlbench.results.store import RUN_ID, Store, StoreError, parse_run_selector
@@ -57,7 +57,46 @@ def comma_list(kind: str, convert: Callable[[str], T] = str) -> Callable[[str], 
 
 
 def int_list(kind: str) -> Callable[[str], tuple[int, ...]]:
-    return comma_list(kind, int)
+    """`8,16`: whole numbers in ASCII digits (int() reads other scripts' digits: `８`)."""
+    def ascii_int(text: str) -> int:
+        if not _INTEGER.fullmatch(text):
+            raise ValueError(text)
+        return int(text)
+
+    return comma_list(kind, ascii_int)
+
+
+_INTEGER = re.compile(r"\s*[+-]?\d+\s*", re.ASCII)
+_NUMBER = re.compile(r"\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*", re.ASCII)
+
+
+def ascii_number(kind: type) -> Callable[[str], Any]:
+    """An argparse type for an int or float flag: ASCII digits only, one line naming the value
+    and what is allowed otherwise."""
+
+    def parse(text: str) -> Any:
+        if kind is int and _INTEGER.fullmatch(text):
+            return int(text)
+        if kind is float and _NUMBER.fullmatch(text):
+            return float(text)
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not {'an integer' if kind is int else 'a number'}"
+                                         " in ASCII digits")
+
+    parse.__name__ = kind.__name__  # argparse names the type in its own messages
+    return parse
+
+
+# The largest order seed: it is stored in an SQLite INTEGER column (runs.order_seed).
+MAX_ORDER_SEED = 2**63 - 1
+
+
+def order_seed(text: str) -> int:
+    """--order-seed (run, tune): a whole number in ASCII digits that SQLite can store; one line
+    naming the value otherwise (a larger one once overflowed the store after the lock)."""
+    value = text.strip()
+    if value.isascii() and value.isdigit() and int(value) <= MAX_ORDER_SEED:
+        return int(value)
+    raise argparse.ArgumentTypeError(f"{shown(text)} is not a whole number from 0 to {MAX_ORDER_SEED}")
 
 
 SIZE_UNITS = {"B": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,

@@ -204,6 +204,8 @@ def export_dashboard(store: Store, run_ids: list[int], fmt: str, names: list[str
     """The github-action-benchmark array or the Bencher document; a github-action-benchmark
     file holds one direction (its tool says which), so mixed directions are refused."""
     chosen = tuple(dict.fromkeys(names)) or DASHBOARD_METRICS[fmt]
+    found = dashboards.points(store, run_ids, chosen)
+    _check_found(found, run_ids, tuple(dict.fromkeys(names)), chosen)
     if fmt == "github-action-benchmark":
         directions = {m: metrics.higher_is_better(m) for m in chosen}
         if len(set(directions.values())) > 1:
@@ -212,11 +214,24 @@ def export_dashboard(store: Store, run_ids: list[int], fmt: str, names: list[str
             raise UsageError(f"github-action-benchmark takes one direction per file: {', '.join(bigger)}"
                              f" ({dashboards.GITHUB_TOOLS[True]}) and {', '.join(smaller)}"
                              f" ({dashboards.GITHUB_TOOLS[False]}); export them separately with --metric")
-        found = dashboards.points(store, run_ids, chosen)
         print(f"dlbench: note: github-action-benchmark tool: {dashboards.GITHUB_TOOLS[next(iter(directions.values()))]}",
               file=sys.stderr)
         return dashboards.github_action_benchmark(found)
-    return dashboards.bencher(dashboards.points(store, run_ids, chosen))
+    return dashboards.bencher(found)
+
+
+def _check_found(found: list[dashboards.Point], run_ids: list[int], named: tuple[str, ...],
+                 chosen: tuple[str, ...]) -> None:
+    """A dashboard export with nothing to upload is an error, not an empty file a CI job uploads
+    and passes with: a --metric no ok trial has a value of (a typo), or no value at all."""
+    runs = f"run{'s' if len(run_ids) > 1 else ''} {', '.join(map(str, run_ids))}"
+    have = {p.metric for p in found}
+    for name in named:
+        if name not in have:
+            raise UsageError(f"--metric {shown(name)}: no trial of {runs} has a value of it (dlbench export"
+                             f" {run_ids[0]} --format json lists every metric)")
+    if not found:
+        raise UsageError(f"no ok trial of {runs} has a value of {', '.join(chosen)}: nothing to export")
 
 
 def main(args: argparse.Namespace) -> int:

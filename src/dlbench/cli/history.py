@@ -4,12 +4,12 @@ the store's runs, with the steps in its level and what changed between runs (rep
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from dlbench.analysis.compare import HEADLINE_METRIC
-from dlbench.cli.common import EXIT_OK, UsageError, add_store_argument, comma_list, open_store
+from dlbench.cli.common import EXIT_OK, UsageError, add_store_argument, comma_list, open_store, output_path, writing
 from dlbench.report.history import history_tables, load
 from dlbench.report.terminal import make_console, print_table
+from dlbench.text import printable
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -24,9 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def main(args: argparse.Namespace) -> int:
     metric = HEADLINE_METRIC if args.metric == "median" else args.metric
-    html_path = Path(args.html) if args.html else None
-    if html_path is not None and not html_path.parent.is_dir():
-        raise UsageError(f"--html {args.html}: directory {html_path.parent} does not exist")
+    # checked before the store is read (a directory, a missing directory, a name too long)
+    html_path = output_path(args.html) if args.html is not None else None
     store = open_store(args.store, readonly=True)
     series = load(store, metric, args.workload, args.framework)
     if not series:
@@ -45,7 +44,8 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"--html needs plotly ({(e.name or '?').split('.')[0]} is missing):"
                              " pip install 'dlbench[report]'") from None
         chart = figures.history(series)
-        html_path.write_text(html.render_page(f"dlbench history: {metric}", tables, [chart] if chart else []),
-                             encoding="utf-8")
-        console.print(f"wrote {html_path}", highlight=False, markup=False)
+        page = html.render_page(f"dlbench history: {metric}", tables, [chart] if chart else [])
+        with writing(html_path):  # what cannot be foreseen: a full disk, /proc
+            html_path.write_text(page, encoding="utf-8")
+        console.print(printable(f"wrote {html_path}"), highlight=False, markup=False)
     return EXIT_OK

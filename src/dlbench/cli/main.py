@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import re
 import sqlite3
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from dlbench import __version__
 from dlbench.cli import check, compare, env, export, history, listing, report, run, tune, why
@@ -27,6 +28,14 @@ COMMANDS = {"run": run, "check": check, "compare": compare, "report": report, "l
 
 class _Parser(argparse.ArgumentParser):
     """argparse prints usage plus a message; we print one line naming the bad value."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A value that starts with a minus and a digit is a value, never an option: argparse's
+        # own rule takes only plain negative numbers, so `--budget -5min`, `--rtol-loosest -1e-3`
+        # or `--threshold -5%` got "expected one argument" instead of their type's one line
+        # naming the value and what is allowed. No option of dlbench looks like a number.
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}")

@@ -12,7 +12,7 @@ from rich.console import Console
 from dlbench.analysis import interference, repeats
 from dlbench.cli.common import UsageError
 from dlbench.monitors import preflight
-from dlbench.text import printable
+from dlbench.text import printable, shown
 
 
 def add_argument(p: argparse.ArgumentParser) -> None:
@@ -28,7 +28,7 @@ def wait_s(value: str | float | None) -> float | None:
         return value
     seconds = repeats.duration_s(value)
     if seconds is None:
-        raise UsageError(f"--quiet-wait {value!r} is not a duration such as 90s, 10min or 1h")
+        raise UsageError(f"--quiet-wait {shown(value)} is not a duration such as 90s, 10min or 1h, up to a week")
     return seconds
 
 

@@ -8,11 +8,10 @@ import contextlib
 import dataclasses
 import os
 import random
-import re
 import shlex
 import time
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
@@ -28,9 +27,11 @@ from dlbench.cli.common import (
     EXIT_TRIALS_FAILED,
     UsageError,
     add_store_argument,
+    ascii_number,
     comma_list,
     int_list,
     open_store,
+    order_seed,
     run_selector,
     size_argument,
     workload_names,
@@ -40,14 +41,14 @@ from dlbench.report.scenarios import progress_line
 from dlbench.report.terminal import make_console, print_run_tables
 from dlbench.results import environment
 from dlbench.results.records import FAILURE_STATUSES, TrialResult
-from dlbench.results.store import Store, lock_path, machine_lock
-from dlbench.runner import executors, resume, rounds
+from dlbench.results.store import Store, StoreError, lock_path, machine_lock
+from dlbench.runner import executors, resume, rounds, tune
 from dlbench.runner.executor import Outcome, Progress, RunTrials, finish_run, register, warm_imports
 from dlbench.runner.executors import EXECUTORS
 from dlbench.runner.protocol import CHUNK, PHASE_NAME, STEPS, event_kind
 from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, at_load, estimates, learn, make_plan
 from dlbench.spec import OPTIONS, SCENARIOS, ScenarioOptions, SolveOptions, SpecError, to_dict
-from dlbench.text import printable, shown
+from dlbench.text import printable
 
 # The scenario options' command-line destinations -> (options dataclass, its field), built from
 # the fields' own flags (spec.option): `--load` is `load`, InferOptions.infer_load. Their
@@ -78,9 +79,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("suite", nargs="?", metavar="SUITE",
                    help="a suite file (TOML, keys as these options; given options override it)")
     _add_sweep_arguments(p)
-    p.add_argument("--option", type=comma_list("option"), metavar="FRAMEWORK.NAME=VALUE",
+    p.add_argument("--option", type=comma_list("option"), action="append", metavar="FRAMEWORK.NAME=VALUE",
                    help="a framework's own option, e.g. onnxruntime.optimization=basic (dlbench list"
-                        " shows each framework's options); part of that framework's policy")
+                        " shows each framework's options; repeatable, or a comma list); part of that framework's"
+                        " policy")
     for kind in OPTIONS.values():  # each scenario's options, flag and help beside their fields
         hints = typing.get_type_hints(kind)
         for f in dataclasses.fields(kind):
@@ -97,26 +99,6 @@ def _flag_type(hint: Any) -> Any:
     float() "inf" and "nan": the options' own validation says what range is allowed)."""
     kinds = [k for k in typing.get_args(hint) if k is not type(None)] or [hint]
     return None if kinds[0] is str else ascii_number(kinds[0])
-
-
-_INTEGER = re.compile(r"\s*[+-]?\d+\s*", re.ASCII)
-_NUMBER = re.compile(r"\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*", re.ASCII)
-
-
-def ascii_number(kind: type) -> Callable[[str], Any]:
-    """An argparse type for an int or float flag: ASCII digits only, one line naming the value
-    and what is allowed otherwise."""
-
-    def parse(text: str) -> Any:
-        if kind is int and _INTEGER.fullmatch(text):
-            return int(text)
-        if kind is float and _NUMBER.fullmatch(text):
-            return float(text)
-        raise argparse.ArgumentTypeError(f"{shown(text)} is not {'an integer' if kind is int else 'a number'}"
-                                         " in ASCII digits")
-
-    parse.__name__ = kind.__name__  # argparse names the type in its own messages
-    return parse
 
 
 def _shown(default: Any) -> str:
@@ -147,18 +129,18 @@ def _add_sweep_arguments(p: argparse.ArgumentParser) -> None:
                         " rounds until every headline interval is within PCT (default 5%%), the"
                         " comparisons between frameworks are decided, or the budget (max=20 repeats,"
                         " time=30min) is spent, e.g. auto:3%%,max=20")
-    p.add_argument("--order-seed", type=int,
+    p.add_argument("--order-seed", type=order_seed,
                    help="seed of the shuffle within each round (default: drawn and recorded with the run)")
     p.add_argument("--preset", help="workload size preset: tiny, cpu, gpu, or a workload's own such as"
                                     " published and published-tiny (dlbench list; default: cpu)")
-    p.add_argument("--epochs", type=int, help="timed epochs (default: preset's)")
-    p.add_argument("--warmup-epochs", type=int, help="untimed epochs (default: preset's)")
-    p.add_argument("--dataset-size", type=int,
+    p.add_argument("--epochs", type=ascii_number(int), help="timed epochs (default: preset's)")
+    p.add_argument("--warmup-epochs", type=ascii_number(int), help="untimed epochs (default: preset's)")
+    p.add_argument("--dataset-size", type=ascii_number(int),
                    help="training samples per epoch (default: the preset's; incomplete last batches are dropped)")
-    p.add_argument("--chunk-steps", type=int, help="steps between syncs in the timed window (default: 16)")
-    p.add_argument("--threads", type=int, help="pin each trial to N cores")
+    p.add_argument("--chunk-steps", type=ascii_number(int), help="steps between syncs in the timed window (default: 16)")
+    p.add_argument("--threads", type=ascii_number(int), help="pin each trial to N cores")
     p.add_argument("--compile-cache", help="cold (fresh per trial, the default) or warm")
-    p.add_argument("--timeout", type=float, help="seconds per trial (default: 1800)")
+    p.add_argument("--timeout", type=ascii_number(float), help="seconds per trial (default: 1800)")
     quiet.add_argument(p)
     p.add_argument("--memory-limit", type=size_argument, metavar="SIZE",
                    help="kill a trial whose process tree RSS exceeds this (e.g. 8GiB): status oom")
@@ -171,7 +153,7 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
                         " program), default (fused where the mode compiles and the framework can), or several")
     p.add_argument("--data", type=comma_list("data placement"),
                    help="pipeline (the framework's loader), device (whole dataset on the device), or both")
-    p.add_argument("--loader-workers", type=int,
+    p.add_argument("--loader-workers", type=ascii_number(int),
                    help="input pipeline workers: DataLoader num_workers, tf.data parallel calls,"
                         " a thread pool for JAX (default 0: the training thread)")
     p.add_argument("--augment", help="none or crop_flip (pad-4 random crop + flip; image workloads)")
@@ -186,7 +168,7 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", metavar="ADDR",
                    help="with --executor ray: the cluster (auto, ray://HOST:10001); default: a"
                         " local Ray instance for this run")
-    p.add_argument("--resume", nargs="?", const="", metavar="RUN", type=_resume_selector,
+    p.add_argument("--resume", nargs="?", const="", metavar="RUN", type=resume_selector,
                    help="finish a stored run (default: the latest unfinished one): re-run its"
                         " pending, running and interrupted trials")
     p.add_argument("--retry-failed", action="store_true",
@@ -195,7 +177,7 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="print the final tables at their full width, whatever the terminal's")
 
 
-def _resume_selector(text: str) -> str:
+def resume_selector(text: str) -> str:
     """--resume's RUN; "" (argparse passes the const through the type too) is the default: the
     newest run with something to re-run."""
     return text if text == "" else run_selector(text)
@@ -204,6 +186,8 @@ def _resume_selector(text: str) -> str:
 def sweep_options(args: argparse.Namespace) -> dict[str, Any]:
     """Command line over suite file over defaults."""
     given = {k: getattr(args, k) for k in SWEEP_DEFAULTS if getattr(args, k) is not None}
+    if "option" in given:  # --option is repeatable, each a comma list: one list of them all
+        given["option"] = tuple(text for texts in given["option"] for text in texts)
     from_file = suite.load(args.suite) if args.suite is not None else {}
     return {**SWEEP_DEFAULTS, **from_file, **given}
 
@@ -244,6 +228,7 @@ def sweep_from_options(o: dict[str, Any]) -> Sweep:
         frameworks=tuple(registered()) if every_framework else o["framework"] or Sweep.frameworks,
         # `-f all`: every registered framework, the ones not installed skipped with a note
         frameworks_explicit=o["framework"] is not None and not every_framework,
+        workloads_explicit=o["workload"] != ("all",),
         modes=o["mode"], batch_sizes=o["batch_size"], seeds=o["seed"],
         precisions=o["precision"], scenarios=o["scenario"], devices=o["devices"], scaling=o["scaling"],
         repeats=repeat_rule(o).first, preset=o["preset"], dataset_size=o["dataset_size"],
@@ -421,13 +406,16 @@ def resume_main(args: argparse.Namespace) -> int:
                          f" option (got {what})")
     how = {k: SWEEP_DEFAULTS[k] if getattr(args, k) is None else getattr(args, k) for k in HOW_OPTIONS}
     check_executor(how)
+    with contextlib.closing(open_store(args.store, readonly=True)) as peek:  # refused: nothing written, no migration
+        searches = _check_resumed(peek, args.resume, args.store)
     console = make_console()
     with contextlib.closing(open_store(args.store, must_exist=True)) as store, processes.stop_signals_interrupt():
         with held_machine_lock(bool(args.allow_concurrent), console):
             run_id = resume.select_run(store, args.resume, args.retry_failed)
             if run_id is None:
                 console.print(printable(f"dlbench: nothing to resume: no run in {args.store} has"
-                                        f" {_resumable_words(args.retry_failed)} trials"), highlight=False)
+                                        f" {_resumable_words(args.retry_failed)} trials{searches}"), highlight=False,
+                              soft_wrap=True)
                 return EXIT_OK
             resumption = resume.prepare(store, run_id, args.retry_failed)
             auto = rounds.state_of(store, run_id)
@@ -453,6 +441,23 @@ def resume_main(args: argparse.Namespace) -> int:
                 outcome = interrupted_between_trials(console, e)
             finish_run(store, run_id, outcome.interrupted)
         return _report(console, store, run_id, args, outcome)
+
+
+def _check_resumed(store: Store, selector: str, path: str) -> str:
+    """The run `--resume` names, checked before the store is opened for writing: one line where
+    it is not one run or is a tune search (`tune --resume` finishes that: its rounds, budget and
+    verdicts are the search's); for the default (the newest), what it leaves to `tune --resume`."""
+    searches = tune.resumable_runs(store)
+    if not selector:
+        return (f"; the search of run {searches[0]} was interrupted: finish it with: dlbench tune --resume"
+                f" {searches[0]} --store {shlex.quote(path)}") if searches else ""
+    run_ids = store.resolve_runs(selector)
+    if len(run_ids) != 1:
+        raise StoreError(f"run {selector!r}: --resume takes one run id or 'latest'")
+    if store.run(run_ids[0])["tune"] is not None:
+        raise UsageError(f"run {run_ids[0]} is a tune search; finish it with: dlbench tune --resume {run_ids[0]}"
+                         f" --store {shlex.quote(path)}")
+    return ""
 
 
 def interrupted_between_trials(console: Console, e: KeyboardInterrupt) -> Outcome:

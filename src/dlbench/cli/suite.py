@@ -22,7 +22,7 @@ from typing import Any
 from dlbench import workloads
 from dlbench.analysis import repeats
 from dlbench.backends import registered
-from dlbench.cli.common import UsageError, parse_size
+from dlbench.cli.common import MAX_ORDER_SEED, UsageError, parse_size
 from dlbench.runner.executors import EXECUTORS
 from dlbench.spec import (
     AUGMENTATIONS,
@@ -75,7 +75,7 @@ KEYS: dict[str, Key] = {
     "devices": Key("ints", minimum=1),
     "scaling": Key("name", lambda: SCALINGS),
     "repeats": Key("repeats"),  # a count, or the auto rule as a string (analysis/repeats.py)
-    "order-seed": Key("int", minimum=0),
+    "order-seed": Key("int", minimum=0, maximum=lambda: MAX_ORDER_SEED),
     "preset": Key("name", _presets),
     "epochs": Key("int", minimum=1),
     "warmup-epochs": Key("int", minimum=0),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shlex
 from typing import Any
 
@@ -24,20 +25,22 @@ from dlbench.cli.common import (
     EXIT_UNDECIDED,
     UsageError,
     add_store_argument,
+    ascii_number,
     comma_list,
     int_list,
     open_store,
+    order_seed,
     size_argument,
 )
 from dlbench.report.terminal import make_console, print_run_tables
 from dlbench.results import environment
 from dlbench.results.records import FAILURE_STATUSES
 from dlbench.results.store import Store
-from dlbench.runner import tune
+from dlbench.runner import resume, tune
 from dlbench.runner.executor import execute, finish_run, warm_imports
 from dlbench.runner.plan import Costs, Sweep, learn
 from dlbench.spec import TrialSpec
-from dlbench.text import printable
+from dlbench.text import printable, shown
 
 DEFAULT_BUDGET = "60min"
 # The fewest repeats per side at which the exact Mann-Whitney test can reach p < 0.05 (4 + 4:
@@ -62,20 +65,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--repeats", metavar="N",
                    help=f"fresh processes per candidate and phase, interleaved in rounds (default: {DEFAULT_REPEATS},"
                         f" the fewest at which a candidate can be decided faster)")
-    p.add_argument("--budget", metavar="DURATION", default=DEFAULT_BUDGET,
+    p.add_argument("--budget", metavar="DURATION",
                    help=f"wall time the search may take, e.g. 90s, 30min, 2h (default: {DEFAULT_BUDGET}): no round"
                         " starts that would end past it")
-    p.add_argument("--order-seed", type=int, help="seed of the shuffle within each round (default: drawn and recorded)")
-    p.add_argument("--dataset-size", type=int, help="training samples per epoch (default: the preset's)")
-    p.add_argument("--epochs", type=int, help="timed epochs (default: preset's)")
-    p.add_argument("--warmup-epochs", type=int, help="untimed epochs (default: preset's)")
-    p.add_argument("--chunk-steps", type=int, help="steps between syncs in the timed window (default: 16)")
-    p.add_argument("--threads", type=int, help="pin each trial to N cores")
-    p.add_argument("--timeout", type=float, help="seconds per trial (default: 1800)")
+    p.add_argument("--order-seed", type=order_seed, help="seed of the shuffle within each round (default: drawn and recorded)")
+    p.add_argument("--dataset-size", type=ascii_number(int), help="training samples per epoch (default: the preset's)")
+    p.add_argument("--epochs", type=ascii_number(int), help="timed epochs (default: preset's)")
+    p.add_argument("--warmup-epochs", type=ascii_number(int), help="untimed epochs (default: preset's)")
+    p.add_argument("--chunk-steps", type=ascii_number(int), help="steps between syncs in the timed window (default: 16)")
+    p.add_argument("--threads", type=ascii_number(int), help="pin each trial to N cores")
+    p.add_argument("--timeout", type=ascii_number(float), help="seconds per trial (default: 1800)")
     quiet.add_argument(p)
     p.add_argument("--memory-limit", type=size_argument, metavar="SIZE", help="kill a trial whose RSS exceeds this")
     p.add_argument("--allow-concurrent", action="store_true", default=None,
                    help="do not wait for another dlbench run on this machine (recorded)")
+    p.add_argument("--resume", nargs="?", const="", metavar="RUN", type=run.resume_selector,
+                   help="finish an interrupted search (default: the latest one): the rest of the round it was in,"
+                        " then the search, within what is left of its budget")
     p.add_argument("--wide", action="store_true", help="the final tables at their full width")
     add_store_argument(p)
 
@@ -94,7 +100,7 @@ def _repeats(text: str | None) -> int:
 def _budget_s(text: str) -> float:
     seconds = repeats.duration_s(text)
     if seconds is None:
-        raise UsageError(f"tune --budget {text!r} is not a duration such as 90s, 30min or 2h")
+        raise UsageError(f"tune --budget {shown(text)} is not a duration such as 90s, 30min or 2h, up to a week")
     return seconds
 
 
@@ -124,25 +130,29 @@ def _run_args(options: dict[str, Any]) -> Any:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.resume is not None:
+        return resume_main(args)
     measuring = quiet.measure()  # other processes' CPU, measured while the search is planned
     repeat_count = _repeats(args.repeats)
-    budget_s = _budget_s(args.budget)
+    budget_s = _budget_s(args.budget if args.budget is not None else DEFAULT_BUDGET)
     made, options = sweep(args)
     console = make_console()
+    # Everything is checked before the store is opened for writing: a refused search creates no
+    # store and migrates none (an older dlbench could no longer read it).
+    costs = _costs(args.store)
+    loaded = run.busy_machine()
+    search = tune.prepare(made, repeat_count, budget_s, costs, _run_args(options), run.SWEEP_DEFAULTS["mode"][0],
+                          load=loaded[0] if loaded else 1.0)
+    print_search(console, search, costs, loaded[1] if loaded else None)
+    if search.state.cells and not search.trials_phase_one:
+        least = min(tune.estimate_default_s(search, costs))
+        raise UsageError(f"tune --budget {args.budget or DEFAULT_BUDGET} admits no trial: a default alone needs about"
+                         f" {repeat_count * least:.0f} s ({repeat_count} repeats, by the estimate above)")
+    if not search.state.cells:
+        console.print("dlbench tune: nothing to search (every configuration above is skipped or unsupported)",
+                      highlight=False)
+        return EXIT_OK
     with contextlib.closing(open_store(args.store)) as store, processes.stop_signals_interrupt():
-        costs = learn(store.trial_costs())
-        loaded = run.busy_machine()
-        search = tune.prepare(made, repeat_count, budget_s, costs, _run_args(options), run.SWEEP_DEFAULTS["mode"][0],
-                              load=loaded[0] if loaded else 1.0)
-        print_search(console, search, costs, loaded[1] if loaded else None)
-        if search.state.cells and not search.trials_phase_one:
-            least = min(tune.estimate_default_s(search, costs))
-            raise UsageError(f"tune --budget {args.budget} admits no trial: a default alone needs about"
-                             f" {repeat_count * least:.0f} s ({repeat_count} repeats, by the estimate above)")
-        if not search.state.cells:
-            console.print("dlbench tune: nothing to search (every configuration above is skipped or unsupported)",
-                          highlight=False)
-            return EXIT_OK
         machine = environment.capture(installed())  # while other processes' CPU is measured
         machine["preflight"] = quiet.record_preflight(console, measuring, options["threads"])
         allow_concurrent = bool(options["allow_concurrent"])
@@ -160,6 +170,66 @@ def main(args: argparse.Namespace) -> int:
                 store.set_run_tune(run_id, search.state.to_dict())
             finish_run(store, run_id, outcome.interrupted)
         return _report(console, store, run_id, args, outcome.interrupted)
+
+
+def resume_main(args: argparse.Namespace) -> int:
+    """`tune --resume [RUN]`: the search's own settings, nothing else; its unfinished trials
+    reset (runner/resume.py), then the search goes on (runner/tune.py: resume_search)."""
+    given = [k for k in (*TUNE_OPTIONS, "repeats", "budget") if k != "allow_concurrent" and getattr(args, k) is not None]
+    if given:
+        raise UsageError(f"--resume goes on with a stored search's own settings; it takes no sweep option"
+                         f" (got --{given[0].replace('_', '-')})")
+    console = make_console()
+    with contextlib.closing(open_store(args.store, readonly=True)) as peek:  # refused: nothing written, no migration
+        run_id = _resumed_run(peek, args.resume)
+        if run_id is not None:
+            tune.rebuild(peek, run_id, Costs())
+    if run_id is None:
+        console.print(printable(f"dlbench tune: nothing to resume: no search in {args.store} was interrupted"),
+                      highlight=False)
+        return EXIT_OK
+    with contextlib.closing(open_store(args.store, must_exist=True)) as store, processes.stop_signals_interrupt():
+        with run.held_machine_lock(bool(args.allow_concurrent), console):
+            loaded = run.busy_machine()
+            search = tune.rebuild(store, run_id, learn(store.trial_costs()), loaded[0] if loaded else 1.0)
+            resumption = resume.prepare(store, run_id, retry_failed=False, search=True)
+            state = search.state
+            console.print(f"dlbench tune: resuming the search of run {run_id}: {state.spent_s / 60:.1f} of"
+                          f" {state.budget_s / 60:g} min spent, {len(resumption.trials)} unfinished trial(s) to run"
+                          " again", highlight=False, soft_wrap=True)
+            progress = run.ConsoleProgress(console, tune.candidates_plan(search))
+            try:
+                warm_imports(tune.warm_plan(search), progress)
+                outcome = tune.resume_search(store, run_id, search, execute, progress)
+            except KeyboardInterrupt as e:  # between trials: warm imports, the reference
+                outcome = run.interrupted_between_trials(console, e)
+                state.stop = "interrupted"
+                store.set_run_tune(run_id, state.to_dict())
+            finish_run(store, run_id, outcome.interrupted)
+        return _report(console, store, run_id, args, outcome.interrupted)
+
+
+def _resumed_run(store: Store, selector: str) -> int | None:
+    """The run `tune --resume` names (one line where it is not a tune search), or the newest
+    search that did not end (None: none)."""
+    if not selector:
+        found = tune.resumable_runs(store)
+        return found[0] if found else None
+    run_ids = store.resolve_runs(selector)
+    if len(run_ids) != 1:
+        raise UsageError(f"run {selector!r}: --resume takes one run id or 'latest'")
+    if store.run(run_ids[0])["tune"] is None:
+        raise UsageError(f"run {run_ids[0]} is not a tune search; finish a run with: dlbench run --resume {run_ids[0]}")
+    return run_ids[0]
+
+
+def _costs(path: str) -> Costs:
+    """What the store's earlier trials say of run times, read without writing (none where the
+    store does not exist yet)."""
+    if not os.path.exists(path):
+        return learn([])
+    with contextlib.closing(open_store(path, readonly=True)) as store:
+        return learn(store.trial_costs())
 
 
 def print_search(console: Console, search: tune.Search, costs: Costs, load: str | None = None) -> None:
@@ -205,8 +275,9 @@ def _report(console: Console, store: Store, run_id: int, args: argparse.Namespac
     store.check_present()
     console.print(printable(f"stored as run {run_id} in {args.store}"), highlight=False)
     if interrupted:
-        console.print(f"interrupted: the search of run {run_id} stopped; its trials so far are stored"
-                      " (tune has no --resume: run it again)", highlight=False, soft_wrap=True)
+        console.print(printable(f"interrupted: the search of run {run_id} stopped; its trials so far are stored;"
+                                f" finish it with: dlbench tune --resume {run_id} --store {shlex.quote(args.store)}"),
+                      highlight=False, soft_wrap=True)
         return EXIT_INTERRUPTED
     state = tuning.SearchState.from_dict(store.run(run_id)["tune"])
     defaults = tuning.default_trial_ids(state.cells)

@@ -5,8 +5,10 @@ Each problem's vector field is written once, over a small set of array operation
 NumPy, JAX, torch and TensorFlow all have under these names and signatures; each backend hands
 its own `Ops` in, so the field every library integrates is the same expression. The state is one
 flat vector. The float64 reference solution at the output times comes from SciPy's `solve_ivp`
-at rtol 1e-12 (Radau for the stiff problems, DOP853 for the others) and is cached, keyed by this
-module's source and SciPy's version, as the parity references are (runner/reference.py).
+at rtol 1e-12, or 100x tighter than the tightest tolerance a sweep asks where that is tighter
+(reference_rtol; Radau for the stiff problems, DOP853 for the others), and is cached, keyed by
+its tolerance, this module's source and SciPy's version, as the parity references are
+(runner/reference.py).
 
 The problems follow SciMLBenchmarks' choices where it has them: Lotka-Volterra with
 (1.5, 1, 3, 1) from (1, 1) over [0, 10]; Robertson's chemical kinetics over [0, 1e5]; HIRES over
@@ -175,14 +177,26 @@ def numpy_field(problem: Problem) -> Callable[[float, np.ndarray], np.ndarray]:
     return lambda t, y: np.asarray(problem.rhs(t, y, problem.params, NUMPY), dtype=np.float64)
 
 
-def solve_reference(problem: Problem) -> np.ndarray:
-    """y at `problem.times` (rows) in float64: SciPy at rtol 1e-12 (Radau for stiff problems,
-    DOP853 otherwise) with atol = 1e-12 * atol_ratio. Raises RuntimeError where SciPy fails."""
+# The reference's tolerance: 1e-12, or REFERENCE_MARGIN times tighter than the tightest
+# tolerance a sweep asks, so that a solver's error is its own and not the reference's
+# (spec.SOLVE_RTOL_RANGE keeps that above SciPy's floor of 100 x machine epsilon).
+REFERENCE_RTOL = 1e-12
+REFERENCE_MARGIN = 100
+
+
+def reference_rtol(tightest: float | None = None) -> float:
+    """The reference's rtol for a sweep whose tightest tolerance is `tightest` (None: 1e-12)."""
+    return REFERENCE_RTOL if tightest is None else min(REFERENCE_RTOL, tightest / REFERENCE_MARGIN)
+
+
+def solve_reference(problem: Problem, rtol: float = REFERENCE_RTOL) -> np.ndarray:
+    """y at `problem.times` (rows) in float64: SciPy at `rtol` (Radau for stiff problems, DOP853
+    otherwise) with atol = rtol * atol_ratio. Raises RuntimeError where SciPy fails."""
     from scipy.integrate import solve_ivp
 
     method = "Radau" if problem.stiff else "DOP853"
     sol = solve_ivp(numpy_field(problem), (0.0, problem.t1), np.array(problem.y0), method=method,
-                    t_eval=np.array(problem.times), rtol=1e-12, atol=1e-12 * problem.atol_ratio)
+                    t_eval=np.array(problem.times), rtol=rtol, atol=rtol * problem.atol_ratio)
     if sol.status != 0:
         raise RuntimeError(f"the reference solve of {problem.name} failed: {sol.message}")
     out: np.ndarray = sol.y.T
@@ -219,9 +233,11 @@ def _cached(name: str, what: str, compute: Callable[[], np.ndarray]) -> np.ndarr
     return value
 
 
-def reference(problem: Problem) -> np.ndarray:
-    """The cached float64 reference solution at the output times (rows)."""
-    return _cached(problem.name, "solution", lambda: solve_reference(problem))
+def reference(problem: Problem, tightest: float | None = None) -> np.ndarray:
+    """The cached float64 reference solution at the output times (rows), solved at
+    reference_rtol(tightest): its tolerance is part of the cache key."""
+    rtol = reference_rtol(tightest)
+    return _cached(problem.name, f"solution-rtol{rtol:.3g}", lambda: solve_reference(problem, rtol))
 
 
 def error(y: np.ndarray, y_ref: np.ndarray) -> float:

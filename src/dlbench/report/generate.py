@@ -79,8 +79,7 @@ SERVER_KEYS = ("gen_server_max_qps", "gen_server_ttft_p99", "gen_server_tpot_p99
 
 def _row(report: Report, config: Config, axes: tuple[str, ...]) -> list[Cell]:
     numbers = [_cell(col, config) for col in (*GENERATE, *ACCURACY)]
-    decoder = next((t.data.get("notes", {}).get("decoder") for t in config.trials
-                    if t.data.get("notes", {}).get("decoder")), None)
+    decoder = next((t.notes["decoder"] for t in config.trials if t.notes.get("decoder")), None)
     shape = [Cell(str(config.spec.get(key, MISSING))) for key, _ in SHAPE]
     return [*label_cells(report, config, axes), *shape, *numbers, Cell(str(decoder or "–")),
             parity_cell(config.trials), status_cell(config.trials)]

@@ -22,10 +22,12 @@ from dlbench.analysis.busy import Tally
 from dlbench.analysis.summary import Summary, summarize
 from dlbench.report.tabledata import BUSY_MARK, Cell, Column, Flag, Table
 from dlbench.results.store import Store
-from dlbench.spec import configuration_key, policy_fields
+from dlbench.spec import configuration_key, option_words, policy_fields
 
-# Policy fields that name what is measured (a series holds one value of each).
-MEASURED_POLICY = ("mode", "data")
+# Policy fields that name what is measured (a series holds one value of each): the framework's
+# options too, so that a tune run's candidates are series of their own and its default joins the
+# plain runs' series, never pooled with them.
+MEASURED_POLICY = ("mode", "data", "options")
 # Environment keys that say which machine ran a run.
 MACHINE_KEYS = ("hostname", "cpu_model", "cpu_logical", "cpu_affinity", "ram_bytes", "gpu", "os", "kernel")
 STEP_NOTE = (f"step: the level changes here, in a piecewise-constant least-absolute-deviation fit of the"
@@ -71,7 +73,7 @@ def _label(spec: dict[str, Any]) -> str:
     text = f"{w['name']}/{spec['framework']}/{policy.get('mode')} b{w['batch_size']} s{w['seed']}"
     extra = [str(spec[k]) for k, d in (("precision", "fp32"), ("scenario", "train"), ("devices", 1))
              if spec.get(k, d) != d]
-    return " ".join([text, *extra])
+    return " ".join([text, *extra, *option_words(spec)])
 
 
 def _context(env: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:

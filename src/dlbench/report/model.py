@@ -79,6 +79,13 @@ class Trial:
     def repeat(self) -> int:
         return int(self.spec.get("repeat", 0))
 
+    @property
+    def notes(self) -> dict[str, Any]:
+        """The trial's notes; empty for one that never finished (pending, interrupted, planned
+        unsupported: the store holds NULL)."""
+        notes = self.data.get("notes")
+        return notes if isinstance(notes, dict) else {}
+
 
 @dataclass(frozen=True)
 class Run:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from dlbench.problems.solve import REFERENCE_MARGIN, REFERENCE_RTOL
 from dlbench.report.cells import label_cells, label_columns
 from dlbench.report.model import Config, Report, Trial
 from dlbench.report.scenarios import SOLVE_GRADIENTS_TABLE, SOLVE_TABLE, configs_in
@@ -145,6 +146,19 @@ def _at(curve: Curve, rtol: float) -> dict[str, float] | None:
     return next((p for r, p in curve.points.items() if math.isclose(r, rtol)), None)
 
 
+def _reference_words(configs: list[Config]) -> str:
+    """The reference's tolerance: 1e-12, or 100x tighter than a sweep's tightest where that is
+    tighter (problems/solve.py: reference_rtol; the tightest from each configuration's points)."""
+    refs = set()
+    for c in configs:
+        found = [r for cv in _gather(c.ok, SOLVER_SERIES, lambda s: True) for r in cv.points]
+        if found:
+            refs.add(min(REFERENCE_RTOL, min(found) / REFERENCE_MARGIN))
+    if len(refs) == 1:
+        return f"rtol {refs.pop():g}"
+    return f"rtol {REFERENCE_RTOL:g}, or {REFERENCE_MARGIN}x tighter than a sweep's tightest tolerance"
+
+
 def work_precision_table(report: Report) -> Table | None:
     configs = _solve_configs(report)
     if not configs:
@@ -176,8 +190,8 @@ def work_precision_table(report: Report) -> Table | None:
         rows += [row(labels, cv.solver, cv) for cv in baseline]
     notes = ["per rtol: log10 of the error at the output times (per component the largest deviation over"
              " the times over that component's peak, the largest over components) against the float64 SciPy"
-             " reference at rtol 1e-12; atol = rtol x the problem's scale; max: the step cap, dt: the step size"
-             " collapsed, nan: a non-finite solution, fail: another failure, skip: not tried after a failure at a"
+             f" reference at {_reference_words(configs)}; atol = rtol x the problem's scale; max: the step cap, dt:"
+             " the step size collapsed, nan: a non-finite solution, fail: another failure, skip: not tried after a failure at a"
              " looser tolerance; ms @1e-6: the median warm solve at rtol 1e-6 (first solve, compile included,"
              " apart)",
              "nfe: evaluations of the field, counted in the field (diffrax and TFP: in a second, untimed solve;"

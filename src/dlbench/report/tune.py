@@ -51,7 +51,7 @@ def searches(report: Report) -> list[tuple[int, SearchState, CellResult]]:
         found = outcomes(run.trials)
         for cell in state.cells:
             if not shown or cell.workload in shown:
-                out.append((run.id, state, tuning.cell_result(cell, found)))
+                out.append((run.id, state, tuning.cell_result(cell, found, state.stop)))
     return out
 
 
@@ -214,13 +214,19 @@ def tally(r: CellResult) -> str:
     return f"{len(tried)} tried: " + ", ".join(f"{n} {v}" for v, n in counts.items()) if tried else "none tried"
 
 
+# Why a search stopped, in words; None: no reason recorded (still running, or its process killed).
+STOP_WORDS: dict[str | None, str] = {
+    "done": "finished", "budget": "stopped by its budget", "interrupted": "interrupted",
+    "busy": "stopped: the machine stayed busy", None: "not finished (still running, or its process was killed)"}
+
+
 def _stop_notes(report: Report, found: list[tuple[int, SearchState, CellResult]]) -> list[str]:
     out = []
     for run_id, state, _ in found:
         where = f"run {run_id}: " if report.multi_run else ""
-        why = {"done": "finished", "budget": "stopped by its budget", "interrupted": "interrupted",
-               "busy": "stopped: the machine stayed busy"}.get(
-            str(state.stop), f"stopped ({state.stop})")
+        why = STOP_WORDS.get(state.stop, f"stopped: {state.stop}")
+        if state.resumable:
+            why += f" (finish it with: dlbench tune --resume {run_id})"
         retaken = (f"; {state.retakes} trial{'s' if state.retakes != 1 else ''} retaken after busy ones (waited"
                    f" {state.waited_s:.0f} s for a quiet machine)") if state.retakes else ""
         out.append(f"{where}tune {why}: {state.spent_s / 60:.1f} of {state.budget_s / 60:g} min spent;"

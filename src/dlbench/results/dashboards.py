@@ -23,7 +23,7 @@ from dlbench.analysis import busy, metrics
 from dlbench.analysis.busy import Tally
 from dlbench.analysis.summary import Summary, summarize
 from dlbench.results.store import Store
-from dlbench.spec import configuration_key
+from dlbench.spec import configuration_key, option_words
 
 # Bencher's measure of how many of a configuration's trials ran on a busy machine (only where
 # interference was measured: a store of an earlier release has no such count).
@@ -50,7 +50,8 @@ class Point:
 
 def benchmark_name(spec: dict[str, Any]) -> str:
     """`cnn/torch/compiled b64 s0`, plus precision, scenario and devices where not the default
-    (and the data placement and threads where given)."""
+    (and the data placement, threads and the framework's options where given:
+    `torch.omp_wait_policy=passive`)."""
     w = spec["workload"]
     policy = spec.get("policy", {})
     name = f"{w['name']}/{spec['framework']}/{policy.get('mode')} b{w['batch_size']} s{w['seed']}"
@@ -59,7 +60,8 @@ def benchmark_name(spec: dict[str, Any]) -> str:
         extra.append(f"data={policy['data']}")
     if policy.get("threads") is not None:
         extra.append(f"threads={policy['threads']}")
-    return " ".join([name, *extra])
+    # a framework's options (a tune run's candidates): never the default's plain name
+    return " ".join([name, *extra, *option_words(spec)])
 
 
 def points(store: Store, run_ids: list[int], names: Sequence[str]) -> list[Point]:

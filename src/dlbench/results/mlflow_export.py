@@ -21,6 +21,7 @@ from mlflow.tracking import MlflowClient
 from dlbench.analysis import interference
 from dlbench.results.store import Store, TrialRow
 from dlbench.results.tidy import flatten
+from dlbench.spec import option_words
 
 EXPERIMENT = "dlbench"
 # MLflow's limits (mlflow/utils/validation.py): per log_batch call, and per param value.
@@ -173,7 +174,7 @@ def _export_trial(client: MlflowClient, experiment: str, store: Store, t: TrialR
             "dlbench.interference": interference.judge(t.metrics).state}
     if t.error:
         tags["dlbench.error"] = t.error[:MAX_TAG_CHARS]
-    name = f"{s['workload']['name']}/{s['framework']}/{s['policy']['mode']}#{s['repeat']}"
+    name = " ".join([f"{s['workload']['name']}/{s['framework']}/{s['policy']['mode']}#{s['repeat']}", *option_words(s)])
     child = client.create_run(experiment, start_time=start_ms, run_name=name, tags=tags)
     _log(client, child.info.run_id, trial_metrics(store, t, start_ms), trial_params(t))
     client.set_terminated(child.info.run_id, RUN_STATUS.get(t.status, "FAILED"))

@@ -305,10 +305,12 @@ class Store:
 
     # --- resuming ------------------------------------------------------------------------
     def latest_resumable_run(self, statuses: tuple[str, ...]) -> int | None:
-        """The newest run with a trial in one of `statuses`."""
+        """The newest run with a trial in one of `statuses`, a tune search's left out (`tune
+        --resume` finishes those)."""
         marks = ",".join("?" * len(statuses))
         row = self._db.execute(
-            f"SELECT max(run_id) FROM trials WHERE status IN ({marks})", statuses).fetchone()
+            f"SELECT max(run_id) FROM trials WHERE status IN ({marks})"
+            " AND run_id NOT IN (SELECT id FROM runs WHERE tune IS NOT NULL)", statuses).fetchone()
         return int(row[0]) if row[0] is not None else None
 
     def claim_run(self, run_id: int, is_alive: AliveCheck) -> int | None:

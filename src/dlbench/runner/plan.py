@@ -23,9 +23,11 @@ from dlbench.spec import (
     GenerateOptions,
     Policy,
     ScenarioOptions,
+    SCENARIOS,
     SpecError,
     TrialSpec,
     WorkloadSpec,
+    check_unused,
     configuration_key,
     options_type,
     to_dict,
@@ -43,6 +45,8 @@ class Sweep:
     workloads: tuple[str, ...] = ("cnn",)
     frameworks: tuple[str, ...] = DEFAULT_FRAMEWORKS
     frameworks_explicit: bool = False
+    # Workloads named by the user (not `-w all`): one that runs none of the scenarios is refused.
+    workloads_explicit: bool = False
     modes: tuple[str, ...] = ("compiled",)
     batch_sizes: tuple[int, ...] = ()  # empty: the preset's
     seeds: tuple[int, ...] = (0,)
@@ -208,6 +212,8 @@ def make_plan(sweep: Sweep) -> Plan:
     generate = sweep.options_for(GenerateOptions.SCENARIO)
     if isinstance(generate, GenerateOptions):  # a bound no trial of the sweep would take
         generate.check_unused(sweep.scenarios)
+    check_unused(sweep.scenario_options, sweep.scenarios)
+    _check_subjects(sweep)
     _check_size(sweep)
     missing = {f: _framework_status(f, sweep.frameworks_explicit, plan.notes) for f in sweep.frameworks}
     batch_sizes: tuple[int | None, ...] = sweep.batch_sizes or (None,)
@@ -276,12 +282,34 @@ def _is_rl(workload: str) -> bool:
     return "rollout" in subjects.runs(workload)
 
 
+def _check_subjects(sweep: Sweep) -> None:
+    """A workload or problem the user named that runs none of the sweep's scenarios (`-w hires`,
+    an ODE problem, without `--scenario solve`) would plan only unsupported trials and wait for
+    the machine lock to store them: refused, naming the scenarios it runs. `-w all` names none
+    (its workloads without the scenario are planned unsupported, as `list` shows them)."""
+    if not sweep.workloads_explicit or not set(sweep.scenarios) <= set(SCENARIOS):
+        return  # an unknown scenario: the trials' own validation names it
+    for name in sweep.workloads:
+        reasons = [subjects.scenario_unsupported(name, s) for s in sweep.scenarios]
+        if all(reasons):
+            runs = list(subjects.runs(name))
+            which = runs[0] if len(runs) == 1 else "one of " + ", ".join(runs)
+            why = reasons[0] if len(reasons) == 1 else (f"{name} runs none of --scenario {','.join(sweep.scenarios)}"
+                                                        f" (it runs: {', '.join(runs)})")
+            raise SpecError(f"-w {name}: {why}: give --scenario {which}")
+
+
 def _check_options(sweep: Sweep) -> None:
-    """Every --option names a framework of the sweep (a typo must not pass silently)."""
+    """Every --option names a framework of the sweep (a typo must not pass silently), and each
+    option one value (the last of two would win without a word)."""
+    given: dict[tuple[str, str], str] = {}
     for framework, name, value in sweep.options:
         if framework not in sweep.frameworks:
             raise SpecError(f"option {framework}.{name}={value} names a framework not in this sweep"
                             f" (frameworks: {', '.join(sweep.frameworks)})")
+        earlier = given.setdefault((framework, name), value)
+        if earlier != value:
+            raise SpecError(f"option {framework}.{name} is given twice, as {earlier} and as {value}: give one value")
 
 
 def _planned(spec: TrialSpec, backend: Backend, missing: str | None) -> PlannedTrial:

@@ -54,12 +54,13 @@ def _run_ids(store: Store) -> list[int]:
         return []
 
 
-def prepare(store: Store, run_id: int, retry_failed: bool) -> Resumption:
+def prepare(store: Store, run_id: int, retry_failed: bool, search: bool = False) -> Resumption:
     """Claim the run and reset its unfinished trials to `pending`; raises (changing nothing)
-    when a stored spec is no longer valid or another live process runs the run."""
+    when a stored spec is no longer valid or another live process runs the run. `search`: a
+    tune search that did not end (runner/tune.py), claimed even where no trial is unfinished."""
     rows = store.resumable_trials(run_id, statuses(retry_failed))
     out = Resumption(run_id)
-    if not rows and not rounds.unfinished(store, run_id):
+    if not rows and not rounds.unfinished(store, run_id) and not search:
         return out
     specs = [_valid_spec(run_id, r.id, r.spec) for r in rows]
     owner = store.claim_run(run_id, processes.is_alive)

@@ -29,7 +29,7 @@ from dlbench.results.records import TrialResult
 from dlbench.runner import retake
 from dlbench.runner.executor import Outcome, Progress, RunTrials
 from dlbench.runner.plan import Costs, Plan, PlannedTrial, Sweep, at_load, estimate_s, make_plan
-from dlbench.spec import MODES, SpecError, TrialSpec
+from dlbench.spec import MODES, SpecError, TrialSpec, configuration_key, to_dict, trial_from_dict
 
 Clock = Callable[[], float]
 # How long a search may wait, in all, for a quiet machine before retaking busy trials (within its
@@ -52,7 +52,6 @@ class Search:
     ran_s: float = 0.0
     ran_estimated_s: float = 0.0
     ran_trials: int = 0
-    answered: set[int] = field(default_factory=set)  # busy trials a retake (or its refusal) answered
     load: float = 1.0  # the present load's stretch of a first guess (cli/run.py busy_machine)
 
     def expected_s(self, cell: int, candidate: Candidate) -> float:
@@ -132,7 +131,7 @@ def prepare(sweep: Sweep, repeats: int, budget_s: float, costs: Costs,
             search.specs[(len(state.cells), candidate)] = spec
         metric = workloads.stored_scenario({"workload": {"name": base.workload.name}, "scenario": base.scenario}).headline
         state.cells.append(Cell(base.workload.name, base.framework, base.policy.mode, metric, tuple(made),
-                                tuple(entries), run_args(base), label, plain_mode))
+                                tuple(entries), run_args(base), label, plain_mode, to_dict(base)))
     _admit(search, costs)
     return search
 
@@ -203,8 +202,9 @@ def run_search(store: Store, run_id: int, search: Search, run_trials: RunTrials,
     for repeat in range(state.repeats):
         if not _round(store, run_id, search, 1, repeat, run_trials, progress, clock, outcome, first=repeat == 0):
             return outcome
-        if repeat == 0 and state.repeats > 1:
+        if repeat == 0 and state.repeats > 1 and not state.readmitted:
             _readmit(store, run_id, search, progress)
+            state.readmitted = True
     if not _catch_up(store, run_id, search, run_trials, progress, clock, outcome):
         return outcome
     if not _retakes(store, run_id, search, 1, run_trials, progress, clock, outcome, wait):
@@ -215,19 +215,88 @@ def run_search(store: Store, run_id: int, search: Search, run_trials: RunTrials,
     return outcome
 
 
+# --- resuming: `dlbench tune --resume` ----------------------------------------------------------
+
+def resumable_runs(store: Store) -> list[int]:
+    """The tune runs whose search did not end (interrupted, or its process killed), newest first."""
+    return [rid for rid, stored in reversed(store.tune_states()) if SearchState.from_dict(stored).resumable]
+
+
+def rebuild(store: Store, run_id: int, costs: Costs, load: float = 1.0) -> Search:
+    """A stored search as it was: each candidate's spec from its cell's default (Cell.base), the
+    estimates of phase 1's candidates (at the present `load`) for the pace and a readmission."""
+    stored = store.run(run_id)["tune"]
+    if not isinstance(stored, dict):
+        raise SpecError(f"run {run_id} is not a tune search; finish a run with: dlbench run --resume {run_id}")
+    state = SearchState.from_dict(stored)
+    if not state.resumable:
+        why = ("it ended" + (f" ({state.stop})" if state.stop else "") if state.stop not in (None, "interrupted")
+               else "it was stored by an earlier dlbench, which kept no spec of its defaults")
+        raise SpecError(f"run {run_id}'s search cannot be resumed: {why}; run the search again")
+    search = Search(state, load=load)
+    for i, cell in enumerate(state.cells):
+        assert cell.base is not None
+        try:
+            base = trial_from_dict(cell.base)
+            base.validate()
+        except (SpecError, TypeError, KeyError) as e:
+            raise SpecError(f"run {run_id}'s search cannot be resumed: the default of {cell.label} is not a spec"
+                            f" this dlbench reads ({e})") from None
+        for entry in cell.entries:
+            search.specs[(i, entry.candidate)] = candidate_spec(base, entry.candidate)
+            if entry.phase == 1 and entry.status in ("tried", tuning.NOT_RUN_BUDGET):
+                search.estimates[(i, entry.candidate)] = _estimate_s(search, i, entry.candidate, costs)[0]
+    _adopt(store, run_id, search)
+    return search
+
+
+def _adopt(store: Store, run_id: int, search: Search) -> None:
+    """A trial of the round in progress that the store holds but the state does not (a stop
+    signal landed between adding it and storing the state): given to its candidate, so that the
+    resume runs it in place, not a second one beside it."""
+    state, current = search.state, search.state.current
+    if current is None:
+        return
+    known = {t for c in state.cells for e in c.entries for t in e.trial_ids}
+    phase, repeat = int(current["phase"]), int(current["repeat"])
+    by_key = {replace(search.specs[(int(i), Candidate.from_dict(c))], repeat=repeat).config_key():
+              (int(i), Candidate.from_dict(c)) for i, c in current["keys"]}
+    for row in store.trials(run_id):
+        found = by_key.get(configuration_key(row.spec))
+        if row.id not in known and found is not None and int(row.spec.get("repeat", 0)) == repeat:
+            _add_trial(state, found[0], phase, found[1], row.id)
+
+
+def resume_search(store: Store, run_id: int, search: Search, run_trials: RunTrials, progress: Progress,
+                  clock: Clock = time.monotonic, wait: retake.Wait = retake.wait_for_quiet) -> Outcome:
+    """Finish an interrupted search (its unfinished trials reset to pending: runner/resume.py):
+    the rest of the round it was in (state.current; the interrupted trial in place), then the
+    search from its start, every round it had run passed over (_round), within what is left of
+    its budget. Every candidate and repeat runs once, as in a search that was never stopped."""
+    outcome = Outcome()
+    state = search.state
+    state.stop = None
+    if state.current is not None and not _run_round(store, run_id, search, run_trials, progress, clock, outcome):
+        return outcome
+    outcome.add(run_search(store, run_id, search, run_trials, progress, clock, wait))
+    return outcome
+
+
 def _round(store: Store, run_id: int, search: Search, phase: int, repeat: int, run_trials: RunTrials,
            progress: Progress, clock: Clock, outcome: Outcome,
            first: bool = False, only: Callable[[int, Entry], bool] | None = None, label: str = "") -> bool:
     """One round of the phase's tried entries (those `only` keeps, by cell index and entry),
-    where it fits (a phase's first round always starts: its phase was admitted), one trial at a
-    time: a trial starts only where the time spent and its expected length (Search.expected_s)
-    stay within the budget, so that the search never passes it by more than one trial's
-    misjudged length (the round is cut there); False when the search stops here (the budget,
-    or an interruption: the state says which)."""
+    where it fits (a phase's first round always starts: its phase was admitted); a round the
+    search ran before it was interrupted is passed over (`tune --resume` replays the search:
+    resume_search). False when the search stops here (the budget, or an interruption: the state
+    says which)."""
     state = search.state
     keys = [(i, e.candidate) for i, c in enumerate(state.cells) for e in c.entries
             if e.phase == phase and e.status == "tried" and (only is None or only(i, e))]
     if not keys:
+        return True
+    rows = {r.id: r for r in store.trials(run_id)}
+    if all(_finished(_trial_of(state, rows, i, phase, candidate, repeat)) for i, candidate in keys):
         return True
     if not first and not tuning.round_fits(state.spent_s, state.round_s, state.budget_s):
         state.stop = "budget"
@@ -236,44 +305,84 @@ def _round(store: Store, run_id: int, search: Search, phase: int, repeat: int, r
                          f" ({_minutes(state.spent_s)} spent)")
         _finish(store, run_id, search)
         return False
-    state.phase = phase
     random.Random(f"{state.order_seed}/tune/{phase}/{repeat}").shuffle(keys)
-    name = label or f"round {repeat + 1}"
-    progress.message(f"tune: phase {phase}, {name}: {len(keys)} trial(s)")
+    state.current = {"phase": phase, "repeat": repeat, "label": label or f"round {repeat + 1}",
+                     "keys": [[i, c.to_dict()] for i, c in keys], "spent_s": state.spent_s}
+    return _run_round(store, run_id, search, run_trials, progress, clock, outcome)
+
+
+def _run_round(store: Store, run_id: int, search: Search, run_trials: RunTrials, progress: Progress, clock: Clock,
+               outcome: Outcome) -> bool:
+    """The round in progress (state.current), one trial at a time, each candidate that has no
+    finished trial of its repeat yet (a resumed round runs only the rest, its unfinished trial in
+    place): a trial starts only where the time spent and its expected length (Search.expected_s)
+    stay within the budget, so that the search never passes it by more than one trial's misjudged
+    length (the round is cut there); False when the search stops here."""
+    state = search.state
+    current = state.current
+    assert current is not None
+    phase, repeat, name = int(current["phase"]), int(current["repeat"]), str(current["label"])
+    state.phase = phase
+    keys = [(int(i), Candidate.from_dict(c)) for i, c in current["keys"]]
+    store.set_run_tune(run_id, state.to_dict())
+    rows = {r.id: r for r in store.trials(run_id)}
+    todo = [(i, c) for i, c in keys if not _finished(_trial_of(state, rows, i, phase, c, repeat))]
+    progress.message(f"tune: phase {phase}, {name}: {len(todo)} trial(s)"
+                     + (f" (the rest of {len(keys)}: resumed)" if len(todo) < len(keys) else ""))
     started = clock()
-    for n, (i, candidate) in enumerate(keys):
+    for n, (i, candidate) in enumerate(todo):
         spent = state.spent_s + (clock() - started)
         expected = search.expected_s(i, candidate)
         if search.ran_trials and spent + expected > state.budget_s:
             state.spent_s, state.round_s, state.stop = spent, clock() - started, "budget"
-            progress.message(f"tune: phase {phase}, {name} cut after {n} of {len(keys)} trial(s): the next, expected"
+            state.current = None
+            progress.message(f"tune: phase {phase}, {name} cut after {n} of {len(todo)} trial(s): the next, expected"
                              f" to take {expected:.0f} s, would end past the budget of {_minutes(state.budget_s)}"
                              f" ({_minutes(spent)} spent)")
             _finish(store, run_id, search)
             return False
+        unfinished = _trial_of(state, rows, i, phase, candidate, repeat)
         if not _one_trial(store, run_id, search, phase, repeat, (i, candidate), run_trials,
-                          _InRound(progress, n, len(keys)), clock, outcome):
+                          _InRound(progress, n, len(todo)), clock, outcome, None if unfinished is None else unfinished.id):
             state.spent_s += clock() - started
             _finish(store, run_id, search)
             return False
-    took = clock() - started
-    state.spent_s += took
-    state.round_s = took
+    state.spent_s += clock() - started
+    state.round_s = state.spent_s - float(current["spent_s"])  # a resumed round: with its part before
+    state.current = None
     search.last_round_trials = len(keys)
     store.set_run_tune(run_id, state.to_dict())
     return True
 
 
+def _trial_of(state: SearchState, rows: dict[int, TrialRow], cell: int, phase: int, candidate: Candidate,
+              repeat: int) -> TrialRow | None:
+    """The candidate's stored trial of this phase and repeat, if it has one."""
+    entry = next((e for e in state.cells[cell].entries if e.phase == phase and e.candidate == candidate), None)
+    ids = entry.trial_ids if entry is not None else ()
+    return next((rows[t] for t in ids if t in rows and int(rows[t].spec.get("repeat", 0)) == repeat), None)
+
+
+def _finished(row: TrialRow | None) -> bool:
+    """A trial that ended (ok or not); not one reset for a resume (pending) or left running."""
+    return row is not None and row.status not in ("pending", "running", "interrupted")
+
+
 def _one_trial(store: Store, run_id: int, search: Search, phase: int, repeat: int, key: tuple[int, Candidate],
-               run_trials: RunTrials, progress: Progress, clock: Clock, outcome: Outcome) -> bool:
-    """Add one candidate's trial to the store and run it (the executor's call for one trial);
-    the pace it ran at is kept for the next trials' expected length. False: interrupted."""
+               run_trials: RunTrials, progress: Progress, clock: Clock, outcome: Outcome,
+               existing: int | None = None) -> bool:
+    """Add one candidate's trial to the store (or take its `existing` unfinished one, reset for
+    a resume) and run it (the executor's call for one trial); the pace it ran at is kept for the
+    next trials' expected length. False: interrupted."""
     state = search.state
     i, candidate = key
     spec = replace(search.specs[key], repeat=repeat)
-    tid = store.add_trial(run_id, len(store.trials(run_id)), spec)
-    _add_trial(state, i, phase, candidate, tid)
-    store.set_run_tune(run_id, state.to_dict())
+    if existing is None:
+        tid = store.add_trial(run_id, len(store.trials(run_id)), spec)
+        _add_trial(state, i, phase, candidate, tid)
+        store.set_run_tune(run_id, state.to_dict())
+    else:
+        tid = existing
     started = clock()
     part = run_trials(store, run_id, [(tid, PlannedTrial(spec))], progress)
     took = clock() - started
@@ -317,10 +426,9 @@ def _retakes(store: Store, run_id: int, search: Search, phase: int, run_trials: 
     while state.stop is None:
         by_trial = {tid: (i, e.candidate) for i, c in enumerate(state.cells) for e in c.entries
                     if e.phase == phase and e.status == "tried" for tid in e.trial_ids}
-        found = [r for r in retake.busy_rows(store.trials(run_id), by_trial) if r.id not in search.answered]
+        found = [r for r in retake.busy_rows(store.trials(run_id), by_trial) if r.id not in state.answered]
         if not found:
             return True
-        search.answered.update(r.id for r in found)
         keys = {by_trial[r.id] for r in found}
         needed = sum(search.expected_s(i, c) for i, c in keys)
         limit = max(0.0, min(QUIET_WAIT_S - state.waited_s, state.budget_s - state.spent_s - needed))
@@ -336,6 +444,7 @@ def _retakes(store: Store, run_id: int, search: Search, phase: int, run_trials: 
             _finish(store, run_id, search)
             return False
         state.retakes += len(keys)
+        state.answered += [r.id for r in found]  # stored with the retake round (a resume does not wait again)
         if not _round(store, run_id, search, phase, _next_repeat(store, run_id), run_trials, progress, clock, outcome,
                       first=True, only=lambda i, e: (i, e.candidate) in keys, label="retake after busy trials"):
             return False
@@ -427,7 +536,8 @@ def _catch_up(store: Store, run_id: int, search: Search, run_trials: RunTrials, 
     per_trial = state.round_s / max(1, search.last_round_trials)
     keep = short | {(i, Candidate(tuning.DEFAULT, state.cells[i].mode)) for i in {i for i, _ in short}}
     state.round_s = per_trial * len(keep)
-    return _round(store, run_id, search, 1, _next_repeat(store, run_id), run_trials, progress, clock, outcome,
+    # its repeat follows phase 1's rounds (0 .. R-1), whatever ran after it (a resume replays it)
+    return _round(store, run_id, search, 1, state.repeats, run_trials, progress, clock, outcome,
                   only=lambda i, e: (i, e.candidate) in keep, label="catch-up round")
 
 
@@ -446,12 +556,20 @@ def _add_trial(state: SearchState, cell: int, phase: int, candidate: Candidate, 
 def _phase_two(store: Store, run_id: int, search: Search, run_trials: RunTrials, progress: Progress,
                clock: Clock, outcome: Outcome, wait: retake.Wait) -> None:
     """Where two or more factors won in phase 1: their combination, with the default and the
-    best single candidate again, R repeats each, only where the whole phase fits the budget."""
+    best single candidate again, R repeats each, only where the whole phase fits the budget (a
+    resumed search continues the phase it set up: state.phase_two_start)."""
     state = search.state
+    if any(e.phase == 2 for c in state.cells for e in c.entries):  # set up before the search was interrupted
+        if state.phase_two_start is None and any(e.phase == 2 and e.status == "tried"
+                                                  for c in state.cells for e in c.entries):
+            state.phase_two_start = _next_repeat(store, run_id)  # interrupted before its first round
+        if state.phase_two_start is not None:
+            _phase_two_rounds(store, run_id, search, state.phase_two_start, run_trials, progress, clock, outcome, wait)
+        return
     found = outcomes(store.trials(run_id))
     added = 0
     for i, cell in enumerate(state.cells):
-        result = tuning.cell_result(cell, found)
+        result = tuning.cell_result(cell, found, state.stop)
         won = tuning.winners([j for j in result.judged if j.phase == 1], cell.mode)
         combined = tuning.combination(cell.mode, won, cell.factors)
         if combined is None:
@@ -484,8 +602,13 @@ def _phase_two(store: Store, run_id: int, search: Search, run_trials: RunTrials,
                          f" {_minutes(state.budget_s)} ({_minutes(state.spent_s)} spent)")
         return
     state.round_s = per_trial_s * added  # the first phase-2 round's expected duration
-    start = _next_repeat(store, run_id)  # R, or R + 1 after a catch-up round
-    for repeat in range(start, start + state.repeats):
+    state.phase_two_start = _next_repeat(store, run_id)  # R, or R + 1 after a catch-up round
+    _phase_two_rounds(store, run_id, search, state.phase_two_start, run_trials, progress, clock, outcome, wait)
+
+
+def _phase_two_rounds(store: Store, run_id: int, search: Search, start: int, run_trials: RunTrials,
+                      progress: Progress, clock: Clock, outcome: Outcome, wait: retake.Wait) -> None:
+    for repeat in range(start, start + search.state.repeats):
         if not _round(store, run_id, search, 2, repeat, run_trials, progress, clock, outcome, first=repeat == start):
             return
     _retakes(store, run_id, search, 2, run_trials, progress, clock, outcome, wait)
@@ -498,7 +621,8 @@ def _finish(store: Store, run_id: int, search: Search) -> None:
         cut = any(e.status == tuning.NOT_RUN_BUDGET for c in state.cells for e in c.entries)
         state.stop = "budget" if cut else "done"
     found = outcomes(store.trials(run_id))
-    state.measured = [m for c in state.cells for m in tuning.measured_variants(run_id, tuning.cell_result(c, found))]
+    state.measured = [m for c in state.cells
+                      for m in tuning.measured_variants(run_id, tuning.cell_result(c, found, state.stop))]
     store.set_run_tune(run_id, state.to_dict())
 
 

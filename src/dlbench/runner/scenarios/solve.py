@@ -98,7 +98,7 @@ def sweep_solver(problem: ivp.Problem, prepare: Callable[[str], Solve], solver: 
     raises is that point's failure (`failed`, its message kept), never the trial's. Where the
     module counts apart (`prepare_count`), each solved point is solved once more, after its timed
     solves, for its nfe and njev."""
-    ref = ivp.reference(problem)
+    ref = ivp.reference(problem, min(settings.rtols))  # 100x tighter than the sweep's tightest
     raw = prepare(dtype)
     count = prepare_count(dtype)
 
@@ -291,7 +291,7 @@ def run(ctx: TrialContext) -> None:
     settings = SweepSettings(rtols=options.rtols(), dtypes=protocol.SOLVE_DTYPES, max_steps=options.solve_max_steps,
                              gradient_rtols=protocol.SOLVE_GRADIENT_RTOLS)
     t = phases.start("reference")
-    ivp.reference(problem)
+    ivp.reference(problem, min(settings.rtols))
     if problem.has_gradient:
         ivp.gradient_reference(problem)
     m["reference_s"] = phases.end("reference", t)
