@@ -35,6 +35,12 @@ def test_the_tiny_decode_step_counted_by_hand():
     # an int8 weight path (1 byte a weight) with a float32 cache reads a quarter of the weights
     int8 = lm.decode_step(TINY, batch=1, prompt_len=32, new_tokens=32, weight_itemsize=1, kv_itemsize=4)
     assert int8.weight_bytes * 4 == step.weight_bytes and int8.kv_cache_bytes == step.kv_cache_bytes
+    # int8 decoding as the runtimes do it: the matmul weights (2 x 13,312 + the head's 2048) at one
+    # byte, the norms (2 x 64 + 32) and the embedding row (32) at four
+    dynamic = lm.decode_step(TINY, batch=1, prompt_len=32, new_tokens=32, weight_itemsize=4, kv_itemsize=4,
+                             matmul_itemsize=1)
+    assert dynamic.weight_bytes == (2 * 13_312 + 2048) * 1 + (2 * 64 + 32 + 32) * 4 == 29_440
+    assert dynamic.kv_cache_bytes == step.kv_cache_bytes and dynamic.flops == step.flops
 
 
 def test_decode_flops_agree_with_the_whole_sequence_count():

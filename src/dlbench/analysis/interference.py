@@ -42,8 +42,9 @@ METRICS = (FOREIGN_CPU_SHARE, RUN_QUEUE, STEAL_SHARE, CPU_FREQ_MEAN, CPU_FREQ_MI
 SERIES = "foreign_cpu_share"
 
 # A timed window is busy when other processes (or the hypervisor) took more than this share of
-# the machine's capacity. Provisional until benchmarks/interference.py measures where each
-# framework's throughput starts to fall (docs/benchmarks.md, "Interference").
+# the machine's capacity. Measured by benchmarks/interference.py (docs/benchmarks.md,
+# "Interference", 2026-12-07): quiet trials see 0-1 %, a half-core hog 18-21 % and 19-47 % lost
+# throughput; the proposal, midway, 9.4 %.
 BUSY_FOREIGN_SHARE = 0.10
 BUSY_STEAL_SHARE = 0.05
 # The environment variable that overrides BUSY_FOREIGN_SHARE for a machine whose /proc/stat counts

@@ -301,7 +301,7 @@ class DecodeStep:
 
 
 def decode_step(spec: WorkloadSpec, batch: int, prompt_len: int, new_tokens: int, weight_itemsize: int,
-                kv_itemsize: int) -> DecodeStep:
+                kv_itemsize: int, matmul_itemsize: int | None = None) -> DecodeStep:
     """One decode step, averaged over a generation's G - 1 steps (docs/methodology.md, "The
     memory-bandwidth bound of decoding"). Step g (1..G-1) feeds the token at position P + g - 1
     and attends to P + g cached positions; their mean is L = P + G / 2.
@@ -309,15 +309,21 @@ def decode_step(spec: WorkloadSpec, batch: int, prompt_len: int, new_tokens: int
     Bytes read: every parameter once at `weight_itemsize`, except the embedding table, of which
     the step reads only its B rows: (depth (4 D² + 3 D F + 2 D) + D + D V + B D) x weight
     bytes; and the keys and values of L positions in every block and row: 2 depth B L D x
-    `kv_itemsize`. Not counted (so the bytes are a lower bound): the new position's keys and
-    values written, activations, logits. FLOPs: B (2 N + 4 depth L D), N as in flops_per_sample
-    (q k^T and weights · v at 2 L D each per block)."""
+    `kv_itemsize`. `matmul_itemsize`, where given, is the bytes of a matmul weight (the blocks'
+    4 D² + 3 D F and the head's D V: N), the rest (norms, embedding rows) staying at
+    `weight_itemsize`: int8 decoding quantises the matmul weights only (dynamic int8 in ONNX
+    Runtime, LiteRT and torch; their per-channel scales are not counted). Not counted (so the
+    bytes are a lower bound): the new position's keys and values written, activations, logits.
+    FLOPs: B (2 N + 4 depth L D), N as in flops_per_sample (q k^T and weights · v at 2 L D each
+    per block)."""
     s = size(spec)
     mean_positions = prompt_len + new_tokens / 2
     weights = s.depth * (4 * s.dim**2 + 3 * s.dim * s.mlp_dim + 2 * s.dim) + s.dim + s.dim * s.vocab + batch * s.dim
+    matmul = _matmul_weights(s)
+    weight_bytes = (weights - matmul) * weight_itemsize + matmul * (matmul_itemsize or weight_itemsize)
     kv = 2 * s.depth * batch * mean_positions * s.dim * kv_itemsize
-    flops = batch * (2 * _matmul_weights(s) + 4 * s.depth * mean_positions * s.dim)
-    return DecodeStep(weights * weight_itemsize, kv, flops, mean_positions)
+    flops = batch * (2 * matmul + 4 * s.depth * mean_positions * s.dim)
+    return DecodeStep(weight_bytes, kv, flops, mean_positions)
 
 
 # --- the float64 reference ---------------------------------------------------------------------

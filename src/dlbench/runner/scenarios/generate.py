@@ -178,18 +178,20 @@ def _server(ctx: TrialContext, decoder: Decoder, o: GenerateOptions, capacity: C
 
 def _decode_step_metrics(trial: TrialSpec, o: GenerateOptions, ctx: TrialContext) -> None:
     """What one decode step must read and compute at the generation's mean position
-    (lm.decode_step; weights and cache at the workload's dtype, float32: generate runs fp32
-    only), and the FLOP/s the median TPOT achieved; the parent divides the bytes by the measured
-    memory bandwidth (runner/verdicts.py: tpot_bound_s)."""
+    (lm.decode_step; weights and cache at the workload's dtype, float32, except the matmul
+    weights under --precision int8 at 1 B), and the FLOP/s the median TPOT achieved; the parent
+    divides the bytes by the measured memory bandwidth (runner/verdicts.py: tpot_bound_s)."""
     m = ctx.metrics
     itemsize = np.dtype(trial.workload.numerics.dtype).itemsize
-    step = lm.decode_step(trial.workload, o.gen_batch, o.prompt_len, o.new_tokens, itemsize, itemsize)
+    matmul = 1 if trial.precision == "int8" else itemsize
+    step = lm.decode_step(trial.workload, o.gen_batch, o.prompt_len, o.new_tokens, itemsize, itemsize, matmul)
     m["decode_bytes_per_step"], m["decode_flops_per_step"] = step.bytes, step.flops
     tpot = m.get("tpot_p50_s")
     m["decode_flops_per_s"] = step.flops / tpot if tpot else None
+    weights = f"{itemsize} B a value" if matmul == itemsize else f"{matmul} B a matmul weight, {itemsize} B the rest"
     ctx.result.notes["decode_bytes"] = (f"{step.weight_bytes:,} B of weights + {step.kv_cache_bytes:,.0f} B of KV"
                                         f" cache ({step.mean_positions:g} positions, the mean over the decode"
-                                        f" steps) at {itemsize} B a value")
+                                        f" steps) at {weights}")
 
 
 def _timed(decoder: Decoder, prompt: np.ndarray, new_tokens: int, budget_s: float) -> tuple[list[float], list[list[float]]]:
