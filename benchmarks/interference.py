@@ -280,8 +280,8 @@ def main() -> int:
     ap.add_argument("--workloads", default="mlp,cnn")
     ap.add_argument("--levels", default=",".join(f"{x:g}" for x in LEVELS), help="hog cores, e.g. 0,0.5,1,2")
     ap.add_argument("--repeats", type=int, default=2,
-                    help="rounds, each every configuration at every level (default 2: about 25 min on 2 cores;"
-                         " 3 for firmer rates, about 35)")
+                    help="rounds, each every configuration at every level (default 2: 52 min on 2 quiet cores,"
+                         " 2026-12-07, torch's hogged trials the longest; 3 for firmer rates, about 75)")
     ap.add_argument("--preset", default="cpu")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per trial")
     ap.add_argument("--seed", type=int, default=0)
