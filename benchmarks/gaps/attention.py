@@ -54,7 +54,7 @@ def shape(args: argparse.Namespace) -> tuple[int, int, int, int, bool]:
 
 
 def steps(args: argparse.Namespace) -> int:
-    return args.steps or (3 if args.quick else 20)
+    return harness.step_count(args, 20, 3)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

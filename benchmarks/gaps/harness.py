@@ -78,6 +78,16 @@ def pin(threads: int) -> int:
     return len(cores)
 
 
+def sized(args: argparse.Namespace, full: dict[str, int], quick: dict[str, int]) -> dict[str, int]:
+    """A script's shapes: `quick` under --quick, else `full`."""
+    return quick if args.quick else full
+
+
+def step_count(args: argparse.Namespace, full: int, quick: int) -> int:
+    """Timed steps: --steps where given, else `quick` under --quick, else `full`."""
+    return args.steps or (quick if args.quick else full)
+
+
 def timed(call: Callable[[], Any], sync: Callable[[Any], Any], steps: int, warmup: int = 1) -> Result:
     """Median wall and CPU seconds of `steps` calls, each synced (`sync` of its result), after
     `warmup` untimed ones. CPU seconds are the process's (every thread's, spin-waits included):

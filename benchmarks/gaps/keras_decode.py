@@ -37,11 +37,11 @@ EPS, BASE = 1e-5, 10000.0
 
 
 def size(args: argparse.Namespace) -> dict[str, int]:
-    return QUICK if args.quick else FULL
+    return harness.sized(args, FULL, QUICK)
 
 
 def steps(args: argparse.Namespace) -> int:
-    return args.steps or (4 if args.quick else 32)
+    return harness.step_count(args, 32, 4)
 
 
 def configs(args: argparse.Namespace) -> list[harness.Config]:

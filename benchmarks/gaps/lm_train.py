@@ -59,11 +59,11 @@ BLOCK = 64  # jax-blocked's query block
 
 
 def size(args: argparse.Namespace) -> dict[str, int]:
-    return QUICK if args.quick else FULL
+    return harness.sized(args, FULL, QUICK)
 
 
 def steps(args: argparse.Namespace) -> int:
-    return args.steps or (2 if args.quick else 5)
+    return harness.step_count(args, 5, 2)
 
 
 def configs(args: argparse.Namespace) -> list[harness.Config]:

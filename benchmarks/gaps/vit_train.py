@@ -58,11 +58,11 @@ LN_EPS = 1e-6
 
 
 def size(args: argparse.Namespace) -> dict[str, int]:
-    return QUICK if args.quick else FULL
+    return harness.sized(args, FULL, QUICK)
 
 
 def steps(args: argparse.Namespace) -> int:
-    return args.steps or (2 if args.quick else 4)
+    return harness.step_count(args, 4, 2)
 
 
 def configs(args: argparse.Namespace) -> list[harness.Config]:
