@@ -96,7 +96,6 @@ UPDATE_RTOL = 1e-3
 # Ten float32 updates against float64 (measured: 2e-7). Keras's own Adam with eps 1e-8 is off by
 # 9e-6 for gradients of 1, 2e-4 for 1e-3 and 100 % for 1e-8 (eps before the bias correction).
 ADAM_RTOL = 1e-5
-PROCESS_TIMEOUT_S = 900
 
 
 def tiny_spec(name: str) -> WorkloadSpec:
@@ -276,7 +275,7 @@ def directional_derivatives(name: str) -> list[tuple[dict[str, np.ndarray], floa
     return out
 
 
-def _run(plan: dict[str, dict[str, tuple[str, ...]]], out_dir: Path) -> dict[str, Any]:
+def _run(plan: dict[str, dict[str, tuple[str, ...]]], out_dir: Path, timeout_s: float) -> dict[str, Any]:
     """One process per installed Keras backend, side by side; the float64 differences are
     computed here meanwhile."""
     procs = {}
@@ -292,16 +291,16 @@ def _run(plan: dict[str, dict[str, tuple[str, ...]]], out_dir: Path) -> dict[str
         pytest.skip("no Keras backend installed")
     directions = {name: directional_derivatives(name) for name in WORKLOADS}
     for fw, proc in procs.items():
-        _, err = proc.communicate(timeout=PROCESS_TIMEOUT_S)
+        _, err = proc.communicate(timeout=timeout_s)
         assert proc.returncode == 0, f"{fw}: {err[-3000:]}"
     return {"facts": {fw: json.loads((out_dir / f"{fw}.json").read_text()) for fw in procs},
             "directions": directions, "dir": out_dir}
 
 
-@pytest.fixture(scope="module", params=["ci", pytest.param("full", marks=pytest.mark.slow)])
+@pytest.fixture(scope="module", params=zoo_matrix.MATRICES)
 def zoo(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     plan = CI_PLAN if request.param == "ci" else FULL_PLAN
-    return _run(plan, tmp_path_factory.mktemp(f"keras-zoo-{request.param}"))
+    return _run(plan, tmp_path_factory.mktemp(f"keras-zoo-{request.param}"), zoo_matrix.process_timeout(request.param))
 
 
 def checked(zoo: dict[str, Any], name: str) -> list[tuple[str, str, dict[str, Any]]]:

@@ -65,6 +65,15 @@ UNSUPPORTED = {
 LOSS_RTOL = 1e-5
 GRAD_RTOL = 1e-4
 COSINE_MIN = 0.99999
+# XLA (compiled mode) expands TensorFlow's FusedBatchNorm with the one-pass variance
+# E[x^2] - E[x]^2, whose float32 error depends on the order of the additions XLA's code generator
+# picks per CPU: on an AVX-512 EPYC the tiny resnet's float32 gradients err by up to 5.3e-3
+# (BatchNorm scales; the stem kernel 1.6e-3, cosine 0.9999989), by 7e-6 with XLA's code capped at
+# SSE4.2 (docs/workloads.md, "Bounds that transfer"; the parity verdict there is `differs`). The
+# bound for compiled models with BatchNorm is that fact's, twice the worst measured; a wrong
+# gradient is off by far more, and the cosine bound stays.
+XLA_BATCHNORM_WORKLOADS = ("resnet",)
+XLA_BATCHNORM_GRAD_RTOL = 1e-2
 # A gradient that is zero by construction (attention key biases: they shift all of a query's
 # logits equally, which softmax ignores) is rounding noise in both dtypes: 4e-18 in float64,
 # 2e-9 in float32 against a total gradient norm of 6.7. Such a tensor (float64 norm under
@@ -230,7 +239,7 @@ def _plan(full: bool) -> dict[str, dict[str, bool]]:
     return {w: some if w in CI_ALL_MODES else {"graph": True} for w in (*WORKLOADS, *ROLLOUTS)}
 
 
-@pytest.fixture(scope="module", params=["ci", pytest.param("full", marks=pytest.mark.slow)])
+@pytest.fixture(scope="module", params=zoo_matrix.MATRICES)
 def zoo(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Zoo:
     ok, reason = get_backend(FRAMEWORK).available()
     if not ok:
@@ -238,7 +247,7 @@ def zoo(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     out_dir = tmp_path_factory.mktemp(f"tensorflow-zoo-{request.param}")
     plan = json.dumps(_plan(request.param == "full"))
     proc = subprocess.run([sys.executable, __file__, str(out_dir), plan], capture_output=True,
-                          text=True, timeout=900)
+                          text=True, timeout=zoo_matrix.process_timeout(request.param))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads((out_dir / "facts.json").read_text()), out_dir
 
@@ -361,7 +370,8 @@ def test_float32_gradients_match_float64(name, zoo):
                 continue
             err = np.linalg.norm(a - b) / np.linalg.norm(b)
             cosine = float(np.vdot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
-            assert err < GRAD_RTOL and cosine > COSINE_MIN, (mode, k, err, cosine)
+            bound = XLA_BATCHNORM_GRAD_RTOL if mode == "compiled" and name in XLA_BATCHNORM_WORKLOADS else GRAD_RTOL
+            assert err < bound and cosine > COSINE_MIN, (mode, k, err, cosine)
 
 
 def _output_shape(spec: WorkloadSpec) -> list[int]:

@@ -272,14 +272,14 @@ def _plan(full: bool) -> list[str]:
     return [f"{w}=eager,compiled" if w in CI_COMPILED else f"{w}=eager" for w in (*WORKLOADS, *ROLLOUTS)]
 
 
-@pytest.fixture(scope="module", params=["ci", pytest.param("full", marks=pytest.mark.slow)])
+@pytest.fixture(scope="module", params=zoo_matrix.MATRICES)
 def facts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     ok, reason = get_backend(FRAMEWORK).available()
     if not ok:
         pytest.skip(reason)
     out_dir = tmp_path_factory.mktemp(f"torch-zoo-{request.param}")
     proc = subprocess.run([sys.executable, __file__, str(out_dir), *_plan(request.param == "full")],
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=zoo_matrix.process_timeout(request.param))
     assert proc.returncode == 0, proc.stderr[-3000:]
     found: dict[str, Any] = json.loads((out_dir / "facts.json").read_text())
     found["out_dir"] = str(out_dir)

@@ -42,9 +42,11 @@ VARIANTS = {
 LOSS_RTOL = 1e-6
 
 
-def _trial(framework: str, options: dict[str, str], data: str = "pipeline", **kw: Any) -> TrialSpec:
+def _trial(framework: str, policy_options: dict[str, str], data: str = "pipeline", **kw: Any) -> TrialSpec:
+    """An mlp trial with the framework's `policy_options`; `kw` the TrialSpec's own fields (its
+    scenario `options` among them)."""
     spec = preset_spec(workloads.get("mlp"))
-    return TrialSpec(workload=spec, framework=framework, policy=Policy(options=options, data=data), **kw)
+    return TrialSpec(workload=spec, framework=framework, policy=Policy(options=policy_options, data=data), **kw)
 
 
 def _variant_facts(backend: Any, trial: TrialSpec) -> dict[str, Any]:

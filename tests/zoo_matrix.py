@@ -14,8 +14,24 @@ of workload needs its check here, never a silent skip.
 
 from __future__ import annotations
 
+import pytest
+
 from dlbench import workloads
 from dlbench.backends import get_backend, support
+
+# The zoo tests' matrices: "ci" (a few workloads in every mode) and "full" (the rest, under the slow
+# marker: every workload compiled, one framework process or one per Keras backend). The full
+# matrix's processes ran past pytest's 600 s default at load 4 (issue 44's slow-tier run), where
+# each test's timeout covers the module fixture that runs them: its tests get FULL_TIMEOUT_S and a
+# minute more, the processes FULL_TIMEOUT_S, so that a slow process fails with its own stderr.
+CI_TIMEOUT_S = 900
+FULL_TIMEOUT_S = 2400
+MATRICES = ["ci", pytest.param("full", marks=(pytest.mark.slow, pytest.mark.timeout(FULL_TIMEOUT_S + 60)))]
+
+
+def process_timeout(matrix: str) -> int:
+    """Seconds a zoo's framework process may take for `matrix` ("ci" or "full")."""
+    return FULL_TIMEOUT_S if matrix == "full" else CI_TIMEOUT_S
 
 
 def runnable(framework: str) -> list[str]:
