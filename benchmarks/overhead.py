@@ -29,12 +29,15 @@ from dlbench.runner import spawn
 from dlbench.spec import Policy, TrialSpec, WorkloadSpec
 
 HERE = Path(__file__).resolve().parent
+NO_DONATE = "reference-no-donate"  # the JAX loop sharing dlbench's choices, its state not donated
 
 
-def reference(framework: str, mode: str, args: argparse.Namespace, plain: bool = False) -> float:
+def reference(framework: str, mode: str, args: argparse.Namespace, plain: bool = False,
+              extra: tuple[str, ...] = ()) -> float:
     """The hand-written loop's samples/s: sharing dlbench's choices, or (`plain`) the plainest
-    idiom a tutorial writes, its own data loading included."""
+    idiom a tutorial writes, its own data loading included; `extra` are the loop's own flags."""
     cmd = [sys.executable, str(HERE / "reference" / f"{framework}_cnn.py"), "--mode", mode, *(["--plain"] if plain else []),
+           *extra,
            "--batch-size", str(args.batch_size), "--dataset-size", str(args.dataset_size),
            "--epochs", str(args.epochs), "--warmup-epochs", str(args.warmup_epochs),
            "--threads", str(args.threads), "--seed", "0"]
@@ -74,6 +77,10 @@ def main() -> int:
                    help="also run each framework's plainest tutorial loop (reference/*_cnn.py --plain: a"
                         " DataLoader over a TensorDataset, tf.data from tensor slices, a NumPy loop for JAX) and"
                         " print dlbench / plain")
+    p.add_argument("--jax-no-donate", action="store_true",
+                   help="JAX: also the loop sharing dlbench's choices with its state not donated"
+                        " (reference/jax_cnn.py --donate no): it separates donation, the one choice the plain loop"
+                        " makes differently besides its own shuffle, and prints dlbench / that loop")
     p.add_argument("--seed", type=int, default=0, help="seed of the interleaving order")
     p.add_argument("--json", help="also write the raw numbers here")
     args = p.parse_args()
@@ -82,14 +89,19 @@ def main() -> int:
     rng = random.Random(args.seed)
     # "dlbench" is the default pipeline (the key older JSON files have), "dlbench-device" --data device
     kinds = ["reference", *("dlbench" if d == "pipeline" else f"dlbench-{d}" for d in args.data.split(",")),
-             *(["plain"] if args.plain else [])]
-    raw: dict[str, dict[str, list[float]]] = {f"{f}/{m}": {k: [] for k in kinds} for f, m in pairs}
+             *(["plain"] if args.plain else []), *([NO_DONATE] if args.jax_no_donate else [])]
+
+    def applies(framework: str, kind: str) -> bool:
+        return kind != NO_DONATE or framework == "jax"
+
+    raw: dict[str, dict[str, list[float]]] = {f"{f}/{m}": {k: [] for k in kinds if applies(f, k)} for f, m in pairs}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
-            jobs = [(f, m, kind) for f, m in pairs for kind in kinds]
+            jobs = [(f, m, kind) for f, m in pairs for kind in kinds if applies(f, kind)]
             rng.shuffle(jobs)
             for f, m, kind in jobs:
                 value = (reference(f, m, args, plain=kind == "plain") if kind in ("reference", "plain")
+                         else reference(f, m, args, extra=("--donate", "no")) if kind == NO_DONATE
                          else dlbench_trial(f, m, args, Path(tmp), kind.partition("-")[2] or "pipeline"))
                 raw[f"{f}/{m}"][kind].append(value)
                 print(f"round {r + 1}/{args.repeats} {f}/{m} {kind}: {value:.1f} samples/s", flush=True)
@@ -98,7 +110,7 @@ def main() -> int:
     for key, v in raw.items():
         ref = statistics.median(v["reference"])
         summary[key] = dict(v)
-        for kind in (k for k in kinds[1:] if k != "plain"):
+        for kind in (k for k in kinds[1:] if k not in ("plain", NO_DONATE)):
             dlb = statistics.median(v[kind])
             summary[key]["ratio" if kind == "dlbench" else f"ratio-{kind}"] = dlb / ref
             print(f"{key:24} {kind:16} {ref:14.1f} {dlb:10.1f} {dlb / ref:7.3f}")
@@ -106,6 +118,12 @@ def main() -> int:
             plain, dlb = statistics.median(v["plain"]), statistics.median(v["dlbench"])
             summary[key]["ratio-to-plain"] = dlb / plain
             print(f"{key:24} {'vs plain loop':16} {plain:14.1f} {dlb:10.1f} {dlb / plain:7.3f}")
+        if NO_DONATE in v:  # dlbench (which donates) against the same loop not donating
+            kept, dlb = statistics.median(v[NO_DONATE]), statistics.median(v["dlbench"])
+            summary[key]["ratio-to-no-donate"] = dlb / kept
+            summary[key]["donated-over-not"] = ref / kept
+            print(f"{key:24} {'vs not donating':16} {kept:14.1f} {dlb:10.1f} {dlb / kept:7.3f}")
+            print(f"{key:24} {'loop: donated / not':16} {kept:14.1f} {ref:10.1f} {ref / kept:7.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "results": summary}, indent=1))
     return 0

@@ -21,7 +21,12 @@ import harness  # beside this script: the CLI and result line overhead.py reads
 
 
 def parse_args() -> argparse.Namespace:
-    return harness.parse_args(__doc__.split("\n\n")[0], ("compiled",))
+    def extra(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--donate", choices=("yes", "no"), default=None,
+                       help="donate the parameters and Adam moments to the step (default: yes, as dlbench does;"
+                            " no under --plain, as a tutorial's plain jax.jit)")
+
+    return harness.parse_args(__doc__.split("\n\n")[0], ("compiled",), extra)
 
 
 def pin_threads(n: int) -> None:
@@ -72,7 +77,8 @@ def main() -> None:
 
     # Donated: XLA updates the parameters and Adam moments in place (a tutorial's plain jax.jit
     # does not donate).
-    train_step = jax.jit(step) if args.plain else functools.partial(jax.jit, donate_argnums=(0, 1))(step)
+    donate = args.donate == "yes" if args.donate else not args.plain
+    train_step = functools.partial(jax.jit, donate_argnums=(0, 1))(step) if donate else jax.jit(step)
 
     spec = WorkloadSpec(batch_size=args.batch_size, dataset_size=args.dataset_size, seed=args.seed)
     data = cnn.make_dataset(spec)
@@ -101,7 +107,7 @@ def main() -> None:
     jax.block_until_ready((params, loss))
     train_s = time.perf_counter() - start
 
-    harness.report("jax", args.mode, args.epochs * steps * bs, train_s, float(loss), args.plain)
+    harness.report("jax", args.mode, args.epochs * steps * bs, train_s, float(loss), args.plain, donated=donate)
 
 
 if __name__ == "__main__":
