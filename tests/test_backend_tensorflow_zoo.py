@@ -65,15 +65,6 @@ UNSUPPORTED = {
 LOSS_RTOL = 1e-5
 GRAD_RTOL = 1e-4
 COSINE_MIN = 0.99999
-# XLA (compiled mode) expands TensorFlow's FusedBatchNorm with the one-pass variance
-# E[x^2] - E[x]^2, whose float32 error depends on the order of the additions XLA's code generator
-# picks per CPU: on an AVX-512 EPYC the tiny resnet's float32 gradients err by up to 5.3e-3
-# (BatchNorm scales; the stem kernel 1.6e-3, cosine 0.9999989), by 7e-6 with XLA's code capped at
-# SSE4.2 (docs/workloads.md, "Bounds that transfer"; the parity verdict there is `differs`). The
-# bound for compiled models with BatchNorm is that fact's, twice the worst measured; a wrong
-# gradient is off by far more, and the cosine bound stays.
-XLA_BATCHNORM_WORKLOADS = ("resnet",)
-XLA_BATCHNORM_GRAD_RTOL = 1e-2
 # A gradient that is zero by construction (attention key biases: they shift all of a query's
 # logits equally, which softmax ignores) is rounding noise in both dtypes: 4e-18 in float64,
 # 2e-9 in float32 against a total gradient norm of 6.7. Such a tensor (float64 norm under
@@ -370,8 +361,8 @@ def test_float32_gradients_match_float64(name, zoo):
                 continue
             err = np.linalg.norm(a - b) / np.linalg.norm(b)
             cosine = float(np.vdot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
-            bound = XLA_BATCHNORM_GRAD_RTOL if mode == "compiled" and name in XLA_BATCHNORM_WORKLOADS else GRAD_RTOL
-            assert err < bound and cosine > COSINE_MIN, (mode, k, err, cosine)
+            bound, cosine_min = zoo_matrix.gradient_bounds(FRAMEWORK, mode, name, GRAD_RTOL, COSINE_MIN)
+            assert err < bound and cosine > cosine_min, (mode, k, err, cosine)
 
 
 def _output_shape(spec: WorkloadSpec) -> list[int]:

@@ -300,8 +300,17 @@ def test_rollouts_and_updates_match_the_numpy_definition(facts, name):
             ppo_check.assert_matches(dict(f), ppo_check.numpy_reference(), ["host"])
 
 
+def _workload(facts: dict[str, Any], name: str) -> dict[str, Any]:
+    """The facts of one workload in this matrix; the full matrix leaves out CI_COMPILED, whose
+    every mode the ci matrix checks."""
+    if name not in facts["workloads"] and name in CI_COMPILED:
+        pytest.skip(f"{name}: every mode runs in the ci matrix")
+    found: dict[str, Any] = facts["workloads"][name]
+    return found
+
+
 def _modes(facts: dict[str, Any], name: str) -> dict[str, Any]:
-    return {m: f for m, f in facts["workloads"][name].items() if m != "float64"}
+    return {m: f for m, f in _workload(facts, name).items() if m != "float64"}
 
 
 @pytest.mark.parametrize("name", WORKLOADS)
@@ -312,7 +321,7 @@ def test_float32_loss_matches_the_numpy_reference(facts, name):
 
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_float64_gradients_match_finite_differences(facts, name):
-    f = facts["workloads"][name]["float64"]
+    f = _workload(facts, name)["float64"]
     assert f["numerics"]["dtype"] == "float64"
     assert f["loss"] == pytest.approx(f["reference_loss"], rel=1e-12)
     assert max(f["fd_errors"]) < FD_RTOL, f["fd_errors"]
@@ -331,7 +340,7 @@ def test_float32_gradients_match_float64(facts, name):
 
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_training_lowers_the_loss_in_float32_and_float64(facts, name):
-    f64 = facts["workloads"][name]["float64"]["losses"]
+    f64 = _workload(facts, name)["float64"]["losses"]
     for mode, f in [*_modes(facts, name).items(), ("float64", {"losses": f64})]:
         losses = f["losses"]
         assert len(losses) == K_STEPS and all(np.isfinite(losses)), mode

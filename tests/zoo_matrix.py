@@ -29,6 +29,30 @@ FULL_TIMEOUT_S = 2400
 MATRICES = ["ci", pytest.param("full", marks=(pytest.mark.slow, pytest.mark.timeout(FULL_TIMEOUT_S + 60)))]
 
 
+# XLA (TensorFlow's jit_compile, TensorFlow and Keras on TensorFlow) expands FusedBatchNorm with the
+# one-pass variance E[x^2] - E[x]^2, whose float32 error depends on the order of the additions
+# XLA's code generator picks per CPU: on an AVX-512 EPYC the tiny resnet's float32 gradients err by
+# up to 5.3e-3 (BatchNorm scales; the stem kernel 1.6e-3, cosine 0.99999), by 7e-6 with XLA's code
+# capped at SSE4.2 (docs/workloads.md, "Bounds that transfer"; dlbench's parity verdict there is
+# `differs`). The zoo tests bound those gradients by that fact, twice the worst measured; a wrong
+# gradient is off by far more. Every other framework, mode and workload keeps its own bound.
+XLA_BATCHNORM_WORKLOADS = ("resnet",)
+XLA_BATCHNORM_RTOL = 1e-2
+
+
+def xla_batchnorm(framework: str, mode: str, workload: str) -> bool:
+    """Whether a run's float32 gradients carry XLA's one-pass BatchNorm error (above)."""
+    return framework in ("tensorflow", "keras-tensorflow") and mode == "compiled" and workload in XLA_BATCHNORM_WORKLOADS
+
+
+def gradient_bounds(framework: str, mode: str, workload: str, rtol: float, cosine_min: float) -> tuple[float, float]:
+    """(normwise relative error, cosine) bounds of a run's float32 gradients: the test's own, or
+    XLA's BatchNorm fact's, whose cosine follows from its error (cos >= 1 - err^2 / 2)."""
+    if xla_batchnorm(framework, mode, workload):
+        return XLA_BATCHNORM_RTOL, 1 - XLA_BATCHNORM_RTOL**2 / 2
+    return rtol, cosine_min
+
+
 def process_timeout(matrix: str) -> int:
     """Seconds a zoo's framework process may take for `matrix` ("ci" or "full")."""
     return FULL_TIMEOUT_S if matrix == "full" else CI_TIMEOUT_S
