@@ -90,11 +90,11 @@ TRAJECTORY_RTOL = 1e-5
 # Its K-step updates there: stem.conv.kernel 2.9 % from NumPy Adam's (keras-tensorflow graph, the
 # base commit alike), inside the 7-9 % that 1e-6 noise moves them by (above): the bound for
 # resnet says "follows Adam", not "bit-close". On an AMD EPYC with AVX-512 BF16 (2026-12-07)
-# keras-torch compiled's third chunk was 7.6e-4 from NumPy Adam's (its first two 1e-7) and its
-# stem kernel's K-step update 17 % from NumPy Adam's: the same ill-conditioning through Inductor's
-# float32 code for this CPU; the bounds are 1e-3 and 25 %.
+# keras-torch compiled's third chunk was 7.6e-4 from NumPy Adam's (its first two 1e-7): the
+# trajectory bound is 1e-3. Its K-step updates there left NumPy Adam's by 17 % (stem kernel) and
+# 47 % (stem BatchNorm scale), which this bound still fails: not yet explained (issue 44's note).
 TRAJECTORY_RTOL_BY_WORKLOAD = {"resnet": 1e-3}
-UPDATE_RTOL_BY_WORKLOAD = {"resnet": 0.25}
+UPDATE_RTOL_BY_WORKLOAD = {"resnet": 0.1}
 UPDATE_RTOL = 1e-3
 # Ten float32 updates against float64 (measured: 2e-7). Keras's own Adam with eps 1e-8 is off by
 # 9e-6 for gradients of 1, 2e-4 for 1e-3 and 100 % for 1e-8 (eps before the bias correction).
