@@ -6,6 +6,8 @@
   per tensor (normwise, cosine) across keras-jax, keras-torch and keras-tensorflow;
 - K steps of fit() equal a float64 NumPy Adam driven by the program's own gradients (the loss
   of each chunk and the parameters), and TorchFormulaAdam equals NumPy Adam on one tensor;
+  fit()'s first two steps equal float64 Adam on the gradients fit() applied (recovered from its
+  moments), and its first gradient is loss_and_grads', or differs by a ReLU kink's side only;
 - the first pipeline batch is the spec's first index row; the train step compiles once;
 - numerics read back match the spec; unsupported ones and float64 are refused;
 - resnet: the BatchNorm running statistics after one step follow the spec, predict uses them.
@@ -91,11 +93,24 @@ TRAJECTORY_RTOL = 1e-5
 # base commit alike), inside the 7-9 % that 1e-6 noise moves them by (above): the bound for
 # resnet says "follows Adam", not "bit-close". On an AMD EPYC with AVX-512 BF16 (2026-12-07)
 # keras-torch compiled's third chunk was 7.6e-4 from NumPy Adam's (its first two 1e-7): the
-# trajectory bound is 1e-3. Its K-step updates there left NumPy Adam's by 17 % (stem kernel) and
-# 47 % (stem BatchNorm scale), which this bound still fails: not yet explained (issue 44's note).
+# trajectory bound is 1e-3.
 TRAJECTORY_RTOL_BY_WORKLOAD = {"resnet": 1e-3}
 UPDATE_RTOL_BY_WORKLOAD = {"resnet": 0.1}
 UPDATE_RTOL = 1e-3
+# The gradient fit() applied at step 1 (from Adam's first moment) against loss_and_grads' at the
+# same point, the whole gradient normwise (measured: 3e-8 on keras-torch eager). Where they
+# differ more, the difference must be a ReLU kink's, each side exact (zoo_matrix.kink_sides):
+# keras-torch compiled's fit() put the tiny resnet's one near-kink unit off, loss_and_grads (eager
+# on torch) on, 1.2e-2 apart, which Adam's sign-like first step turned into a K-step update 47 %
+# from NumPy Adam's on loss_and_grads (stem.bn.scale). There the K-step comparison says nothing
+# and is left out; Adam on fit()'s own gradients stands for it. Measured over the CI and full
+# matrices (2026-12-07, AMD EPYC): first gradients <= 5.6e-7 apart but the kink (keras-tensorflow
+# graph ddpm); Adam on fit()'s own gradients <= 9.2e-5 from fit()'s two steps (float32
+# parameters near 1 round steps of 1e-3 by up to 6e-5), keras-torch compiled resnet 3.4e-5.
+FIT_GRAD_RTOL = 1e-4
+OWN_ADAM_RTOL = 5e-4
+# The second moments fit() holds against those its recovered gradients predict (measured: 1.7e-7).
+VELOCITY_RTOL = 1e-5
 # Ten float32 updates against float64 (measured: 2e-7). Keras's own Adam with eps 1e-8 is off by
 # 9e-6 for gradients of 1, 2e-4 for 1e-3 and 100 % for 1e-8 (eps before the bias correction).
 ADAM_RTOL = 1e-5
@@ -119,39 +134,72 @@ def zero_grad(name: str) -> bool:
 # --- the child process -------------------------------------------------------------------------
 
 
+def adam_step(n: Any, t: int, p: dict[str, np.ndarray], m: dict[str, np.ndarray], v2: dict[str, np.ndarray],
+              g: dict[str, np.ndarray]) -> None:
+    """Step t of float64 Adam (torch's formula) on gradients g, in place."""
+    for k in p:
+        gk = g[k].astype(np.float64)
+        m[k] = n.beta1 * m[k] + (1 - n.beta1) * gk
+        v2[k] = n.beta2 * v2[k] + (1 - n.beta2) * gk**2
+        step = n.learning_rate / (1 - n.beta1**t)
+        p[k] = p[k] - step * m[k] / (np.sqrt(v2[k]) / np.sqrt(1 - n.beta2**t) + n.eps)
+
+
 def numpy_adam(program: Any, spec: WorkloadSpec, params: dict[str, np.ndarray], x: np.ndarray,
-               y: np.ndarray) -> tuple[list[float], dict[str, np.ndarray]]:
-    """K steps of float64 Adam (torch's formula) on the program's own loss_and_grads, the
-    parameters rounded to float32 before each gradient as fit() holds them."""
-    n = spec.numerics
+               y: np.ndarray) -> tuple[list[float], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """K steps of float64 Adam on the program's own loss_and_grads, the parameters rounded to
+    float32 before each gradient as fit() holds them; the losses, the parameters, the first
+    gradient."""
     p = {k: v.astype(np.float64) for k, v in params.items()}
     m = {k: np.zeros_like(v) for k, v in p.items()}
     v2 = {k: np.zeros_like(v) for k, v in p.items()}
-    losses = []
+    losses, first = [], {}
     for t in range(1, K_STEPS + 1):
         loss, g = program.loss_and_grads(program.init({k: v.astype(np.float32) for k, v in p.items()}), x, y)
         losses.append(loss)
-        for k in p:
-            m[k] = n.beta1 * m[k] + (1 - n.beta1) * g[k]
-            v2[k] = n.beta2 * v2[k] + (1 - n.beta2) * g[k].astype(np.float64) ** 2
-            step = n.learning_rate / (1 - n.beta1**t)
-            p[k] = p[k] - step * m[k] / (np.sqrt(v2[k]) / np.sqrt(1 - n.beta2**t) + n.eps)
-    return losses, p
+        first = first or g
+        adam_step(spec.numerics, t, p, m, v2, g)
+    return losses, p, first
+
+
+def fit_gradients(n: Any, moments: list[dict[str, tuple[np.ndarray, np.ndarray]]]) -> tuple[list[dict[str, np.ndarray]], float]:
+    """The gradients fit() applied at steps 1..len(moments), recovered from Adam's first moments
+    after each one-step chunk (m_t = b1 m_t-1 + (1 - b1) g_t); and the largest normwise
+    relative error of the second moments those gradients predict (the same gradient entered
+    both)."""
+    grads, v_err = [], 0.0
+    m_prev = {k: np.zeros(m.shape) for k, (m, _) in moments[0].items()}
+    v_prev = dict(m_prev)
+    for after in moments:
+        g = {k: (m.astype(np.float64) - n.beta1 * m_prev[k]) / (1 - n.beta1) for k, (m, _) in after.items()}
+        for k, (_, v) in after.items():
+            predicted = n.beta2 * v_prev[k] + (1 - n.beta2) * g[k] ** 2
+            if np.any(predicted):
+                v_err = max(v_err, float(np.linalg.norm(v - predicted) / np.linalg.norm(predicted)))
+        grads.append(g)
+        m_prev = {k: m.astype(np.float64) for k, (m, _) in after.items()}
+        v_prev = {k: v.astype(np.float64) for k, (_, v) in after.items()}
+    return grads, v_err
 
 
 def train_chunks(backend: Any, program: Any, state: Any, spec: WorkloadSpec) -> dict[str, Any]:
-    """fit() over the first row repeated, in CHUNKS; the buffers after the first step."""
+    """fit() over the first row repeated, in CHUNKS; the buffers after the first step, the
+    moments and parameters after each chunk."""
     batches = program.batches(np.tile(first_rows(spec)[:1], (K_STEPS, 1)))
     losses: list[float] = []
     counts: list[int] = []
     buffers: dict[str, np.ndarray] = {}
+    moments, params = [], []
     for n in CHUNKS:
         state, chunk = program.train_chunk(state, batches, n)
         backend.sync(state, chunk)
         losses.extend(program.losses_to_numpy(chunk).tolist())
         counts.append(program.compilations())
         buffers = buffers or {f"buffer/{k}": v for k, v in program.buffers(state).items()}
-    return {"state": state, "losses": losses, "compilations": counts, "buffers": buffers}
+        moments.append(program.moments(state))
+        params.append(program.params(state))
+    return {"state": state, "losses": losses, "compilations": counts, "buffers": buffers,
+            "moments": moments, "params": params}
 
 
 def check_mode(backend: Any, framework: str, name: str, mode: str, out_dir: Path) -> dict[str, Any]:
@@ -165,8 +213,15 @@ def check_mode(backend: Any, framework: str, name: str, mode: str, out_dir: Path
     program.load(data)
     fx, fy = program.canonical_batch(next(iter(program.batches(first_rows(spec)))))
     row = first_rows(spec)[0]
-    ref_losses, ref_params = numpy_adam(program, spec, params, data.x[row], data.y[row])
+    ref_losses, ref_params, ref_grad = numpy_adam(program, spec, params, data.x[row], data.y[row])
     trained = train_chunks(backend, program, program.init(params), spec)
+    # Adam on the gradients fit() itself applied in its one-step chunks (CHUNKS[:2]).
+    fit_grads, velocity_err = fit_gradients(spec.numerics, trained["moments"][:2])
+    own = {k: v.astype(np.float64) for k, v in params.items()}
+    m0 = {k: np.zeros_like(v) for k, v in own.items()}
+    v0 = {k: np.zeros_like(v) for k, v in own.items()}
+    for t, g in enumerate(fit_grads, start=1):
+        adam_step(spec.numerics, t, own, m0, v0, g)
     after = program.params(trained["state"])
     logits = program.predict(trained["state"], fixed.x)
     logits_half = program.predict(trained["state"], fixed.x[: len(fixed.x) // 2])
@@ -179,13 +234,18 @@ def check_mode(backend: Any, framework: str, name: str, mode: str, out_dir: Path
     np.savez(out_dir / f"{framework}-{name}-{mode}.npz", first_x=fx, first_y=fy, logits=logits,
              logits_half=logits_half, **{f"grad/{k}": v for k, v in grads.items()},
              **{f"trained/{k}": v for k, v in after.items()},
-             **{f"reference/{k}": v for k, v in ref_params.items()}, **trained["buffers"])
+             **{f"reference/{k}": v for k, v in ref_params.items()}, **trained["buffers"],
+             **{f"fit_grad/{k}": v for k, v in fit_grads[0].items()},
+             **{f"grad_at_start/{k}": v for k, v in ref_grad.items()},
+             **{f"own_adam/{k}": v for k, v in own.items()},
+             **{f"trained_two/{k}": v for k, v in trained["params"][1].items()})
     return {
         "loss": loss,
         "reference_loss": float(wl.reference_loss(spec, params, fixed.x, fixed.y)),
         "losses": trained["losses"],
         "reference_losses": ref_losses,
         "compilations": trained["compilations"],
+        "velocity_err": velocity_err,
         "numerics": program.numerics(),
         "grad_dtypes": sorted({str(g.dtype) for g in grads.values()}),
         "reset_max_abs_diff": max(float(np.max(np.abs(reset[k] - params[k]))) for k in params),
@@ -374,6 +434,43 @@ def test_gradients_agree_across_keras_backends(zoo, name):
             assert err < bound and cosine > cosine_min, (fw, mode, base_fw, base_mode, k, err, cosine)
 
 
+def fit_gradient_split(fw: str, mode: str, name: str, f: dict[str, Any], zoo: dict[str, Any]) -> bool:
+    """Whether fit()'s step-1 gradient left loss_and_grads' at the start by more than the
+    gradients' bound; asserted to be a ReLU kink's doing where it did."""
+    fit, start = arrays(zoo, fw, name, mode, "fit_grad"), arrays(zoo, fw, name, mode, "grad_at_start")
+    a = np.concatenate([fit[k].ravel() for k in start])
+    b = np.concatenate([start[k].ravel() for k in start])
+    err = float(np.linalg.norm(a - b) / np.linalg.norm(b))
+    bound, _ = zoo_matrix.gradient_bounds(fw, mode, name, FIT_GRAD_RTOL, COSINE_MIN)
+    if err < bound:
+        return False
+    wl, spec = workloads.get(name), tiny_spec(name)
+    row = first_rows(spec)[0]
+    data = wl.make_dataset(spec)
+    loss = zoo_matrix.reference_loss_on(wl, spec, data.x[row], data.y[row])
+    sides = zoo_matrix.kink_sides(loss, wl.init_params(spec), [fit, start])
+    assert isinstance(sides, list) and None not in sides and sides[0] != sides[1], (
+        f"{fw} {mode} {name}: fit()'s first gradient is {err:.1e} from loss_and_grads' and no "
+        f"ReLU kink explains it ({sides})")
+    return True
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_fit_applies_adam_to_its_own_gradients(zoo, name):
+    """Adam in float64 on the gradients fit() recovered from its first moments equals fit()'s
+    first two steps; the second moments hold the same gradients."""
+    init = workloads.get(name).init_params(tiny_spec(name))
+    for fw, mode, f in checked(zoo, name):
+        assert f["velocity_err"] < VELOCITY_RTOL, (fw, mode, f["velocity_err"])
+        trained, own = arrays(zoo, fw, name, mode, "trained_two"), arrays(zoo, fw, name, mode, "own_adam")
+        for k, p0 in init.items():
+            if zero_grad(k):
+                continue
+            moved = np.linalg.norm(own[k] - p0)
+            err = np.linalg.norm(trained[k] - own[k]) / moved if moved else np.linalg.norm(trained[k] - p0)
+            assert err < OWN_ADAM_RTOL, (fw, mode, k, err)
+
+
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_fit_follows_numpy_adam(zoo, name):
     init = workloads.get(name).init_params(tiny_spec(name))
@@ -384,6 +481,8 @@ def test_fit_follows_numpy_adam(zoo, name):
         np.testing.assert_allclose(f["losses"], expected, rtol=rtol, err_msg=f"{fw} {mode}")
         assert all(b < a for a, b in zip(f["losses"], f["losses"][1:])), (fw, mode, f["losses"])
         assert f["reset_max_abs_diff"] == 0.0, (fw, mode)
+        if fit_gradient_split(fw, mode, name, f, zoo):
+            continue  # a kink's two sides: test_fit_applies_adam_to_its_own_gradients stands
         trained, ref_params = arrays(zoo, fw, name, mode, "trained"), arrays(zoo, fw, name, mode, "reference")
         for k, p0 in init.items():
             if zero_grad(k):

@@ -51,7 +51,8 @@ class Native:
     backend: str
     # Keras's torch trainer refuses steps_per_execution > 1; None: no limit.
     max_steps_per_execution: int | None
-    # (loss function, mode) -> its value-and-gradient function, compiled as the mode compiles.
+    # (loss function, mode) -> its value-and-gradient function, compiled as the mode compiles
+    # (on torch: eager in every mode, _torch_value_and_grad).
     value_and_grad: Callable[[LossFn, str], GradFn]
     # The class a workload instantiates functionally: Model(inputs=..., outputs=...).
     model_class: type
@@ -108,6 +109,10 @@ def _tf_value_and_grad(f: LossFn, mode: str) -> GradFn:
 
 
 def _torch_value_and_grad(f: LossFn, mode: str) -> GradFn:
+    """Eager in every mode. torch.compile of the loss gives another compiled program than
+    Keras's compiled train step, rounding differently from it all the same (docs/workloads.md,
+    "ReLU kinks"), and recompiles the Keras frames both pass through, which hit dynamo's
+    recompile limit under the train step alone."""
     import torch
 
     def g(trainable: list[Any], non_trainable: list[Any], x: Any, y: Any) -> tuple[Any, list[Any]]:

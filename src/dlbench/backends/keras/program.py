@@ -458,6 +458,17 @@ class KerasProgram(Sampling, Generating):
         names, variables = list(self._net.buffers), list(self._net.buffers.values())
         return {n: self._canonical(n, v) for n, v in zip(names, self._values(state, variables))}
 
+    def moments(self, state: State) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Adam's first and second moments of each parameter, in canonical names and shapes:
+        what fit() made of the gradients it computed (tests recover those from them)."""
+        optimizer = self._net.model.optimizer
+        out = {}
+        for name, var in self._net.params.items():
+            i = optimizer._get_variable_index(var)
+            m, v = self._values(state, [optimizer._momentums[i], optimizer._velocities[i]])
+            out[name] = (self._canonical(name, m), self._canonical(name, v))
+        return out
+
     def canonical_batch(self, batch: Any) -> tuple[np.ndarray, np.ndarray]:
         x, y = batch
         return np.array(ops.convert_to_numpy(x)), np.array(ops.convert_to_numpy(y))
