@@ -112,6 +112,9 @@ KINK_EXPLAINED_RTOL = 1e-2
 KINK_FD_STEP = 1e-7
 
 
+_RELU = reference_ops.relu
+
+
 class _Relu:
     """reference_ops.relu recording its inputs, or with chosen units forced on or off."""
 
@@ -122,7 +125,8 @@ class _Relu:
 
     def __call__(self, z: np.ndarray) -> np.ndarray:
         i, self.calls = self.calls, self.calls + 1
-        self.inputs.append(np.array(z))
+        if not self.force:
+            self.inputs.append(np.array(z))
         out = _RELU(z)
         forced = [(u, on) for (c, u), on in self.force.items() if c == i]
         if forced:
@@ -130,9 +134,6 @@ class _Relu:
             for u, on in forced:
                 out[u] = z[u] if on else 0.0
         return out
-
-
-_RELU = reference_ops.relu
 
 
 @contextmanager
@@ -174,7 +175,7 @@ def kink_sides(loss: Callable[[dict[str, np.ndarray]], float], params: dict[str,
             hook.force = dict(zip(kinks, sides))
 
             def f(t: float) -> float:
-                hook.calls, hook.inputs = 0, []
+                hook.calls = 0
                 return loss({k: p[k] + t * d[k] for k in p})
 
             h = KINK_FD_STEP
